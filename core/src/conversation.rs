@@ -1,0 +1,615 @@
+//! The conversation model: messages made of text, tool-use, tool-result and media blocks.
+//!
+//! The serde shape is Anthropic's Messages shape, so a saved session is readable and portable:
+//!
+//! ```
+//! use rebound_core::{ContentBlock, Message, Role};
+//!
+//! let m: Message = serde_json::from_str(r#"{"role":"user","content":"hello"}"#).unwrap();
+//! assert_eq!(m.role, Role::User);
+//! assert_eq!(m.content, vec![ContentBlock::text("hello")]);
+//! ```
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::Value;
+use std::fmt;
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The person, or tool results sent back on their side of the exchange.
+    User,
+    /// The model.
+    Assistant,
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        })
+    }
+}
+
+/// Where the bytes of an image (or other media) come from, in Anthropic's `source` shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum MediaSource {
+    /// Inline base64 data with its media type, e.g. `image/png`.
+    Base64 {
+        /// The IANA media type, e.g. `image/png`.
+        media_type: String,
+        /// Base64-encoded bytes.
+        data: String,
+    },
+    /// A URL the provider fetches itself.
+    Url {
+        /// The URL.
+        url: String,
+    },
+}
+
+impl MediaSource {
+    /// The media type when it is known (inline data), e.g. `image/png`.
+    #[must_use]
+    pub fn media_type(&self) -> Option<&str> {
+        match self {
+            MediaSource::Base64 { media_type, .. } => Some(media_type),
+            MediaSource::Url { .. } => None,
+        }
+    }
+}
+
+/// One part of a tool result: text or an image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToolResultPart {
+    /// Text shown to the model.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image shown to the model.
+    Image {
+        /// Where the image bytes are.
+        source: MediaSource,
+    },
+}
+
+impl ToolResultPart {
+    /// A text part.
+    #[must_use]
+    pub fn text(text: impl Into<String>) -> Self {
+        ToolResultPart::Text { text: text.into() }
+    }
+}
+
+/// The answer to one `tool_use` block.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolResultBlock {
+    /// The `id` of the `tool_use` block this answers.
+    pub tool_use_id: String,
+    /// What the tool returned (or the error text when `is_error`).
+    #[serde(
+        rename = "content",
+        default,
+        deserialize_with = "deserialize_result_parts"
+    )]
+    pub parts: Vec<ToolResultPart>,
+    /// Whether the tool failed; sessions written before this flag existed read as `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
+}
+
+impl ToolResultBlock {
+    /// All text parts joined by newlines (images are skipped).
+    #[must_use]
+    pub fn text(&self) -> String {
+        join_text(self.parts.iter().filter_map(|p| match p {
+            ToolResultPart::Text { text } => Some(text.as_str()),
+            ToolResultPart::Image { .. } => None,
+        }))
+    }
+}
+
+/// One block of message content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    /// Plain text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// A tool call made by the model.
+    ToolUse {
+        /// The provider-assigned call id, echoed by the matching result.
+        id: String,
+        /// The tool's name.
+        name: String,
+        /// The arguments: a JSON object (an empty object when the model's input was unusable).
+        input: Value,
+    },
+    /// The result of a tool call, sent back in the next user message.
+    ToolResult(ToolResultBlock),
+    /// An image.
+    Image {
+        /// Where the image bytes are.
+        source: MediaSource,
+    },
+    /// Extended thinking from the model, passed back verbatim on later requests.
+    Thinking {
+        /// The thinking text.
+        thinking: String,
+        /// The provider's signature over the thinking; empty when the provider gave none.
+        #[serde(default)]
+        signature: String,
+    },
+}
+
+impl ContentBlock {
+    /// A text block.
+    #[must_use]
+    pub fn text(text: impl Into<String>) -> Self {
+        ContentBlock::Text { text: text.into() }
+    }
+
+    /// A tool-use block.
+    #[must_use]
+    pub fn tool_use(id: impl Into<String>, name: impl Into<String>, input: Value) -> Self {
+        ContentBlock::ToolUse {
+            id: id.into(),
+            name: name.into(),
+            input,
+        }
+    }
+
+    /// A tool-result block.
+    #[must_use]
+    pub fn tool_result(
+        tool_use_id: impl Into<String>,
+        parts: Vec<ToolResultPart>,
+        is_error: bool,
+    ) -> Self {
+        ContentBlock::ToolResult(ToolResultBlock {
+            tool_use_id: tool_use_id.into(),
+            parts,
+            is_error,
+        })
+    }
+}
+
+/// One message of the conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// Who wrote it.
+    pub role: Role,
+    /// Its blocks; a plain string in JSON reads as one text block.
+    #[serde(deserialize_with = "deserialize_content")]
+    pub content: Vec<ContentBlock>,
+}
+
+impl Message {
+    /// A user message with one text block.
+    #[must_use]
+    pub fn user_text(text: impl Into<String>) -> Self {
+        Message {
+            role: Role::User,
+            content: vec![ContentBlock::text(text)],
+        }
+    }
+
+    /// An assistant message with one text block.
+    #[must_use]
+    pub fn assistant_text(text: impl Into<String>) -> Self {
+        Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::text(text)],
+        }
+    }
+
+    /// All text blocks joined by newlines.
+    #[must_use]
+    pub fn text(&self) -> String {
+        join_text(self.content.iter().filter_map(|b| match b {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        }))
+    }
+
+    /// The tool-use blocks as (id, name, input), in order.
+    pub fn tool_uses(&self) -> impl Iterator<Item = (&str, &str, &Value)> {
+        self.content.iter().filter_map(|b| match b {
+            ContentBlock::ToolUse { id, name, input } => Some((id.as_str(), name.as_str(), input)),
+            _ => None,
+        })
+    }
+
+    /// The tool-result blocks, in order.
+    pub fn tool_results(&self) -> impl Iterator<Item = &ToolResultBlock> {
+        self.content.iter().filter_map(|b| match b {
+            ContentBlock::ToolResult(r) => Some(r),
+            _ => None,
+        })
+    }
+
+    /// Whether the message has no content worth sending: no blocks, or only blank text.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.content.iter().all(|b| match b {
+            ContentBlock::Text { text } => text.trim().is_empty(),
+            ContentBlock::Thinking { .. } => true,
+            _ => false,
+        })
+    }
+}
+
+fn join_text<'a>(parts: impl Iterator<Item = &'a str>) -> String {
+    let mut out = String::new();
+    for (i, p) in parts.enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(p);
+    }
+    out
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ContentRepr {
+    Text(String),
+    Blocks(Vec<ContentBlock>),
+}
+
+fn deserialize_content<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ContentBlock>, D::Error> {
+    Ok(match ContentRepr::deserialize(d)? {
+        ContentRepr::Text(text) => vec![ContentBlock::Text { text }],
+        ContentRepr::Blocks(blocks) => blocks,
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum PartsRepr {
+    Text(String),
+    Parts(Vec<ToolResultPart>),
+}
+
+fn deserialize_result_parts<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<ToolResultPart>, D::Error> {
+    Ok(match PartsRepr::deserialize(d)? {
+        PartsRepr::Text(text) if text.is_empty() => Vec::new(),
+        PartsRepr::Text(text) => vec![ToolResultPart::Text { text }],
+        PartsRepr::Parts(parts) => parts,
+    })
+}
+
+/// Why a conversation cannot be sent as it is: a tool call without its answer, or the like.
+///
+/// Anthropic answers such a request with a 400 ("tool_use ids were found without tool_result
+/// blocks immediately after"); finding it before sending turns a provider error into a local,
+/// explainable one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PairingError {
+    /// An assistant `tool_use` is not answered in the very next (user) message.
+    #[error("message {message}: tool_use `{tool_use_id}` has no tool_result in the next message")]
+    MissingResult {
+        /// Index of the assistant message holding the call.
+        message: usize,
+        /// The unanswered call.
+        tool_use_id: String,
+    },
+    /// A `tool_result` answers no `tool_use` of the previous assistant message.
+    #[error("message {message}: tool_result for unknown tool_use `{tool_use_id}`")]
+    UnknownResult {
+        /// Index of the user message holding the result.
+        message: usize,
+        /// The id it claims to answer.
+        tool_use_id: String,
+    },
+    /// A `tool_result` comes after other content or out of the calls' order.
+    #[error("message {message}: tool_result blocks must come first and in the order of the calls")]
+    ResultsOutOfOrder {
+        /// Index of the user message.
+        message: usize,
+    },
+    /// A tool-use id appears twice in one assistant message.
+    #[error("message {message}: tool_use id `{tool_use_id}` is used twice")]
+    DuplicateToolUseId {
+        /// Index of the assistant message.
+        message: usize,
+        /// The repeated id.
+        tool_use_id: String,
+    },
+}
+
+/// An ordered list of messages: the state an agent run builds up.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Conversation {
+    messages: Vec<Message>,
+}
+
+impl Conversation {
+    /// An empty conversation.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The messages, oldest first.
+    #[must_use]
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// Number of messages.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.messages.len()
+    }
+
+    /// Whether there are no messages.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// The newest message.
+    #[must_use]
+    pub fn last(&self) -> Option<&Message> {
+        self.messages.last()
+    }
+
+    /// Appends a message.
+    pub fn push(&mut self, message: Message) {
+        self.messages.push(message);
+    }
+
+    /// Consumes the conversation, returning its messages.
+    #[must_use]
+    pub fn into_messages(self) -> Vec<Message> {
+        self.messages
+    }
+
+    /// A rough size in bytes of what would be sent: text, tool inputs and results, media data.
+    ///
+    /// Used to check that a compaction shrank the conversation; not a token count.
+    #[must_use]
+    pub fn approx_bytes(&self) -> usize {
+        self.messages
+            .iter()
+            .flat_map(|m| m.content.iter())
+            .map(block_bytes)
+            .sum()
+    }
+
+    /// Checks that every assistant `tool_use` is answered, first and in order, by a
+    /// `tool_result` in the next message, and that no result answers nothing.
+    ///
+    /// A trailing assistant message with open tool calls is allowed: its answers have not been
+    /// produced yet. Pass `allow_open_tail = false` to refuse that too (a request must not end
+    /// with open calls).
+    pub fn check_tool_pairing(&self, allow_open_tail: bool) -> Result<(), PairingError> {
+        let mut open: Vec<&str> = Vec::new();
+        let mut open_at = 0;
+        for (i, m) in self.messages.iter().enumerate() {
+            match m.role {
+                Role::Assistant => {
+                    if let Some(id) = open.first() {
+                        return Err(PairingError::MissingResult {
+                            message: open_at,
+                            tool_use_id: (*id).to_owned(),
+                        });
+                    }
+                    open.clear();
+                    for (id, _, _) in m.tool_uses() {
+                        if open.contains(&id) {
+                            return Err(PairingError::DuplicateToolUseId {
+                                message: i,
+                                tool_use_id: id.to_owned(),
+                            });
+                        }
+                        open.push(id);
+                    }
+                    open_at = i;
+                }
+                Role::User => {
+                    let mut expected = open.iter();
+                    let mut seen_other = false;
+                    for block in &m.content {
+                        match block {
+                            ContentBlock::ToolResult(r) => {
+                                if seen_other {
+                                    return Err(PairingError::ResultsOutOfOrder { message: i });
+                                }
+                                if !open.contains(&r.tool_use_id.as_str()) {
+                                    return Err(PairingError::UnknownResult {
+                                        message: i,
+                                        tool_use_id: r.tool_use_id.clone(),
+                                    });
+                                }
+                                if expected.next() != Some(&r.tool_use_id.as_str()) {
+                                    return Err(PairingError::ResultsOutOfOrder { message: i });
+                                }
+                            }
+                            _ => seen_other = true,
+                        }
+                    }
+                    if let Some(id) = expected.next() {
+                        return Err(PairingError::MissingResult {
+                            message: open_at,
+                            tool_use_id: (*id).to_owned(),
+                        });
+                    }
+                    open.clear();
+                }
+            }
+        }
+        match open.first() {
+            Some(id) if !allow_open_tail => Err(PairingError::MissingResult {
+                message: open_at,
+                tool_use_id: (*id).to_owned(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl From<Vec<Message>> for Conversation {
+    fn from(messages: Vec<Message>) -> Self {
+        Conversation { messages }
+    }
+}
+
+fn block_bytes(block: &ContentBlock) -> usize {
+    match block {
+        ContentBlock::Text { text } => text.len(),
+        ContentBlock::ToolUse { id, name, input } => id.len() + name.len() + input.to_string().len(),
+        ContentBlock::ToolResult(r) => {
+            r.tool_use_id.len()
+                + r.parts
+                    .iter()
+                    .map(|p| match p {
+                        ToolResultPart::Text { text } => text.len(),
+                        ToolResultPart::Image { source } => source_bytes(source),
+                    })
+                    .sum::<usize>()
+        }
+        ContentBlock::Image { source } => source_bytes(source),
+        ContentBlock::Thinking {
+            thinking,
+            signature,
+        } => thinking.len() + signature.len(),
+    }
+}
+
+fn source_bytes(source: &MediaSource) -> usize {
+    match source {
+        MediaSource::Base64 { media_type, data } => media_type.len() + data.len(),
+        MediaSource::Url { url } => url.len(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn tool_result_without_is_error_reads_as_success() {
+        let m: Message = serde_json::from_value(json!({
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]
+        }))
+        .unwrap();
+        let r = m.tool_results().next().unwrap();
+        assert!(!r.is_error);
+        assert_eq!(r.text(), "ok");
+    }
+
+    #[test]
+    fn is_error_is_serialized_only_when_set() {
+        let ok = ContentBlock::tool_result("t1", vec![ToolResultPart::text("fine")], false);
+        let err = ContentBlock::tool_result("t2", vec![ToolResultPart::text("bad")], true);
+        assert_eq!(
+            serde_json::to_value(&ok).unwrap(),
+            json!({"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"fine"}]})
+        );
+        assert_eq!(serde_json::to_value(&err).unwrap()["is_error"], json!(true));
+    }
+
+    #[test]
+    fn plain_string_content_reads_as_one_text_block() {
+        let m: Message =
+            serde_json::from_value(json!({"role": "assistant", "content": "hi"})).unwrap();
+        assert_eq!(m, Message::assistant_text("hi"));
+    }
+
+    #[test]
+    fn messages_round_trip_in_anthropic_shape() {
+        let m = Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentBlock::Thinking {
+                    thinking: "hmm".into(),
+                    signature: "sig".into(),
+                },
+                ContentBlock::text("let me look"),
+                ContentBlock::tool_use("toolu_1", "read", json!({"path": "a.rs"})),
+                ContentBlock::Image {
+                    source: MediaSource::Base64 {
+                        media_type: "image/png".into(),
+                        data: "AAAA".into(),
+                    },
+                },
+            ],
+        };
+        let v = serde_json::to_value(&m).unwrap();
+        assert_eq!(v["content"][2]["type"], "tool_use");
+        assert_eq!(v["content"][3]["source"]["type"], "base64");
+        let back: Message = serde_json::from_value(v).unwrap();
+        assert_eq!(back, m);
+    }
+
+    fn exchange(results: Vec<ContentBlock>) -> Conversation {
+        Conversation::from(vec![
+            Message::user_text("go"),
+            Message {
+                role: Role::Assistant,
+                content: vec![
+                    ContentBlock::tool_use("a", "read", json!({})),
+                    ContentBlock::tool_use("b", "list", json!({})),
+                ],
+            },
+            Message {
+                role: Role::User,
+                content: results,
+            },
+        ])
+    }
+
+    fn result(id: &str) -> ContentBlock {
+        ContentBlock::tool_result(id, vec![ToolResultPart::text("x")], false)
+    }
+
+    #[test]
+    fn pairing_accepts_results_first_in_call_order() {
+        let mut c = exchange(vec![result("a"), result("b"), ContentBlock::text("more")]);
+        assert_eq!(c.check_tool_pairing(false), Ok(()));
+        c.push(Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::tool_use("c", "read", json!({}))],
+        });
+        assert_eq!(c.check_tool_pairing(true), Ok(()));
+        assert!(matches!(
+            c.check_tool_pairing(false),
+            Err(PairingError::MissingResult { message: 3, .. })
+        ));
+    }
+
+    #[test]
+    fn pairing_refuses_missing_unknown_and_misordered_results() {
+        assert!(matches!(
+            exchange(vec![result("a")]).check_tool_pairing(true),
+            Err(PairingError::MissingResult { tool_use_id, .. }) if tool_use_id == "b"
+        ));
+        assert!(matches!(
+            exchange(vec![result("a"), result("b"), result("z")]).check_tool_pairing(true),
+            Err(PairingError::UnknownResult { .. })
+        ));
+        assert!(matches!(
+            exchange(vec![result("b"), result("a")]).check_tool_pairing(true),
+            Err(PairingError::ResultsOutOfOrder { .. })
+        ));
+        assert!(matches!(
+            exchange(vec![ContentBlock::text("hi"), result("a"), result("b")])
+                .check_tool_pairing(true),
+            Err(PairingError::ResultsOutOfOrder { .. })
+        ));
+    }
+}

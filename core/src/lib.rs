@@ -1,0 +1,32 @@
+//! # rebound-core
+//!
+//! The pure heart of rebound: an agent-loop state machine that makes an explicit decision for
+//! every failure while producing the next conversation message, plus everything it decides
+//! with — the conversation model, provider failure classification, retry policy, compaction,
+//! wire formats and trace types.
+//!
+//! Nothing here performs I/O, reads a clock or an environment variable, or spawns a thread:
+//! time comes in as [`Millis`], randomness from a seed, and bytes from the caller.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod conversation;
+pub mod failure;
+pub mod headers;
+pub mod response;
+pub mod time;
+pub mod tool;
+
+pub use conversation::{
+    ContentBlock, Conversation, MediaSource, Message, PairingError, Role, ToolResultBlock,
+    ToolResultPart,
+};
+pub use failure::{FailureAction, FailureKind, ProviderFailure, ProviderKind, TransportFault};
+pub use headers::Headers;
+pub use response::{AssistantResponse, InputProblemKind, StopReason, ToolInputProblem, Usage};
+pub use time::Millis;
+pub use tool::{
+    tool_error_text, BatchOutcome, CallOutcome, HostFailure, HostFailureKind, ToolCall,
+    ToolFailure, ToolOutput, ToolSpec,
+};

@@ -1,0 +1,154 @@
+//! Tools as the machine sees them: specs, calls, outcomes, and the model-readable error text.
+
+use crate::conversation::ToolResultPart;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fmt;
+
+/// A tool the model may call: what the provider is told about it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// The name the model uses, e.g. `read`.
+    pub name: String,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// JSON Schema of the input object.
+    pub input_schema: Value,
+}
+
+/// One call the driver must run, taken from a `tool_use` block.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The `tool_use` id, echoed in the result.
+    pub id: String,
+    /// The tool's name (known to be in the configured tool list).
+    pub name: String,
+    /// The arguments: a JSON object.
+    pub input: Value,
+}
+
+/// What a tool returned when it worked.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolOutput {
+    /// The result parts, text and/or images.
+    pub parts: Vec<ToolResultPart>,
+}
+
+impl ToolOutput {
+    /// An output with one text part.
+    #[must_use]
+    pub fn text(text: impl Into<String>) -> Self {
+        ToolOutput {
+            parts: vec![ToolResultPart::text(text)],
+        }
+    }
+}
+
+/// A failure of the host rather than the model's choice: it ends the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostFailureKind {
+    /// The user or embedder canceled.
+    Canceled,
+    /// Memory ran out.
+    OutOfMemory,
+    /// The receiver (UI) failed to accept a notification.
+    Receiver,
+    /// The session store failed to persist a message.
+    SessionStore,
+    /// Something else on the host side broke (an invariant, a runtime).
+    Internal,
+}
+
+impl fmt::Display for HostFailureKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HostFailureKind::Canceled => "canceled",
+            HostFailureKind::OutOfMemory => "out of memory",
+            HostFailureKind::Receiver => "receiver failed",
+            HostFailureKind::SessionStore => "session store failed",
+            HostFailureKind::Internal => "internal failure",
+        })
+    }
+}
+
+/// A host failure with its context.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct HostFailure {
+    /// What failed.
+    pub kind: HostFailureKind,
+    /// Details for the embedder (never shown to the model).
+    pub message: String,
+}
+
+impl HostFailure {
+    /// A host failure of `kind`.
+    #[must_use]
+    pub fn new(kind: HostFailureKind, message: impl Into<String>) -> Self {
+        HostFailure {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// Why a tool call (or a whole batch) failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolFailure {
+    /// A failure the model can act on: bad arguments, a handler error, a script error, a
+    /// timeout, a tool source's per-call error. Becomes an error tool result.
+    Model {
+        /// What went wrong, for the model.
+        message: String,
+    },
+    /// The host failed (cancel, out of memory): the run fails; nothing is shown to the model.
+    Host(HostFailure),
+}
+
+impl ToolFailure {
+    /// A model-visible failure.
+    #[must_use]
+    pub fn model(message: impl Into<String>) -> Self {
+        ToolFailure::Model {
+            message: message.into(),
+        }
+    }
+}
+
+/// The outcome of one call in a batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallOutcome {
+    /// The `tool_use` id of the call.
+    pub tool_use_id: String,
+    /// What it produced.
+    pub result: Result<ToolOutput, ToolFailure>,
+}
+
+/// The outcome of a whole [`Command::RunTools`](crate::Command::RunTools) batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchOutcome {
+    /// One outcome per call (any order; the machine restores the calls' order).
+    PerCall(Vec<CallOutcome>),
+    /// The batch failed as a whole (e.g. a tool source crashed); applies to every call.
+    WholeBatch(ToolFailure),
+}
+
+/// The text of an error tool result, as DESIGN.md specifies it.
+///
+/// ```
+/// assert_eq!(
+///     rebound_core::tool_error_text("read", "file not found: src/foo.rs"),
+///     "Tool execution failed for `read`: file not found: src/foo.rs\n\
+///      You may fix the arguments, try a different tool, or explain the failure to the user."
+/// );
+/// ```
+#[must_use]
+pub fn tool_error_text(tool: &str, message: &str) -> String {
+    format!(
+        "Tool execution failed for `{tool}`: {message}\n\
+         You may fix the arguments, try a different tool, or explain the failure to the user."
+    )
+}

@@ -1,0 +1,4 @@
+//! # rebound-effects
+//!
+//! The effects side of rebound: the tokio runner, HTTP providers, tools, sessions, the fake
+//! provider server, and the library behind the `rebound` CLI.

@@ -1,0 +1,1 @@
+//! Cross-crate tests for rebound live in `tests/tests/`; this library is intentionally empty.
