@@ -469,7 +469,9 @@ impl From<Vec<Message>> for Conversation {
 fn block_bytes(block: &ContentBlock) -> usize {
     match block {
         ContentBlock::Text { text } => text.len(),
-        ContentBlock::ToolUse { id, name, input } => id.len() + name.len() + input.to_string().len(),
+        ContentBlock::ToolUse { id, name, input } => {
+            id.len() + name.len() + input.to_string().len()
+        }
         ContentBlock::ToolResult(r) => {
             r.tool_use_id.len()
                 + r.parts

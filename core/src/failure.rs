@@ -331,6 +331,9 @@ mod tests {
         );
         let t = ProviderFailure::transport(TransportFault::Reset, Some("peer closed"));
         assert_eq!(t.kind, FailureKind::Transport);
-        assert_eq!(t.to_string(), "connection problem: connection reset: peer closed");
+        assert_eq!(
+            t.to_string(),
+            "connection problem: connection reset: peer closed"
+        );
     }
 }

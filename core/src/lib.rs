@@ -11,21 +11,34 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod budget;
 pub mod classify;
+pub mod compaction;
 pub mod conversation;
 pub mod failure;
 pub mod headers;
+pub mod machine;
 pub mod response;
+pub mod retry;
 pub mod time;
 pub mod tool;
+pub mod trace;
 
+pub use budget::{BudgetConfig, PermitDecision, RetryBudget};
+pub use compaction::{compact, CompactionError, CompactionPolicy};
 pub use conversation::{
     ContentBlock, Conversation, MediaSource, Message, PairingError, Role, ToolResultBlock,
     ToolResultPart,
 };
 pub use failure::{FailureAction, FailureKind, ProviderFailure, ProviderKind, TransportFault};
 pub use headers::Headers;
+pub use machine::{
+    AgentMachine, BatchId, BudgetUse, Command, CompactionId, Event, FallbackInfo, FinishReason,
+    GiveUp, Handled, IgnoreReason, MachineConfig, PermitId, ProviderRetryInfo, RequestId, RunError,
+    Snapshot, TargetFailure, TargetSpec, TimerId,
+};
 pub use response::{AssistantResponse, InputProblemKind, StopReason, ToolInputProblem, Usage};
+pub use retry::{RetryConfig, RetryDelay};
 pub use time::Millis;
 pub use tool::{
     tool_error_text, BatchOutcome, CallOutcome, HostFailure, HostFailureKind, ToolCall,

@@ -1,0 +1,242 @@
+//! Outputs of the machine: what the driver must do.
+
+use super::error::RunError;
+use super::ids::{BatchId, CompactionId, PermitId, RequestId, TimerId};
+use crate::conversation::{Conversation, Message};
+use crate::failure::FailureKind;
+use crate::response::StopReason;
+use crate::time::Millis;
+use crate::tool::ToolCall;
+use serde::{Serialize, Serializer};
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
+
+/// A cheap, shared, read-only view of the conversation at the moment a command was made.
+///
+/// Retries of one request share one snapshot: no retry copies the conversation. In a trace it
+/// is written as `{"messages": N, "digest": "…"}`, enough to detect a divergence without
+/// storing the conversation at every step.
+#[derive(Debug, Clone)]
+pub struct Snapshot(pub Arc<Conversation>);
+
+impl Snapshot {
+    /// The shared conversation.
+    #[must_use]
+    pub fn arc(&self) -> &Arc<Conversation> {
+        &self.0
+    }
+
+    /// A 64-bit FNV-1a digest of the conversation's JSON, as written into traces.
+    #[must_use]
+    pub fn digest(&self) -> u64 {
+        let bytes = serde_json::to_vec(&*self.0).unwrap_or_default();
+        bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+}
+
+impl Deref for Snapshot {
+    type Target = Conversation;
+    fn deref(&self) -> &Conversation {
+        &self.0
+    }
+}
+
+impl PartialEq for Snapshot {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || *self.0 == *other.0
+    }
+}
+
+impl Serialize for Snapshot {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("Snapshot", 2)?;
+        st.serialize_field("messages", &self.0.len())?;
+        st.serialize_field("digest", &format!("{:016x}", self.digest()))?;
+        st.end()
+    }
+}
+
+/// Told to the UI before a delayed retry or a compaction retry (never for tool errors).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct ProviderRetryInfo {
+    /// The 1-based number of the attempt about to be made (the first retry is attempt 2).
+    /// For a compaction retry, the attempt number is unchanged: compaction costs no attempt.
+    pub attempt: u32,
+    /// Attempts allowed per request on this target.
+    pub max_attempts: u32,
+    /// How long the driver will wait before the attempt, in ms.
+    pub delay_ms: u64,
+    /// What failed.
+    pub kind: FailureKind,
+    /// The HTTP status, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// The server's `retry-after` hint, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    /// The provider's message or fault description.
+    pub message: String,
+    /// Index of the target being retried.
+    pub target: usize,
+}
+
+impl fmt::Display for ProviderRetryInfo {
+    /// The CLI's status line, e.g. `provider unavailable: retrying in 2.4s (attempt 2/4)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.kind == FailureKind::ContextOverflow {
+            return write!(f, "{}: compacting the conversation and retrying", self.kind);
+        }
+        write!(
+            f,
+            "{}: retrying in {:.1}s (attempt {}/{})",
+            self.kind,
+            self.delay_ms as f64 / 1000.0,
+            self.attempt,
+            self.max_attempts
+        )
+    }
+}
+
+/// Told to the UI before the first request to a fallback target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct FallbackInfo {
+    /// Index of the abandoned target.
+    pub from: usize,
+    /// Index of the target taking over.
+    pub to: usize,
+    /// Printable name of `from`.
+    pub from_label: String,
+    /// Printable name of `to`.
+    pub to_label: String,
+    /// What made `from` give up.
+    pub kind: FailureKind,
+    /// The last failure's message.
+    pub message: String,
+}
+
+impl fmt::Display for FallbackInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ({}): falling back from {} to {}",
+            self.kind, self.message, self.from_label, self.to_label
+        )
+    }
+}
+
+/// Why a run finished successfully.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// The model stopped without asking for tools.
+    Model(StopReason),
+    /// `max_turns` assistant messages were appended.
+    MaxTurns,
+    /// `Resume` found nothing to do: the last message was a complete assistant message.
+    NothingToDo,
+}
+
+impl fmt::Display for FinishReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FinishReason::Model(r) => f.write_str(r.as_str()),
+            FinishReason::MaxTurns => f.write_str("max_turns"),
+            FinishReason::NothingToDo => f.write_str("nothing_to_do"),
+        }
+    }
+}
+
+/// Something the driver must do, taken from [`AgentMachine::poll`](crate::AgentMachine::poll).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Command {
+    /// Persist and show a complete message (the machine has already appended it).
+    AppendMessage {
+        /// The message.
+        message: Message,
+    },
+    /// Send a provider request for `conversation` to target `target`; answer with
+    /// `ProviderSucceeded` or `ProviderFailed` carrying `request`.
+    SendRequest {
+        /// The id to answer with.
+        request: RequestId,
+        /// Index into the fallback chain.
+        target: usize,
+        /// 1-based attempt number on this target for this request.
+        attempt: u32,
+        /// What to send.
+        conversation: Snapshot,
+    },
+    /// Wait `delay_ms`, then answer with `TimerFired { timer }`.
+    Sleep {
+        /// The id to answer with.
+        timer: TimerId,
+        /// The chosen delay (already jittered), in ms.
+        delay_ms: u64,
+    },
+    /// Tell the UI a retry is coming (before the `Sleep`).
+    NotifyRetry {
+        /// The details.
+        info: ProviderRetryInfo,
+    },
+    /// Tell the UI the next request goes to a fallback target.
+    NotifyFallback {
+        /// The details.
+        info: FallbackInfo,
+    },
+    /// Compact `conversation`; answer with `CompactionFinished`.
+    Compact {
+        /// The id to answer with.
+        compaction: CompactionId,
+        /// What to compact.
+        conversation: Snapshot,
+    },
+    /// The conversation was replaced by its compacted form: persist it.
+    ReplaceConversation {
+        /// The new conversation.
+        conversation: Snapshot,
+        /// Messages before compaction.
+        before_messages: usize,
+        /// Messages after compaction.
+        after_messages: usize,
+    },
+    /// Run these tool calls (independent; concurrently if possible); answer with
+    /// `ToolsFinished`.
+    RunTools {
+        /// The id to answer with.
+        batch: BatchId,
+        /// The calls, in the order the model made them.
+        calls: Vec<ToolCall>,
+    },
+    /// Ask the shared retry budget for a permit; answer with `PermitAnswered`.
+    AcquirePermit {
+        /// The id to answer with.
+        permit: PermitId,
+        /// The latest time the machine is willing to wait until for a token.
+        deadline: Millis,
+    },
+    /// The run finished. Terminal.
+    Finish {
+        /// Why.
+        reason: FinishReason,
+        /// Assistant messages appended in this run.
+        turns: u32,
+    },
+    /// The run failed. Terminal.
+    Fail {
+        /// Why, with everything the embedder needs to report it.
+        error: RunError,
+    },
+}
+
+impl Command {
+    /// Whether this command ends the run.
+    #[must_use]
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, Command::Finish { .. } | Command::Fail { .. })
+    }
+}

@@ -1,0 +1,90 @@
+//! What a machine is told before it starts: retry policy, tools, targets, limits.
+
+use crate::compaction::CompactionPolicy;
+use crate::failure::ProviderKind;
+use crate::retry::RetryConfig;
+use crate::tool::ToolSpec;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// One model on one provider that requests can go to. Secrets and URLs stay with the driver;
+/// the machine only names targets by index into [`MachineConfig::targets`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TargetSpec {
+    /// The wire format the target speaks.
+    pub provider: ProviderKind,
+    /// The model name, e.g. `claude-sonnet-4-5`.
+    pub model: String,
+}
+
+impl fmt::Display for TargetSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.provider, self.model)
+    }
+}
+
+/// How the machine uses a shared [`RetryBudget`](crate::RetryBudget).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BudgetUse {
+    /// How long a retry short of tokens may wait for one, in ms, after its backoff ended.
+    pub max_wait_ms: u64,
+}
+
+impl Default for BudgetUse {
+    fn default() -> Self {
+        BudgetUse { max_wait_ms: 5_000 }
+    }
+}
+
+/// Everything an [`AgentMachine`](crate::AgentMachine) needs to decide. Serializable, so a
+/// trace header can carry it and a replay can rebuild the same machine. Holds no secrets.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MachineConfig {
+    /// Retry policy for provider failures.
+    pub retry: RetryConfig,
+    /// The tools the model may call; a call to any other name gets an error result.
+    pub tools: Vec<ToolSpec>,
+    /// The fallback chain, primary first. Empty means one unnamed target (index 0).
+    pub targets: Vec<TargetSpec>,
+    /// Stop (with `max_turns`) once this many assistant messages were appended in this run.
+    pub max_turns: Option<u32>,
+    /// Whether a context overflow triggers one compaction and retry (else it fails).
+    pub auto_compact: bool,
+    /// The default compactor's policy (drivers that compact differently ignore it).
+    pub compaction: CompactionPolicy,
+    /// When set, charged retries (those not obeying a server hint) need a permit from a
+    /// shared retry budget.
+    pub retry_budget: Option<BudgetUse>,
+}
+
+impl Default for MachineConfig {
+    fn default() -> Self {
+        MachineConfig {
+            retry: RetryConfig::default(),
+            tools: Vec::new(),
+            targets: Vec::new(),
+            max_turns: None,
+            auto_compact: true,
+            compaction: CompactionPolicy::default(),
+            retry_budget: None,
+        }
+    }
+}
+
+impl MachineConfig {
+    /// Number of targets in the fallback chain (at least 1).
+    #[must_use]
+    pub fn target_count(&self) -> usize {
+        self.targets.len().max(1)
+    }
+
+    /// A printable name for target `index`, e.g. `anthropic:claude-sonnet-4-5`.
+    #[must_use]
+    pub fn target_label(&self, index: usize) -> String {
+        self.targets
+            .get(index)
+            .map_or_else(|| format!("target {index}"), ToString::to_string)
+    }
+}

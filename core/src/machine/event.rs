@@ -1,0 +1,95 @@
+//! Inputs to the machine: everything the world tells it.
+
+use super::ids::{BatchId, CompactionId, PermitId, RequestId, TimerId};
+use crate::budget::PermitDecision;
+use crate::conversation::{ContentBlock, Conversation};
+use crate::failure::ProviderFailure;
+use crate::response::AssistantResponse;
+use crate::tool::{BatchOutcome, HostFailure};
+use serde::{Deserialize, Serialize};
+
+/// Something that happened, handed to [`AgentMachine::handle`](crate::AgentMachine::handle).
+///
+/// Answers carry the id of the command they answer; an answer whose id the machine is not
+/// waiting for is ignored (see [`Handled`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// The person sent a message: starts the run. Only accepted before the run started.
+    UserMessage {
+        /// The message's blocks (usually one text block).
+        content: Vec<ContentBlock>,
+    },
+    /// Continue a loaded conversation without a new message (e.g. after a crash): answers
+    /// open tool calls as interrupted and asks the model for the next message.
+    Resume,
+    /// A provider request produced a complete assistant message.
+    ProviderSucceeded {
+        /// The request this answers.
+        request: RequestId,
+        /// The assembled response.
+        response: AssistantResponse,
+    },
+    /// A provider request failed.
+    ProviderFailed {
+        /// The request this answers.
+        request: RequestId,
+        /// The classified failure.
+        failure: ProviderFailure,
+    },
+    /// A tool batch finished.
+    ToolsFinished {
+        /// The batch this answers.
+        batch: BatchId,
+        /// What the calls produced.
+        outcome: BatchOutcome,
+    },
+    /// A sleep ended.
+    TimerFired {
+        /// The timer this answers.
+        timer: TimerId,
+    },
+    /// A compaction finished.
+    CompactionFinished {
+        /// The compaction this answers.
+        compaction: CompactionId,
+        /// The compacted conversation, or why the compactor failed.
+        result: Result<Conversation, String>,
+    },
+    /// The shared retry budget answered a permit request.
+    PermitAnswered {
+        /// The permit request this answers.
+        permit: PermitId,
+        /// The budget's decision.
+        decision: PermitDecision,
+    },
+    /// The host failed (receiver, session store, out of memory): the run fails.
+    HostFailed {
+        /// What failed.
+        failure: HostFailure,
+    },
+    /// The person or embedder canceled: the run fails at once.
+    Cancel,
+}
+
+/// What the machine did with an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Handled {
+    /// The event changed the machine's state (and may have queued commands).
+    Accepted,
+    /// The event was ignored; nothing changed.
+    Ignored(IgnoreReason),
+}
+
+/// Why an event was ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IgnoreReason {
+    /// The run already finished or failed.
+    Terminal,
+    /// An answer to a command the machine is no longer waiting for (stale or duplicate).
+    Stale,
+    /// An event that makes no sense now (a second user message during a run).
+    Unexpected,
+}

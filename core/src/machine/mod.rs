@@ -1,0 +1,871 @@
+//! The sans-IO agent machine: events in, commands out, time passed in.
+
+mod command;
+mod config;
+mod error;
+mod event;
+mod ids;
+
+pub use command::{Command, FallbackInfo, FinishReason, ProviderRetryInfo, Snapshot};
+pub use config::{BudgetUse, MachineConfig, TargetSpec};
+pub use error::{GiveUp, RunError, TargetFailure};
+pub use event::{Event, Handled, IgnoreReason};
+pub use ids::{BatchId, CompactionId, PermitId, RequestId, TimerId};
+
+use crate::budget::PermitDecision;
+use crate::conversation::{ContentBlock, Conversation, Message, Role, ToolResultPart};
+use crate::failure::{FailureAction, FailureKind, ProviderFailure, TransportFault};
+use crate::response::{AssistantResponse, InputProblemKind, StopReason, ToolInputProblem};
+use crate::retry::RetryDelay;
+use crate::time::Millis;
+use crate::tool::{tool_error_text, BatchOutcome, ToolCall, ToolFailure};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+
+/// An agent loop as a pure state machine: it decides, the driver acts.
+///
+/// The machine owns the conversation and every decision about it — when to call the
+/// provider, whether a failure is retried (and after how long), compacted, turned into a tool
+/// error result, or returned to the embedder. It performs no I/O and never reads a clock: the
+/// driver feeds it [`Event`]s with the current time and executes the [`Command`]s it emits.
+/// The same machine runs under the tokio runner, the virtual-clock simulator, and replay.
+///
+/// # Methods, by kind
+///
+/// - **Getters** (`&self`): [`conversation`](Self::conversation), [`turns`](Self::turns),
+///   [`target`](Self::target), [`is_terminal`](Self::is_terminal),
+///   [`outcome`](Self::outcome), [`config`](Self::config).
+/// - **Inputs**: [`handle`](Self::handle)`(now, event)` — the user's message, provider
+///   answers, tool outcomes, timers, compaction results, budget permits, host failures,
+///   cancel. Every answer carries the id of the command it answers; stale or duplicate
+///   answers are ignored and reported as [`Handled::Ignored`].
+/// - **Outputs**: [`poll`](Self::poll) — the next [`Command`] to execute, in order.
+///   [`step`](Self::step) is `handle` followed by draining `poll`, for tests and traces.
+///
+/// # How to drive it
+///
+/// 1. Create it with [`new`](Self::new) (or [`with_conversation`](Self::with_conversation)
+///    to continue a saved session), then `handle` an [`Event::UserMessage`] (or
+///    [`Event::Resume`]).
+/// 2. After **every** `handle`, drain `poll` until it returns `None`, executing commands in
+///    the order given: `AppendMessage` / `ReplaceConversation` persist, `Notify*` inform the
+///    UI (before the `Sleep` that follows them), `SendRequest`, `Sleep`, `RunTools`,
+///    `Compact` and `AcquirePermit` start work whose answer you `handle` later.
+/// 3. `Finish` and `Fail` are terminal: after them the machine ignores every input.
+///
+/// Time is [`Millis`] since the run started and must not go backwards (a smaller value is
+/// treated as the latest one seen). The only randomness is retry jitter, drawn from an RNG
+/// seeded by `seed`, and the chosen delay is written into the `Sleep` command — so commands
+/// are a pure function of (config, seed, events), and a trace of them replays exactly.
+///
+/// # Example: a minimal blocking driver
+///
+/// ```
+/// use rebound_core::*;
+///
+/// let mut machine = AgentMachine::new(MachineConfig::default(), 42);
+/// let mut now = Millis(0);
+/// let mut inbox = vec![Event::UserMessage { content: vec![ContentBlock::text("hello")] }];
+/// let mut attempts = 0;
+/// let outcome = 'run: loop {
+///     let event = inbox.pop().expect("every command that needs an answer got one");
+///     machine.handle(now, event);
+///     while let Some(command) = machine.poll() {
+///         match command {
+///             Command::SendRequest { request, .. } => {
+///                 attempts += 1;
+///                 // A provider that is overloaded once, then answers.
+///                 inbox.push(if attempts == 1 {
+///                     let failure = ProviderFailure::new(FailureKind::Unavailable, "Overloaded")
+///                         .with_status(529);
+///                     Event::ProviderFailed { request, failure }
+///                 } else {
+///                     let message = Message::assistant_text("hi there");
+///                     Event::ProviderSucceeded { request, response: AssistantResponse::end_turn(message) }
+///                 });
+///             }
+///             Command::NotifyRetry { info } => println!("{info}"),
+///             Command::Sleep { timer, delay_ms } => {
+///                 now = now.plus(delay_ms); // a real driver sleeps here
+///                 inbox.push(Event::TimerFired { timer });
+///             }
+///             Command::Finish { reason, .. } => break 'run Ok(reason),
+///             Command::Fail { error } => break 'run Err(error),
+///             _ => {} // AppendMessage: persist; RunTools/Compact: not used here
+///         }
+///     }
+/// };
+/// assert_eq!(outcome, Ok(FinishReason::Model(StopReason::EndTurn)));
+/// assert_eq!(machine.conversation().len(), 2); // no duplicate from the failed attempt
+/// ```
+#[derive(Debug)]
+pub struct AgentMachine {
+    config: MachineConfig,
+    rng: fastrand::Rng,
+    conversation: Arc<Conversation>,
+    phase: Phase,
+    queue: VecDeque<Command>,
+    next_id: u64,
+    now: Millis,
+    turns: u32,
+    request: RequestState,
+    target: usize,
+    target_failures: Vec<TargetFailure>,
+    outcome: Option<Result<FinishReason, RunError>>,
+}
+
+/// Per-request bookkeeping: reset whenever the conversation gains a message.
+#[derive(Debug, Clone, Default)]
+struct RequestState {
+    attempt: u32,
+    compacted: bool,
+    empty_responses: u32,
+    last_failure: Option<ProviderFailure>,
+}
+
+#[derive(Debug)]
+enum Phase {
+    Idle,
+    Requesting {
+        request: RequestId,
+    },
+    BackingOff {
+        timer: TimerId,
+        charged: bool,
+    },
+    AwaitingPermit {
+        permit: PermitId,
+        deadline: Millis,
+    },
+    WaitingForToken {
+        timer: TimerId,
+        deadline: Millis,
+    },
+    Compacting {
+        compaction: CompactionId,
+        before_bytes: usize,
+        before_messages: usize,
+    },
+    RunningTools {
+        batch: BatchId,
+        slots: Vec<Slot>,
+    },
+    Done,
+}
+
+/// One `tool_use` of the assistant message being answered.
+#[derive(Debug)]
+struct Slot {
+    id: String,
+    name: String,
+    /// Set when the call is answered with an error without running.
+    refused: Option<String>,
+}
+
+impl AgentMachine {
+    /// A machine with an empty conversation. `seed` drives retry jitter, nothing else.
+    #[must_use]
+    pub fn new(config: MachineConfig, seed: u64) -> Self {
+        Self::with_conversation(config, seed, Conversation::new())
+    }
+
+    /// A machine that continues `conversation` (a loaded session).
+    #[must_use]
+    pub fn with_conversation(config: MachineConfig, seed: u64, conversation: Conversation) -> Self {
+        AgentMachine {
+            config,
+            rng: fastrand::Rng::with_seed(seed),
+            conversation: Arc::new(conversation),
+            phase: Phase::Idle,
+            queue: VecDeque::new(),
+            next_id: 1,
+            now: Millis::ZERO,
+            turns: 0,
+            request: RequestState::default(),
+            target: 0,
+            target_failures: Vec::new(),
+            outcome: None,
+        }
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &MachineConfig {
+        &self.config
+    }
+
+    /// The conversation as it stands (only complete messages).
+    #[must_use]
+    pub fn conversation(&self) -> &Conversation {
+        &self.conversation
+    }
+
+    /// A shared handle to the conversation, without copying it.
+    #[must_use]
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot(Arc::clone(&self.conversation))
+    }
+
+    /// Assistant messages appended in this run.
+    #[must_use]
+    pub fn turns(&self) -> u32 {
+        self.turns
+    }
+
+    /// Index of the target requests currently go to.
+    #[must_use]
+    pub fn target(&self) -> usize {
+        self.target
+    }
+
+    /// Whether the run finished or failed.
+    #[must_use]
+    pub fn is_terminal(&self) -> bool {
+        self.outcome.is_some()
+    }
+
+    /// How the run ended, once it has.
+    #[must_use]
+    pub fn outcome(&self) -> Option<&Result<FinishReason, RunError>> {
+        self.outcome.as_ref()
+    }
+
+    /// The next command to execute, if any. Drain after every [`handle`](Self::handle).
+    pub fn poll(&mut self) -> Option<Command> {
+        self.queue.pop_front()
+    }
+
+    /// [`handle`](Self::handle) followed by draining [`poll`](Self::poll).
+    pub fn step(&mut self, now: Millis, event: Event) -> Vec<Command> {
+        self.handle(now, event);
+        self.queue.drain(..).collect()
+    }
+
+    /// Feeds one event at time `now`. See the type's documentation for the protocol.
+    pub fn handle(&mut self, now: Millis, event: Event) -> Handled {
+        self.now = self.now.max(now);
+        if self.is_terminal() {
+            return Handled::Ignored(IgnoreReason::Terminal);
+        }
+        match event {
+            Event::Cancel => self.fail(RunError::Canceled),
+            Event::HostFailed { failure } => self.fail(RunError::Host { failure }),
+            Event::UserMessage { content } => return self.on_user_message(content),
+            Event::Resume => return self.on_resume(),
+            Event::ProviderSucceeded { request, response } => {
+                if !self.is_waiting_for_request(request) {
+                    return Handled::Ignored(IgnoreReason::Stale);
+                }
+                self.on_response(response);
+            }
+            Event::ProviderFailed { request, failure } => {
+                if !self.is_waiting_for_request(request) {
+                    return Handled::Ignored(IgnoreReason::Stale);
+                }
+                self.on_failure(failure);
+            }
+            Event::TimerFired { timer } => return self.on_timer(timer),
+            Event::PermitAnswered { permit, decision } => match self.phase {
+                Phase::AwaitingPermit {
+                    permit: p,
+                    deadline,
+                } if p == permit => self.on_permit(decision, deadline),
+                _ => return Handled::Ignored(IgnoreReason::Stale),
+            },
+            Event::CompactionFinished { compaction, result } => match self.phase {
+                Phase::Compacting {
+                    compaction: c,
+                    before_bytes,
+                    before_messages,
+                } if c == compaction => {
+                    self.on_compacted(result, before_bytes, before_messages);
+                }
+                _ => return Handled::Ignored(IgnoreReason::Stale),
+            },
+            Event::ToolsFinished { batch, outcome } => match &self.phase {
+                Phase::RunningTools { batch: b, .. } if *b == batch => {
+                    let Phase::RunningTools { slots, .. } =
+                        std::mem::replace(&mut self.phase, Phase::Idle)
+                    else {
+                        unreachable!("matched RunningTools just above");
+                    };
+                    self.on_tools_finished(batch, slots, outcome);
+                }
+                _ => return Handled::Ignored(IgnoreReason::Stale),
+            },
+        }
+        Handled::Accepted
+    }
+
+    fn is_waiting_for_request(&self, request: RequestId) -> bool {
+        matches!(self.phase, Phase::Requesting { request: r } if r == request)
+    }
+
+    fn next_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    fn emit(&mut self, command: Command) {
+        self.queue.push_back(command);
+    }
+
+    fn append(&mut self, message: Message) {
+        Arc::make_mut(&mut self.conversation).push(message.clone());
+        self.emit(Command::AppendMessage { message });
+    }
+
+    fn fail(&mut self, error: RunError) {
+        self.phase = Phase::Done;
+        self.outcome = Some(Err(error.clone()));
+        self.emit(Command::Fail { error });
+    }
+
+    fn finish(&mut self, reason: FinishReason) {
+        self.phase = Phase::Done;
+        self.outcome = Some(Ok(reason.clone()));
+        self.emit(Command::Finish {
+            reason,
+            turns: self.turns,
+        });
+    }
+
+    // ----- starting ---------------------------------------------------------------------
+
+    fn on_user_message(&mut self, content: Vec<ContentBlock>) -> Handled {
+        if !matches!(self.phase, Phase::Idle) {
+            return Handled::Ignored(IgnoreReason::Unexpected);
+        }
+        if let Err(e) = self.conversation.check_tool_pairing(true) {
+            self.fail(RunError::Invariant {
+                message: format!("the conversation is corrupt: {e}"),
+            });
+            return Handled::Accepted;
+        }
+        let mut blocks = self.interrupted_results();
+        blocks.extend(content);
+        self.append(Message {
+            role: Role::User,
+            content: blocks,
+        });
+        self.start_request();
+        Handled::Accepted
+    }
+
+    fn on_resume(&mut self) -> Handled {
+        if !matches!(self.phase, Phase::Idle) {
+            return Handled::Ignored(IgnoreReason::Unexpected);
+        }
+        if let Err(e) = self.conversation.check_tool_pairing(true) {
+            self.fail(RunError::Invariant {
+                message: format!("the conversation is corrupt: {e}"),
+            });
+            return Handled::Accepted;
+        }
+        let results = self.interrupted_results();
+        if !results.is_empty() {
+            self.append(Message {
+                role: Role::User,
+                content: results,
+            });
+        }
+        match self.conversation.last() {
+            Some(m) if m.role == Role::User => self.start_request(),
+            _ => self.finish(FinishReason::NothingToDo),
+        }
+        Handled::Accepted
+    }
+
+    /// Error results for the tool calls of a trailing assistant message left unanswered by an
+    /// interrupted run.
+    fn interrupted_results(&self) -> Vec<ContentBlock> {
+        match self.conversation.last() {
+            Some(m) if m.role == Role::Assistant => m
+                .tool_uses()
+                .map(|(id, name, _)| {
+                    error_result(
+                        id,
+                        name,
+                        "the run was interrupted before this call finished",
+                    )
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Starts a request for the conversation as it now stands.
+    fn start_request(&mut self) {
+        self.request = RequestState::default();
+        self.send();
+    }
+
+    fn send(&mut self) {
+        self.request.attempt += 1;
+        let request = RequestId(self.next_id());
+        self.phase = Phase::Requesting { request };
+        let conversation = self.snapshot();
+        self.emit(Command::SendRequest {
+            request,
+            target: self.target,
+            attempt: self.request.attempt,
+            conversation,
+        });
+    }
+
+    // ----- provider answers -------------------------------------------------------------
+
+    fn on_failure(&mut self, failure: ProviderFailure) {
+        match failure.action() {
+            FailureAction::Compact => self.on_overflow(failure),
+            FailureAction::Fail => {
+                let immediate_fallback = matches!(
+                    failure.kind,
+                    FailureKind::QuotaExhausted | FailureKind::ModelNotFound
+                );
+                self.give_up(failure, GiveUp::NotRetryable, immediate_fallback);
+            }
+            FailureAction::Retry => self.retry(failure),
+        }
+    }
+
+    fn retry(&mut self, failure: ProviderFailure) {
+        let retry = &self.config.retry;
+        if failure.kind == FailureKind::EmptyResponse {
+            self.request.empty_responses += 1;
+            if self.request.empty_responses >= retry.max_empty_responses.max(1) {
+                let count = self.request.empty_responses;
+                return self.give_up(failure, GiveUp::EmptyResponses { count }, false);
+            }
+        }
+        let attempt = self.request.attempt;
+        let max_attempts = retry.attempts();
+        if attempt >= max_attempts {
+            return self.give_up(
+                failure,
+                GiveUp::AttemptsExhausted { attempts: attempt },
+                true,
+            );
+        }
+        let delay = retry.delay_for(attempt, &failure, &mut self.rng);
+        let (delay_ms, charged) = match delay {
+            RetryDelay::Backoff(ms) => (ms, self.config.retry_budget.is_some()),
+            RetryDelay::ServerHint(ms) => (ms, false),
+            RetryDelay::HintTooLong(hint_ms) => {
+                let cap_ms = self.config.retry.max_retry_after_ms;
+                return self.give_up(failure, GiveUp::RetryAfterTooLong { hint_ms, cap_ms }, true);
+            }
+        };
+        let info = ProviderRetryInfo {
+            attempt: attempt + 1,
+            max_attempts,
+            delay_ms,
+            kind: failure.kind,
+            status: failure.status,
+            retry_after_ms: failure.retry_after_ms,
+            message: failure.message.clone(),
+            target: self.target,
+        };
+        self.request.last_failure = Some(failure);
+        self.emit(Command::NotifyRetry { info });
+        let timer = TimerId(self.next_id());
+        self.phase = Phase::BackingOff { timer, charged };
+        self.emit(Command::Sleep { timer, delay_ms });
+    }
+
+    fn on_overflow(&mut self, failure: ProviderFailure) {
+        if !self.config.auto_compact {
+            return self.give_up(failure, GiveUp::CompactionDisabled, false);
+        }
+        if self.request.compacted {
+            return self.give_up(failure, GiveUp::OverflowAfterCompaction, false);
+        }
+        self.request.compacted = true;
+        let info = ProviderRetryInfo {
+            attempt: self.request.attempt,
+            max_attempts: self.config.retry.attempts(),
+            delay_ms: 0,
+            kind: failure.kind,
+            status: failure.status,
+            retry_after_ms: failure.retry_after_ms,
+            message: failure.message.clone(),
+            target: self.target,
+        };
+        self.request.last_failure = Some(failure);
+        self.emit(Command::NotifyRetry { info });
+        let compaction = CompactionId(self.next_id());
+        self.phase = Phase::Compacting {
+            compaction,
+            before_bytes: self.conversation.approx_bytes(),
+            before_messages: self.conversation.len(),
+        };
+        let conversation = self.snapshot();
+        self.emit(Command::Compact {
+            compaction,
+            conversation,
+        });
+    }
+
+    fn on_compacted(
+        &mut self,
+        result: Result<Conversation, String>,
+        before_bytes: usize,
+        before_messages: usize,
+    ) {
+        let compacted = result.and_then(|c| {
+            let after = c.approx_bytes();
+            if after >= before_bytes {
+                return Err(format!(
+                    "the compacted conversation is not smaller ({after} bytes, was {before_bytes})"
+                ));
+            }
+            if c.last().map(|m| m.role) != self.conversation.last().map(|m| m.role) {
+                return Err("the compactor dropped the latest message".to_owned());
+            }
+            c.check_tool_pairing(false)
+                .map_err(|e| format!("the compacted conversation is inconsistent: {e}"))?;
+            Ok(c)
+        });
+        match compacted {
+            Ok(c) => {
+                let after_messages = c.len();
+                self.conversation = Arc::new(c);
+                let conversation = self.snapshot();
+                self.emit(Command::ReplaceConversation {
+                    conversation,
+                    before_messages,
+                    after_messages,
+                });
+                // The compaction retry costs no attempt.
+                self.request.attempt -= 1;
+                self.send();
+            }
+            Err(message) => {
+                let failure = self.last_failure("context overflow");
+                self.give_up(failure, GiveUp::CompactionFailed { message }, false);
+            }
+        }
+    }
+
+    fn last_failure(&self, fallback: &str) -> ProviderFailure {
+        self.request
+            .last_failure
+            .clone()
+            .unwrap_or_else(|| ProviderFailure::new(FailureKind::ServerError, fallback))
+    }
+
+    /// Stops retrying the current target: falls back to the next one when allowed and
+    /// available, else fails the run.
+    fn give_up(&mut self, failure: ProviderFailure, reason: GiveUp, may_fall_back: bool) {
+        let label = self.config.target_label(self.target);
+        if may_fall_back && self.target + 1 < self.config.target_count() {
+            let from = self.target;
+            self.target += 1;
+            let info = FallbackInfo {
+                from,
+                to: self.target,
+                from_label: label.clone(),
+                to_label: self.config.target_label(self.target),
+                kind: failure.kind,
+                message: failure.message.clone(),
+            };
+            self.target_failures.push(TargetFailure {
+                target: from,
+                label,
+                failure,
+                reason,
+            });
+            self.emit(Command::NotifyFallback { info });
+            let compacted = self.request.compacted;
+            self.request = RequestState {
+                compacted,
+                ..RequestState::default()
+            };
+            self.send();
+        } else {
+            self.fail(RunError::Provider {
+                failure,
+                reason,
+                target: self.target,
+                label,
+                earlier: self.target_failures.clone(),
+            });
+        }
+    }
+
+    fn on_timer(&mut self, timer: TimerId) -> Handled {
+        match self.phase {
+            Phase::BackingOff { timer: t, charged } if t == timer => {
+                if charged {
+                    let max_wait = self.config.retry_budget.unwrap_or_default().max_wait_ms;
+                    let deadline = self.now.plus(max_wait);
+                    self.ask_permit(deadline);
+                } else {
+                    self.send();
+                }
+            }
+            Phase::WaitingForToken { timer: t, deadline } if t == timer => {
+                self.ask_permit(deadline);
+            }
+            _ => return Handled::Ignored(IgnoreReason::Stale),
+        }
+        Handled::Accepted
+    }
+
+    fn ask_permit(&mut self, deadline: Millis) {
+        let permit = PermitId(self.next_id());
+        self.phase = Phase::AwaitingPermit { permit, deadline };
+        self.emit(Command::AcquirePermit { permit, deadline });
+    }
+
+    fn on_permit(&mut self, decision: PermitDecision, deadline: Millis) {
+        match decision {
+            PermitDecision::Granted => self.send(),
+            PermitDecision::WaitUntil(at) if at <= deadline => {
+                let timer = TimerId(self.next_id());
+                self.phase = Phase::WaitingForToken { timer, deadline };
+                self.emit(Command::Sleep {
+                    timer,
+                    delay_ms: at.since(self.now),
+                });
+            }
+            PermitDecision::WaitUntil(_) | PermitDecision::Denied => {
+                let failure = self.last_failure("retry budget exhausted");
+                self.give_up(failure, GiveUp::BudgetExhausted, false);
+            }
+        }
+    }
+
+    fn on_response(&mut self, response: AssistantResponse) {
+        let AssistantResponse {
+            mut message,
+            stop_reason,
+            input_problems,
+            ..
+        } = response;
+        message.role = Role::Assistant;
+        if message.is_empty() {
+            return self.on_failure(ProviderFailure::transport(
+                TransportFault::EmptyMessage,
+                None,
+            ));
+        }
+        let problems = unique_tool_ids(&mut message, input_problems, self.next_id);
+        self.turns += 1;
+        let slots: Vec<Slot> = message
+            .tool_uses()
+            .map(|(id, name, input)| Slot {
+                id: id.to_owned(),
+                name: name.to_owned(),
+                refused: self.refusal(name, input, problems.get(id)),
+            })
+            .collect();
+        let calls: Vec<ToolCall> = message
+            .tool_uses()
+            .zip(&slots)
+            .filter(|(_, slot)| slot.refused.is_none())
+            .map(|((id, name, input), _)| ToolCall {
+                id: id.to_owned(),
+                name: name.to_owned(),
+                input: input.clone(),
+            })
+            .collect();
+        self.append(message);
+        if slots.is_empty() {
+            return match stop_reason {
+                StopReason::PauseTurn => self.continue_or_stop(),
+                reason => self.finish(FinishReason::Model(reason)),
+            };
+        }
+        if calls.is_empty() {
+            return self.answer_tools(&slots, BTreeMap::new());
+        }
+        let batch = BatchId(self.next_id());
+        self.phase = Phase::RunningTools { batch, slots };
+        self.emit(Command::RunTools { batch, calls });
+    }
+
+    /// Why a call is answered with an error without running, if it is.
+    fn refusal(
+        &self,
+        name: &str,
+        input: &serde_json::Value,
+        problem: Option<&ToolInputProblem>,
+    ) -> Option<String> {
+        if let Some(p) = problem {
+            return Some(match p.kind {
+                InputProblemKind::Truncated => format!(
+                    "the input was cut off because the response reached the output token limit \
+                     (received {} bytes: {}); send a smaller input or split the work into \
+                     several calls",
+                    p.raw.len(),
+                    excerpt(&p.raw)
+                ),
+                InputProblemKind::InvalidJson => format!(
+                    "the input is not valid JSON ({}): {}",
+                    p.detail,
+                    excerpt(&p.raw)
+                ),
+                InputProblemKind::NotAnObject => {
+                    format!("the input must be a JSON object, got: {}", excerpt(&p.raw))
+                }
+            });
+        }
+        if !self.config.tools.iter().any(|t| t.name == name) {
+            let known: Vec<&str> = self.config.tools.iter().map(|t| t.name.as_str()).collect();
+            return Some(if known.is_empty() {
+                format!("unknown tool `{name}`; no tools are available")
+            } else {
+                format!(
+                    "unknown tool `{name}`; available tools: {}",
+                    known.join(", ")
+                )
+            });
+        }
+        if !input.is_object() {
+            return Some(format!(
+                "the input must be a JSON object, got: {}",
+                excerpt(&input.to_string())
+            ));
+        }
+        None
+    }
+
+    fn on_tools_finished(&mut self, batch: BatchId, slots: Vec<Slot>, outcome: BatchOutcome) {
+        let mut results: BTreeMap<String, Result<Vec<ToolResultPart>, String>> = BTreeMap::new();
+        match outcome {
+            BatchOutcome::WholeBatch(ToolFailure::Host(failure)) => {
+                return self.fail(RunError::Host { failure });
+            }
+            BatchOutcome::WholeBatch(ToolFailure::Model { message }) => {
+                for slot in slots.iter().filter(|s| s.refused.is_none()) {
+                    results.insert(slot.id.clone(), Err(message.clone()));
+                }
+            }
+            BatchOutcome::PerCall(outcomes) => {
+                for outcome in outcomes {
+                    match outcome.result {
+                        Err(ToolFailure::Host(failure)) => {
+                            return self.fail(RunError::Host { failure });
+                        }
+                        Err(ToolFailure::Model { message }) => {
+                            results.insert(outcome.tool_use_id, Err(message));
+                        }
+                        Ok(output) => {
+                            results.insert(outcome.tool_use_id, Ok(output.parts));
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(missing) = slots
+            .iter()
+            .find(|s| s.refused.is_none() && !results.contains_key(&s.id))
+        {
+            return self.fail(RunError::Invariant {
+                message: format!(
+                    "tool batch {batch} reported no outcome for call `{}` ({})",
+                    missing.id, missing.name
+                ),
+            });
+        }
+        self.answer_tools(&slots, results)
+    }
+
+    /// Appends one result per call, in the calls' order, then continues the loop.
+    fn answer_tools(
+        &mut self,
+        slots: &[Slot],
+        mut results: BTreeMap<String, Result<Vec<ToolResultPart>, String>>,
+    ) {
+        let content = slots
+            .iter()
+            .map(|slot| {
+                let result = match &slot.refused {
+                    Some(reason) => Err(reason.clone()),
+                    None => results.remove(&slot.id).unwrap_or_else(|| {
+                        unreachable!("missing outcomes are rejected before answering")
+                    }),
+                };
+                match result {
+                    Ok(parts) => ContentBlock::tool_result(&slot.id, parts, false),
+                    Err(reason) => error_result(&slot.id, &slot.name, &reason),
+                }
+            })
+            .collect();
+        self.append(Message {
+            role: Role::User,
+            content,
+        });
+        self.continue_or_stop();
+    }
+
+    fn continue_or_stop(&mut self) {
+        match self.config.max_turns {
+            Some(max) if self.turns >= max => self.finish(FinishReason::MaxTurns),
+            _ => self.start_request(),
+        }
+    }
+}
+
+fn error_result(id: &str, name: &str, reason: &str) -> ContentBlock {
+    ContentBlock::tool_result(
+        id,
+        vec![ToolResultPart::text(tool_error_text(name, reason))],
+        true,
+    )
+}
+
+/// The first 200 characters of `raw`, with an ellipsis when cut.
+fn excerpt(raw: &str) -> String {
+    const MAX: usize = 200;
+    match raw.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}…", &raw[..cut]),
+        None => raw.to_owned(),
+    }
+}
+
+/// Gives every tool use a non-empty id unique within the message (a broken
+/// OpenAI-compatible server may send none or repeat one), re-keying input problems to match.
+fn unique_tool_ids(
+    message: &mut Message,
+    problems: Vec<ToolInputProblem>,
+    salt: u64,
+) -> BTreeMap<String, ToolInputProblem> {
+    let mut problems: BTreeMap<String, ToolInputProblem> = problems
+        .into_iter()
+        .map(|p| (p.tool_use_id.clone(), p))
+        .collect();
+    let mut seen = BTreeSet::new();
+    let mut renamed = 0;
+    for block in &mut message.content {
+        if let ContentBlock::ToolUse { id, .. } = block {
+            if id.is_empty() || seen.contains(id.as_str()) {
+                // A repeated id's input problem, if any, belongs to its first occurrence.
+                let problem = if id.is_empty() {
+                    problems.remove("")
+                } else {
+                    None
+                };
+                loop {
+                    renamed += 1;
+                    let candidate = format!("call_rebound_{salt}_{renamed}");
+                    if !seen.contains(&candidate) {
+                        *id = candidate;
+                        break;
+                    }
+                }
+                if let Some(mut p) = problem {
+                    p.tool_use_id = id.clone();
+                    problems.insert(id.clone(), p);
+                }
+            }
+            seen.insert(id.clone());
+        }
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,1063 @@
+//! Machine behaviour, including the spec's "Phase 6" list at the machine level.
+
+use super::*;
+use crate::budget::{BudgetConfig, RetryBudget};
+use crate::compaction::compact;
+use crate::response::Usage;
+use crate::retry::RetryConfig;
+use crate::tool::{CallOutcome, HostFailure, HostFailureKind, ToolOutput, ToolSpec};
+use serde_json::json;
+
+fn tool(name: &str) -> ToolSpec {
+    ToolSpec {
+        name: name.into(),
+        description: format!("the {name} tool"),
+        input_schema: json!({"type": "object"}),
+    }
+}
+
+fn config() -> MachineConfig {
+    MachineConfig {
+        tools: vec![tool("read"), tool("list")],
+        retry: RetryConfig {
+            jitter: false,
+            ..RetryConfig::default()
+        },
+        ..MachineConfig::default()
+    }
+}
+
+fn user(text: &str) -> Event {
+    Event::UserMessage {
+        content: vec![ContentBlock::text(text)],
+    }
+}
+
+fn text_response(text: &str) -> AssistantResponse {
+    AssistantResponse::end_turn(Message::assistant_text(text))
+}
+
+fn tool_response(calls: &[(&str, &str, serde_json::Value)]) -> AssistantResponse {
+    AssistantResponse {
+        message: Message {
+            role: Role::Assistant,
+            content: calls
+                .iter()
+                .map(|(id, name, input)| ContentBlock::tool_use(*id, *name, input.clone()))
+                .collect(),
+        },
+        stop_reason: StopReason::ToolUse,
+        usage: Usage::default(),
+        input_problems: Vec::new(),
+    }
+}
+
+fn failure(kind: FailureKind, status: u16) -> ProviderFailure {
+    ProviderFailure::new(kind, format!("status {status}")).with_status(status)
+}
+
+/// The single SendRequest among `commands`.
+fn sent(commands: &[Command]) -> (RequestId, u32, Snapshot) {
+    let sends: Vec<_> = commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::SendRequest {
+                request,
+                attempt,
+                conversation,
+                ..
+            } => Some((*request, *attempt, conversation.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sends.len(), 1, "expected one SendRequest in {commands:#?}");
+    sends.into_iter().next().unwrap()
+}
+
+fn sleep(commands: &[Command]) -> (TimerId, u64) {
+    commands
+        .iter()
+        .find_map(|c| match c {
+            Command::Sleep { timer, delay_ms } => Some((*timer, *delay_ms)),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("expected a Sleep in {commands:#?}"))
+}
+
+fn run_tools(commands: &[Command]) -> (BatchId, Vec<ToolCall>) {
+    commands
+        .iter()
+        .find_map(|c| match c {
+            Command::RunTools { batch, calls } => Some((*batch, calls.clone())),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("expected RunTools in {commands:#?}"))
+}
+
+fn fail_error(commands: &[Command]) -> RunError {
+    match commands.last() {
+        Some(Command::Fail { error }) => error.clone(),
+        other => panic!("expected Fail last, got {other:#?}"),
+    }
+}
+
+fn appended(commands: &[Command]) -> Vec<Message> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::AppendMessage { message } => Some(message.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn tool_results(message: &Message) -> Vec<(String, bool, String)> {
+    message
+        .tool_results()
+        .map(|r| (r.tool_use_id.clone(), r.is_error, r.text()))
+        .collect()
+}
+
+#[test]
+fn rate_limited_request_is_retried_without_duplicate_messages() {
+    let mut m = AgentMachine::new(config(), 1);
+    let (req, attempt, first) = sent(&m.step(Millis(0), user("hi")));
+    assert_eq!(attempt, 1);
+    let out = m.step(
+        Millis(10),
+        Event::ProviderFailed {
+            request: req,
+            failure: failure(FailureKind::RateLimited, 429),
+        },
+    );
+    assert!(appended(&out).is_empty());
+    let (timer, delay) = sleep(&out);
+    assert_eq!(delay, 500);
+    let (req2, attempt2, second) = sent(&m.step(Millis(510), Event::TimerFired { timer }));
+    assert_eq!(attempt2, 2);
+    assert!(
+        Arc::ptr_eq(first.arc(), second.arc()),
+        "retry must reuse the snapshot"
+    );
+    let out = m.step(
+        Millis(600),
+        Event::ProviderSucceeded {
+            request: req2,
+            response: text_response("hello"),
+        },
+    );
+    assert_eq!(appended(&out), vec![Message::assistant_text("hello")]);
+    assert!(matches!(out.last(), Some(Command::Finish { turns: 1, .. })));
+    assert_eq!(
+        m.conversation().messages(),
+        &[Message::user_text("hi"), Message::assistant_text("hello")]
+    );
+}
+
+#[test]
+fn server_error_notifies_before_the_delay() {
+    let mut m = AgentMachine::new(config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(5),
+        Event::ProviderFailed {
+            request: req,
+            failure: failure(FailureKind::ServerError, 500),
+        },
+    );
+    assert_eq!(out.len(), 2, "{out:#?}");
+    let Command::NotifyRetry { info } = &out[0] else {
+        panic!("notification must come first: {out:#?}");
+    };
+    assert_eq!(
+        (info.attempt, info.max_attempts, info.delay_ms, info.status),
+        (2, 4, 500, Some(500))
+    );
+    assert!(matches!(out[1], Command::Sleep { delay_ms: 500, .. }));
+    assert_eq!(
+        info.to_string(),
+        "provider server error: retrying in 0.5s (attempt 2/4)"
+    );
+}
+
+#[test]
+fn backoff_grows_and_attempts_are_capped_with_the_last_failure_returned() {
+    let mut m = AgentMachine::new(config(), 1);
+    let (mut req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let mut now = Millis(0);
+    let mut delays = Vec::new();
+    for i in 0..3 {
+        let out = m.step(
+            now,
+            Event::ProviderFailed {
+                request: req,
+                failure: failure(FailureKind::Unavailable, 529 + i),
+            },
+        );
+        let (timer, delay) = sleep(&out);
+        delays.push(delay);
+        now = now.plus(delay);
+        req = sent(&m.step(now, Event::TimerFired { timer })).0;
+    }
+    assert_eq!(delays, [500, 1000, 2000]);
+    let out = m.step(
+        now,
+        Event::ProviderFailed {
+            request: req,
+            failure: failure(FailureKind::Unavailable, 599),
+        },
+    );
+    match fail_error(&out) {
+        RunError::Provider {
+            failure, reason, ..
+        } => {
+            assert_eq!(failure.status, Some(599));
+            assert_eq!(reason, GiveUp::AttemptsExhausted { attempts: 4 });
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(m.is_terminal());
+}
+
+#[test]
+fn auth_failure_is_not_retried() {
+    for (kind, status) in [
+        (FailureKind::AuthFailed, 401),
+        (FailureKind::AuthFailed, 403),
+        (FailureKind::BadRequest, 400),
+        (FailureKind::ModelNotFound, 404),
+        (FailureKind::QuotaExhausted, 429),
+    ] {
+        let mut m = AgentMachine::new(config(), 1);
+        let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+        let out = m.step(
+            Millis(1),
+            Event::ProviderFailed {
+                request: req,
+                failure: failure(kind, status),
+            },
+        );
+        assert_eq!(out.len(), 1, "{kind:?}: {out:#?}");
+        assert!(matches!(
+            fail_error(&out),
+            RunError::Provider {
+                reason: GiveUp::NotRetryable,
+                ..
+            }
+        ));
+    }
+}
+
+#[test]
+fn server_retry_after_wins_and_above_the_cap_fails_at_once() {
+    let mut m = AgentMachine::new(config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let mut f = failure(FailureKind::RateLimited, 429);
+    f.retry_after_ms = Some(5_000);
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: f,
+        },
+    );
+    assert_eq!(sleep(&out).1, 5_000);
+
+    let mut m = AgentMachine::new(config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let mut f = failure(FailureKind::RateLimited, 429);
+    f.retry_after_ms = Some(600_000);
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: f,
+        },
+    );
+    assert!(matches!(
+        fail_error(&out),
+        RunError::Provider {
+            reason: GiveUp::RetryAfterTooLong {
+                hint_ms: 600_000,
+                cap_ms: 60_000
+            },
+            ..
+        }
+    ));
+}
+
+fn overflow() -> ProviderFailure {
+    let mut f = failure(FailureKind::ContextOverflow, 400);
+    f.message = "prompt is too long: 205351 tokens > 200000 maximum".into();
+    f
+}
+
+fn big_conversation() -> Conversation {
+    let mut c = Conversation::new();
+    c.push(Message::user_text("task"));
+    for i in 0..6 {
+        c.push(Message::assistant_text(format!("{i}{}", "x".repeat(4_000))));
+        c.push(Message::user_text(format!("more {i}")));
+    }
+    c.push(Message::assistant_text("ok"));
+    c
+}
+
+#[test]
+fn context_overflow_compacts_once_and_retries_once() {
+    let mut m = AgentMachine::with_conversation(config(), 1, big_conversation());
+    let (req, attempt, _) = sent(&m.step(Millis(0), user("continue")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: overflow(),
+        },
+    );
+    let Command::NotifyRetry { info } = &out[0] else {
+        panic!("{out:#?}")
+    };
+    assert_eq!(
+        (info.kind, info.attempt, info.delay_ms),
+        (FailureKind::ContextOverflow, 1, 0)
+    );
+    let Command::Compact {
+        compaction,
+        conversation,
+    } = &out[1]
+    else {
+        panic!("{out:#?}")
+    };
+    let compacted = compact(conversation, &m.config().compaction).unwrap();
+    let expected_len = compacted.len();
+    let out = m.step(
+        Millis(2),
+        Event::CompactionFinished {
+            compaction: *compaction,
+            result: Ok(compacted),
+        },
+    );
+    assert!(matches!(
+        out[0],
+        Command::ReplaceConversation { before_messages: 15, after_messages, .. } if after_messages == expected_len
+    ));
+    let (req2, attempt2, snap) = sent(&out);
+    assert_eq!(attempt2, attempt, "compaction must not consume an attempt");
+    assert_eq!(snap.len(), expected_len);
+    // Overflowing again fails: one compaction per request.
+    let out = m.step(
+        Millis(3),
+        Event::ProviderFailed {
+            request: req2,
+            failure: overflow(),
+        },
+    );
+    assert!(matches!(
+        fail_error(&out),
+        RunError::Provider {
+            reason: GiveUp::OverflowAfterCompaction,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn compaction_that_does_not_shrink_fails() {
+    let mut m = AgentMachine::with_conversation(config(), 1, big_conversation());
+    let (req, _, snapshot) = sent(&m.step(Millis(0), user("continue")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: overflow(),
+        },
+    );
+    let Command::Compact { compaction, .. } = &out[1] else {
+        panic!("{out:#?}")
+    };
+    let out = m.step(
+        Millis(2),
+        Event::CompactionFinished {
+            compaction: *compaction,
+            result: Ok((*snapshot).clone()),
+        },
+    );
+    assert!(matches!(
+        fail_error(&out),
+        RunError::Provider { reason: GiveUp::CompactionFailed { .. }, failure, .. } if failure.kind == FailureKind::ContextOverflow
+    ));
+}
+
+#[test]
+fn overflow_with_compaction_off_fails() {
+    let mut m = AgentMachine::new(
+        MachineConfig {
+            auto_compact: false,
+            ..config()
+        },
+        1,
+    );
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: overflow(),
+        },
+    );
+    assert!(matches!(
+        fail_error(&out),
+        RunError::Provider {
+            reason: GiveUp::CompactionDisabled,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn unknown_tool_gets_an_error_result_and_a_new_request() {
+    let mut m = AgentMachine::new(config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderSucceeded {
+            request: req,
+            response: tool_response(&[("t1", "delete_everything", json!({}))]),
+        },
+    );
+    assert!(!out.iter().any(|c| matches!(c, Command::RunTools { .. })));
+    let msgs = appended(&out);
+    assert_eq!(msgs.len(), 2);
+    let results = tool_results(&msgs[1]);
+    assert_eq!(results.len(), 1);
+    assert!(results[0].1);
+    assert_eq!(
+        results[0].2,
+        "Tool execution failed for `delete_everything`: unknown tool `delete_everything`; \
+         available tools: read, list\n\
+         You may fix the arguments, try a different tool, or explain the failure to the user."
+    );
+    let (_, attempt, snap) = sent(&out);
+    assert_eq!(attempt, 1);
+    assert_eq!(snap.len(), 3);
+    assert_eq!(snap.check_tool_pairing(false), Ok(()));
+}
+
+#[test]
+fn invalid_and_truncated_input_get_error_results_without_running() {
+    let mut m = AgentMachine::new(config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let mut response = tool_response(&[
+        ("a", "read", json!({"path": "x"})),
+        ("b", "read", json!({})),
+        ("c", "list", json!([1, 2])),
+        ("d", "read", json!({})),
+    ]);
+    response.stop_reason = StopReason::MaxTokens;
+    response.input_problems = vec![
+        ToolInputProblem {
+            tool_use_id: "b".into(),
+            kind: InputProblemKind::InvalidJson,
+            raw: "{\"path\": ".into(),
+            detail: "EOF while parsing".into(),
+        },
+        ToolInputProblem {
+            tool_use_id: "d".into(),
+            kind: InputProblemKind::Truncated,
+            raw: "{\"path\": \"src/ma".into(),
+            detail: "cut at max_tokens".into(),
+        },
+    ];
+    let out = m.step(
+        Millis(1),
+        Event::ProviderSucceeded {
+            request: req,
+            response,
+        },
+    );
+    let (batch, calls) = run_tools(&out);
+    assert_eq!(
+        calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+        ["a"]
+    );
+    let out = m.step(
+        Millis(2),
+        Event::ToolsFinished {
+            batch,
+            outcome: BatchOutcome::PerCall(vec![CallOutcome {
+                tool_use_id: "a".into(),
+                result: Ok(ToolOutput::text("contents")),
+            }]),
+        },
+    );
+    let results = tool_results(&appended(&out)[0]);
+    let flags: Vec<_> = results.iter().map(|r| (r.0.as_str(), r.1)).collect();
+    assert_eq!(flags, [("a", false), ("b", true), ("c", true), ("d", true)]);
+    assert_eq!(results[0].2, "contents");
+    assert!(results[1].2.contains("not valid JSON"));
+    assert!(results[2].2.contains("must be a JSON object"));
+    assert!(results[3].2.contains("output token limit"));
+    sent(&out);
+}
+
+#[test]
+fn handler_error_gives_an_error_result_and_another_model_turn() {
+    let mut m = AgentMachine::new(config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderSucceeded {
+            request: req,
+            response: tool_response(&[
+                ("a", "read", json!({"path": "missing.rs"})),
+                ("b", "list", json!({})),
+            ]),
+        },
+    );
+    let (batch, calls) = run_tools(&out);
+    assert_eq!(calls.len(), 2);
+    // Outcomes arrive out of order; results keep the calls' order.
+    let out = m.step(
+        Millis(2),
+        Event::ToolsFinished {
+            batch,
+            outcome: BatchOutcome::PerCall(vec![
+                CallOutcome {
+                    tool_use_id: "b".into(),
+                    result: Ok(ToolOutput::text("a.rs")),
+                },
+                CallOutcome {
+                    tool_use_id: "a".into(),
+                    result: Err(ToolFailure::model("file not found: missing.rs")),
+                },
+            ]),
+        },
+    );
+    let results = tool_results(&appended(&out)[0]);
+    assert_eq!(results[0].0, "a");
+    assert!(results[0].1);
+    assert!(results[0]
+        .2
+        .starts_with("Tool execution failed for `read`: file not found: missing.rs\n"));
+    assert_eq!(
+        (results[1].0.as_str(), results[1].1, results[1].2.as_str()),
+        ("b", false, "a.rs")
+    );
+    let (req2, _, _) = sent(&out);
+    let out = m.step(
+        Millis(3),
+        Event::ProviderSucceeded {
+            request: req2,
+            response: text_response("sorry"),
+        },
+    );
+    assert!(matches!(out.last(), Some(Command::Finish { turns: 2, .. })));
+}
+
+#[test]
+fn whole_batch_failure_becomes_an_error_result_per_call() {
+    let mut m = AgentMachine::new(config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderSucceeded {
+            request: req,
+            response: tool_response(&[
+                ("a", "read", json!({})),
+                ("x", "nope", json!({})),
+                ("b", "list", json!({})),
+            ]),
+        },
+    );
+    let (batch, _) = run_tools(&out);
+    let out = m.step(
+        Millis(2),
+        Event::ToolsFinished {
+            batch,
+            outcome: BatchOutcome::WholeBatch(ToolFailure::model("MCP server exited")),
+        },
+    );
+    let results = tool_results(&appended(&out)[0]);
+    assert_eq!(results.len(), 3);
+    assert!(results.iter().all(|r| r.1));
+    assert!(results[0].2.contains("MCP server exited"));
+    assert!(results[1].2.contains("unknown tool"));
+    assert!(results[2].2.contains("MCP server exited"));
+}
+
+#[test]
+fn cancellation_and_host_failures_fail_the_run() {
+    let host = HostFailure::new(HostFailureKind::OutOfMemory, "allocation of 8 GiB failed");
+    for outcome in [
+        BatchOutcome::WholeBatch(ToolFailure::Host(host.clone())),
+        BatchOutcome::PerCall(vec![CallOutcome {
+            tool_use_id: "a".into(),
+            result: Err(ToolFailure::Host(host.clone())),
+        }]),
+    ] {
+        let mut m = AgentMachine::new(config(), 1);
+        let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+        let out = m.step(
+            Millis(1),
+            Event::ProviderSucceeded {
+                request: req,
+                response: tool_response(&[("a", "read", json!({}))]),
+            },
+        );
+        let (batch, _) = run_tools(&out);
+        let out = m.step(Millis(2), Event::ToolsFinished { batch, outcome });
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            fail_error(&out),
+            RunError::Host {
+                failure: host.clone()
+            }
+        );
+        assert_eq!(m.conversation().len(), 2, "no tool results are appended");
+    }
+    // Cancel during a backoff: fails at once, and the timer firing later sends nothing.
+    let mut m = AgentMachine::new(config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: failure(FailureKind::Unavailable, 529),
+        },
+    );
+    let (timer, _) = sleep(&out);
+    assert_eq!(
+        fail_error(&m.step(Millis(2), Event::Cancel)),
+        RunError::Canceled
+    );
+    assert_eq!(
+        m.handle(Millis(600), Event::TimerFired { timer }),
+        Handled::Ignored(IgnoreReason::Terminal)
+    );
+    assert!(m.poll().is_none());
+}
+
+#[test]
+fn stale_and_duplicate_answers_are_ignored() {
+    let mut m = AgentMachine::new(config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: failure(FailureKind::Unavailable, 503),
+        },
+    );
+    let (timer, _) = sleep(&out);
+    // A late success for the failed request must not append anything.
+    assert_eq!(
+        m.handle(
+            Millis(2),
+            Event::ProviderSucceeded {
+                request: req,
+                response: text_response("late")
+            }
+        ),
+        Handled::Ignored(IgnoreReason::Stale)
+    );
+    assert_eq!(
+        m.handle(
+            Millis(3),
+            Event::TimerFired {
+                timer: TimerId(999)
+            }
+        ),
+        Handled::Ignored(IgnoreReason::Stale)
+    );
+    assert_eq!(
+        m.handle(Millis(3), user("again")),
+        Handled::Ignored(IgnoreReason::Unexpected)
+    );
+    assert!(m.poll().is_none());
+    let (req2, _, _) = sent(&m.step(Millis(600), Event::TimerFired { timer }));
+    assert_eq!(
+        m.handle(Millis(601), Event::TimerFired { timer }),
+        Handled::Ignored(IgnoreReason::Stale)
+    );
+    m.step(
+        Millis(700),
+        Event::ProviderSucceeded {
+            request: req2,
+            response: text_response("ok"),
+        },
+    );
+    assert_eq!(m.conversation().len(), 2);
+}
+
+#[test]
+fn empty_responses_are_retried_with_a_small_cap() {
+    let mut m = AgentMachine::new(config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderSucceeded {
+            request: req,
+            response: text_response("  "),
+        },
+    );
+    assert!(appended(&out).is_empty());
+    let (timer, _) = sleep(&out);
+    let (req, _, _) = sent(&m.step(Millis(600), Event::TimerFired { timer }));
+    let out = m.step(
+        Millis(601),
+        Event::ProviderSucceeded {
+            request: req,
+            response: text_response(""),
+        },
+    );
+    assert!(matches!(
+        fail_error(&out),
+        RunError::Provider {
+            reason: GiveUp::EmptyResponses { count: 2 },
+            ..
+        }
+    ));
+}
+
+#[test]
+fn max_turns_stops_after_answering_open_tool_calls() {
+    let mut m = AgentMachine::new(
+        MachineConfig {
+            max_turns: Some(1),
+            ..config()
+        },
+        1,
+    );
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderSucceeded {
+            request: req,
+            response: tool_response(&[("a", "read", json!({}))]),
+        },
+    );
+    let (batch, _) = run_tools(&out);
+    let out = m.step(
+        Millis(2),
+        Event::ToolsFinished {
+            batch,
+            outcome: BatchOutcome::PerCall(vec![CallOutcome {
+                tool_use_id: "a".into(),
+                result: Ok(ToolOutput::text("x")),
+            }]),
+        },
+    );
+    assert_eq!(appended(&out).len(), 1);
+    assert!(matches!(
+        out.last(),
+        Some(Command::Finish {
+            reason: FinishReason::MaxTurns,
+            turns: 1
+        })
+    ));
+    assert_eq!(m.conversation().check_tool_pairing(false), Ok(()));
+}
+
+#[test]
+fn resume_answers_interrupted_tool_calls_and_continues() {
+    let mut c = Conversation::new();
+    c.push(Message::user_text("hi"));
+    c.push(tool_response(&[("a", "read", json!({}))]).message);
+    let mut m = AgentMachine::with_conversation(config(), 1, c);
+    let out = m.step(Millis(0), Event::Resume);
+    let results = tool_results(&appended(&out)[0]);
+    assert!(results[0].1 && results[0].2.contains("interrupted"));
+    let (_, _, snap) = sent(&out);
+    assert_eq!(snap.check_tool_pairing(false), Ok(()));
+
+    let mut done = Conversation::new();
+    done.push(Message::user_text("hi"));
+    done.push(Message::assistant_text("bye"));
+    let mut m = AgentMachine::with_conversation(config(), 1, done);
+    assert!(matches!(
+        m.step(Millis(0), Event::Resume).last(),
+        Some(Command::Finish {
+            reason: FinishReason::NothingToDo,
+            ..
+        })
+    ));
+}
+
+#[test]
+fn duplicate_and_empty_tool_ids_are_made_unique() {
+    let mut m = AgentMachine::new(config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderSucceeded {
+            request: req,
+            response: tool_response(&[
+                ("a", "read", json!({})),
+                ("a", "list", json!({})),
+                ("", "read", json!({})),
+            ]),
+        },
+    );
+    let (_, calls) = run_tools(&out);
+    let ids: BTreeSet<_> = calls.iter().map(|c| c.id.clone()).collect();
+    assert_eq!(ids.len(), 3);
+    assert!(!ids.contains(""));
+}
+
+#[test]
+fn corrupt_conversation_fails_with_an_invariant_error() {
+    let mut c = Conversation::new();
+    c.push(Message::user_text("hi"));
+    c.push(tool_response(&[("a", "read", json!({}))]).message);
+    c.push(Message::user_text("no results here"));
+    let mut m = AgentMachine::with_conversation(config(), 1, c);
+    assert!(matches!(
+        fail_error(&m.step(Millis(0), user("x"))),
+        RunError::Invariant { .. }
+    ));
+}
+
+fn fallback_config() -> MachineConfig {
+    MachineConfig {
+        targets: vec![
+            TargetSpec {
+                provider: crate::ProviderKind::Anthropic,
+                model: "claude".into(),
+            },
+            TargetSpec {
+                provider: crate::ProviderKind::OpenAi,
+                model: "gpt".into(),
+            },
+        ],
+        ..config()
+    }
+}
+
+#[test]
+fn fallback_happens_only_after_the_primary_attempts_are_spent() {
+    let mut m = AgentMachine::new(fallback_config(), 1);
+    let (mut req, _, first) = sent(&m.step(Millis(0), user("hi")));
+    let mut now = Millis(0);
+    for _ in 0..3 {
+        let out = m.step(
+            now,
+            Event::ProviderFailed {
+                request: req,
+                failure: failure(FailureKind::Unavailable, 529),
+            },
+        );
+        assert!(!out
+            .iter()
+            .any(|c| matches!(c, Command::NotifyFallback { .. })));
+        let (timer, delay) = sleep(&out);
+        now = now.plus(delay);
+        req = sent(&m.step(now, Event::TimerFired { timer })).0;
+    }
+    let out = m.step(
+        now,
+        Event::ProviderFailed {
+            request: req,
+            failure: failure(FailureKind::Unavailable, 529),
+        },
+    );
+    let Command::NotifyFallback { info } = &out[0] else {
+        panic!("{out:#?}")
+    };
+    assert_eq!(
+        (info.from, info.to, info.to_label.as_str()),
+        (0, 1, "openai:gpt")
+    );
+    match &out[1] {
+        Command::SendRequest {
+            target: 1,
+            attempt: 1,
+            conversation,
+            ..
+        } => {
+            assert_eq!(conversation, &first);
+        }
+        other => panic!("{other:#?}"),
+    }
+}
+
+#[test]
+fn quota_exhaustion_falls_back_at_once_and_the_final_error_lists_every_target() {
+    let mut m = AgentMachine::new(fallback_config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: failure(FailureKind::QuotaExhausted, 429),
+        },
+    );
+    let (req, _, _) = sent(&out);
+    let out = m.step(
+        Millis(2),
+        Event::ProviderFailed {
+            request: req,
+            failure: failure(FailureKind::AuthFailed, 401),
+        },
+    );
+    let error = fail_error(&out);
+    let RunError::Provider {
+        earlier, target, ..
+    } = &error
+    else {
+        panic!("{error:?}")
+    };
+    assert_eq!(*target, 1);
+    assert_eq!(earlier.len(), 1);
+    assert_eq!(earlier[0].failure.kind, FailureKind::QuotaExhausted);
+    let text = error.to_string();
+    assert!(
+        text.contains("anthropic:claude") && text.contains("quota exhausted"),
+        "{text}"
+    );
+}
+
+#[test]
+fn overflow_and_bad_requests_never_fall_back() {
+    let mut m = AgentMachine::new(
+        MachineConfig {
+            auto_compact: false,
+            ..fallback_config()
+        },
+        1,
+    );
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: overflow(),
+        },
+    );
+    assert!(matches!(
+        fail_error(&out),
+        RunError::Provider { target: 0, .. }
+    ));
+    let mut m = AgentMachine::new(fallback_config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: failure(FailureKind::BadRequest, 400),
+        },
+    );
+    assert!(matches!(
+        fail_error(&out),
+        RunError::Provider { target: 0, .. }
+    ));
+}
+
+#[test]
+fn charged_retries_wait_for_a_budget_permit_and_fail_when_denied() {
+    let cfg = MachineConfig {
+        retry_budget: Some(BudgetUse { max_wait_ms: 500 }),
+        ..config()
+    };
+    let mut budget = RetryBudget::new(BudgetConfig {
+        capacity: 1.0,
+        initial: 1.0,
+        deposit_per_request: 0.0,
+        refill_per_sec: 0.5,
+    });
+    let mut m = AgentMachine::new(cfg, 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let (timer, d) = sleep(&m.step(
+        Millis(0),
+        Event::ProviderFailed {
+            request: req,
+            failure: failure(FailureKind::Unavailable, 529),
+        },
+    ));
+    let out = m.step(Millis(d), Event::TimerFired { timer });
+    let Command::AcquirePermit { permit, deadline } = out[0] else {
+        panic!("{out:#?}")
+    };
+    assert_eq!(deadline, Millis(d + 500));
+    let decision = budget.try_acquire(Millis(d), deadline);
+    assert_eq!(decision, PermitDecision::Granted);
+    let (req, attempt, _) = sent(&m.step(Millis(d), Event::PermitAnswered { permit, decision }));
+    assert_eq!(attempt, 2);
+    // The bucket is empty now; half a token refills by the next ask, the other half would
+    // take another second, past the 0.5 s wait allowed.
+    let now = Millis(d + 10);
+    let (timer, d2) = sleep(&m.step(
+        now,
+        Event::ProviderFailed {
+            request: req,
+            failure: failure(FailureKind::Unavailable, 529),
+        },
+    ));
+    let now = now.plus(d2);
+    let out = m.step(now, Event::TimerFired { timer });
+    let Command::AcquirePermit { permit, deadline } = out[0] else {
+        panic!("{out:#?}")
+    };
+    let decision = budget.try_acquire(now, deadline);
+    assert_eq!(decision, PermitDecision::Denied);
+    let out = m.step(now, Event::PermitAnswered { permit, decision });
+    let error = fail_error(&out);
+    assert!(matches!(
+        error,
+        RunError::Provider {
+            reason: GiveUp::BudgetExhausted,
+            ..
+        }
+    ));
+    assert!(
+        error.to_string().contains("retry budget exhausted"),
+        "{error}"
+    );
+}
+
+#[test]
+fn retries_obeying_a_server_hint_need_no_permit() {
+    let cfg = MachineConfig {
+        retry_budget: Some(BudgetUse::default()),
+        ..config()
+    };
+    let mut m = AgentMachine::new(cfg, 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let mut f = failure(FailureKind::RateLimited, 429);
+    f.retry_after_ms = Some(2_000);
+    let (timer, _) = sleep(&m.step(
+        Millis(0),
+        Event::ProviderFailed {
+            request: req,
+            failure: f,
+        },
+    ));
+    sent(&m.step(Millis(2_000), Event::TimerFired { timer }));
+}
+
+#[test]
+fn same_seed_and_events_give_identical_commands() {
+    let run = |seed| {
+        let mut cfg = config();
+        cfg.retry.jitter = true;
+        let mut m = AgentMachine::new(cfg, seed);
+        let mut out = Vec::new();
+        let (mut req, _, _) = sent(&m.step(Millis(0), user("hi")));
+        let mut now = Millis(0);
+        for _ in 0..3 {
+            let cmds = m.step(
+                now,
+                Event::ProviderFailed {
+                    request: req,
+                    failure: failure(FailureKind::Unavailable, 503),
+                },
+            );
+            let (timer, delay) = sleep(&cmds);
+            out.push(delay);
+            now = now.plus(delay);
+            req = sent(&m.step(now, Event::TimerFired { timer })).0;
+        }
+        out
+    };
+    assert_eq!(run(9), run(9));
+    assert_ne!(run(9), run(10), "jitter must depend on the seed");
+}
