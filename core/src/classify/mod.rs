@@ -135,10 +135,11 @@ pub fn classify_error_body(
                 ProviderKind::Anthropic => p.error_type.or(p.code),
                 ProviderKind::OpenAi => p.code.or(p.error_type),
             };
-            let message = match p.message {
-                Some(m) => one_line(&m, MAX_MESSAGE_CHARS),
-                None => sanitize::excerpt(body),
-            };
+            let message = p
+                .message
+                .map(|m| one_line(&m, MAX_MESSAGE_CHARS))
+                .filter(|m| !m.is_empty())
+                .unwrap_or_else(|| sanitize::excerpt(body));
             (message, error_type, p.request_id)
         }
         None => (sanitize::excerpt(body), None, None),
