@@ -265,6 +265,34 @@ fn compatible_server_wordings_without_captures_are_recognized() {
 }
 
 #[test]
+fn limits_that_compaction_cannot_fix_are_not_context_overflow() {
+    let cases: [(&[u8], u16, FailureKind); 3] = [
+        // max_tokens above the model's output limit: the request is wrong, not too long.
+        (
+            br#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: 128000 > 64000, which is the maximum allowed number of output tokens for claude-sonnet-4-20250514"}}"#,
+            400,
+            BadRequest,
+        ),
+        // A per-minute token rate limit mentions tokens and limits but is a rate limit.
+        (
+            br#"{"type":"error","error":{"type":"rate_limit_error","message":"This request would exceed the rate limit for your organization of 40,000 input tokens per minute. Please reduce the prompt length or the maximum tokens requested, or try again later."}}"#,
+            429,
+            RateLimited,
+        ),
+        // A 429 quoting an overflow phrase is still a rate limit.
+        (
+            br#"{"error":{"message":"maximum context length rate limit","type":"requests","code":"rate_limit_exceeded"}}"#,
+            429,
+            RateLimited,
+        ),
+    ];
+    for (body, status, kind) in cases {
+        let f = classify_http(Anthropic, status, &Headers::new(), body, None);
+        assert_eq!(f.kind, kind, "{}", String::from_utf8_lossy(body));
+    }
+}
+
+#[test]
 fn openai_mid_stream_error_line_is_classified_by_its_type() {
     let data = br#"{"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error","param":null,"code":null}}"#;
     let f = classify_error_body(OpenAi, None, data);

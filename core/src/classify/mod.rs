@@ -8,7 +8,7 @@
 //! status and a short, sanitized excerpt; header values that are garbage, negative, NaN,
 //! overflowing, past or absurdly far ahead are ignored.
 //!
-//! What decides the [`FailureKind`] (first match wins; details in the `kind` module source):
+//! What decides the [`FailureKind`](crate::FailureKind) (first match wins; details in the `kind` module source):
 //!
 //! | evidence | kind |
 //! |---|---|
