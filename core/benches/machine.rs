@@ -42,7 +42,10 @@ fn retry_heavy_run(turns: usize) -> usize {
                     if failures_this_turn < 4 {
                         failures_this_turn += 1;
                         let failure = if failures_this_turn == 4 {
-                            ProviderFailure::transport(rebound_core::TransportFault::StreamCut, None)
+                            ProviderFailure::transport(
+                                rebound_core::TransportFault::StreamCut,
+                                None,
+                            )
                         } else {
                             ProviderFailure::new(FailureKind::Unavailable, "Overloaded")
                                 .with_status(529)
