@@ -18,6 +18,7 @@ pub mod headers;
 pub mod response;
 pub mod time;
 pub mod tool;
+pub mod wire;
 
 pub use conversation::{
     ContentBlock, Conversation, MediaSource, Message, PairingError, Role, ToolResultBlock,
