@@ -2,3 +2,10 @@
 //!
 //! The effects side of rebound: the tokio runner, HTTP providers, tools, sessions, the fake
 //! provider server, and the library behind the `rebound` CLI.
+
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod provider;
+pub mod receiver;
+pub mod runner;
