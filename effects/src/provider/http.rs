@@ -219,19 +219,19 @@ fn endpoint_url(provider: ProviderKind, base: &str) -> Result<reqwest::Url, Conf
         url: redact_userinfo(base),
         reason: reason.to_owned(),
     };
+    let parsed = reqwest::Url::parse(base.trim()).map_err(|e| bad(&e.to_string()))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(bad("the scheme must be http or https"));
+    }
+    if parsed.host_str().map_or(true, str::is_empty) {
+        return Err(bad("the URL has no host"));
+    }
     let full = format!(
         "{}{}",
         base.trim().trim_end_matches('/'),
         wire::request_path(provider)
     );
-    let url = reqwest::Url::parse(&full).map_err(|e| bad(&e.to_string()))?;
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(bad("the scheme must be http or https"));
-    }
-    if url.host_str().map_or(true, str::is_empty) {
-        return Err(bad("the URL has no host"));
-    }
-    Ok(url)
+    reqwest::Url::parse(&full).map_err(|e| bad(&e.to_string()))
 }
 
 /// `base` with any `user:password@` part replaced, for error messages.
