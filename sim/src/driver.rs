@@ -297,7 +297,8 @@ pub fn simulate_fleet(
             commands,
         });
         if state.cancel == Some(Cancel::AtStep(state.steps.len())) {
-            world.push(at, agent, Event::Cancel);
+            // Ahead of anything else due now: the cancel is the very next event.
+            world.push_urgent(at, agent, Event::Cancel);
         }
         if state.machine.is_terminal() {
             state.elapsed = at;
@@ -309,6 +310,8 @@ pub fn simulate_fleet(
 
 struct Pending {
     at: Millis,
+    /// 0 for events that must come before everything else due at the same time.
+    order: u8,
     seq: u64,
     agent: usize,
     event: Event,
@@ -316,7 +319,7 @@ struct Pending {
 
 impl PartialEq for Pending {
     fn eq(&self, other: &Self) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
+        (self.at, self.order, self.seq) == (other.at, other.order, other.seq)
     }
 }
 
@@ -331,7 +334,7 @@ impl PartialOrd for Pending {
 impl Ord for Pending {
     /// Reversed: `BinaryHeap` is a max-heap and the earliest arrival must come out first.
     fn cmp(&self, other: &Self) -> Ordering {
-        (other.at, other.seq).cmp(&(self.at, self.seq))
+        (other.at, other.order, other.seq).cmp(&(self.at, self.order, self.seq))
     }
 }
 
@@ -344,9 +347,18 @@ struct World {
 
 impl World {
     fn push(&mut self, at: Millis, agent: usize, event: Event) {
+        self.enqueue(at, 1, agent, event);
+    }
+
+    fn push_urgent(&mut self, at: Millis, agent: usize, event: Event) {
+        self.enqueue(at, 0, agent, event);
+    }
+
+    fn enqueue(&mut self, at: Millis, order: u8, agent: usize, event: Event) {
         self.seq += 1;
         self.queue.push(Pending {
             at,
+            order,
             seq: self.seq,
             agent,
             event,
@@ -397,7 +409,7 @@ impl<'s> Agent<'s> {
         );
         match scenario.cancel {
             Some(Cancel::AtMs(t)) => world.push(start.plus(t), index, Event::Cancel),
-            Some(Cancel::AtStep(0)) => world.push(start, index, Event::Cancel),
+            Some(Cancel::AtStep(0)) => world.push_urgent(start, index, Event::Cancel),
             _ => {}
         }
         Agent {
