@@ -435,7 +435,7 @@ const EVERYTHING: Mix = Mix {
     host_tools: true,
     random: true,
     cancel: true,
-    max_faults: None,
+    max_faults: Some(4),
     fit_budget: false,
 };
 
@@ -1307,4 +1307,95 @@ fn reproduce() {
         panic!("{name} fails on this case (seed {}): {e}", case.seed);
     }
     println!("{name} holds on this case");
+}
+
+/// The generators reach every path the properties talk about; a property that never meets
+/// its situation proves nothing.
+#[test]
+fn generated_cases_reach_every_interesting_path() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
+
+    let mut runner = TestRunner::new_with_rng(
+        ProptestConfig::default(),
+        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+    );
+    let strategy = cases(EVERYTHING);
+    let mut seen: BTreeMap<&str, u32> = BTreeMap::new();
+    let runs = 400;
+    for _ in 0..runs {
+        let case = strategy
+            .new_tree(&mut runner)
+            .expect("the generator makes cases")
+            .current();
+        let o = case.run().expect("the simulation runs");
+        let mut hit = |what| *seen.entry(what).or_default() += 1;
+        match &o.result {
+            Ok(_) => hit("finished"),
+            Err(RunError::Canceled) => hit("canceled"),
+            Err(RunError::Host { .. }) => hit("host failure"),
+            Err(RunError::Provider { reason, .. }) => hit(match reason {
+                GiveUp::NotRetryable => "not retryable",
+                GiveUp::AttemptsExhausted { .. } => "attempts exhausted",
+                GiveUp::EmptyResponses { .. } => "empty responses",
+                GiveUp::RetryAfterTooLong { .. } => "hint too long",
+                GiveUp::OverflowAfterCompaction => "overflow after compaction",
+                GiveUp::CompactionFailed { .. } => "compaction failed",
+                GiveUp::BudgetExhausted | GiveUp::CompactionDisabled => "other",
+            }),
+            Err(RunError::Invariant { .. }) => hit("invariant"),
+        }
+        let commands: Vec<_> = o.commands().map(|(_, c)| c).collect();
+        if commands
+            .iter()
+            .any(|c| matches!(c, Command::ReplaceConversation { .. }))
+        {
+            hit("compacted");
+        }
+        if commands.iter().any(|c| matches!(c, Command::Sleep { .. })) {
+            hit("retried");
+        }
+        if o.conversation
+            .messages()
+            .iter()
+            .any(|m| m.tool_results().any(|r| r.is_error))
+        {
+            hit("tool error result");
+        }
+        if o.conversation
+            .messages()
+            .iter()
+            .any(|m| m.tool_results().any(|r| !r.is_error))
+        {
+            hit("tool result");
+        }
+        if o.steps.iter().any(|s| {
+            matches!(&s.event, Event::ProviderFailed { failure, .. } if failure.retry_after_ms.is_some())
+        }) {
+            hit("server hint");
+        }
+    }
+    println!("{seen:#?}");
+    for path in [
+        "finished",
+        "canceled",
+        "host failure",
+        "not retryable",
+        "attempts exhausted",
+        "empty responses",
+        "hint too long",
+        "overflow after compaction",
+        "compaction failed",
+        "compacted",
+        "retried",
+        "tool error result",
+        "tool result",
+        "server hint",
+    ] {
+        assert!(
+            seen.get(path).copied().unwrap_or(0) >= 2,
+            "{runs} generated cases reached `{path}` fewer than twice: {seen:?}"
+        );
+    }
+    assert_eq!(seen.get("invariant"), None, "{seen:?}");
 }
