@@ -2,3 +2,8 @@
 //!
 //! The effects side of rebound: the tokio runner, HTTP providers, tools, sessions, the fake
 //! provider server, and the library behind the `rebound` CLI.
+
+#![warn(missing_docs)]
+
+pub mod session;
+pub mod tools;
