@@ -47,6 +47,7 @@ use serde_json::Value;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// The session format version this build writes and the newest it reads.
 pub const SESSION_VERSION: u64 = 1;
@@ -271,10 +272,12 @@ pub async fn load_session(path: &Path) -> Result<Option<Conversation>, SessionEr
 /// Made by [`SessionStore::open`], which loads what is there, so a store exists only for a
 /// file that is absent or loads cleanly: a corrupt file is never overwritten. The runner calls
 /// [`save`](SessionStore::save) after every appended message; each save rewrites the whole
-/// file atomically.
+/// file atomically. Saves through one store (or its clones) run one at a time, in the order
+/// they reach the store, so overlapping saves never race each other's rename.
 #[derive(Debug, Clone)]
 pub struct SessionStore {
     path: PathBuf,
+    saving: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl SessionStore {
@@ -284,7 +287,11 @@ impl SessionStore {
     pub async fn open(path: impl Into<PathBuf>) -> Result<(Self, Conversation), SessionError> {
         let path = path.into();
         let conversation = load_session(&path).await?.unwrap_or_default();
-        Ok((SessionStore { path }, conversation))
+        let store = SessionStore {
+            path,
+            saving: Arc::default(),
+        };
+        Ok((store, conversation))
     }
 
     /// The session file.
@@ -302,6 +309,7 @@ impl SessionStore {
     /// [module docs](self)). On error the previous content is intact.
     pub async fn save(&self, conversation: &Conversation) -> Result<(), SessionError> {
         let bytes = encode_session(conversation);
+        let _turn = self.saving.lock().await;
         let path = self.path.clone();
         let result = tokio::task::spawn_blocking(move || write_atomically(&path, &bytes)).await;
         let source = match result {

@@ -352,3 +352,30 @@ fn decoding_is_a_pure_function_of_the_bytes() {
         "deep nesting is an error, not a crash"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_saves_through_one_store_end_with_the_last_one() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = session_path(&dir);
+    let (store, _) = SessionStore::open(&path).await.expect("open");
+    let versions: Vec<Conversation> = (1..=4)
+        .map(|n| {
+            Conversation::from(
+                (0..n)
+                    .map(|i| Message::user_text(format!("m{i}")))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .collect();
+    let clone = store.clone();
+    let (a, b, c, d) = tokio::join!(
+        store.save(&versions[0]),
+        clone.save(&versions[1]),
+        store.save(&versions[2]),
+        clone.save(&versions[3]),
+    );
+    for r in [a, b, c, d] {
+        r.expect("save");
+    }
+    assert_eq!(store.load().await.expect("load"), versions[3]);
+}

@@ -778,3 +778,37 @@ async fn tools_are_usable_as_shared_trait_objects() {
         assert_eq!(text(&outcomes[0]), "shared:{\"n\":1}");
     }
 }
+
+// ----- output bounds ---------------------------------------------------------------------
+
+#[tokio::test]
+async fn an_oversized_output_is_cut_with_a_note() {
+    let flood = FnTool::new(spec("flood"), |_, _| async {
+        Ok(ToolOutput {
+            parts: vec![
+                rebound_core::ToolResultPart::text("é".repeat(10)),
+                rebound_core::ToolResultPart::text("x".repeat(100)),
+            ],
+        })
+    });
+    let tools = ToolSet::builder()
+        .tool(flood)
+        .max_output_bytes(15)
+        .build()
+        .expect("build");
+    let outcomes = run(&tools, vec![call("c", "flood", json!({}))]).await;
+    let Ok(output) = &outcomes[0].result else {
+        panic!("{:?}", outcomes[0])
+    };
+    assert_eq!(
+        output.parts,
+        vec![
+            // 14 bytes of "é" (the 8th would cross 15), then 1 byte of the second part.
+            rebound_core::ToolResultPart::text("é".repeat(7)),
+            rebound_core::ToolResultPart::text("x"),
+            rebound_core::ToolResultPart::text(
+                "[output truncated: the tool returned 120 bytes of text; the first 15 are shown]"
+            ),
+        ]
+    );
+}

@@ -292,7 +292,14 @@ impl Tool for ReadTool {
 
     async fn invoke(&self, input: Value, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let given = path_arg(&input, "path")?;
-        let offset = input.get("offset").and_then(Value::as_u64).unwrap_or(0);
+        // JSON Schema's "integer" also accepts `3.0`.
+        let offset = match input.get("offset") {
+            None | Some(Value::Null) => 0,
+            Some(v) => v
+                .as_u64()
+                .or_else(|| v.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))
+                .ok_or_else(|| ToolError::model("`offset` must be a non-negative integer"))?,
+        };
         let path = self.root.resolve(given, Access::Read).await?;
         let shown = shorten(given);
         let meta = tokio::fs::metadata(&path)

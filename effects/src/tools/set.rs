@@ -4,7 +4,7 @@ use super::schema::{bounded, InputSchema};
 use super::{Tool, ToolContext, ToolSource};
 use rebound_core::{
     BatchOutcome, CallOutcome, HostFailure, HostFailureKind, ToolCall, ToolFailure, ToolOutput,
-    ToolSpec,
+    ToolResultPart, ToolSpec,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -26,6 +26,10 @@ pub struct ToolSetConfig {
     /// A tool source's share of a batch that runs longer is stopped and every call in it is
     /// answered with a timeout error result. Default 120 s.
     pub source_timeout: Duration,
+    /// The text parts of one call's output are cut to this many bytes in all (at a character
+    /// boundary), with a note saying so: a tool or source cannot flood the conversation.
+    /// Default 1 MiB.
+    pub max_output_bytes: usize,
 }
 
 impl Default for ToolSetConfig {
@@ -34,6 +38,7 @@ impl Default for ToolSetConfig {
             concurrency: 8,
             call_timeout: Duration::from_secs(120),
             source_timeout: Duration::from_secs(120),
+            max_output_bytes: 1024 * 1024,
         }
     }
 }
@@ -168,6 +173,13 @@ impl ToolSetBuilder {
         self
     }
 
+    /// Sets [`ToolSetConfig::max_output_bytes`].
+    #[must_use]
+    pub fn max_output_bytes(mut self, max: usize) -> Self {
+        self.config.max_output_bytes = max;
+        self
+    }
+
     /// Collects the specs, compiles their schemas and checks the names.
     pub fn build(self) -> Result<ToolSet, ToolSetError> {
         if self.config.concurrency == 0 {
@@ -240,6 +252,7 @@ fn valid_name(name: &str) -> bool {
 /// |---|---|
 /// | input does not match the schema | error result listing what is wrong (bounded) |
 /// | the tool returned `ToolError::Model` | error result with its text |
+/// | the output's text exceeds `max_output_bytes` | the output, cut, with a note |
 /// | the tool ran longer than `call_timeout` | error result "timed out after Ns"; the call's future is dropped |
 /// | the tool **panicked** | error result "the tool crashed (panic: …)"; the runner goes on |
 /// | a source failed one call | that call's error result |
@@ -403,7 +416,8 @@ impl ToolSet {
                 Some(Ok((id, answered))) => {
                     owners.remove(&id);
                     for (index, result) in answered {
-                        results[index] = Some(result);
+                        let max = self.config.max_output_bytes;
+                        results[index] = Some(result.map(|output| cap_output(output, max)));
                     }
                 }
                 Some(Err(error)) => {
@@ -538,6 +552,38 @@ fn source_results(
             })
             .collect(),
     }
+}
+
+/// Cuts the text parts of `output` to `max` bytes in all, adding a note when it does.
+fn cap_output(mut output: ToolOutput, max: usize) -> ToolOutput {
+    let text_len = |p: &ToolResultPart| match p {
+        ToolResultPart::Text { text } => text.len(),
+        ToolResultPart::Image { .. } => 0,
+    };
+    let total: usize = output.parts.iter().map(text_len).sum();
+    if total <= max {
+        return output;
+    }
+    let mut budget = max;
+    for part in &mut output.parts {
+        if let ToolResultPart::Text { text } = part {
+            if text.len() > budget {
+                let mut end = budget;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                text.truncate(end);
+            }
+            budget -= text.len();
+        }
+    }
+    output
+        .parts
+        .retain(|p| !matches!(p, ToolResultPart::Text { text } if text.is_empty()));
+    output.parts.push(ToolResultPart::text(format!(
+        "[output truncated: the tool returned {total} bytes of text; the first {max} are shown]"
+    )));
+    output
 }
 
 fn canceled() -> BatchOutcome {
