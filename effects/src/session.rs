@@ -130,6 +130,18 @@ pub enum SessionError {
         /// [`SESSION_VERSION`].
         supported: u64,
     },
+    /// The file was replaced, but its folder could not be fsynced: a crash now may bring
+    /// back the previous version (never a torn one).
+    #[error(
+        "session file `{path}` was saved but its folder could not be synced to disk: {source}; \
+         a crash now may bring back the previous version"
+    )]
+    SyncFolder {
+        /// The session file.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
     /// Saving failed; the previous content of the file (if any) is intact.
     #[error("cannot save session file `{path}`: {source}; its previous content was kept")]
     Write {
@@ -312,32 +324,51 @@ impl SessionStore {
         let _turn = self.saving.lock().await;
         let path = self.path.clone();
         let result = tokio::task::spawn_blocking(move || write_atomically(&path, &bytes)).await;
-        let source = match result {
-            Ok(Ok(())) => return Ok(()),
-            Ok(Err(e)) => e,
-            Err(join) => io::Error::other(format!("the saving task failed: {join}")),
-        };
-        Err(SessionError::Write {
-            path: self.path.clone(),
-            source,
-        })
+        let path = self.path.clone();
+        match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(SaveFailure::Replace(source))) => Err(SessionError::Write { path, source }),
+            Ok(Err(SaveFailure::SyncFolder(source))) => {
+                Err(SessionError::SyncFolder { path, source })
+            }
+            Err(join) => Err(SessionError::Write {
+                path,
+                source: io::Error::other(format!("the saving task failed: {join}")),
+            }),
+        }
     }
 }
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// How an atomic write failed: before the rename (nothing changed) or after it.
+enum SaveFailure {
+    Replace(io::Error),
+    SyncFolder(io::Error),
+}
+
 /// Writes `bytes` to `path` through a fsynced temporary file renamed over it.
-fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), SaveFailure> {
+    replace(path, bytes).map_err(SaveFailure::Replace)?;
+    sync_dir(&folder_of(path)).map_err(SaveFailure::SyncFolder)
+}
+
+fn folder_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Writes a fsynced temporary file beside `path` and renames it over `path`.
+fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let name = path.file_name().ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidInput,
             "the session path has no file name",
         )
     })?;
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
-        _ => PathBuf::from("."),
-    };
+    let dir = folder_of(path);
     let permissions = std::fs::metadata(path).ok().map(|m| m.permissions());
     let (temp, mut file) = create_temp(&dir, &name.to_string_lossy())?;
     let result = (|| {
@@ -349,11 +380,10 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
         }
         file.sync_all()?;
         drop(file);
-        std::fs::rename(&temp, path)?;
-        sync_dir(&dir)
+        std::fs::rename(&temp, path)
     })();
     if result.is_err() {
-        // Gone already when the rename happened; otherwise a stray temp file.
+        // Otherwise a stray temp file would stay behind.
         let _ = std::fs::remove_file(&temp);
     }
     result
