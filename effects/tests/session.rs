@@ -379,3 +379,68 @@ async fn overlapping_saves_through_one_store_end_with_the_last_one() {
     }
     assert_eq!(store.load().await.expect("load"), versions[3]);
 }
+
+/// Set in the child process of the kill test: the session file to save to, forever.
+const CHILD_ENV: &str = "REBOUND_TEST_SESSION_SAVER";
+
+/// Not a test on its own: when started by the kill test, saves ever-growing conversations to
+/// the file named in [`CHILD_ENV`] until it is killed.
+#[tokio::test]
+async fn session_saver_child_process() {
+    let Some(path) = std::env::var_os(CHILD_ENV) else {
+        return;
+    };
+    let (store, mut conversation) = SessionStore::open(&path).await.expect("open");
+    loop {
+        conversation.push(Message::user_text("x".repeat(conversation.len() * 100)));
+        store.save(&conversation).await.expect("save");
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn a_process_killed_while_saving_leaves_a_complete_session() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = session_path(&dir);
+    let exe = std::env::current_exe().expect("test binary");
+    let mut last_len = 0;
+    for round in 0..8u64 {
+        let mut child = Command::new(&exe)
+            .args(["session_saver_child_process", "--exact", "--nocapture"])
+            .env(CHILD_ENV, &path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn child");
+        // Wait until the child has saved something this round, then kill it mid-stream.
+        let start = Instant::now();
+        let before = fs::metadata(&path)
+            .map(|m| m.modified().ok())
+            .ok()
+            .flatten();
+        while start.elapsed() < Duration::from_secs(20) {
+            let now = fs::metadata(&path)
+                .map(|m| m.modified().ok())
+                .ok()
+                .flatten();
+            if now.is_some() && now != before {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        std::thread::sleep(Duration::from_millis(5 + round * 7));
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reap");
+
+        let loaded = decode_session(&fs::read(&path).expect("the file exists"))
+            .unwrap_or_else(|e| panic!("round {round}: torn session file: {e}"));
+        assert!(
+            loaded.len() >= last_len,
+            "round {round}: the session went backwards"
+        );
+        last_len = loaded.len();
+    }
+    assert!(last_len > 0);
+}
