@@ -56,7 +56,9 @@ mod schema;
 mod set;
 
 use async_trait::async_trait;
-use rebound_core::{BatchOutcome, HostFailure, ToolCall, ToolFailure, ToolOutput, ToolSpec};
+use rebound_core::{
+    BatchOutcome, HostFailure, HostFailureKind, ToolCall, ToolFailure, ToolOutput, ToolSpec,
+};
 use serde_json::Value;
 use std::future::Future;
 use std::sync::Arc;
@@ -87,6 +89,12 @@ impl ToolError {
     #[must_use]
     pub fn model(message: impl Into<String>) -> Self {
         ToolError::Model(message.into())
+    }
+
+    /// A host failure of `kind`: the run ends.
+    #[must_use]
+    pub fn host(kind: HostFailureKind, message: impl Into<String>) -> Self {
+        ToolError::Host(HostFailure::new(kind, message))
     }
 }
 
@@ -134,8 +142,9 @@ impl ToolContext {
 
 /// A native async tool.
 ///
-/// The trait is object-safe (it uses [`async_trait`], so `invoke` returns a boxed future): a
-/// [`ToolSet`] holds tools as `Arc<dyn Tool>`. Implement it with `#[async_trait]`:
+/// The trait is object-safe (it uses [`async_trait`](mod@async_trait), so `invoke` returns a
+/// boxed future): a [`ToolSet`] holds tools as `Arc<dyn Tool>`. Implement it with
+/// `#[async_trait]`:
 ///
 /// ```
 /// use async_trait::async_trait;
@@ -159,6 +168,11 @@ impl ToolContext {
 ///     }
 /// }
 /// ```
+///
+/// `invoke` must not block its thread (no long synchronous I/O or computation): the timeout
+/// and cancellation stop a call by dropping its future, which a blocked thread never yields
+/// to. Put blocking work in `tokio::task::spawn_blocking`; the call then stops on time, though
+/// the blocking work itself runs to its end in the background.
 ///
 /// The [`ToolSet`] validates the input against the spec's schema before calling `invoke`, so
 /// `invoke` sees only inputs the schema accepts (it should still not `unwrap` on them: a schema
