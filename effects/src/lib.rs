@@ -9,3 +9,5 @@ pub mod config;
 pub mod provider;
 pub mod receiver;
 pub mod runner;
+pub mod session;
+pub mod tools;
