@@ -5,5 +5,9 @@
 
 #![warn(missing_docs)]
 
+pub mod config;
+pub mod provider;
+pub mod receiver;
+pub mod runner;
 pub mod session;
 pub mod tools;

@@ -2,3 +2,36 @@
 //!
 //! Virtual-clock driver, scripted providers and tools, fault scenarios, and trace record and
 //! replay for [`rebound_core`]'s agent machine.
+//!
+//! - [`scenario`]: fault scenarios as data (JSON), with named built-ins, and the
+//!   [`ScriptCursor`](scenario::ScriptCursor) that plays them request by request.
+//! - [`driver`]: a discrete-event loop on a virtual clock that runs one machine
+//!   ([`simulate`]) or many sharing one retry budget ([`simulate_fleet`]).
+//! - [`trace`]: JSON Lines traces, written while simulating (or by any driver) and
+//!   [`replay`](trace::replay)ed into a fresh machine, reporting the first divergence.
+//! - [`stats`]: many seeded runs summarized ([`run_many`]).
+//!
+//! ```
+//! use rebound_sim::{run_many, simulate, Scenario, SimConfig};
+//!
+//! let demo = Scenario::builtin("demo").unwrap();
+//! let outcome = simulate(&demo, &SimConfig::default(), 1).unwrap();
+//! assert!(outcome.succeeded());
+//! for (t, info) in outcome.retry_notifications() {
+//!     println!("{t}: {info}");
+//! }
+//! println!("{}", run_many(&demo, &SimConfig::default(), 0, 100));
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod driver;
+pub mod scenario;
+pub mod stats;
+pub mod trace;
+
+pub use driver::{simulate, simulate_fleet, FleetAgent, SimConfig, SimError, SimOutcome, SimStep};
+pub use scenario::{Scenario, ScenarioError};
+pub use stats::{run_many, Stats};
+pub use trace::{replay, Divergence, ReplayError, ReplayReport, Trace, TraceError, TraceWriter};

@@ -1,0 +1,650 @@
+//! The virtual-clock driver: runs [`AgentMachine`]s against scripted providers and tools.
+//!
+//! A discrete-event loop in the style of quinn's test `Pair`: every command that expects an
+//! answer schedules that answer at a virtual time (now + the scripted latency), and the loop
+//! jumps to the earliest pending arrival. Ties are broken by scheduling order, so a run is a
+//! pure function of (scenario, [`SimConfig`], seed). A step bound guards against livelock, and
+//! "nothing pending but not finished" is a loud [`SimError::Stalled`].
+//!
+//! Many agents can share one simulated world — one clock, one [`RetryBudget`] — with
+//! [`simulate_fleet`]; [`simulate`] is the one-agent case.
+//!
+//! ```
+//! use rebound_sim::{simulate, Scenario, SimConfig};
+//!
+//! let scenario = Scenario::builtin("blip").unwrap();
+//! let outcome = simulate(&scenario, &SimConfig::default(), 42).unwrap();
+//! assert!(outcome.succeeded());
+//! assert_eq!(outcome.requests(), 5); // two 529s, then three answers
+//! assert_eq!(outcome.retry_notifications().count(), 2);
+//! ```
+
+use crate::scenario::{final_answer, Answer, Cancel, FaultKind, Planned, Scenario, ScriptCursor};
+use crate::trace::Trace;
+use rebound_core::trace::{TraceHeader, TraceStep};
+use rebound_core::{
+    compact, AgentMachine, AssistantResponse, BatchOutcome, BudgetConfig, CallOutcome, Command,
+    Conversation, Event, FallbackInfo, FinishReason, HostFailure, MachineConfig, Millis,
+    PermitDecision, ProviderFailure, ProviderRetryInfo, RetryBudget, RunError, ToolCall,
+    ToolFailure, ToolOutput,
+};
+use serde::{Deserialize, Serialize};
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BinaryHeap};
+
+/// How the simulated world is set up, beyond the scenario.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SimConfig {
+    /// The machine's configuration. Its `tools` are replaced by the scenario's.
+    pub machine: MachineConfig,
+    /// Events one agent may handle before the run counts as a livelock.
+    pub max_steps: usize,
+    /// The simulated client's stream idle timeout: a longer stall fails as an idle timeout.
+    pub idle_timeout_ms: u64,
+    /// A retry budget shared by every agent of the run. Machines ask it for permits only
+    /// when `machine.retry_budget` is set; without a budget, permits are always granted.
+    pub budget: Option<BudgetConfig>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            machine: MachineConfig::default(),
+            max_steps: 10_000,
+            idle_timeout_ms: 60_000,
+            budget: None,
+        }
+    }
+}
+
+/// Why a simulation could not run to its end. Each is a bug in the machine or the driver,
+/// never a property of the scenario: a scenario's failures end the run with a
+/// [`RunError`] in [`SimOutcome::result`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SimError {
+    /// An agent handled `max_steps` events without finishing.
+    #[error(
+        "livelock: agent {agent} (seed {seed}) handled {steps} events at t={now} without \
+         finishing; raise SimConfig::max_steps if the scenario really is this long"
+    )]
+    StepLimit {
+        /// Index of the agent.
+        agent: usize,
+        /// Its seed.
+        seed: u64,
+        /// Events handled.
+        steps: usize,
+        /// Virtual time reached.
+        now: Millis,
+    },
+    /// Nothing was pending, but an agent had not finished: the machine is waiting for an
+    /// answer to a command it never gave.
+    #[error(
+        "stalled: nothing pending at t={now} but agent {agent} (seed {seed}) has not \
+         finished; its last commands were: {last_commands}"
+    )]
+    Stalled {
+        /// Index of the agent.
+        agent: usize,
+        /// Its seed.
+        seed: u64,
+        /// Virtual time reached.
+        now: Millis,
+        /// The agent's last step's commands, as JSON.
+        last_commands: String,
+    },
+}
+
+/// One handled event and the commands it produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimStep {
+    /// When the event was handled.
+    pub at: Millis,
+    /// The event.
+    pub event: Event,
+    /// The commands the machine emitted, in order.
+    pub commands: Vec<Command>,
+}
+
+/// Everything one simulated run produced.
+#[derive(Debug, Clone)]
+pub struct SimOutcome {
+    /// The seed of the run (machine jitter and the scenario's random faults).
+    pub seed: u64,
+    /// How the run ended.
+    pub result: Result<FinishReason, RunError>,
+    /// The final conversation.
+    pub conversation: Conversation,
+    /// Every handled event with its commands, in order.
+    pub steps: Vec<SimStep>,
+    /// Requests sent, per target index.
+    pub requests_per_target: Vec<u32>,
+    /// Virtual time at the end of the run.
+    pub elapsed: Millis,
+    /// The trace header describing the machine (seed, config, initial conversation).
+    pub header: TraceHeader,
+}
+
+impl SimOutcome {
+    /// Whether the run finished (rather than failed).
+    #[must_use]
+    pub fn succeeded(&self) -> bool {
+        self.result.is_ok()
+    }
+
+    /// All commands with the time they were emitted.
+    pub fn commands(&self) -> impl Iterator<Item = (Millis, &Command)> {
+        self.steps
+            .iter()
+            .flat_map(|s| s.commands.iter().map(move |c| (s.at, c)))
+    }
+
+    /// Provider requests sent, over all targets.
+    #[must_use]
+    pub fn requests(&self) -> u32 {
+        self.requests_per_target.iter().sum()
+    }
+
+    /// The retry notifications with their times.
+    pub fn retry_notifications(&self) -> impl Iterator<Item = (Millis, &ProviderRetryInfo)> {
+        self.commands().filter_map(|(t, c)| match c {
+            Command::NotifyRetry { info } => Some((t, info)),
+            _ => None,
+        })
+    }
+
+    /// The fallback notifications with their times.
+    pub fn fallback_notifications(&self) -> impl Iterator<Item = (Millis, &FallbackInfo)> {
+        self.commands().filter_map(|(t, c)| match c {
+            Command::NotifyFallback { info } => Some((t, info)),
+            _ => None,
+        })
+    }
+
+    /// The run as a trace, ready to write or replay.
+    #[must_use]
+    pub fn trace(&self) -> Trace {
+        Trace {
+            header: self.header.clone(),
+            steps: self
+                .steps
+                .iter()
+                .map(|s| TraceStep::new(s.at, s.event.clone(), &s.commands))
+                .collect(),
+        }
+    }
+}
+
+/// One agent of a fleet: a scenario, a seed, and when it starts.
+#[derive(Debug, Clone, Copy)]
+pub struct FleetAgent<'s> {
+    /// What the agent's provider and tools do.
+    pub scenario: &'s Scenario,
+    /// Its machine's seed (and its scenario's random faults).
+    pub seed: u64,
+    /// When its user message arrives, in virtual ms.
+    pub start_ms: u64,
+}
+
+/// Runs `scenario` for one agent with `seed`.
+///
+/// # Errors
+///
+/// A [`SimError`] when the machine livelocks or stalls (a bug, never a scenario's failure).
+pub fn simulate(
+    scenario: &Scenario,
+    config: &SimConfig,
+    seed: u64,
+) -> Result<SimOutcome, SimError> {
+    let agents = [FleetAgent {
+        scenario,
+        seed,
+        start_ms: 0,
+    }];
+    let mut outcomes = simulate_fleet(&agents, config)?;
+    Ok(outcomes.remove(0))
+}
+
+/// Runs many agents in one world: one virtual clock and, when `config.budget` is set, one
+/// shared [`RetryBudget`]. Outcomes are in the order of `agents`.
+///
+/// ```
+/// use rebound_core::{BudgetUse, BudgetConfig};
+/// use rebound_sim::{simulate_fleet, FleetAgent, Scenario, SimConfig};
+///
+/// let outage = Scenario::builtin("total-outage").unwrap();
+/// let mut config = SimConfig::default();
+/// config.machine.retry.max_attempts = 8;
+/// config.machine.retry_budget = Some(BudgetUse::default());
+/// config.budget = Some(BudgetConfig::default());
+/// let agents: Vec<FleetAgent> = (0..50)
+///     .map(|i| FleetAgent { scenario: &outage, seed: i, start_ms: i * 100 })
+///     .collect();
+/// let outcomes = simulate_fleet(&agents, &config).unwrap();
+/// let requests: u32 = outcomes.iter().map(|o| o.requests()).sum();
+/// // Without the budget, 50 agents would send 8 requests each.
+/// assert!(requests < 50 * 8, "{requests}");
+/// ```
+///
+/// # Errors
+///
+/// A [`SimError`] when a machine livelocks or stalls.
+pub fn simulate_fleet(
+    agents: &[FleetAgent<'_>],
+    config: &SimConfig,
+) -> Result<Vec<SimOutcome>, SimError> {
+    let mut world = World {
+        queue: BinaryHeap::new(),
+        seq: 0,
+        budget: config.budget.clone().map(RetryBudget::new),
+        idle_timeout_ms: config.idle_timeout_ms,
+    };
+    let mut states: Vec<Agent<'_>> = agents
+        .iter()
+        .enumerate()
+        .map(|(i, a)| Agent::new(a, config, i, &mut world))
+        .collect();
+    let mut live = states.len();
+    let mut now = Millis::ZERO;
+    while live > 0 {
+        let Some(Pending {
+            at, agent, event, ..
+        }) = world.queue.pop()
+        else {
+            let (agent, state) = states
+                .iter()
+                .enumerate()
+                .find(|(_, s)| !s.machine.is_terminal())
+                .unwrap_or_else(|| unreachable!("live counts agents that are not terminal"));
+            let last_commands = state
+                .steps
+                .last()
+                .map(|s| {
+                    serde_json::to_string(&TraceStep::new(s.at, s.event.clone(), &s.commands))
+                        .unwrap_or_default()
+                })
+                .unwrap_or_default();
+            return Err(SimError::Stalled {
+                agent,
+                seed: state.seed,
+                now,
+                last_commands,
+            });
+        };
+        now = at;
+        let state = &mut states[agent];
+        if state.machine.is_terminal() {
+            continue; // an answer that arrives after the run ended
+        }
+        if state.steps.len() >= config.max_steps {
+            return Err(SimError::StepLimit {
+                agent,
+                seed: state.seed,
+                steps: state.steps.len(),
+                now,
+            });
+        }
+        state.machine.handle(at, event.clone());
+        let mut commands = Vec::new();
+        while let Some(command) = state.machine.poll() {
+            state.execute(at, &command, &mut world);
+            commands.push(command);
+        }
+        state.steps.push(SimStep {
+            at,
+            event,
+            commands,
+        });
+        if state.cancel == Some(Cancel::AtStep(state.steps.len())) {
+            // Ahead of anything else due now: the cancel is the very next event.
+            world.push_urgent(at, agent, Event::Cancel);
+        }
+        if state.machine.is_terminal() {
+            state.elapsed = at;
+            live -= 1;
+        }
+    }
+    Ok(states.into_iter().map(Agent::into_outcome).collect())
+}
+
+struct Pending {
+    at: Millis,
+    /// 0 for events that must come before everything else due at the same time.
+    order: u8,
+    seq: u64,
+    agent: usize,
+    event: Event,
+}
+
+impl PartialEq for Pending {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.order, self.seq) == (other.at, other.order, other.seq)
+    }
+}
+
+impl Eq for Pending {}
+
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Pending {
+    /// Reversed: `BinaryHeap` is a max-heap and the earliest arrival must come out first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.at, other.order, other.seq).cmp(&(self.at, self.order, self.seq))
+    }
+}
+
+struct World {
+    queue: BinaryHeap<Pending>,
+    seq: u64,
+    budget: Option<RetryBudget>,
+    idle_timeout_ms: u64,
+}
+
+impl World {
+    fn push(&mut self, at: Millis, agent: usize, event: Event) {
+        self.enqueue(at, 1, agent, event);
+    }
+
+    fn push_urgent(&mut self, at: Millis, agent: usize, event: Event) {
+        self.enqueue(at, 0, agent, event);
+    }
+
+    fn enqueue(&mut self, at: Millis, order: u8, agent: usize, event: Event) {
+        self.seq += 1;
+        self.queue.push(Pending {
+            at,
+            order,
+            seq: self.seq,
+            agent,
+            event,
+        });
+    }
+}
+
+struct Agent<'s> {
+    index: usize,
+    seed: u64,
+    scenario: &'s Scenario,
+    machine: AgentMachine,
+    cursor: ScriptCursor,
+    cancel: Option<Cancel>,
+    /// The answer whose tool calls the next `RunTools` runs.
+    last_answer: Option<(usize, bool, &'s Answer)>,
+    steps: Vec<SimStep>,
+    requests: Vec<u32>,
+    elapsed: Millis,
+    header: TraceHeader,
+}
+
+impl<'s> Agent<'s> {
+    fn new(spec: &FleetAgent<'s>, config: &SimConfig, index: usize, world: &mut World) -> Self {
+        let scenario = spec.scenario;
+        let mut machine_config = config.machine.clone();
+        machine_config.tools = scenario.tool_specs();
+        let initial = scenario.initial_conversation();
+        let mut header = TraceHeader::new(spec.seed, machine_config.clone());
+        header.initial_conversation.clone_from(&initial);
+        header.meta.insert("driver".into(), "rebound-sim".into());
+        if !scenario.name.is_empty() {
+            header.meta.insert("scenario".into(), scenario.name.clone());
+        }
+        let machine = match initial {
+            Some(c) => AgentMachine::with_conversation(machine_config, spec.seed, c),
+            None => AgentMachine::new(machine_config, spec.seed),
+        };
+        let start = Millis(spec.start_ms);
+        world.push(
+            start,
+            index,
+            Event::UserMessage {
+                content: vec![rebound_core::ContentBlock::text(
+                    scenario.user_message.clone(),
+                )],
+            },
+        );
+        match scenario.cancel {
+            Some(Cancel::AtMs(t)) => world.push(start.plus(t), index, Event::Cancel),
+            Some(Cancel::AtStep(0)) => world.push_urgent(start, index, Event::Cancel),
+            _ => {}
+        }
+        Agent {
+            index,
+            seed: spec.seed,
+            scenario,
+            machine,
+            cursor: ScriptCursor::new(spec.seed),
+            cancel: scenario.cancel,
+            last_answer: None,
+            steps: Vec::new(),
+            requests: vec![0; config.machine.target_count()],
+            elapsed: Millis::ZERO,
+            header,
+        }
+    }
+
+    fn execute(&mut self, now: Millis, command: &Command, world: &mut World) {
+        match command {
+            Command::SendRequest {
+                request,
+                target,
+                attempt,
+                conversation,
+            } => {
+                if *target >= self.requests.len() {
+                    self.requests.resize(target + 1, 0);
+                }
+                self.requests[*target] += 1;
+                if *attempt == 1 {
+                    if let Some(budget) = &mut world.budget {
+                        budget.record_request(now);
+                    }
+                }
+                let (delay, result) = self.reply(now, conversation, world.idle_timeout_ms);
+                let event = match result {
+                    Ok(response) => Event::ProviderSucceeded {
+                        request: *request,
+                        response,
+                    },
+                    Err(failure) => Event::ProviderFailed {
+                        request: *request,
+                        failure,
+                    },
+                };
+                world.push(now.plus(delay), self.index, event);
+            }
+            Command::Sleep { timer, delay_ms } => {
+                world.push(
+                    now.plus(*delay_ms),
+                    self.index,
+                    Event::TimerFired { timer: *timer },
+                );
+            }
+            Command::RunTools { batch, calls } => {
+                let (delay, outcome) = self.run_tools(calls);
+                world.push(
+                    now.plus(delay),
+                    self.index,
+                    Event::ToolsFinished {
+                        batch: *batch,
+                        outcome,
+                    },
+                );
+            }
+            Command::Compact {
+                compaction,
+                conversation,
+            } => {
+                let result = match &self.scenario.compaction_error {
+                    Some(message) => Err(message.clone()),
+                    None => compact(conversation, &self.machine.config().compaction)
+                        .map_err(|e| e.to_string()),
+                };
+                world.push(
+                    now.plus(self.scenario.timing.compaction_ms),
+                    self.index,
+                    Event::CompactionFinished {
+                        compaction: *compaction,
+                        result,
+                    },
+                );
+            }
+            Command::AcquirePermit { permit, deadline } => {
+                let decision = match &mut world.budget {
+                    Some(budget) => budget.try_acquire(now, *deadline),
+                    None => PermitDecision::Granted,
+                };
+                world.push(
+                    now,
+                    self.index,
+                    Event::PermitAnswered {
+                        permit: *permit,
+                        decision,
+                    },
+                );
+            }
+            Command::AppendMessage { .. }
+            | Command::ReplaceConversation { .. }
+            | Command::NotifyRetry { .. }
+            | Command::NotifyFallback { .. }
+            | Command::Finish { .. }
+            | Command::Fail { .. } => {} // recorded in the step
+        }
+    }
+
+    /// What the scripted provider answers to a request sent at `now`, and after how long.
+    fn reply(
+        &mut self,
+        now: Millis,
+        conversation: &Conversation,
+        idle_timeout_ms: u64,
+    ) -> (u64, Result<AssistantResponse, ProviderFailure>) {
+        let scenario = self.scenario;
+        let timing = &scenario.timing;
+        let mut stalled = 0u64;
+        loop {
+            match self.cursor.next(scenario, now.plus(stalled), conversation) {
+                Planned::Fault(fault) => {
+                    if let FaultKind::Stall { ms } = fault.kind {
+                        if ms < idle_timeout_ms {
+                            // The stream resumes: the stall only delays what comes next.
+                            stalled = stalled.saturating_add(ms);
+                            continue;
+                        }
+                    }
+                    let delay = fault.delay_ms(timing, idle_timeout_ms);
+                    return (
+                        stalled.saturating_add(delay),
+                        Err(fault.failure(scenario.provider)),
+                    );
+                }
+                Planned::Overflow { bytes, limit } => {
+                    let fault = crate::scenario::Fault::from(FaultKind::ContextOverflow);
+                    let mut failure = fault.failure(scenario.provider);
+                    failure.message =
+                        format!("{} ({bytes} bytes > limit {limit})", failure.message);
+                    return (
+                        stalled.saturating_add(fault.delay_ms(timing, idle_timeout_ms)),
+                        Err(failure),
+                    );
+                }
+                Planned::Answer {
+                    turn,
+                    alternate,
+                    answer,
+                } => {
+                    let response = match answer {
+                        Some(a) => {
+                            self.last_answer = Some((turn, alternate, a));
+                            a.response(turn, alternate)
+                        }
+                        None => {
+                            self.last_answer = None;
+                            final_answer().response(turn, false)
+                        }
+                    };
+                    let latency = answer
+                        .and_then(|a| a.latency_ms)
+                        .unwrap_or(timing.answer_ms);
+                    return (stalled.saturating_add(latency), Ok(response));
+                }
+            }
+        }
+    }
+
+    /// Runs a batch with the scripted outcomes: concurrently, so it takes as long as its
+    /// slowest call.
+    fn run_tools(&self, calls: &[ToolCall]) -> (u64, BatchOutcome) {
+        let timing = &self.scenario.timing;
+        let scripted: BTreeMap<String, &crate::scenario::ScriptedCall> = match self.last_answer {
+            Some((turn, alternate, answer)) => {
+                if let Some(error) = &answer.batch_error {
+                    let failure = match error.host_failure() {
+                        Some(host) => ToolFailure::Host(host),
+                        None => match error {
+                            crate::scenario::ToolError::Error { message } => {
+                                ToolFailure::model(message.clone())
+                            }
+                            crate::scenario::ToolError::Host { .. } => {
+                                unreachable!("host errors are handled above")
+                            }
+                        },
+                    };
+                    return (timing.tool_ms, BatchOutcome::WholeBatch(failure));
+                }
+                answer
+                    .tool_calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| (answer.call_id(turn, alternate, i), c))
+                    .collect()
+            }
+            None => BTreeMap::new(),
+        };
+        let mut slowest = 0;
+        let outcomes = calls
+            .iter()
+            .map(|call| {
+                let script = scripted.get(&call.id);
+                let duration = script.and_then(|s| s.duration_ms).unwrap_or(timing.tool_ms);
+                slowest = slowest.max(duration);
+                let result = match script.map(|s| &s.outcome) {
+                    None => Ok(ToolOutput::text(format!("{} finished", call.name))),
+                    Some(outcome @ crate::scenario::ToolOutcome::Ok { .. }) => Ok(
+                        ToolOutput::text(outcome.output_text(&call.name).unwrap_or_default()),
+                    ),
+                    Some(crate::scenario::ToolOutcome::Error { message }) => {
+                        Err(ToolFailure::model(message.clone()))
+                    }
+                    Some(crate::scenario::ToolOutcome::Host { kind, message }) => {
+                        Err(ToolFailure::Host(HostFailure::new(*kind, message.clone())))
+                    }
+                };
+                CallOutcome {
+                    tool_use_id: call.id.clone(),
+                    result,
+                }
+            })
+            .collect();
+        (slowest, BatchOutcome::PerCall(outcomes))
+    }
+
+    fn into_outcome(self) -> SimOutcome {
+        let Some(result) = self.machine.outcome().cloned() else {
+            unreachable!("outcomes are taken only after every run ended")
+        };
+        SimOutcome {
+            seed: self.seed,
+            result,
+            conversation: self.machine.conversation().clone(),
+            steps: self.steps,
+            requests_per_target: self.requests,
+            elapsed: self.elapsed,
+            header: self.header,
+        }
+    }
+}
