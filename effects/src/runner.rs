@@ -8,6 +8,7 @@ use rebound_core::{
     HostFailure, HostFailureKind, MachineConfig, Millis, RetryBudget, RunError, ToolCall,
     ToolFailure, ToolSpec,
 };
+use rebound_sim::TraceWriter;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use tokio::time::Instant;
@@ -47,9 +48,9 @@ impl ToolExecutor for NoTools {
 }
 
 /// Where the conversation is persisted after every change (a session file, a database).
-pub trait Persist: Send {
+pub trait Persist: Send + Sync {
     /// Saves the whole conversation. An error is a host failure: the run stops.
-    fn save(&mut self, conversation: &Conversation) -> Result<(), String>;
+    fn save<'a>(&'a self, conversation: &'a Conversation) -> BoxFuture<'a, Result<(), String>>;
 }
 
 /// Shrinks a conversation that overflowed the context window.
@@ -143,21 +144,45 @@ impl CancelHandle {
     }
 }
 
-/// Writes a trace (JSON Lines, the format of `rebound_core::trace`) while running.
+/// Writes a trace of one run (JSON Lines, the format of `rebound_core::trace`, replayable
+/// with `rebound_sim::replay` and `rebound replay`).
 pub struct TraceRecorder {
-    out: Box<dyn Write + Send>,
+    state: TraceState,
+}
+
+enum TraceState {
+    Pending(Box<dyn Write + Send>),
+    Writing(TraceWriter<Box<dyn Write + Send>>),
+    Closed,
 }
 
 impl TraceRecorder {
-    /// Records into `out` (a file, a buffer).
+    /// Records into `out` (a file, a buffer). Only the first run of a runner is recorded.
     pub fn new(out: impl Write + Send + 'static) -> Self {
-        TraceRecorder { out: Box::new(out) }
+        TraceRecorder {
+            state: TraceState::Pending(Box::new(out)),
+        }
     }
 
-    fn line(&mut self, value: &impl serde::Serialize) -> Result<(), String> {
-        serde_json::to_writer(&mut self.out, value).map_err(|e| e.to_string())?;
-        self.out.write_all(b"\n").map_err(|e| e.to_string())?;
-        self.out.flush().map_err(|e| e.to_string())
+    fn start(&mut self, header: &TraceHeader) -> Result<(), String> {
+        match std::mem::replace(&mut self.state, TraceState::Closed) {
+            TraceState::Pending(out) => {
+                self.state =
+                    TraceState::Writing(TraceWriter::new(out, header).map_err(|e| e.to_string())?);
+                Ok(())
+            }
+            other => {
+                self.state = other;
+                Ok(())
+            }
+        }
+    }
+
+    fn step(&mut self, step: &TraceStep) -> Result<(), String> {
+        match &mut self.state {
+            TraceState::Writing(w) => w.write_step(step).map_err(|e| e.to_string()),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -330,7 +355,7 @@ impl Runner {
             let recorded = self.trace.is_some().then(|| event.clone());
             let commands = machine.step(now, event);
             if let (Some(trace), Some(event)) = (self.trace.as_mut(), recorded) {
-                if let Err(e) = trace.line(&TraceStep::new(now, event, &commands)) {
+                if let Err(e) = trace.step(&TraceStep::new(now, event, &commands)) {
                     self.trace = None;
                     next = Some(host_event(HostFailureKind::Internal, format!("trace: {e}")));
                     continue;
@@ -376,7 +401,7 @@ impl Runner {
         for (k, v) in &self.trace_meta {
             header.meta.insert(k.clone(), v.clone());
         }
-        trace.line(&header)
+        trace.start(&header)
     }
 
     fn host_error(&mut self, kind: HostFailureKind, message: String) -> RunError {
@@ -403,14 +428,16 @@ impl Runner {
                     stats.tool_calls += message.tool_uses().count() as u32;
                     stats.tool_errors +=
                         message.tool_results().filter(|r| r.is_error).count() as u32;
-                    self.save(machine.conversation())
-                        .and_then(|()| receiver_result(self.receiver.message(&message)))
-                        .and_then(|()| {
-                            message
-                                .tool_results()
-                                .try_for_each(|r| receiver_result(self.receiver.tool_result(r)))
-                        })
-                        .map(|()| None)
+                    match self.save(machine.conversation()).await {
+                        Err(e) => Err(e),
+                        Ok(()) => receiver_result(self.receiver.message(&message))
+                            .and_then(|()| {
+                                message
+                                    .tool_results()
+                                    .try_for_each(|r| receiver_result(self.receiver.tool_result(r)))
+                            })
+                            .map(|()| None),
+                    }
                 }
                 Command::ReplaceConversation {
                     conversation,
@@ -418,10 +445,13 @@ impl Runner {
                     after_messages,
                 } => {
                     stats.compactions += 1;
-                    self.save(&conversation).and_then(|()| {
-                        receiver_result(self.receiver.compaction(before_messages, after_messages))
-                            .map(|()| None)
-                    })
+                    match self.save(&conversation).await {
+                        Err(e) => Err(e),
+                        Ok(()) => receiver_result(
+                            self.receiver.compaction(before_messages, after_messages),
+                        )
+                        .map(|()| None),
+                    }
                 }
                 Command::NotifyRetry { info } => {
                     if info.delay_ms > 0 || info.kind != rebound_core::FailureKind::ContextOverflow
@@ -520,10 +550,11 @@ impl Runner {
         }))
     }
 
-    fn save(&mut self, conversation: &Conversation) -> Result<(), HostFailure> {
-        match self.persist.as_mut() {
+    async fn save(&self, conversation: &Conversation) -> Result<(), HostFailure> {
+        match self.persist.as_ref() {
             Some(p) => p
                 .save(conversation)
+                .await
                 .map_err(|e| HostFailure::new(HostFailureKind::SessionStore, e)),
             None => Ok(()),
         }

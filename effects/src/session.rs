@@ -363,11 +363,17 @@ impl SessionStore {
 }
 
 /// The runner saves through this after every appended message and compaction; an error
-/// fails the run with a `SessionStore` host failure. It writes on the runner's thread (the
-/// runner's `Persist` is synchronous).
+/// fails the run with a `SessionStore` host failure.
 impl crate::runner::Persist for SessionStore {
-    fn save(&mut self, conversation: &Conversation) -> Result<(), String> {
-        self.save_blocking(conversation).map_err(|e| e.to_string())
+    fn save<'a>(
+        &'a self,
+        conversation: &'a Conversation,
+    ) -> crate::provider::BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            SessionStore::save(self, conversation)
+                .await
+                .map_err(|e| e.to_string())
+        })
     }
 }
 

@@ -451,16 +451,19 @@ async fn a_session_store_persists_for_the_runner() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = session_path(&dir);
     let (store, _) = SessionStore::open(&path).await.expect("open");
-    let mut persist: Box<dyn Persist> = Box::new(store.clone());
-    persist.save(&rich_conversation()).expect("save");
+    let persist: Box<dyn Persist> = Box::new(store.clone());
+    persist.save(&rich_conversation()).await.expect("save");
     assert_eq!(store.load().await.expect("load"), rich_conversation());
 
-    let mut broken: Box<dyn Persist> = Box::new(
+    let broken: Box<dyn Persist> = Box::new(
         SessionStore::open(dir.path().join("missing/s.json"))
             .await
             .expect("open")
             .0,
     );
-    let err = broken.save(&rich_conversation()).expect_err("no folder");
+    let err = broken
+        .save(&rich_conversation())
+        .await
+        .expect_err("no folder");
     assert!(err.contains("missing/s.json"), "{err}");
 }
