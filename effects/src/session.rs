@@ -339,6 +339,44 @@ impl SessionStore {
     }
 }
 
+impl SessionStore {
+    /// [`save`](SessionStore::save) without an async runtime: writes on the calling thread
+    /// (one write, two fsyncs). Fails, without writing, when an async save through this store
+    /// or a clone of it is in progress.
+    pub fn save_blocking(&self, conversation: &Conversation) -> Result<(), SessionError> {
+        let path = self.path.clone();
+        let Ok(_turn) = self.saving.try_lock() else {
+            return Err(SessionError::Write {
+                path,
+                source: io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    "another save of this session is in progress",
+                ),
+            });
+        };
+        match write_atomically(&self.path, &encode_session(conversation)) {
+            Ok(()) => Ok(()),
+            Err(SaveFailure::Replace(source)) => Err(SessionError::Write { path, source }),
+            Err(SaveFailure::SyncFolder(source)) => Err(SessionError::SyncFolder { path, source }),
+        }
+    }
+}
+
+/// The runner saves through this after every appended message and compaction; an error
+/// fails the run with a `SessionStore` host failure.
+impl crate::runner::Persist for SessionStore {
+    fn save<'a>(
+        &'a self,
+        conversation: &'a Conversation,
+    ) -> crate::provider::BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            SessionStore::save(self, conversation)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// How an atomic write failed: before the rename (nothing changed) or after it.

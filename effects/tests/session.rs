@@ -444,3 +444,26 @@ fn a_process_killed_while_saving_leaves_a_complete_session() {
     }
     assert!(last_len > 0);
 }
+
+#[tokio::test]
+async fn a_session_store_persists_for_the_runner() {
+    use rebound_effects::runner::Persist;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = session_path(&dir);
+    let (store, _) = SessionStore::open(&path).await.expect("open");
+    let persist: Box<dyn Persist> = Box::new(store.clone());
+    persist.save(&rich_conversation()).await.expect("save");
+    assert_eq!(store.load().await.expect("load"), rich_conversation());
+
+    let broken: Box<dyn Persist> = Box::new(
+        SessionStore::open(dir.path().join("missing/s.json"))
+            .await
+            .expect("open")
+            .0,
+    );
+    let err = broken
+        .save(&rich_conversation())
+        .await
+        .expect_err("no folder");
+    assert!(err.contains("missing/s.json"), "{err}");
+}

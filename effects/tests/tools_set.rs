@@ -812,3 +812,27 @@ async fn an_oversized_output_is_cut_with_a_note() {
         ]
     );
 }
+
+// ----- runner integration ----------------------------------------------------------------
+
+#[tokio::test]
+async fn a_tool_set_runs_batches_for_the_runner() {
+    use rebound_effects::runner::ToolExecutor;
+    let tools: Arc<dyn ToolExecutor> = Arc::new(
+        ToolSet::builder()
+            .tool(echo("a"))
+            .tool(echo("b"))
+            .build()
+            .expect("build"),
+    );
+    let names: Vec<String> = tools.specs().into_iter().map(|s| s.name).collect();
+    assert_eq!(names, ["a", "b"]);
+    let cancel = CancellationToken::new();
+    let BatchOutcome::PerCall(outcomes) = tools
+        .run_batch(vec![call("1", "b", json!({"n": 2}))], &cancel)
+        .await
+    else {
+        panic!("whole batch")
+    };
+    assert_eq!(text(&outcomes[0]), "b:{\"n\":2}");
+}

@@ -521,6 +521,21 @@ impl ToolSet {
     }
 }
 
+/// The runner runs tool batches through this.
+impl crate::runner::ToolExecutor for ToolSet {
+    fn specs(&self) -> Vec<ToolSpec> {
+        self.specs.clone()
+    }
+
+    fn run_batch<'a>(
+        &'a self,
+        calls: Vec<ToolCall>,
+        cancel: &'a CancellationToken,
+    ) -> crate::provider::BoxFuture<'a, BatchOutcome> {
+        Box::pin(ToolSet::run_batch(self, calls, cancel))
+    }
+}
+
 /// Maps a source's answer onto the calls it was given.
 fn source_results(
     name: &str,
