@@ -5,6 +5,7 @@
 
 #![warn(missing_docs)]
 
+pub mod cli;
 pub mod config;
 pub mod provider;
 pub mod receiver;

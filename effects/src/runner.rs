@@ -270,6 +270,13 @@ impl Runner {
         self
     }
 
+    /// Sets an already boxed receiver.
+    #[must_use]
+    pub fn receiver_boxed(mut self, receiver: Box<dyn Receiver>) -> Self {
+        self.receiver = receiver;
+        self
+    }
+
     /// Persists the conversation after every appended message and compaction.
     #[must_use]
     pub fn persist(mut self, persist: impl Persist + 'static) -> Self {

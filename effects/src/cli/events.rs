@@ -42,7 +42,9 @@ pub fn error_event(error: &RunError) -> Value {
 impl Receiver for JsonEvents {
     fn delta(&mut self, delta: &StreamDelta) -> Result<(), ReceiverError> {
         match delta {
-            StreamDelta::Text { text, .. } => self.emit(json!({"type": "text_delta", "text": text})),
+            StreamDelta::Text { text, .. } => {
+                self.emit(json!({"type": "text_delta", "text": text}))
+            }
             _ => Ok(()),
         }
     }
@@ -83,7 +85,9 @@ impl Receiver for JsonEvents {
     }
 
     fn tool_start(&mut self, call: &ToolCall) -> Result<(), ReceiverError> {
-        self.emit(json!({"type": "tool_start", "id": call.id, "name": call.name, "input": call.input}))
+        self.emit(
+            json!({"type": "tool_start", "id": call.id, "name": call.name, "input": call.input}),
+        )
     }
 
     fn tool_result(&mut self, result: &ToolResultBlock) -> Result<(), ReceiverError> {
@@ -176,7 +180,10 @@ impl Receiver for HumanView {
     }
 
     fn stream_reset(&mut self, attempt: u32) -> Result<(), ReceiverError> {
-        self.status(DIM, &format!("(the partial answer of attempt {attempt} was discarded)"))
+        self.status(
+            DIM,
+            &format!("(the partial answer of attempt {attempt} was discarded)"),
+        )
     }
 
     fn message(&mut self, message: &Message) -> Result<(), ReceiverError> {
@@ -195,11 +202,17 @@ impl Receiver for HumanView {
     }
 
     fn compaction(&mut self, before: usize, after: usize) -> Result<(), ReceiverError> {
-        self.status(DIM, &format!("compacted the conversation: {before} → {after} messages"))
+        self.status(
+            DIM,
+            &format!("compacted the conversation: {before} → {after} messages"),
+        )
     }
 
     fn tool_start(&mut self, call: &ToolCall) -> Result<(), ReceiverError> {
-        self.status(TOOL, &format!("→ {} {}", call.name, short_json(&call.input)))
+        self.status(
+            TOOL,
+            &format!("→ {} {}", call.name, short_json(&call.input)),
+        )
     }
 
     fn tool_result(&mut self, result: &ToolResultBlock) -> Result<(), ReceiverError> {
@@ -213,7 +226,10 @@ impl Receiver for HumanView {
 
     fn finished(&mut self, reason: &FinishReason, turns: u32) -> Result<(), ReceiverError> {
         self.end_line()?;
-        if !matches!(reason, FinishReason::Model(rebound_core::StopReason::EndTurn)) {
+        if !matches!(
+            reason,
+            FinishReason::Model(rebound_core::StopReason::EndTurn)
+        ) {
             self.status(DIM, &format!("done: {reason} after {turns} turns"))?;
         }
         Ok(())
