@@ -28,10 +28,12 @@
 
 pub mod driver;
 pub mod scenario;
+pub mod scripted;
 pub mod stats;
 pub mod trace;
 
 pub use driver::{simulate, simulate_fleet, FleetAgent, SimConfig, SimError, SimOutcome, SimStep};
 pub use scenario::{Scenario, ScenarioError};
+pub use scripted::ScriptedTools;
 pub use stats::{run_many, Stats};
 pub use trace::{replay, Divergence, ReplayError, ReplayReport, Trace, TraceError, TraceWriter};

@@ -53,6 +53,7 @@
 
 pub mod files;
 mod schema;
+pub mod scripted;
 mod set;
 
 use async_trait::async_trait;
