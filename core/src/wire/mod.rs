@@ -45,6 +45,7 @@ pub mod sse;
 
 mod anthropic;
 mod assemble;
+mod borrow;
 mod openai;
 mod render;
 
@@ -351,7 +352,6 @@ pub fn context_overflow_message(provider: ProviderKind, tokens: u64, limit: u64)
 #[derive(Debug)]
 pub struct StreamDecoder {
     sse: SseDecoder,
-    events: Vec<SseEvent>,
     state: ProviderState,
     failure: Option<ProviderFailure>,
     complete: bool,
@@ -396,7 +396,6 @@ impl StreamDecoder {
         };
         StreamDecoder {
             sse: SseDecoder::with_limits(limits.sse),
-            events: Vec::new(),
             state,
             failure: None,
             complete: false,
@@ -425,21 +424,14 @@ impl StreamDecoder {
         if self.complete {
             return Ok(());
         }
-        let mut events = std::mem::take(&mut self.events);
-        let result = self.sse.feed(bytes, &mut events).map_err(sse_failure);
-        let result = result.and_then(|()| {
-            for event in events.drain(..) {
-                if self.complete {
-                    break;
-                }
-                if self.state.on_event(&event, deltas)? {
-                    self.complete = true;
-                }
+        let state = &mut self.state;
+        let complete = &mut self.complete;
+        let result = self.sse.feed_with(bytes, |event| {
+            if !*complete && state.on_event(event, deltas)? {
+                *complete = true;
             }
-            Ok(())
+            Ok::<(), ProviderFailure>(())
         });
-        events.clear();
-        self.events = events;
         result.inspect_err(|f| self.failure = Some(f.clone()))
     }
 
@@ -465,7 +457,7 @@ impl StreamDecoder {
         if !self.complete {
             let mut deltas = Vec::new();
             match self.sse.finish() {
-                Err(e) => return Err(sse_failure(e)),
+                Err(e) => return Err(e.into()),
                 Ok(Some(last)) => match self.state.on_event(&last, &mut deltas) {
                     Ok(terminal) => self.complete = terminal,
                     // An event cut mid-line fails to parse: that is a cut, not garbage.
@@ -487,8 +479,11 @@ impl StreamDecoder {
     }
 }
 
-fn sse_failure(e: SseError) -> ProviderFailure {
-    ProviderFailure::transport(TransportFault::MalformedStream, Some(&e.to_string()))
+/// A stream that broke an SSE limit is a malformed stream (retryable).
+impl From<SseError> for ProviderFailure {
+    fn from(e: SseError) -> Self {
+        ProviderFailure::transport(TransportFault::MalformedStream, Some(&e.to_string()))
+    }
 }
 
 pub(crate) fn malformed(detail: &str) -> ProviderFailure {
