@@ -12,7 +12,7 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
-use rebound_core::wire::sse::SseDecoder;
+use rebound_core::wire::sse::{SseDecoder, SseError};
 use rebound_core::wire::{encode_stream, StreamDecoder};
 use rebound_core::{
     AssistantResponse, ContentBlock, Message, ProviderKind, Role, StopReason, Usage,
@@ -99,12 +99,13 @@ fn rebound_decode_assemble(provider: ProviderKind, bytes: &[u8]) -> usize {
 
 fn rebound_sse_only(bytes: &[u8]) -> usize {
     let mut d = SseDecoder::new();
-    let mut events = Vec::new();
     let mut n = 0;
     for chunk in bytes.chunks(READ) {
-        d.feed(chunk, &mut events).expect("within limits");
-        n += events.iter().map(|e| e.data.len()).sum::<usize>();
-        events.clear();
+        d.feed_with(chunk, |e| {
+            n += e.data.len();
+            Ok::<(), SseError>(())
+        })
+        .expect("within limits");
     }
     n
 }

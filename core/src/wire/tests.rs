@@ -440,6 +440,71 @@ fn thinking_and_signature_deltas_assemble_a_thinking_block() {
     assert!(matches!(&deltas[0], StreamDelta::Thinking { index: 0, .. }));
 }
 
+#[test]
+fn encoded_input_problems_decode_to_the_same_problems() {
+    let raw_truncated = "{\"path\": \"a.rs\", \"text\": \"fn ma";
+    let raw_invalid = "{\"path\": tru}";
+    let detail = |raw: &str| serde_json::from_str::<Value>(raw).unwrap_err().to_string();
+    let problem = |id: &str, kind, raw: &str| crate::response::ToolInputProblem {
+        tool_use_id: id.into(),
+        kind,
+        raw: raw.into(),
+        detail: detail(raw),
+    };
+    let response = AssistantResponse {
+        message: Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentBlock::tool_use("call_a", "write", json!({})),
+                ContentBlock::tool_use("call_b", "write", json!({})),
+            ],
+        },
+        stop_reason: StopReason::MaxTokens,
+        usage: Usage::default(),
+        input_problems: vec![
+            problem("call_a", InputProblemKind::InvalidJson, raw_invalid),
+            problem("call_b", InputProblemKind::Truncated, raw_truncated),
+        ],
+    };
+    for provider in [ProviderKind::Anthropic, ProviderKind::OpenAi] {
+        let bytes = encode_stream(provider, &response, "m", "id").concat();
+        assert_eq!(decode(provider, &bytes).unwrap(), response, "{provider}");
+    }
+}
+
+#[test]
+fn openai_encoding_leaves_out_thinking_which_chat_cannot_carry() {
+    let mut response = AssistantResponse::end_turn(Message::assistant_text("42"));
+    response.message.content.insert(
+        0,
+        ContentBlock::Thinking {
+            thinking: "hmm".into(),
+            signature: "sig".into(),
+        },
+    );
+    let bytes = encode_stream(ProviderKind::OpenAi, &response, "m", "id").concat();
+    let decoded = decode(ProviderKind::OpenAi, &bytes).unwrap();
+    assert_eq!(decoded.message, Message::assistant_text("42"));
+}
+
+#[test]
+fn openai_refusal_round_trips_through_the_refusal_field() {
+    let mut response =
+        AssistantResponse::end_turn(Message::assistant_text("I can't help with that."));
+    response.stop_reason = StopReason::Refusal;
+    let chunks = encode_stream(ProviderKind::OpenAi, &response, "m", "id");
+    assert!(String::from_utf8_lossy(&chunks[1]).contains("\"refusal\":\"I can't"));
+    assert_eq!(
+        decode(ProviderKind::OpenAi, &chunks.concat()).unwrap(),
+        response
+    );
+    let body = encode_response_json(ProviderKind::OpenAi, &response, "m", "id").to_string();
+    assert_eq!(
+        parse_response(ProviderKind::OpenAi, body.as_bytes()).unwrap(),
+        response
+    );
+}
+
 // ---- non-streaming bodies ----
 
 #[test]
