@@ -154,7 +154,8 @@ pub enum StreamDelta {
 pub struct StreamLimits {
     /// SSE line and event limits.
     pub sse: SseLimits,
-    /// The largest assembled message accepted (text, thinking and tool arguments), in bytes.
+    /// The largest assembled message accepted, in bytes: text, thinking, tool ids, names and
+    /// arguments, plus 64 bytes per content block.
     pub max_message_bytes: usize,
 }
 

@@ -295,6 +295,34 @@ fn over_limit_message_is_a_malformed_stream() {
 }
 
 #[test]
+fn flood_of_empty_blocks_hits_the_message_limit() {
+    let limits = StreamLimits {
+        max_message_bytes: 10_000,
+        ..StreamLimits::default()
+    };
+    let mut d = StreamDecoder::with_limits(ProviderKind::Anthropic, limits);
+    let mut result = Ok(Vec::new());
+    for i in 0..1000 {
+        let kind = if i % 2 == 0 {
+            "text"
+        } else {
+            "server_tool_use"
+        };
+        let event = format!(
+            "event: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":{i},\"content_block\":{{\"type\":\"{kind}\",\"text\":\"\"}}}}\n\n"
+        );
+        result = d.feed(event.as_bytes());
+        if result.is_err() {
+            break;
+        }
+    }
+    assert_eq!(
+        result.unwrap_err().transport,
+        Some(TransportFault::MalformedStream)
+    );
+}
+
+#[test]
 fn anthropic_error_event_mid_stream_is_classified_and_ends_the_stream() {
     let text = std::str::from_utf8(ANTHROPIC_BASIC).unwrap();
     let head = &text[..text.find("event: content_block_stop").unwrap()];

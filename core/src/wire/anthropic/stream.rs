@@ -87,6 +87,7 @@ impl StreamState {
                         closed: false,
                     },
                     _ => {
+                        self.asm.charge_block()?;
                         self.skipped.insert(index);
                         return Ok(false);
                     }
