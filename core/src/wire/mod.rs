@@ -31,6 +31,9 @@
 //! - Empty text blocks are dropped when a message is assembled and when a request is built
 //!   (Anthropic rejects them); thinking blocks without a signature are not sent to Anthropic.
 //! - OpenAI Chat has no thinking blocks: they are left out of requests and encoded streams.
+//!   Reasoning text that compatible servers stream (`reasoning_content`, `reasoning`) is
+//!   assembled into a thinking block without a signature, shown to the UI as thinking deltas,
+//!   and never sent back (neither request builder sends unsigned thinking).
 //!   Its assistant messages are one text part followed by tool calls, so several text blocks
 //!   are joined without a separator.
 //! - OpenAI Chat has no error flag on tool results: the result's text (for an error, the
@@ -113,8 +116,9 @@ pub enum WireError {
 
 /// An incremental piece of a streamed response, for a UI to show as it arrives.
 ///
-/// `index` identifies the content block the piece belongs to (Anthropic's block index; for
-/// OpenAI, 0 is the text and tool call `i` is `i + 1`).
+/// `index` identifies the content block the piece belongs to: Anthropic's block index; for
+/// OpenAI, 0 is reasoning text (from compatible servers), 1 the answer text and tool call `i`
+/// is `i + 2`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamDelta {
     /// More answer text.
@@ -345,7 +349,7 @@ pub fn context_overflow_message(provider: ProviderKind, tokens: u64, limit: u64)
 /// let deltas = d
 ///     .feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n")
 ///     .unwrap();
-/// assert_eq!(deltas, [StreamDelta::Text { index: 0, text: "Hi".into() }]);
+/// assert_eq!(deltas, [StreamDelta::Text { index: 1, text: "Hi".into() }]);
 /// // The connection drops here: no finish_reason, no [DONE].
 /// let failure = d.finish().unwrap_err();
 /// assert_eq!(failure.kind, FailureKind::StreamMalformed);

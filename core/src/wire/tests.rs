@@ -533,6 +533,49 @@ fn openai_refusal_round_trips_through_the_refusal_field() {
     );
 }
 
+#[test]
+fn openai_compatible_reasoning_content_becomes_unsigned_thinking_before_the_text() {
+    let bytes = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"reasoning_content\":\"Let me see.\"}}]}\n\n\
+data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"4\"}}]}\n\n\
+data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+    let (deltas, r) = decode_with_deltas(ProviderKind::OpenAi, bytes);
+    assert_eq!(
+        deltas,
+        [
+            StreamDelta::Thinking {
+                index: 0,
+                thinking: "Let me see.".into()
+            },
+            StreamDelta::Text {
+                index: 1,
+                text: "4".into()
+            },
+        ]
+    );
+    assert_eq!(
+        r.message.content,
+        vec![
+            ContentBlock::Thinking {
+                thinking: "Let me see.".into(),
+                signature: String::new()
+            },
+            ContentBlock::text("4"),
+        ]
+    );
+    // Never sent back, to either provider.
+    let conv = Conversation::from(vec![
+        Message::user_text("2+2?"),
+        r.message,
+        Message::user_text("ok"),
+    ]);
+    for provider in [ProviderKind::Anthropic, ProviderKind::OpenAi] {
+        let body = request_body(provider, &conv, &params(&[]))
+            .unwrap()
+            .to_string();
+        assert!(!body.contains("Let me see."), "{provider}: {body}");
+    }
+}
+
 // ---- non-streaming bodies ----
 
 #[test]

@@ -13,8 +13,13 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::Value;
 
-/// The block key of the message text; tool call `i` is `i + 1`.
-const TEXT: u64 = 0;
+/// The block key of reasoning text some compatible servers send (`reasoning_content`,
+/// `reasoning`); it becomes an unsigned thinking block, which no request ever sends back.
+const THINKING: u64 = 0;
+/// The block key of the message text.
+const TEXT: u64 = 1;
+/// The block key of tool call `i` is `TOOLS + i`.
+const TOOLS: u64 = 2;
 
 /// Assembly state for one Chat Completions stream.
 #[derive(Debug)]
@@ -81,6 +86,20 @@ impl StreamState {
         delta: &ChunkDelta<'_>,
         deltas: &mut Vec<StreamDelta>,
     ) -> Result<(), ProviderFailure> {
+        for reasoning in [&delta.reasoning_content, &delta.reasoning] {
+            let reasoning = or_empty(reasoning);
+            if reasoning.is_empty() {
+                continue;
+            }
+            if !self.asm.has(THINKING) {
+                let part = Part::Thinking {
+                    thinking: String::new(),
+                    signature: String::new(),
+                };
+                self.asm.start(THINKING, part, deltas)?;
+            }
+            self.asm.push_thinking(THINKING, reasoning, deltas)?;
+        }
         for (text, refusal) in [(&delta.content, false), (&delta.refusal, true)] {
             let text = or_empty(text);
             if text.is_empty() {
@@ -93,7 +112,7 @@ impl StreamState {
             self.refusal |= refusal;
         }
         for (pos, call) in (0u64..).zip(delta.tool_calls.iter().flatten()) {
-            let key = call.index.unwrap_or(pos).saturating_add(1);
+            let key = call.index.unwrap_or(pos).saturating_add(TOOLS);
             let id = or_empty(&call.id);
             let (name, args) = match &call.function {
                 Some(f) => (or_empty(&f.name), f.arguments.as_ref()),
@@ -182,9 +201,20 @@ pub(crate) fn parse_response(v: &Value, body: &[u8]) -> Result<AssistantResponse
         refusal = !t.is_empty();
         text.push_str(t);
     }
+    for key in ["reasoning_content", "reasoning"] {
+        if let Some(thinking) = message.get(key).and_then(Value::as_str) {
+            if !thinking.is_empty() && !asm.has(THINKING) {
+                let part = Part::Thinking {
+                    thinking: thinking.to_owned(),
+                    signature: String::new(),
+                };
+                asm.start(THINKING, part, &mut ignored)?;
+            }
+        }
+    }
     asm.start(TEXT, Part::Text(text), &mut ignored)?;
     if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
-        for (i, call) in (1u64..).zip(calls) {
+        for (i, call) in (TOOLS..).zip(calls) {
             let function = call.get("function").unwrap_or(&Value::Null);
             let field = |v: &Value, key: &str| {
                 v.get(key)
@@ -238,6 +268,10 @@ struct Choice<'a> {
 
 #[derive(Deserialize)]
 struct ChunkDelta<'a> {
+    #[serde(default, borrow)]
+    reasoning_content: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    reasoning: Option<Str<'a>>,
     #[serde(default, borrow)]
     content: Option<Str<'a>>,
     #[serde(default, borrow)]
