@@ -13,6 +13,8 @@ const ANTHROPIC_TOOL_USE: &[u8] =
     include_bytes!("../../fixtures/streams/anthropic/tool_use_response.sse");
 const ANTHROPIC_MAX_TOKENS_PARTIAL_JSON: &[u8] =
     include_bytes!("../../fixtures/streams/anthropic/incomplete_partial_json_response.sse");
+const ANTHROPIC_ERROR_EVENT: &[u8] =
+    include_bytes!("../../fixtures/streams/anthropic/error_event_documented.sse");
 const OPENAI_TEXT: &[u8] = include_bytes!("../../fixtures/streams/openai/text_with_usage.sse");
 const OPENAI_TOOLS: &[u8] = include_bytes!("../../fixtures/streams/openai/parallel_tool_calls.sse");
 
@@ -339,6 +341,30 @@ fn anthropic_error_event_mid_stream_is_classified_and_ends_the_stream() {
     assert!(f.message.contains("Overloaded"), "{f}");
     assert_eq!(f.action(), FailureAction::Retry);
     assert_eq!(d.finish().unwrap_err(), f);
+}
+
+#[test]
+fn anthropic_documented_overloaded_error_event_fails_a_started_stream() {
+    let text = std::str::from_utf8(ANTHROPIC_TOOL_USE).unwrap();
+    let head = &text[..text
+        .find("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1")
+        .unwrap()];
+    let mut d = StreamDecoder::new(ProviderKind::Anthropic);
+    let deltas = d.feed(head.as_bytes()).unwrap();
+    assert!(!deltas.is_empty(), "text was already shown");
+    let f = d.feed(ANTHROPIC_ERROR_EVENT).unwrap_err();
+    assert_eq!(f.transport, None);
+    assert!(f.message.contains("Overloaded"), "{f}");
+    assert_eq!(f.action(), FailureAction::Retry);
+    // The encoder writes the same event (modulo JSON spacing).
+    let ours = encode_stream_error_event(ProviderKind::Anthropic, "overloaded_error", "Overloaded");
+    let parse = |b: &[u8]| SseDecoder::new().decode(b).unwrap();
+    let (theirs, ours) = (parse(ANTHROPIC_ERROR_EVENT), parse(&ours));
+    assert_eq!(theirs[0].event, ours[0].event);
+    assert_eq!(
+        serde_json::from_str::<Value>(&theirs[0].data).unwrap(),
+        serde_json::from_str::<Value>(&ours[0].data).unwrap()
+    );
 }
 
 #[test]
