@@ -31,11 +31,18 @@
 //! - Empty text blocks are dropped when a message is assembled and when a request is built
 //!   (Anthropic rejects them); thinking blocks without a signature are not sent to Anthropic.
 //! - OpenAI Chat has no thinking blocks: they are left out of requests and encoded streams.
-//!   Reasoning text that compatible servers stream (`reasoning_content`, `reasoning`) is
-//!   assembled into a thinking block without a signature, shown to the UI as thinking deltas,
-//!   and never sent back (neither request builder sends unsigned thinking).
 //!   Its assistant messages are one text part followed by tool calls, so several text blocks
-//!   are joined without a separator.
+//!   are joined without a separator. Reasoning text that compatible servers stream
+//!   (`reasoning_content`, `reasoning`) is assembled into a thinking block without a
+//!   signature, shown to the UI as thinking deltas, and never sent back (neither request
+//!   builder sends unsigned thinking).
+//! - OpenAI requests set `max_completion_tokens` (the current field; `max_tokens` is refused
+//!   by reasoning models) and `stream_options.include_usage` when streaming;
+//!   [`parse_request`] accepts either field.
+//! - A tool call's arguments that fail to parse are [`InputProblemKind::Truncated`] when the
+//!   output stopped at the token limit and the JSON ended early (or the block never closed),
+//!   otherwise [`InputProblemKind::InvalidJson`]; valid JSON that is not an object is
+//!   [`InputProblemKind::NotAnObject`]. Either way the call's `input` becomes `{}`.
 //! - OpenAI Chat has no error flag on tool results: the result's text (for an error, the
 //!   model-readable error text) is the `tool` message's content. Tool messages cannot carry
 //!   images either: each image part is dropped and replaced by a one-line note in the text,
@@ -43,6 +50,10 @@
 //! - An OpenAI stream that ends cleanly after its `finish_reason` but before `data: [DONE]`
 //!   is accepted (some compatible servers never send `[DONE]`); one that ends earlier is a
 //!   cut stream.
+//!
+//! [`InputProblemKind::Truncated`]: crate::InputProblemKind::Truncated
+//! [`InputProblemKind::InvalidJson`]: crate::InputProblemKind::InvalidJson
+//! [`InputProblemKind::NotAnObject`]: crate::InputProblemKind::NotAnObject
 
 pub mod sse;
 
