@@ -8,6 +8,9 @@ use crate::response::{AssistantResponse, InputProblemKind, StopReason, ToolInput
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
+/// What one block costs against the message budget beyond its text, in bytes.
+const BLOCK_OVERHEAD: usize = 64;
+
 /// A content block being built.
 #[derive(Debug)]
 pub(crate) enum Part {
@@ -51,6 +54,11 @@ impl Assembly {
         self.parts.contains_key(&index)
     }
 
+    /// Charges the bookkeeping of one block, so a flood of empty blocks is bounded too.
+    pub(crate) fn charge_block(&mut self) -> Result<(), ProviderFailure> {
+        self.charge(BLOCK_OVERHEAD)
+    }
+
     fn charge(&mut self, n: usize) -> Result<(), ProviderFailure> {
         self.bytes = self.bytes.saturating_add(n);
         if self.bytes > self.max_bytes {
@@ -72,6 +80,7 @@ impl Assembly {
         if self.parts.contains_key(&index) {
             return Err(malformed(&format!("content block {index} started twice")));
         }
+        self.charge_block()?;
         match &part {
             Part::Text(text) => {
                 self.charge(text.len())?;

@@ -32,7 +32,17 @@
 //!   (Anthropic rejects them); thinking blocks without a signature are not sent to Anthropic.
 //! - OpenAI Chat has no thinking blocks: they are left out of requests and encoded streams.
 //!   Its assistant messages are one text part followed by tool calls, so several text blocks
-//!   are joined without a separator.
+//!   are joined without a separator. Reasoning text that compatible servers stream
+//!   (`reasoning_content`, `reasoning`) is assembled into a thinking block without a
+//!   signature, shown to the UI as thinking deltas, and never sent back (neither request
+//!   builder sends unsigned thinking).
+//! - OpenAI requests set `max_completion_tokens` (the current field; `max_tokens` is refused
+//!   by reasoning models) and `stream_options.include_usage` when streaming;
+//!   [`parse_request`] accepts either field.
+//! - A tool call's arguments that fail to parse are [`InputProblemKind::Truncated`] when the
+//!   output stopped at the token limit and the JSON ended early (or the block never closed),
+//!   otherwise [`InputProblemKind::InvalidJson`]; valid JSON that is not an object is
+//!   [`InputProblemKind::NotAnObject`]. Either way the call's `input` becomes `{}`.
 //! - OpenAI Chat has no error flag on tool results: the result's text (for an error, the
 //!   model-readable error text) is the `tool` message's content. Tool messages cannot carry
 //!   images either: each image part is dropped and replaced by a one-line note in the text,
@@ -40,11 +50,16 @@
 //! - An OpenAI stream that ends cleanly after its `finish_reason` but before `data: [DONE]`
 //!   is accepted (some compatible servers never send `[DONE]`); one that ends earlier is a
 //!   cut stream.
+//!
+//! [`InputProblemKind::Truncated`]: crate::InputProblemKind::Truncated
+//! [`InputProblemKind::InvalidJson`]: crate::InputProblemKind::InvalidJson
+//! [`InputProblemKind::NotAnObject`]: crate::InputProblemKind::NotAnObject
 
 pub mod sse;
 
 mod anthropic;
 mod assemble;
+mod borrow;
 mod openai;
 mod render;
 
@@ -112,8 +127,9 @@ pub enum WireError {
 
 /// An incremental piece of a streamed response, for a UI to show as it arrives.
 ///
-/// `index` identifies the content block the piece belongs to (Anthropic's block index; for
-/// OpenAI, 0 is the text and tool call `i` is `i + 1`).
+/// `index` identifies the content block the piece belongs to: Anthropic's block index; for
+/// OpenAI, 0 is reasoning text (from compatible servers), 1 the answer text and tool call `i`
+/// is `i + 2`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamDelta {
     /// More answer text.
@@ -153,7 +169,8 @@ pub enum StreamDelta {
 pub struct StreamLimits {
     /// SSE line and event limits.
     pub sse: SseLimits,
-    /// The largest assembled message accepted (text, thinking and tool arguments), in bytes.
+    /// The largest assembled message accepted, in bytes: text, thinking, tool ids, names and
+    /// arguments, plus 64 bytes per content block.
     pub max_message_bytes: usize,
 }
 
@@ -343,7 +360,7 @@ pub fn context_overflow_message(provider: ProviderKind, tokens: u64, limit: u64)
 /// let deltas = d
 ///     .feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n")
 ///     .unwrap();
-/// assert_eq!(deltas, [StreamDelta::Text { index: 0, text: "Hi".into() }]);
+/// assert_eq!(deltas, [StreamDelta::Text { index: 1, text: "Hi".into() }]);
 /// // The connection drops here: no finish_reason, no [DONE].
 /// let failure = d.finish().unwrap_err();
 /// assert_eq!(failure.kind, FailureKind::StreamMalformed);
@@ -351,7 +368,6 @@ pub fn context_overflow_message(provider: ProviderKind, tokens: u64, limit: u64)
 #[derive(Debug)]
 pub struct StreamDecoder {
     sse: SseDecoder,
-    events: Vec<SseEvent>,
     state: ProviderState,
     failure: Option<ProviderFailure>,
     complete: bool,
@@ -396,7 +412,6 @@ impl StreamDecoder {
         };
         StreamDecoder {
             sse: SseDecoder::with_limits(limits.sse),
-            events: Vec::new(),
             state,
             failure: None,
             complete: false,
@@ -425,21 +440,14 @@ impl StreamDecoder {
         if self.complete {
             return Ok(());
         }
-        let mut events = std::mem::take(&mut self.events);
-        let result = self.sse.feed(bytes, &mut events).map_err(sse_failure);
-        let result = result.and_then(|()| {
-            for event in events.drain(..) {
-                if self.complete {
-                    break;
-                }
-                if self.state.on_event(&event, deltas)? {
-                    self.complete = true;
-                }
+        let state = &mut self.state;
+        let complete = &mut self.complete;
+        let result = self.sse.feed_with(bytes, |event| {
+            if !*complete && state.on_event(event, deltas)? {
+                *complete = true;
             }
-            Ok(())
+            Ok::<(), ProviderFailure>(())
         });
-        events.clear();
-        self.events = events;
         result.inspect_err(|f| self.failure = Some(f.clone()))
     }
 
@@ -465,7 +473,7 @@ impl StreamDecoder {
         if !self.complete {
             let mut deltas = Vec::new();
             match self.sse.finish() {
-                Err(e) => return Err(sse_failure(e)),
+                Err(e) => return Err(e.into()),
                 Ok(Some(last)) => match self.state.on_event(&last, &mut deltas) {
                     Ok(terminal) => self.complete = terminal,
                     // An event cut mid-line fails to parse: that is a cut, not garbage.
@@ -487,8 +495,11 @@ impl StreamDecoder {
     }
 }
 
-fn sse_failure(e: SseError) -> ProviderFailure {
-    ProviderFailure::transport(TransportFault::MalformedStream, Some(&e.to_string()))
+/// A stream that broke an SSE limit is a malformed stream (retryable).
+impl From<SseError> for ProviderFailure {
+    fn from(e: SseError) -> Self {
+        ProviderFailure::transport(TransportFault::MalformedStream, Some(&e.to_string()))
+    }
 }
 
 pub(crate) fn malformed(detail: &str) -> ProviderFailure {

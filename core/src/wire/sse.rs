@@ -108,6 +108,10 @@ pub struct SseDecoder {
     retry: Option<u64>,
     reconnection_ms: Option<u64>,
     failed: Option<SseError>,
+    /// The event lent to callers; its buffers are swapped back and reused.
+    scratch: SseEvent,
+    /// A cleared event-name buffer kept for reuse.
+    spare_name: Option<String>,
 }
 
 impl fmt::Debug for SseDecoder {
@@ -150,6 +154,8 @@ impl SseDecoder {
             retry: None,
             reconnection_ms: None,
             failed: None,
+            scratch: SseEvent::default(),
+            spare_name: None,
         }
     }
 
@@ -172,9 +178,26 @@ impl SseDecoder {
     }
 
     /// Feeds the next bytes of the stream, appending every event they complete to `out`.
-    pub fn feed(&mut self, mut bytes: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+    pub fn feed(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+        self.feed_with(bytes, |event: &SseEvent| {
+            out.push(event.clone());
+            Ok::<(), SseError>(())
+        })
+    }
+
+    /// Feeds the next bytes of the stream, calling `on_event` with every event they complete.
+    ///
+    /// The event is lent, not given: its buffers are reused for the next one, so decoding
+    /// allocates nothing per event. A limit error is converted into `E` and leaves the decoder
+    /// failed; an error from `on_event` is returned as is and the rest of `bytes` is not
+    /// decoded.
+    pub fn feed_with<E, F>(&mut self, mut bytes: &[u8], mut on_event: F) -> Result<(), E>
+    where
+        E: From<SseError>,
+        F: FnMut(&SseEvent) -> Result<(), E>,
+    {
         if let Some(e) = self.failed {
-            return Err(e);
+            return Err(e.into());
         }
         if self.after_cr {
             self.after_cr = false;
@@ -183,40 +206,43 @@ impl SseDecoder {
             }
         }
         while !bytes.is_empty() {
-            match bytes.iter().position(|&b| b == b'\n' || b == b'\r') {
-                None => {
-                    if self.line.len() + bytes.len() > self.limits.max_line_bytes {
-                        return Err(self.fail(SseError::LineTooLong {
-                            limit: self.limits.max_line_bytes,
-                        }));
-                    }
-                    self.line.extend_from_slice(bytes);
-                    break;
+            let Some(end) = bytes.iter().position(|&b| b == b'\n' || b == b'\r') else {
+                if self.line.len() + bytes.len() > self.limits.max_line_bytes {
+                    let e = self.fail(SseError::LineTooLong {
+                        limit: self.limits.max_line_bytes,
+                    });
+                    return Err(e.into());
                 }
-                Some(end) => {
-                    let ending = bytes[end];
-                    let mut rest = &bytes[end + 1..];
-                    if ending == b'\r' {
-                        match rest.first() {
-                            Some(b'\n') => rest = &rest[1..],
-                            Some(_) => {}
-                            None => self.after_cr = true,
-                        }
-                    }
-                    let result = if self.line.is_empty() {
-                        self.take_line(&bytes[..end], out)
-                    } else {
-                        let mut line = std::mem::take(&mut self.line);
-                        line.extend_from_slice(&bytes[..end]);
-                        let r = self.take_line(&line, out);
-                        line.clear();
-                        self.line = line;
-                        r
-                    };
-                    if let Err(e) = result {
-                        return Err(self.fail(e));
-                    }
-                    bytes = rest;
+                self.line.extend_from_slice(bytes);
+                break;
+            };
+            let ending = bytes[end];
+            let mut rest = &bytes[end + 1..];
+            if ending == b'\r' {
+                match rest.first() {
+                    Some(b'\n') => rest = &rest[1..],
+                    Some(_) => {}
+                    None => self.after_cr = true,
+                }
+            }
+            let dispatched = if self.line.is_empty() {
+                self.take_line(&bytes[..end])
+            } else {
+                let mut line = std::mem::take(&mut self.line);
+                line.extend_from_slice(&bytes[..end]);
+                let r = self.take_line(&line);
+                line.clear();
+                self.line = line;
+                r
+            };
+            bytes = rest;
+            match dispatched {
+                Err(e) => return Err(self.fail(e).into()),
+                Ok(false) => {}
+                Ok(true) => {
+                    let result = on_event(&self.scratch);
+                    self.recycle();
+                    result?;
                 }
             }
         }
@@ -238,14 +264,19 @@ impl SseDecoder {
         }
         self.after_cr = false;
         if !self.line.is_empty() {
-            // A non-empty line never dispatches, so nothing can land in `out`.
+            // A non-empty line never dispatches.
             let line = std::mem::take(&mut self.line);
-            let mut out = Vec::new();
-            if let Err(e) = self.take_line(&line, &mut out) {
+            if let Err(e) = self.take_line(&line) {
                 return Err(self.fail(e));
             }
         }
-        Ok(self.dispatch())
+        if self.dispatch() {
+            let event = self.scratch.clone();
+            self.recycle();
+            Ok(Some(event))
+        } else {
+            Ok(None)
+        }
     }
 
     /// Whether bytes of an unfinished line or event are buffered.
@@ -259,7 +290,8 @@ impl SseDecoder {
         e
     }
 
-    fn take_line(&mut self, mut line: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
+    /// Processes one complete line; `Ok(true)` when it dispatched an event into `scratch`.
+    fn take_line(&mut self, mut line: &[u8]) -> Result<bool, SseError> {
         if self.at_start {
             self.at_start = false;
             if let Some(rest) = line.strip_prefix(BOM) {
@@ -272,13 +304,10 @@ impl SseDecoder {
             });
         }
         if line.is_empty() {
-            if let Some(event) = self.dispatch() {
-                out.push(event);
-            }
-            return Ok(());
+            return Ok(self.dispatch());
         }
         if line[0] == b':' {
-            return Ok(());
+            return Ok(false);
         }
         let (field, value) = match line.iter().position(|&b| b == b':') {
             Some(colon) => {
@@ -311,7 +340,8 @@ impl SseDecoder {
                 self.event_type.push_str(&value);
             }
             b"id" if !value.contains(&0) => {
-                self.last_event_id = String::from_utf8_lossy(value).into_owned();
+                self.last_event_id.clear();
+                self.last_event_id.push_str(&String::from_utf8_lossy(value));
             }
             b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
                 // Digits only, so the text is ASCII; an overflowing value is ignored.
@@ -322,30 +352,48 @@ impl SseDecoder {
             }
             _ => {}
         }
-        Ok(())
+        Ok(false)
     }
 
-    fn dispatch(&mut self) -> Option<SseEvent> {
+    /// Ends the current event: moves it into `scratch` and returns true, or resets and
+    /// returns false when its data buffer is empty.
+    fn dispatch(&mut self) -> bool {
         let retry = self.retry.take();
         if self.data.is_empty() {
             self.event_type.clear();
-            return None;
+            return false;
         }
-        let mut data = std::mem::take(&mut self.data);
-        if data.ends_with('\n') {
-            data.pop();
+        if self.data.ends_with('\n') {
+            self.data.pop();
         }
-        let event = if self.event_type.is_empty() {
+        std::mem::swap(&mut self.scratch.data, &mut self.data);
+        self.scratch.event = if self.event_type.is_empty() {
             None
         } else {
-            Some(std::mem::take(&mut self.event_type))
+            let mut name = self.spare_name.take().unwrap_or_default();
+            std::mem::swap(&mut name, &mut self.event_type);
+            Some(name)
         };
-        Some(SseEvent {
-            event,
-            data,
-            id: (!self.last_event_id.is_empty()).then(|| self.last_event_id.clone()),
-            retry,
-        })
+        self.scratch.id = if self.last_event_id.is_empty() {
+            None
+        } else {
+            let mut id = self.scratch.id.take().unwrap_or_default();
+            id.clear();
+            id.push_str(&self.last_event_id);
+            Some(id)
+        };
+        self.scratch.retry = retry;
+        true
+    }
+
+    /// Takes the dispatched event's buffers back for the next event.
+    fn recycle(&mut self) {
+        std::mem::swap(&mut self.scratch.data, &mut self.data);
+        self.data.clear();
+        if let Some(mut name) = self.scratch.event.take() {
+            name.clear();
+            self.spare_name = Some(name);
+        }
     }
 }
 

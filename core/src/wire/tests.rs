@@ -13,6 +13,8 @@ const ANTHROPIC_TOOL_USE: &[u8] =
     include_bytes!("../../fixtures/streams/anthropic/tool_use_response.sse");
 const ANTHROPIC_MAX_TOKENS_PARTIAL_JSON: &[u8] =
     include_bytes!("../../fixtures/streams/anthropic/incomplete_partial_json_response.sse");
+const ANTHROPIC_ERROR_EVENT: &[u8] =
+    include_bytes!("../../fixtures/streams/anthropic/error_event_documented.sse");
 const OPENAI_TEXT: &[u8] = include_bytes!("../../fixtures/streams/openai/text_with_usage.sse");
 const OPENAI_TOOLS: &[u8] = include_bytes!("../../fixtures/streams/openai/parallel_tool_calls.sse");
 
@@ -295,6 +297,34 @@ fn over_limit_message_is_a_malformed_stream() {
 }
 
 #[test]
+fn flood_of_empty_blocks_hits_the_message_limit() {
+    let limits = StreamLimits {
+        max_message_bytes: 10_000,
+        ..StreamLimits::default()
+    };
+    let mut d = StreamDecoder::with_limits(ProviderKind::Anthropic, limits);
+    let mut result = Ok(Vec::new());
+    for i in 0..1000 {
+        let kind = if i % 2 == 0 {
+            "text"
+        } else {
+            "server_tool_use"
+        };
+        let event = format!(
+            "event: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":{i},\"content_block\":{{\"type\":\"{kind}\",\"text\":\"\"}}}}\n\n"
+        );
+        result = d.feed(event.as_bytes());
+        if result.is_err() {
+            break;
+        }
+    }
+    assert_eq!(
+        result.unwrap_err().transport,
+        Some(TransportFault::MalformedStream)
+    );
+}
+
+#[test]
 fn anthropic_error_event_mid_stream_is_classified_and_ends_the_stream() {
     let text = std::str::from_utf8(ANTHROPIC_BASIC).unwrap();
     let head = &text[..text.find("event: content_block_stop").unwrap()];
@@ -311,6 +341,30 @@ fn anthropic_error_event_mid_stream_is_classified_and_ends_the_stream() {
     assert!(f.message.contains("Overloaded"), "{f}");
     assert_eq!(f.action(), FailureAction::Retry);
     assert_eq!(d.finish().unwrap_err(), f);
+}
+
+#[test]
+fn anthropic_documented_overloaded_error_event_fails_a_started_stream() {
+    let text = std::str::from_utf8(ANTHROPIC_TOOL_USE).unwrap();
+    let head = &text[..text
+        .find("event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1")
+        .unwrap()];
+    let mut d = StreamDecoder::new(ProviderKind::Anthropic);
+    let deltas = d.feed(head.as_bytes()).unwrap();
+    assert!(!deltas.is_empty(), "text was already shown");
+    let f = d.feed(ANTHROPIC_ERROR_EVENT).unwrap_err();
+    assert_eq!(f.transport, None);
+    assert!(f.message.contains("Overloaded"), "{f}");
+    assert_eq!(f.action(), FailureAction::Retry);
+    // The encoder writes the same event (modulo JSON spacing).
+    let ours = encode_stream_error_event(ProviderKind::Anthropic, "overloaded_error", "Overloaded");
+    let parse = |b: &[u8]| SseDecoder::new().decode(b).unwrap();
+    let (theirs, ours) = (parse(ANTHROPIC_ERROR_EVENT), parse(&ours));
+    assert_eq!(theirs[0].event, ours[0].event);
+    assert_eq!(
+        serde_json::from_str::<Value>(&theirs[0].data).unwrap(),
+        serde_json::from_str::<Value>(&ours[0].data).unwrap()
+    );
 }
 
 #[test]
@@ -438,6 +492,114 @@ fn thinking_and_signature_deltas_assemble_a_thinking_block() {
     let (deltas, r) = decode_with_deltas(ProviderKind::Anthropic, &bytes);
     assert_eq!(r, response);
     assert!(matches!(&deltas[0], StreamDelta::Thinking { index: 0, .. }));
+}
+
+#[test]
+fn encoded_input_problems_decode_to_the_same_problems() {
+    let raw_truncated = "{\"path\": \"a.rs\", \"text\": \"fn ma";
+    let raw_invalid = "{\"path\": tru}";
+    let detail = |raw: &str| serde_json::from_str::<Value>(raw).unwrap_err().to_string();
+    let problem = |id: &str, kind, raw: &str| crate::response::ToolInputProblem {
+        tool_use_id: id.into(),
+        kind,
+        raw: raw.into(),
+        detail: detail(raw),
+    };
+    let response = AssistantResponse {
+        message: Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentBlock::tool_use("call_a", "write", json!({})),
+                ContentBlock::tool_use("call_b", "write", json!({})),
+            ],
+        },
+        stop_reason: StopReason::MaxTokens,
+        usage: Usage::default(),
+        input_problems: vec![
+            problem("call_a", InputProblemKind::InvalidJson, raw_invalid),
+            problem("call_b", InputProblemKind::Truncated, raw_truncated),
+        ],
+    };
+    for provider in [ProviderKind::Anthropic, ProviderKind::OpenAi] {
+        let bytes = encode_stream(provider, &response, "m", "id").concat();
+        assert_eq!(decode(provider, &bytes).unwrap(), response, "{provider}");
+    }
+}
+
+#[test]
+fn openai_encoding_leaves_out_thinking_which_chat_cannot_carry() {
+    let mut response = AssistantResponse::end_turn(Message::assistant_text("42"));
+    response.message.content.insert(
+        0,
+        ContentBlock::Thinking {
+            thinking: "hmm".into(),
+            signature: "sig".into(),
+        },
+    );
+    let bytes = encode_stream(ProviderKind::OpenAi, &response, "m", "id").concat();
+    let decoded = decode(ProviderKind::OpenAi, &bytes).unwrap();
+    assert_eq!(decoded.message, Message::assistant_text("42"));
+}
+
+#[test]
+fn openai_refusal_round_trips_through_the_refusal_field() {
+    let mut response =
+        AssistantResponse::end_turn(Message::assistant_text("I can't help with that."));
+    response.stop_reason = StopReason::Refusal;
+    let chunks = encode_stream(ProviderKind::OpenAi, &response, "m", "id");
+    assert!(String::from_utf8_lossy(&chunks[1]).contains("\"refusal\":\"I can't"));
+    assert_eq!(
+        decode(ProviderKind::OpenAi, &chunks.concat()).unwrap(),
+        response
+    );
+    let body = encode_response_json(ProviderKind::OpenAi, &response, "m", "id").to_string();
+    assert_eq!(
+        parse_response(ProviderKind::OpenAi, body.as_bytes()).unwrap(),
+        response
+    );
+}
+
+#[test]
+fn openai_compatible_reasoning_content_becomes_unsigned_thinking_before_the_text() {
+    let bytes = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"reasoning_content\":\"Let me see.\"}}]}\n\n\
+data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"4\"}}]}\n\n\
+data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+    let (deltas, r) = decode_with_deltas(ProviderKind::OpenAi, bytes);
+    assert_eq!(
+        deltas,
+        [
+            StreamDelta::Thinking {
+                index: 0,
+                thinking: "Let me see.".into()
+            },
+            StreamDelta::Text {
+                index: 1,
+                text: "4".into()
+            },
+        ]
+    );
+    assert_eq!(
+        r.message.content,
+        vec![
+            ContentBlock::Thinking {
+                thinking: "Let me see.".into(),
+                signature: String::new()
+            },
+            ContentBlock::text("4"),
+        ]
+    );
+    // Never sent back, to either provider.
+    let conv = Conversation::from(vec![
+        Message::user_text("2+2?"),
+        r.message,
+        Message::user_text("ok"),
+    ]);
+    for provider in [ProviderKind::Anthropic, ProviderKind::OpenAi] {
+        let body = request_body(provider, &conv, &params(&[]))
+            .unwrap()
+            .to_string();
+        assert!(!body.contains("Let me see."), "{provider}: {body}");
+    }
 }
 
 // ---- non-streaming bodies ----

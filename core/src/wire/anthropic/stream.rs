@@ -4,9 +4,11 @@ use crate::classify::classify_error_body;
 use crate::failure::{ProviderFailure, ProviderKind};
 use crate::response::{AssistantResponse, StopReason};
 use crate::wire::assemble::{Assembly, Part};
+use crate::wire::borrow::{or_empty, Str};
 use crate::wire::render::read_anthropic_usage;
 use crate::wire::sse::SseEvent;
 use crate::wire::{malformed, stream_cut, StreamDelta};
+use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeSet;
 
@@ -41,13 +43,13 @@ impl StreamState {
                 event.data.as_bytes(),
             ));
         }
-        let v: Value = serde_json::from_str(&event.data)
-            .map_err(|e| malformed(&format!("event data is not JSON: {e}")))?;
-        let ty = v
-            .get("type")
-            .and_then(Value::as_str)
-            .or(event.event.as_deref())
-            .unwrap_or_default();
+        let v: Event<'_> = serde_json::from_str(&event.data)
+            .map_err(|e| malformed(&format!("event data is not a valid event: {e}")))?;
+        let ty =
+            v.ty.as_ref()
+                .map(Str::as_str)
+                .or(event.event.as_deref())
+                .unwrap_or_default();
         match ty {
             "error" => {
                 return Err(classify_error_body(
@@ -57,13 +59,13 @@ impl StreamState {
                 ))
             }
             "message_start" => {
-                if let Some(usage) = v.get("message").and_then(|m| m.get("usage")) {
+                if let Some(usage) = v.message.as_ref().and_then(|m| m.get("usage")) {
                     read_anthropic_usage(usage, &mut self.asm.usage);
                 }
             }
             "content_block_start" => {
-                let index = index_of(&v)?;
-                let block = v.get("content_block").unwrap_or(&Value::Null);
+                let index = index_of(v.index)?;
+                let block = v.content_block.as_ref().unwrap_or(&Value::Null);
                 let text = |key: &str| {
                     block
                         .get(key)
@@ -85,6 +87,7 @@ impl StreamState {
                         closed: false,
                     },
                     _ => {
+                        self.asm.charge_block()?;
                         self.skipped.insert(index);
                         return Ok(false);
                     }
@@ -92,40 +95,43 @@ impl StreamState {
                 self.asm.start(index, part, deltas)?;
             }
             "content_block_delta" => {
-                let index = index_of(&v)?;
+                let index = index_of(v.index)?;
                 if self.skipped.contains(&index) {
                     return Ok(false);
                 }
-                let delta = v.get("delta").unwrap_or(&Value::Null);
-                let field = |key: &str| delta.get(key).and_then(Value::as_str).unwrap_or_default();
-                match delta.get("type").and_then(Value::as_str) {
-                    Some("text_delta") => self.asm.push_text(index, field("text"), deltas)?,
+                let Some(delta) = &v.delta else {
+                    return Ok(false);
+                };
+                match delta.ty.as_ref().map(Str::as_str) {
+                    Some("text_delta") => {
+                        self.asm.push_text(index, or_empty(&delta.text), deltas)?
+                    }
                     Some("input_json_delta") => {
-                        self.asm.push_json(index, field("partial_json"), deltas)?;
+                        self.asm
+                            .push_json(index, or_empty(&delta.partial_json), deltas)?;
                     }
                     Some("thinking_delta") => {
-                        self.asm.push_thinking(index, field("thinking"), deltas)?;
+                        self.asm
+                            .push_thinking(index, or_empty(&delta.thinking), deltas)?;
                     }
-                    Some("signature_delta") => self.asm.set_signature(index, field("signature"))?,
+                    Some("signature_delta") => {
+                        self.asm.set_signature(index, or_empty(&delta.signature))?;
+                    }
                     // citations_delta and future kinds carry nothing rebound keeps.
                     _ => {}
                 }
             }
             "content_block_stop" => {
-                let index = index_of(&v)?;
+                let index = index_of(v.index)?;
                 if !self.skipped.contains(&index) {
                     self.asm.close(index)?;
                 }
             }
             "message_delta" => {
-                if let Some(reason) = v
-                    .get("delta")
-                    .and_then(|d| d.get("stop_reason"))
-                    .and_then(Value::as_str)
-                {
-                    self.stop_reason = Some(StopReason::from(reason.to_owned()));
+                if let Some(reason) = v.delta.as_ref().and_then(|d| d.stop_reason.as_ref()) {
+                    self.stop_reason = Some(StopReason::from(reason.as_str().to_owned()));
                 }
-                if let Some(usage) = v.get("usage") {
+                if let Some(usage) = &v.usage {
                     read_anthropic_usage(usage, &mut self.asm.usage);
                 }
             }
@@ -149,10 +155,43 @@ impl StreamState {
     }
 }
 
-fn index_of(v: &Value) -> Result<u64, ProviderFailure> {
-    v.get("index")
-        .and_then(Value::as_u64)
-        .ok_or_else(|| malformed("content block event without an index"))
+fn index_of(index: Option<u64>) -> Result<u64, ProviderFailure> {
+    index.ok_or_else(|| malformed("content block event without an index"))
+}
+
+/// One stream event. Rare parts (`message`, `content_block`, `usage`) stay generic; the
+/// frequent delta strings are borrowed from the event text.
+#[derive(Deserialize)]
+struct Event<'a> {
+    #[serde(rename = "type", default, borrow)]
+    ty: Option<Str<'a>>,
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(default, borrow)]
+    delta: Option<Delta<'a>>,
+    #[serde(default)]
+    content_block: Option<Value>,
+    #[serde(default)]
+    message: Option<Value>,
+    #[serde(default)]
+    usage: Option<Value>,
+}
+
+/// A `content_block_delta`'s or `message_delta`'s `delta`.
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(rename = "type", default, borrow)]
+    ty: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    text: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    partial_json: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    thinking: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    signature: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    stop_reason: Option<Str<'a>>,
 }
 
 /// A non-streaming Messages response body.

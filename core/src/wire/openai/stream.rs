@@ -5,13 +5,21 @@ use crate::classify::classify_error_body;
 use crate::failure::{ProviderFailure, ProviderKind};
 use crate::response::{AssistantResponse, StopReason, Usage};
 use crate::wire::assemble::{Assembly, Part};
+use crate::wire::borrow::{or_empty, Str};
 use crate::wire::render::count;
 use crate::wire::sse::SseEvent;
 use crate::wire::{malformed, stream_cut, StreamDelta};
+use serde::de::IgnoredAny;
+use serde::Deserialize;
 use serde_json::Value;
 
-/// The block key of the message text; tool call `i` is `i + 1`.
-const TEXT: u64 = 0;
+/// The block key of reasoning text some compatible servers send (`reasoning_content`,
+/// `reasoning`); it becomes an unsigned thinking block, which no request ever sends back.
+const THINKING: u64 = 0;
+/// The block key of the message text.
+const TEXT: u64 = 1;
+/// The block key of tool call `i` is `TOOLS + i`.
+const TOOLS: u64 = 2;
 
 /// Assembly state for one Chat Completions stream.
 #[derive(Debug)]
@@ -47,30 +55,27 @@ impl StreamState {
         if data == "[DONE]" {
             return Ok(true);
         }
-        let v: Value = serde_json::from_str(data)
-            .map_err(|e| malformed(&format!("chunk is not JSON: {e}")))?;
-        if v.get("error").is_some_and(|e| !e.is_null()) {
+        let chunk: Chunk<'_> = serde_json::from_str(data)
+            .map_err(|e| malformed(&format!("chunk is not a valid chunk: {e}")))?;
+        if chunk.error.is_some() {
             return Err(classify_error_body(
                 ProviderKind::OpenAi,
                 None,
                 event.data.as_bytes(),
             ));
         }
-        if let Some(usage) = v.get("usage").filter(|u| u.is_object()) {
+        if let Some(usage) = chunk.usage.as_ref().filter(|u| u.is_object()) {
             read_usage(usage, &mut self.asm.usage);
         }
-        let Some(choices) = v.get("choices").and_then(Value::as_array) else {
-            return Ok(false);
-        };
-        for choice in choices {
-            if choice.get("index").and_then(Value::as_u64).unwrap_or(0) != 0 {
+        for choice in chunk.choices.iter().flatten() {
+            if choice.index.unwrap_or(0) != 0 {
                 continue;
             }
-            if let Some(delta) = choice.get("delta") {
+            if let Some(delta) = &choice.delta {
                 self.on_delta(delta, deltas)?;
             }
-            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-                self.finish_reason = Some(reason.to_owned());
+            if let Some(reason) = &choice.finish_reason {
+                self.finish_reason = Some(reason.as_str().to_owned());
             }
         }
         Ok(false)
@@ -78,33 +83,41 @@ impl StreamState {
 
     fn on_delta(
         &mut self,
-        delta: &Value,
+        delta: &ChunkDelta<'_>,
         deltas: &mut Vec<StreamDelta>,
     ) -> Result<(), ProviderFailure> {
-        for (key, refusal) in [("content", false), ("refusal", true)] {
-            if let Some(text) = delta.get(key).and_then(Value::as_str) {
-                if text.is_empty() {
-                    continue;
-                }
-                if !self.asm.has(TEXT) {
-                    self.asm.start(TEXT, Part::Text(String::new()), deltas)?;
-                }
-                self.asm.push_text(TEXT, text, deltas)?;
-                self.refusal |= refusal;
+        for reasoning in [&delta.reasoning_content, &delta.reasoning] {
+            let reasoning = or_empty(reasoning);
+            if reasoning.is_empty() {
+                continue;
             }
+            if !self.asm.has(THINKING) {
+                let part = Part::Thinking {
+                    thinking: String::new(),
+                    signature: String::new(),
+                };
+                self.asm.start(THINKING, part, deltas)?;
+            }
+            self.asm.push_thinking(THINKING, reasoning, deltas)?;
         }
-        let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) else {
-            return Ok(());
-        };
-        for (pos, call) in (0u64..).zip(calls) {
-            let index = call.get("index").and_then(Value::as_u64).unwrap_or(pos);
-            let key = index.saturating_add(1);
-            let id = call.get("id").and_then(Value::as_str).unwrap_or_default();
-            let function = call.get("function").unwrap_or(&Value::Null);
-            let name = function
-                .get("name")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
+        for (text, refusal) in [(&delta.content, false), (&delta.refusal, true)] {
+            let text = or_empty(text);
+            if text.is_empty() {
+                continue;
+            }
+            if !self.asm.has(TEXT) {
+                self.asm.start(TEXT, Part::Text(String::new()), deltas)?;
+            }
+            self.asm.push_text(TEXT, text, deltas)?;
+            self.refusal |= refusal;
+        }
+        for (pos, call) in (0u64..).zip(delta.tool_calls.iter().flatten()) {
+            let key = call.index.unwrap_or(pos).saturating_add(TOOLS);
+            let id = or_empty(&call.id);
+            let (name, args) = match &call.function {
+                Some(f) => (or_empty(&f.name), f.arguments.as_ref()),
+                None => ("", None),
+            };
             if self.asm.has(key) {
                 self.asm.tool_identity(key, id, name);
             } else {
@@ -118,8 +131,8 @@ impl StreamState {
                 };
                 self.asm.start(key, part, deltas)?;
             }
-            if let Some(args) = function.get("arguments").and_then(Value::as_str) {
-                self.asm.push_json(key, args, deltas)?;
+            if let Some(args) = args {
+                self.asm.push_json(key, args.as_str(), deltas)?;
             }
         }
         Ok(())
@@ -188,9 +201,20 @@ pub(crate) fn parse_response(v: &Value, body: &[u8]) -> Result<AssistantResponse
         refusal = !t.is_empty();
         text.push_str(t);
     }
+    for key in ["reasoning_content", "reasoning"] {
+        if let Some(thinking) = message.get(key).and_then(Value::as_str) {
+            if !thinking.is_empty() && !asm.has(THINKING) {
+                let part = Part::Thinking {
+                    thinking: thinking.to_owned(),
+                    signature: String::new(),
+                };
+                asm.start(THINKING, part, &mut ignored)?;
+            }
+        }
+    }
     asm.start(TEXT, Part::Text(text), &mut ignored)?;
     if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
-        for (i, call) in (1u64..).zip(calls) {
+        for (i, call) in (TOOLS..).zip(calls) {
             let function = call.get("function").unwrap_or(&Value::Null);
             let field = |v: &Value, key: &str| {
                 v.get(key)
@@ -217,4 +241,59 @@ pub(crate) fn parse_response(v: &Value, body: &[u8]) -> Result<AssistantResponse
         .map(str::to_owned);
     let stop = stop_reason(finish, refusal, asm.has_tool_calls());
     asm.finish(stop)
+}
+
+/// One `chat.completion.chunk` (or an error object). Only the fields rebound reads; the
+/// delta strings are borrowed from the chunk text.
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(default, borrow)]
+    choices: Option<Vec<Choice<'a>>>,
+    #[serde(default)]
+    usage: Option<Value>,
+    /// Present (and not null) when the server reports an error in the stream.
+    #[serde(default)]
+    error: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(default, borrow)]
+    delta: Option<ChunkDelta<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Str<'a>>,
+}
+
+#[derive(Deserialize)]
+struct ChunkDelta<'a> {
+    #[serde(default, borrow)]
+    reasoning_content: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    reasoning: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    content: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    refusal: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<ToolCallDelta<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCallDelta<'a> {
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(default, borrow)]
+    id: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    function: Option<FunctionDelta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct FunctionDelta<'a> {
+    #[serde(default, borrow)]
+    name: Option<Str<'a>>,
+    #[serde(default, borrow)]
+    arguments: Option<Str<'a>>,
 }
