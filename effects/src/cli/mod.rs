@@ -128,7 +128,7 @@ pub struct RunArgs {
     /// Stop after this many assistant messages.
     #[arg(long)]
     pub max_turns: Option<u32>,
-    /// Fallback target PROVIDER:MODEL[@BASE_URL] (repeatable), tried in order when the
+    /// Fallback target `PROVIDER:MODEL[@BASE_URL]` (repeatable), tried in order when the
     /// previous target's retries are spent or its quota is exhausted. Keys come from the
     /// provider's conventional variable.
     #[arg(long = "fallback", value_name = "PROVIDER:MODEL[@BASE_URL]")]
