@@ -120,8 +120,10 @@ pub struct SimOutcome {
     pub steps: Vec<SimStep>,
     /// Requests sent, per target index.
     pub requests_per_target: Vec<u32>,
-    /// Virtual time at the end of the run.
+    /// Virtual time at the end of the run, on the world's clock.
     pub elapsed: Millis,
+    /// When the run started, on the world's clock (a fleet agent's `start_ms`; else 0).
+    pub started: Millis,
     /// The trace header describing the machine (seed, config, initial conversation).
     pub header: TraceHeader,
 }
@@ -138,6 +140,12 @@ impl SimOutcome {
         self.steps
             .iter()
             .flat_map(|s| s.commands.iter().map(move |c| (s.at, c)))
+    }
+
+    /// How long the run took in virtual time, from its start to its end.
+    #[must_use]
+    pub fn duration_ms(&self) -> u64 {
+        self.elapsed.since(self.started)
     }
 
     /// Provider requests sent, over all targets.
@@ -377,6 +385,7 @@ struct Agent<'s> {
     last_answer: Option<(usize, bool, &'s Answer)>,
     steps: Vec<SimStep>,
     requests: Vec<u32>,
+    started: Millis,
     elapsed: Millis,
     header: TraceHeader,
 }
@@ -422,6 +431,7 @@ impl<'s> Agent<'s> {
             last_answer: None,
             steps: Vec::new(),
             requests: vec![0; config.machine.target_count()],
+            started: start,
             elapsed: Millis::ZERO,
             header,
         }
@@ -644,6 +654,7 @@ impl<'s> Agent<'s> {
             steps: self.steps,
             requests_per_target: self.requests,
             elapsed: self.elapsed,
+            started: self.started,
             header: self.header,
         }
     }
