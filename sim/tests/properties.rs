@@ -17,9 +17,9 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed};
 use rebound_core::trace::command_value;
 use rebound_core::{
-    BatchOutcome, Command, Event, FailureAction, FailureKind, GiveUp, HostFailureKind,
-    InputProblemKind, ProviderFailure, ProviderKind, RequestId, RunError, ToolFailure,
-    TransportFault,
+    BatchOutcome, BudgetConfig, BudgetUse, Command, Event, FailureAction, FailureKind, GiveUp,
+    HostFailureKind, InputProblemKind, ProviderFailure, ProviderKind, RequestId, RunError,
+    TargetSpec, ToolFailure, TransportFault,
 };
 use rebound_sim::scenario::{
     Answer, Cancel, Fault, FaultKind, History, InputProblem, Outage, RandomFaults, Scenario,
@@ -125,6 +125,8 @@ struct Mix {
     max_faults: Option<usize>,
     /// Fewer scripted faults per turn than the attempt budget (overrides `max_faults`).
     fit_budget: bool,
+    /// A fallback chain of up to three targets and a shared retry budget.
+    chain: bool,
 }
 
 const TOOLS: [&str; 3] = ["read", "edit", "bash"];
@@ -407,23 +409,66 @@ fn sim_config() -> impl Strategy<Value = SimConfig> {
         )
 }
 
+/// A fallback chain of 1 to 3 targets and, sometimes, a small shared retry budget.
+fn chain() -> impl Strategy<Value = (Vec<TargetSpec>, Option<(BudgetUse, BudgetConfig)>)> {
+    let target = prop::sample::select(vec![
+        TargetSpec {
+            provider: ProviderKind::Anthropic,
+            model: "claude-sonnet-4-5".into(),
+        },
+        TargetSpec {
+            provider: ProviderKind::OpenAi,
+            model: "gpt-4.1".into(),
+        },
+    ]);
+    let budget = (0u64..5_000, 0.0f64..4.0, 0.0f64..0.5, 0.0f64..2.0).prop_map(
+        |(max_wait_ms, capacity, deposit, refill)| {
+            (
+                BudgetUse { max_wait_ms },
+                BudgetConfig {
+                    capacity,
+                    initial: capacity,
+                    deposit_per_request: deposit,
+                    refill_per_sec: refill,
+                },
+            )
+        },
+    );
+    (
+        prop::collection::vec(target, 1..=3),
+        prop::option::of(budget),
+    )
+}
+
 fn cases(mix: Mix) -> impl Strategy<Value = Case> {
-    (any::<u64>(), sim_config()).prop_flat_map(move |(seed, config)| {
-        let cap = config.machine.retry.max_retry_after_ms;
-        let mix = Mix {
-            max_faults: if mix.fit_budget {
-                Some(config.machine.retry.attempts() as usize - 1)
-            } else {
-                mix.max_faults
-            },
-            ..mix
-        };
-        scenario(mix, cap).prop_map(move |scenario| Case {
-            seed,
-            config: config.clone(),
-            scenario,
-        })
-    })
+    let chain = if mix.chain {
+        chain().boxed()
+    } else {
+        Just((Vec::new(), None)).boxed()
+    };
+    (any::<u64>(), sim_config(), chain).prop_flat_map(
+        move |(seed, mut config, (targets, budget))| {
+            config.machine.targets = targets;
+            if let Some((budget_use, budget)) = budget {
+                config.machine.retry_budget = Some(budget_use);
+                config.budget = Some(budget);
+            }
+            let cap = config.machine.retry.max_retry_after_ms;
+            let mix = Mix {
+                max_faults: if mix.fit_budget {
+                    Some(config.machine.retry.attempts() as usize - 1)
+                } else {
+                    mix.max_faults
+                },
+                ..mix
+            };
+            scenario(mix, cap).prop_map(move |scenario| Case {
+                seed,
+                config: config.clone(),
+                scenario,
+            })
+        },
+    )
 }
 
 /// Everything at once.
@@ -437,6 +482,7 @@ const EVERYTHING: Mix = Mix {
     cancel: true,
     max_faults: Some(4),
     fit_budget: false,
+    chain: true,
 };
 
 /// Faults that are retried and end in time: every turn's faults fit in its attempt budget.
@@ -450,6 +496,7 @@ const SURVIVABLE: Mix = Mix {
     cancel: false,
     max_faults: None,
     fit_budget: true,
+    chain: false,
 };
 
 // ----- reading an outcome ------------------------------------------------------------------
@@ -478,6 +525,17 @@ fn attempts(o: &SimOutcome) -> Vec<Attempt> {
         }
     }
     out
+}
+
+fn target_of(o: &SimOutcome, request: RequestId) -> usize {
+    o.commands()
+        .find_map(|(_, c)| match c {
+            Command::SendRequest {
+                request: r, target, ..
+            } if *r == request => Some(*target),
+            _ => None,
+        })
+        .unwrap_or(usize::MAX)
 }
 
 fn attempt_of(o: &SimOutcome, request: RequestId) -> Option<u32> {
@@ -650,7 +708,8 @@ fn retry_delays_follow_the_policy_or_the_capped_server_hint(case: &Case) -> Resu
                                 ..
                             }
                         }
-                    )) || n >= retry.attempts(),
+                    )) || n >= retry.attempts()
+                        || matches!(s.commands.first(), Some(Command::NotifyFallback { .. })),
                     "step {i}: a hint of {hint} ms over the cap {cap} did not end the run: {:?}",
                     s.commands
                 );
@@ -778,6 +837,33 @@ fn non_retryable_failures_are_never_retried(case: &Case) -> Result<(), String> {
             },
             _ => false,
         };
+        if let (true, Event::ProviderFailed { request, failure }) = (fatal, &s.event) {
+            let from = target_of(&o, *request);
+            if let [Command::NotifyFallback { info }, Command::SendRequest {
+                target, attempt: 1, ..
+            }] = s.commands.as_slice()
+            {
+                ensure!(
+                    matches!(
+                        failure.kind,
+                        FailureKind::QuotaExhausted | FailureKind::ModelNotFound
+                    ) && info.from == from
+                        && *target == from + 1,
+                    "step {i}: a non-retryable {:?} on target {from} fell back to {target}",
+                    failure.kind
+                );
+                // Never again to the target that refused.
+                let later = o.steps[i + 1..]
+                    .iter()
+                    .flat_map(|s| &s.commands)
+                    .any(|c| matches!(c, Command::SendRequest { target, .. } if *target == from));
+                ensure!(
+                    !later,
+                    "step {i}: target {from} was asked again after refusing"
+                );
+                continue;
+            }
+        }
         if fatal {
             ensure!(
                 matches!(s.commands.as_slice(), [Command::Fail { .. }]),
@@ -1341,7 +1427,8 @@ fn generated_cases_reach_every_interesting_path() {
                 GiveUp::RetryAfterTooLong { .. } => "hint too long",
                 GiveUp::OverflowAfterCompaction => "overflow after compaction",
                 GiveUp::CompactionFailed { .. } => "compaction failed",
-                GiveUp::BudgetExhausted | GiveUp::CompactionDisabled => "other",
+                GiveUp::BudgetExhausted => "budget exhausted",
+                GiveUp::CompactionDisabled => "other",
             }),
             Err(RunError::Invariant { .. }) => hit("invariant"),
         }
@@ -1354,6 +1441,18 @@ fn generated_cases_reach_every_interesting_path() {
         }
         if commands.iter().any(|c| matches!(c, Command::Sleep { .. })) {
             hit("retried");
+        }
+        if commands
+            .iter()
+            .any(|c| matches!(c, Command::NotifyFallback { .. }))
+        {
+            hit("fell back");
+        }
+        if commands
+            .iter()
+            .any(|c| matches!(c, Command::AcquirePermit { .. }))
+        {
+            hit("asked for a permit");
         }
         if o.conversation
             .messages()
@@ -1391,6 +1490,9 @@ fn generated_cases_reach_every_interesting_path() {
         "tool error result",
         "tool result",
         "server hint",
+        "fell back",
+        "asked for a permit",
+        "budget exhausted",
     ] {
         assert!(
             seen.get(path).copied().unwrap_or(0) >= 2,
