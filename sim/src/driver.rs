@@ -242,10 +242,35 @@ pub fn simulate_fleet(
     agents: &[FleetAgent<'_>],
     config: &SimConfig,
 ) -> Result<Vec<SimOutcome>, SimError> {
+    match &config.budget {
+        Some(budget) => simulate_fleet_with(agents, config, &mut RetryBudget::new(budget.clone())),
+        None => run_world(agents, config, None),
+    }
+}
+
+/// [`simulate_fleet`] with a retry budget owned by the caller (`config.budget` is ignored),
+/// for experiments that inspect the budget afterwards or carry it from one world to the next.
+///
+/// # Errors
+///
+/// A [`SimError`] when a machine livelocks or stalls.
+pub fn simulate_fleet_with(
+    agents: &[FleetAgent<'_>],
+    config: &SimConfig,
+    budget: &mut RetryBudget,
+) -> Result<Vec<SimOutcome>, SimError> {
+    run_world(agents, config, Some(budget))
+}
+
+fn run_world(
+    agents: &[FleetAgent<'_>],
+    config: &SimConfig,
+    budget: Option<&mut RetryBudget>,
+) -> Result<Vec<SimOutcome>, SimError> {
     let mut world = World {
         queue: BinaryHeap::new(),
         seq: 0,
-        budget: config.budget.clone().map(RetryBudget::new),
+        budget,
         idle_timeout_ms: config.idle_timeout_ms,
     };
     let mut states: Vec<Agent<'_>> = agents
@@ -346,14 +371,14 @@ impl Ord for Pending {
     }
 }
 
-struct World {
+struct World<'b> {
     queue: BinaryHeap<Pending>,
     seq: u64,
-    budget: Option<RetryBudget>,
+    budget: Option<&'b mut RetryBudget>,
     idle_timeout_ms: u64,
 }
 
-impl World {
+impl World<'_> {
     fn push(&mut self, at: Millis, agent: usize, event: Event) {
         self.enqueue(at, 1, agent, event);
     }
@@ -391,7 +416,7 @@ struct Agent<'s> {
 }
 
 impl<'s> Agent<'s> {
-    fn new(spec: &FleetAgent<'s>, config: &SimConfig, index: usize, world: &mut World) -> Self {
+    fn new(spec: &FleetAgent<'s>, config: &SimConfig, index: usize, world: &mut World<'_>) -> Self {
         let scenario = spec.scenario;
         let mut machine_config = config.machine.clone();
         machine_config.tools = scenario.tool_specs();
@@ -437,7 +462,7 @@ impl<'s> Agent<'s> {
         }
     }
 
-    fn execute(&mut self, now: Millis, command: &Command, world: &mut World) {
+    fn execute(&mut self, now: Millis, command: &Command, world: &mut World<'_>) {
         match command {
             Command::SendRequest {
                 request,
@@ -450,7 +475,7 @@ impl<'s> Agent<'s> {
                 }
                 self.requests[*target] += 1;
                 if *attempt == 1 {
-                    if let Some(budget) = &mut world.budget {
+                    if let Some(budget) = world.budget.as_deref_mut() {
                         budget.record_request(now);
                     }
                 }
@@ -504,7 +529,7 @@ impl<'s> Agent<'s> {
                 );
             }
             Command::AcquirePermit { permit, deadline } => {
-                let decision = match &mut world.budget {
+                let decision = match world.budget.as_deref_mut() {
                     Some(budget) => budget.try_acquire(now, *deadline),
                     None => PermitDecision::Granted,
                 };

@@ -31,7 +31,10 @@ pub mod scenario;
 pub mod stats;
 pub mod trace;
 
-pub use driver::{simulate, simulate_fleet, FleetAgent, SimConfig, SimError, SimOutcome, SimStep};
+pub use driver::{
+    simulate, simulate_fleet, simulate_fleet_with, FleetAgent, SimConfig, SimError, SimOutcome,
+    SimStep,
+};
 pub use scenario::{Scenario, ScenarioError};
 pub use stats::{run_many, Stats};
 pub use trace::{replay, Divergence, ReplayError, ReplayReport, Trace, TraceError, TraceWriter};

@@ -493,7 +493,10 @@ impl ToolError {
 }
 
 /// One failed request attempt.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// In JSON, the [`FaultKind`]'s fields and `after_ms` sit in one object:
+/// `{"type": "http", "status": 529, "after_ms": 40}`. Unknown fields are an error.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Fault {
     /// What fails.
     #[serde(flatten)]
@@ -501,6 +504,20 @@ pub struct Fault {
     /// When the failure surfaces after the request was sent, overriding [`Timing`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after_ms: Option<u64>,
+}
+
+impl<'de> Deserialize<'de> for Fault {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        // By hand rather than `flatten`, which would accept unknown fields silently.
+        let mut map = serde_json::Map::<String, Value>::deserialize(d)?;
+        let after_ms = match map.remove("after_ms") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(u64::deserialize(v).map_err(D::Error::custom)?),
+        };
+        let kind = FaultKind::deserialize(Value::Object(map)).map_err(D::Error::custom)?;
+        Ok(Fault { kind, after_ms })
+    }
 }
 
 impl From<FaultKind> for Fault {
@@ -629,7 +646,7 @@ impl Fault {
 
 /// What a [`Fault`] is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum FaultKind {
     /// An HTTP error response with a provider-shaped JSON error body.
     Http {
@@ -1475,6 +1492,20 @@ mod tests {
             Scenario::from_json(r#"{"turns": [{"faults": [{"type": "http", "status": 999}]}]}"#)
                 .unwrap_err();
         assert!(matches!(e, ScenarioError::Invalid(_)), "{e}");
+        let e = Scenario::from_json(
+            r#"{"turns": [{"faults": [{"type": "http", "status": 529, "statsu": 1}]}]}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("statsu"), "{e}");
+        let e =
+            Scenario::from_json(r#"{"turns": [{"faults": [{"type": "teapot"}]}]}"#).unwrap_err();
+        assert!(e.to_string().contains("teapot"), "{e}");
+        let timed = Scenario::from_json(
+            r#"{"turns": [{"faults": [{"type": "stream_cut", "after_events": 3, "after_ms": 40}]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(timed.turns[0].faults[0].after_ms, Some(40));
+        assert_eq!(Scenario::from_json(&timed.to_json()).unwrap(), timed);
         let e = Scenario::from_json(r#"{"random": {"failure_rate": 1.5}}"#).unwrap_err();
         assert!(matches!(e, ScenarioError::Invalid(_)), "{e}");
         let e = Scenario::from_json(
