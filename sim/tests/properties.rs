@@ -392,10 +392,21 @@ fn sim_config() -> impl Strategy<Value = SimConfig> {
         0u64..20_000,
         1_000u64..60_000,
         1u32..=3,
+        prop_oneof![3 => Just(None), 1 => (1u32..4).prop_map(Some)],
     )
         .prop_map(
-            |(max_attempts, jitter, initial, multiplier, max_delay, max_retry_after, empties)| {
+            |(
+                max_attempts,
+                jitter,
+                initial,
+                multiplier,
+                max_delay,
+                max_retry_after,
+                empties,
+                max_turns,
+            )| {
                 let mut c = SimConfig::default();
+                c.machine.max_turns = max_turns;
                 let r = &mut c.machine.retry;
                 r.max_attempts = max_attempts;
                 r.jitter = jitter;
@@ -1417,6 +1428,7 @@ fn generated_cases_reach_every_interesting_path() {
         let o = case.run().expect("the simulation runs");
         let mut hit = |what| *seen.entry(what).or_default() += 1;
         match &o.result {
+            Ok(rebound_core::FinishReason::MaxTurns) => hit("max turns"),
             Ok(_) => hit("finished"),
             Err(RunError::Canceled) => hit("canceled"),
             Err(RunError::Host { .. }) => hit("host failure"),
@@ -1491,6 +1503,7 @@ fn generated_cases_reach_every_interesting_path() {
         "tool result",
         "server hint",
         "fell back",
+        "max turns",
         "asked for a permit",
         "budget exhausted",
     ] {
