@@ -432,15 +432,16 @@ impl<'s> Agent<'s> {
             None => AgentMachine::new(machine_config, spec.seed),
         };
         let start = Millis(spec.start_ms);
-        world.push(
-            start,
-            index,
+        let first = if scenario.resume {
+            Event::Resume
+        } else {
             Event::UserMessage {
                 content: vec![rebound_core::ContentBlock::text(
                     scenario.user_message.clone(),
                 )],
-            },
-        );
+            }
+        };
+        world.push(start, index, first);
         match scenario.cancel {
             Some(Cancel::AtMs(t)) => world.push(start.plus(t), index, Event::Cancel),
             Some(Cancel::AtStep(0)) => world.push_urgent(start, index, Event::Cancel),

@@ -23,7 +23,7 @@ use rebound_core::{
 };
 use rebound_sim::scenario::{
     Answer, Cancel, Fault, FaultKind, History, InputProblem, Outage, RandomFaults, Scenario,
-    ScriptedCall, ToolError, ToolOutcome, Turn, WeightedFault,
+    ScriptedCall, ToolError, ToolOutcome, Turn, WeightedFault, INTERRUPTED_CALL_ID,
 };
 use rebound_sim::{replay, simulate, SimConfig, SimOutcome, Trace};
 use serde::{Deserialize, Serialize};
@@ -324,9 +324,13 @@ fn random_faults(mix: Mix, cap: u64) -> impl Strategy<Value = Option<RandomFault
 fn scenario(mix: Mix, cap: u64) -> impl Strategy<Value = Scenario> {
     let provider = prop::sample::select(vec![ProviderKind::Anthropic, ProviderKind::OpenAi]);
     let history = if mix.overflow {
-        prop::option::of(
-            (0usize..8, 0usize..4_000).prop_map(|(turns, bytes)| History { turns, bytes }),
-        )
+        prop::option::of((0usize..8, 0usize..4_000, any::<bool>()).prop_map(
+            |(turns, bytes, interrupted)| History {
+                turns,
+                bytes,
+                interrupted,
+            },
+        ))
         .boxed()
     } else {
         Just(None).boxed()
@@ -339,6 +343,11 @@ fn scenario(mix: Mix, cap: u64) -> impl Strategy<Value = Scenario> {
             .boxed()
     } else {
         Just((None, None)).boxed()
+    };
+    let resume = if mix.overflow {
+        prop_oneof![3 => Just(false), 1 => Just(true)].boxed()
+    } else {
+        Just(false).boxed()
     };
     let cancel = if mix.cancel {
         prop_oneof![
@@ -357,6 +366,7 @@ fn scenario(mix: Mix, cap: u64) -> impl Strategy<Value = Scenario> {
         overflow_extras,
         random_faults(mix, cap),
         cancel,
+        resume,
     )
         .prop_map(
             move |(
@@ -366,11 +376,13 @@ fn scenario(mix: Mix, cap: u64) -> impl Strategy<Value = Scenario> {
                 (context_limit_bytes, compaction_error),
                 random,
                 cancel,
+                resume,
             )| {
                 Scenario {
                     name: "generated".into(),
                     provider,
                     history,
+                    resume,
                     tools: TOOLS.map(rebound_sim::scenario::ToolDef::named).to_vec(),
                     turns,
                     random,
@@ -986,9 +998,8 @@ fn every_tool_use_gets_one_result_in_order(case: &Case) -> Result<(), String> {
     let o = case.run()?;
     let scripted = scripted_calls(&case.scenario);
     let messages = o.conversation.messages();
-    let start = case.scenario.initial_conversation().map_or(0, |c| c.len());
     let mut host_failure_expected = false;
-    for (i, m) in messages.iter().enumerate().skip(start) {
+    for (i, m) in messages.iter().enumerate() {
         let uses: Vec<_> = m.tool_uses().collect();
         if uses.is_empty() {
             continue;
@@ -1015,6 +1026,16 @@ fn every_tool_use_gets_one_result_in_order(case: &Case) -> Result<(), String> {
                 "message {}: results out of order",
                 i + 1
             );
+            if *id == INTERRUPTED_CALL_ID {
+                ensure!(
+                    r.is_error,
+                    "the interrupted call {id} got a successful result"
+                );
+                continue;
+            }
+            if id.starts_with("toolu_hist_") {
+                continue; // answered in the history
+            }
             let (call, batch_error) = scripted
                 .get(*id)
                 .ok_or_else(|| format!("unknown call id {id}"))?;
@@ -1053,7 +1074,6 @@ fn every_tool_use_gets_one_result_in_order(case: &Case) -> Result<(), String> {
     // The last assistant message's calls, if any host failure would run, fail the run.
     if let Some(m) = messages
         .iter()
-        .skip(start)
         .rev()
         .find(|m| m.role == rebound_core::Role::Assistant)
     {
@@ -1473,6 +1493,15 @@ fn generated_cases_reach_every_interesting_path() {
         {
             hit("tool error result");
         }
+        if o.conversation.messages().iter().any(|m| {
+            m.tool_results()
+                .any(|r| r.tool_use_id == INTERRUPTED_CALL_ID)
+        }) {
+            hit("interrupted call answered");
+        }
+        if case.scenario.resume && o.requests() > 0 {
+            hit("resumed");
+        }
         if o.conversation
             .messages()
             .iter()
@@ -1504,6 +1533,8 @@ fn generated_cases_reach_every_interesting_path() {
         "server hint",
         "fell back",
         "max turns",
+        "interrupted call answered",
+        "resumed",
         "asked for a permit",
         "budget exhausted",
     ] {
