@@ -8,7 +8,7 @@
 //! - [`driver`]: a discrete-event loop on a virtual clock that runs one machine
 //!   ([`simulate`]) or many sharing one retry budget ([`simulate_fleet`]).
 //! - [`trace`]: JSON Lines traces, written while simulating (or by any driver) and
-//!   [`replay`](trace::replay)ed into a fresh machine, reporting the first divergence.
+//!   replayed ([`replay`]) into a fresh machine, reporting the first divergence.
 //! - [`stats`]: many seeded runs summarized ([`run_many`]).
 //!
 //! ```
