@@ -1352,7 +1352,13 @@ proptest! {
 fn reproduce() {
     let path =
         std::env::var("REBOUND_SIM_CASE").expect("set REBOUND_SIM_CASE to a saved case file");
-    let text = std::fs::read_to_string(&path).expect("the case file is readable");
+    // Cargo runs tests in `sim/`; accept paths relative to the workspace root too.
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(&path);
+    let text = std::fs::read_to_string(&path)
+        .or_else(|_| std::fs::read_to_string(&workspace))
+        .expect("the case file is readable");
     let saved: Saved = serde_json::from_str(&text).expect("the file holds a saved case");
     let case = saved.case;
     let outcome = case.run().expect("the simulation runs");
