@@ -120,8 +120,10 @@ pub struct SimOutcome {
     pub steps: Vec<SimStep>,
     /// Requests sent, per target index.
     pub requests_per_target: Vec<u32>,
-    /// Virtual time at the end of the run.
+    /// Virtual time at the end of the run, on the world's clock.
     pub elapsed: Millis,
+    /// When the run started, on the world's clock (a fleet agent's `start_ms`; else 0).
+    pub started: Millis,
     /// The trace header describing the machine (seed, config, initial conversation).
     pub header: TraceHeader,
 }
@@ -138,6 +140,12 @@ impl SimOutcome {
         self.steps
             .iter()
             .flat_map(|s| s.commands.iter().map(move |c| (s.at, c)))
+    }
+
+    /// How long the run took in virtual time, from its start to its end.
+    #[must_use]
+    pub fn duration_ms(&self) -> u64 {
+        self.elapsed.since(self.started)
     }
 
     /// Provider requests sent, over all targets.
@@ -234,10 +242,35 @@ pub fn simulate_fleet(
     agents: &[FleetAgent<'_>],
     config: &SimConfig,
 ) -> Result<Vec<SimOutcome>, SimError> {
+    match &config.budget {
+        Some(budget) => simulate_fleet_with(agents, config, &mut RetryBudget::new(budget.clone())),
+        None => run_world(agents, config, None),
+    }
+}
+
+/// [`simulate_fleet`] with a retry budget owned by the caller (`config.budget` is ignored),
+/// for experiments that inspect the budget afterwards or carry it from one world to the next.
+///
+/// # Errors
+///
+/// A [`SimError`] when a machine livelocks or stalls.
+pub fn simulate_fleet_with(
+    agents: &[FleetAgent<'_>],
+    config: &SimConfig,
+    budget: &mut RetryBudget,
+) -> Result<Vec<SimOutcome>, SimError> {
+    run_world(agents, config, Some(budget))
+}
+
+fn run_world(
+    agents: &[FleetAgent<'_>],
+    config: &SimConfig,
+    budget: Option<&mut RetryBudget>,
+) -> Result<Vec<SimOutcome>, SimError> {
     let mut world = World {
         queue: BinaryHeap::new(),
         seq: 0,
-        budget: config.budget.clone().map(RetryBudget::new),
+        budget,
         idle_timeout_ms: config.idle_timeout_ms,
     };
     let mut states: Vec<Agent<'_>> = agents
@@ -338,14 +371,14 @@ impl Ord for Pending {
     }
 }
 
-struct World {
+struct World<'b> {
     queue: BinaryHeap<Pending>,
     seq: u64,
-    budget: Option<RetryBudget>,
+    budget: Option<&'b mut RetryBudget>,
     idle_timeout_ms: u64,
 }
 
-impl World {
+impl World<'_> {
     fn push(&mut self, at: Millis, agent: usize, event: Event) {
         self.enqueue(at, 1, agent, event);
     }
@@ -377,12 +410,13 @@ struct Agent<'s> {
     last_answer: Option<(usize, bool, &'s Answer)>,
     steps: Vec<SimStep>,
     requests: Vec<u32>,
+    started: Millis,
     elapsed: Millis,
     header: TraceHeader,
 }
 
 impl<'s> Agent<'s> {
-    fn new(spec: &FleetAgent<'s>, config: &SimConfig, index: usize, world: &mut World) -> Self {
+    fn new(spec: &FleetAgent<'s>, config: &SimConfig, index: usize, world: &mut World<'_>) -> Self {
         let scenario = spec.scenario;
         let mut machine_config = config.machine.clone();
         machine_config.tools = scenario.tool_specs();
@@ -398,15 +432,16 @@ impl<'s> Agent<'s> {
             None => AgentMachine::new(machine_config, spec.seed),
         };
         let start = Millis(spec.start_ms);
-        world.push(
-            start,
-            index,
+        let first = if scenario.resume {
+            Event::Resume
+        } else {
             Event::UserMessage {
                 content: vec![rebound_core::ContentBlock::text(
                     scenario.user_message.clone(),
                 )],
-            },
-        );
+            }
+        };
+        world.push(start, index, first);
         match scenario.cancel {
             Some(Cancel::AtMs(t)) => world.push(start.plus(t), index, Event::Cancel),
             Some(Cancel::AtStep(0)) => world.push_urgent(start, index, Event::Cancel),
@@ -422,12 +457,13 @@ impl<'s> Agent<'s> {
             last_answer: None,
             steps: Vec::new(),
             requests: vec![0; config.machine.target_count()],
+            started: start,
             elapsed: Millis::ZERO,
             header,
         }
     }
 
-    fn execute(&mut self, now: Millis, command: &Command, world: &mut World) {
+    fn execute(&mut self, now: Millis, command: &Command, world: &mut World<'_>) {
         match command {
             Command::SendRequest {
                 request,
@@ -440,7 +476,7 @@ impl<'s> Agent<'s> {
                 }
                 self.requests[*target] += 1;
                 if *attempt == 1 {
-                    if let Some(budget) = &mut world.budget {
+                    if let Some(budget) = world.budget.as_deref_mut() {
                         budget.record_request(now);
                     }
                 }
@@ -494,7 +530,7 @@ impl<'s> Agent<'s> {
                 );
             }
             Command::AcquirePermit { permit, deadline } => {
-                let decision = match &mut world.budget {
+                let decision = match world.budget.as_deref_mut() {
                     Some(budget) => budget.try_acquire(now, *deadline),
                     None => PermitDecision::Granted,
                 };
@@ -644,6 +680,7 @@ impl<'s> Agent<'s> {
             steps: self.steps,
             requests_per_target: self.requests,
             elapsed: self.elapsed,
+            started: self.started,
             header: self.header,
         }
     }

@@ -8,7 +8,7 @@
 //! - [`driver`]: a discrete-event loop on a virtual clock that runs one machine
 //!   ([`simulate`]) or many sharing one retry budget ([`simulate_fleet`]).
 //! - [`trace`]: JSON Lines traces, written while simulating (or by any driver) and
-//!   [`replay`](trace::replay)ed into a fresh machine, reporting the first divergence.
+//!   replayed ([`replay`]) into a fresh machine, reporting the first divergence.
 //! - [`stats`]: many seeded runs summarized ([`run_many`]).
 //!
 //! ```
@@ -32,7 +32,10 @@ pub mod scripted;
 pub mod stats;
 pub mod trace;
 
-pub use driver::{simulate, simulate_fleet, FleetAgent, SimConfig, SimError, SimOutcome, SimStep};
+pub use driver::{
+    simulate, simulate_fleet, simulate_fleet_with, FleetAgent, SimConfig, SimError, SimOutcome,
+    SimStep,
+};
 pub use scenario::{Scenario, ScenarioError};
 pub use scripted::ScriptedTools;
 pub use stats::{run_many, Stats};

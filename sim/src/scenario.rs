@@ -67,7 +67,8 @@
 //! | `name`, `description` | labels | `""` |
 //! | `provider` | `anthropic` or `openai`: shapes error bodies and classification | `anthropic` |
 //! | `user_message` | the message that starts the run | `"Fix the failing test."` |
-//! | `history` | `{"turns": N, "bytes": B}`: N earlier tool exchanges with B-byte results before the run, so compaction has something to shrink | none |
+//! | `history` | `{"turns": N, "bytes": B, "interrupted": false}`: N earlier tool exchanges with B-byte results before the run, so compaction has something to shrink; `interrupted` ends it with a tool call left unanswered (a crashed run) | none |
+//! | `resume` | start with `Resume` (continue the history) instead of the user message | `false` |
 //! | `tools` | `[{"name", "description"}]`: the tools the machine offers; a call to any other name is an *unknown tool* | `read`, `edit`, `bash` |
 //! | `turns` | the model's answers, in order (below); after the last, the model answers `"Done."` | `[]` |
 //! | `random` | a random fault model (below) | none |
@@ -145,6 +146,9 @@ pub struct Scenario {
     /// Earlier tool exchanges to start from, so compaction has something to shrink.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub history: Option<History>,
+    /// Start by resuming the history instead of sending `user_message`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub resume: bool,
     /// The tools the machine offers.
     pub tools: Vec<ToolDef>,
     /// The model's answers, in order, each with the faults that come before it.
@@ -173,6 +177,7 @@ impl Default for Scenario {
             provider: ProviderKind::Anthropic,
             user_message: "Fix the failing test.".to_owned(),
             history: None,
+            resume: false,
             tools: ["read", "edit", "bash"].map(ToolDef::named).to_vec(),
             turns: Vec::new(),
             random: None,
@@ -192,7 +197,13 @@ pub struct History {
     pub turns: usize,
     /// Size of each earlier tool result, in bytes.
     pub bytes: usize,
+    /// End with an assistant tool call that was never answered, as a crashed run leaves it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
 }
+
+/// The id of the unanswered tool call an interrupted [`History`] ends with.
+pub const INTERRUPTED_CALL_ID: &str = "toolu_hist_interrupted";
 
 /// A tool offered to the model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -493,7 +504,10 @@ impl ToolError {
 }
 
 /// One failed request attempt.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// In JSON, the [`FaultKind`]'s fields and `after_ms` sit in one object:
+/// `{"type": "http", "status": 529, "after_ms": 40}`. Unknown fields are an error.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Fault {
     /// What fails.
     #[serde(flatten)]
@@ -501,6 +515,20 @@ pub struct Fault {
     /// When the failure surfaces after the request was sent, overriding [`Timing`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after_ms: Option<u64>,
+}
+
+impl<'de> Deserialize<'de> for Fault {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        // By hand rather than `flatten`, which would accept unknown fields silently.
+        let mut map = serde_json::Map::<String, Value>::deserialize(d)?;
+        let after_ms = match map.remove("after_ms") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(u64::deserialize(v).map_err(D::Error::custom)?),
+        };
+        let kind = FaultKind::deserialize(Value::Object(map)).map_err(D::Error::custom)?;
+        Ok(Fault { kind, after_ms })
+    }
 }
 
 impl From<FaultKind> for Fault {
@@ -629,7 +657,7 @@ impl Fault {
 
 /// What a [`Fault`] is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum FaultKind {
     /// An HTTP error response with a provider-shaped JSON error body.
     Http {
@@ -1047,7 +1075,21 @@ impl Scenario {
                 )],
             });
         }
-        c.push(Message::assistant_text("I have looked around."));
+        if h.interrupted {
+            c.push(Message {
+                role: Role::Assistant,
+                content: vec![
+                    ContentBlock::text("One more look."),
+                    ContentBlock::tool_use(
+                        INTERRUPTED_CALL_ID,
+                        "bash",
+                        json!({"command": "cargo test"}),
+                    ),
+                ],
+            });
+        } else {
+            c.push(Message::assistant_text("I have looked around."));
+        }
         Some(c)
     }
 
@@ -1351,6 +1393,7 @@ impl Scenario {
                 s.history = Some(History {
                     turns: 8,
                     bytes: 8_000,
+                    interrupted: false,
                 });
                 s.context_limit_bytes = Some(40_000);
             }
@@ -1455,6 +1498,7 @@ fn demo() -> Scenario {
         history: Some(History {
             turns: 3,
             bytes: 3_000,
+            interrupted: false,
         }),
         turns,
         ..Scenario::default()
@@ -1475,6 +1519,20 @@ mod tests {
             Scenario::from_json(r#"{"turns": [{"faults": [{"type": "http", "status": 999}]}]}"#)
                 .unwrap_err();
         assert!(matches!(e, ScenarioError::Invalid(_)), "{e}");
+        let e = Scenario::from_json(
+            r#"{"turns": [{"faults": [{"type": "http", "status": 529, "statsu": 1}]}]}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("statsu"), "{e}");
+        let e =
+            Scenario::from_json(r#"{"turns": [{"faults": [{"type": "teapot"}]}]}"#).unwrap_err();
+        assert!(e.to_string().contains("teapot"), "{e}");
+        let timed = Scenario::from_json(
+            r#"{"turns": [{"faults": [{"type": "stream_cut", "after_events": 3, "after_ms": 40}]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(timed.turns[0].faults[0].after_ms, Some(40));
+        assert_eq!(Scenario::from_json(&timed.to_json()).unwrap(), timed);
         let e = Scenario::from_json(r#"{"random": {"failure_rate": 1.5}}"#).unwrap_err();
         assert!(matches!(e, ScenarioError::Invalid(_)), "{e}");
         let e = Scenario::from_json(
