@@ -6,6 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod config;
+pub mod fake;
 pub mod provider;
 pub mod receiver;
 pub mod runner;
