@@ -21,7 +21,7 @@ use rebound_sim::scenario::{
     final_answer, overflow_body, overflow_body_for, Fault, FaultKind, Planned, ScriptCursor,
 };
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -47,8 +47,6 @@ const SECRET_HEADERS: &[&str] = &[
     "api-key",
     "cookie",
 ];
-
-static REQUEST_IDS: AtomicU64 = AtomicU64::new(1);
 
 /// Serves connections until `stopped` turns true, then closes them all.
 pub(super) async fn accept_loop(
@@ -239,7 +237,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         "/v1/chat/completions" | "/chat/completions" => Some(ProviderKind::OpenAi),
         _ => None,
     };
-    let id = REQUEST_IDS.fetch_add(1, Ordering::Relaxed);
+    let id = shared.next_request_id.fetch_add(1, Ordering::Relaxed);
     let request_id = format!("req_fake_{id:06}");
     let mut record = RequestRecord {
         index: 0,

@@ -84,7 +84,9 @@
 //! after it for the same request, but only once the client has waited it out: a client that
 //! gives up during the silence leaves that step to its next request, as in the simulator.
 //! The simulator's latencies (`timing`, `after_ms` of most faults) are not played on the
-//! wire; stalls and drips are.
+//! wire; stalls and drips are. What the scenario says about tools (outcomes, batch errors),
+//! `cancel` and `compaction_error` is for the simulator's side of the run: on the wire the
+//! client runs its own tools, and the server only answers.
 
 mod body;
 mod handler;
@@ -97,6 +99,7 @@ use serde::Serialize;
 use serde_json::Value;
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 use tokio::net::TcpListener;
@@ -232,6 +235,42 @@ impl RequestRecord {
     }
 }
 
+impl fmt::Display for RequestRecord {
+    /// One line for a server log, e.g.
+    /// `#3 +1520ms POST /v1/messages [anthropic] -> fault: http 529 (req_fake_000004)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "#{} +{}ms {} {}",
+            self.index, self.at_ms, self.method, self.path
+        )?;
+        if let Some(p) = self.provider {
+            write!(f, " [{p}]")?;
+        }
+        f.write_str(" -> ")?;
+        if self.stalled_ms > 0 {
+            write!(f, "stalled {}ms, then ", self.stalled_ms)?;
+        }
+        match &self.outcome {
+            Outcome::Answered { turn, alternate } => {
+                write!(f, "answered turn {turn}")?;
+                if *alternate {
+                    f.write_str(" (after a tool error)")?;
+                }
+            }
+            Outcome::Fault { fault } => {
+                let kind = serde_json::to_value(fault).unwrap_or(Value::Null);
+                write!(f, "fault: {kind}")?;
+            }
+            Outcome::Overflow { bytes, limit } => {
+                write!(f, "context overflow ({bytes} bytes > {limit})")?;
+            }
+            Outcome::Rejected { status, reason } => write!(f, "rejected {status}: {reason}")?,
+        }
+        write!(f, " ({})", self.request_id)
+    }
+}
+
 /// What the server did with a request.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -280,6 +319,8 @@ struct Shared {
     max_body_bytes: usize,
     started: Instant,
     on_request: Option<RequestHook>,
+    /// Request ids count from 1 per server, so a run's ids are reproducible.
+    next_request_id: AtomicU64,
     state: Mutex<State>,
 }
 
@@ -346,6 +387,7 @@ impl FakeServer {
             max_body_bytes: config.max_body_bytes,
             started: Instant::now(),
             on_request: config.on_request,
+            next_request_id: AtomicU64::new(1),
             state: Mutex::new(State {
                 cursor: ScriptCursor::new(config.seed),
                 generation: 0,
