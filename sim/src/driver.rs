@@ -565,7 +565,7 @@ impl<'s> Agent<'s> {
         loop {
             match self.cursor.next(scenario, now.plus(stalled), conversation) {
                 Planned::Fault(fault) => {
-                    if let FaultKind::Stall { ms } = fault.kind {
+                    if let Some(ms) = fault.silence_ms() {
                         if ms < idle_timeout_ms {
                             // The stream resumes: the stall only delays what comes next.
                             stalled = stalled.saturating_add(ms);

@@ -105,11 +105,13 @@
 //! | `http` | `status`, `headers` (object), `error_type`, `message` | an HTTP error with a provider-shaped body |
 //! | `transport` | `fault`: `connect`, `reset`, `timeout`, `dns`, `tls` | no usable response |
 //! | `stream_cut` | `after_events` | the stream ends before the message completed |
+//! | `stream_cut_bytes` | `after_bytes` | the same, cut after this many bytes of the body (possibly inside an event) |
 //! | `stream_error` | `error_type`, `message` | an error event mid-stream (e.g. `overloaded_error`) |
 //! | `empty_message` | | the model answers with nothing |
 //! | `context_overflow` | | the provider's real "prompt is too long" 400 |
 //! | `malformed_stream` | | invalid SSE or JSON |
 //! | `stall` | `ms` | no bytes for `ms`: shorter than the client's idle timeout only delays the answer; longer fails as an idle timeout |
+//! | `slow_drip` | `interval_ms` | the next answer (or fault) is sent one event every `interval_ms`; the simulator counts it as a stall of `interval_ms` (one silent gap) |
 //!
 //! ## Random faults
 //!
@@ -120,6 +122,7 @@
 //! do not use up the script's faults. Draws come from the cursor's seeded RNG.
 
 use rebound_core::classify::{classify_error_body, classify_http};
+use rebound_core::wire;
 use rebound_core::{
     AssistantResponse, ContentBlock, Conversation, FailureKind, Headers, HostFailure,
     HostFailureKind, InputProblemKind, Message, Millis, ProviderFailure, ProviderKind, Role,
@@ -596,6 +599,10 @@ impl Fault {
                 TransportFault::StreamCut,
                 Some(&format!("after {after_events} events")),
             ),
+            FaultKind::StreamCutBytes { after_bytes } => ProviderFailure::transport(
+                TransportFault::StreamCut,
+                Some(&format!("after {after_bytes} bytes")),
+            ),
             FaultKind::StreamError {
                 error_type,
                 message,
@@ -621,10 +628,25 @@ impl Fault {
             FaultKind::MalformedStream => {
                 ProviderFailure::transport(TransportFault::MalformedStream, None)
             }
-            FaultKind::Stall { ms } => ProviderFailure::transport(
+            FaultKind::Stall { ms }
+            | FaultKind::SlowDrip {
+                interval_ms: ms, ..
+            } => ProviderFailure::transport(
                 TransportFault::IdleTimeout,
                 Some(&format!("no bytes for {ms} ms")),
             ),
+        }
+    }
+
+    /// For faults that only slow the stream down (`stall`, `slow_drip`): the longest silence
+    /// the client sees, in ms. Shorter than the client's idle timeout, the fault delays what
+    /// comes next by this much; longer, it fails the attempt as an idle timeout.
+    #[must_use]
+    pub fn silence_ms(&self) -> Option<u64> {
+        match self.kind {
+            FaultKind::Stall { ms } => Some(ms),
+            FaultKind::SlowDrip { interval_ms } => Some(interval_ms),
+            _ => None,
         }
     }
 
@@ -646,11 +668,14 @@ impl Fault {
             FaultKind::StreamCut { after_events } => timing
                 .first_event_ms
                 .saturating_add(u64::from(*after_events).saturating_mul(timing.event_ms)),
+            FaultKind::StreamCutBytes { .. } => timing.first_event_ms,
             FaultKind::StreamError { .. } | FaultKind::MalformedStream => {
                 timing.first_event_ms.saturating_add(timing.event_ms)
             }
             FaultKind::EmptyMessage => timing.first_event_ms,
-            FaultKind::Stall { .. } => timing.first_event_ms.saturating_add(idle_timeout_ms),
+            FaultKind::Stall { .. } | FaultKind::SlowDrip { .. } => {
+                timing.first_event_ms.saturating_add(idle_timeout_ms)
+            }
         }
     }
 }
@@ -704,6 +729,17 @@ pub enum FaultKind {
         /// How long the stream is silent.
         ms: u64,
     },
+    /// The stream ends after `after_bytes` bytes of the body (possibly inside an event),
+    /// before the message completed.
+    StreamCutBytes {
+        /// Body bytes sent before the cut.
+        after_bytes: u64,
+    },
+    /// What comes next is sent slowly: one event every `interval_ms`.
+    SlowDrip {
+        /// The silence before each event.
+        interval_ms: u64,
+    },
 }
 
 fn overloaded_error() -> String {
@@ -715,7 +751,7 @@ fn overloaded() -> String {
 }
 
 /// The error body `provider` sends with `status`, with its usual error type and message
-/// unless given.
+/// unless given: [`rebound_core::wire::encode_error_body`] with [`default_error_message`].
 #[must_use]
 pub fn error_body(
     provider: ProviderKind,
@@ -723,105 +759,76 @@ pub fn error_body(
     error_type: Option<&str>,
     message: Option<&str>,
 ) -> String {
+    let message = message.unwrap_or_else(|| default_error_message(provider, status));
+    let body = wire::encode_error_body(provider, status, error_type, message);
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// The message `provider` usually sends with an error `status`.
+#[must_use]
+pub fn default_error_message(provider: ProviderKind, status: u16) -> &'static str {
     match provider {
-        ProviderKind::Anthropic => {
-            let (t, m) = match status {
-                400 => ("invalid_request_error", "Invalid request"),
-                401 => ("authentication_error", "invalid x-api-key"),
-                403 => ("permission_error", "Your API key does not have permission"),
-                404 => ("not_found_error", "model: not found"),
-                413 => (
-                    "request_too_large",
-                    "Request exceeds the maximum allowed size",
-                ),
-                429 => (
-                    "rate_limit_error",
-                    "Number of request tokens has exceeded your per-minute rate limit",
-                ),
-                529 => ("overloaded_error", "Overloaded"),
-                _ => ("api_error", "Internal server error"),
-            };
-            json!({"type": "error", "error": {
-                "type": error_type.unwrap_or(t), "message": message.unwrap_or(m)}})
-            .to_string()
-        }
-        ProviderKind::OpenAi => {
-            let (t, code, m) = match status {
-                400 => ("invalid_request_error", None, "Invalid request"),
-                401 => (
-                    "invalid_request_error",
-                    Some("invalid_api_key"),
-                    "Incorrect API key provided",
-                ),
-                403 => (
-                    "invalid_request_error",
-                    Some("unsupported_country_region_territory"),
-                    "Country, region, or territory not supported",
-                ),
-                404 => (
-                    "invalid_request_error",
-                    Some("model_not_found"),
-                    "The model does not exist or you do not have access to it.",
-                ),
-                429 => (
-                    "requests",
-                    Some("rate_limit_exceeded"),
-                    "Rate limit reached for requests",
-                ),
-                503 => (
-                    "server_error",
-                    None,
-                    "The server is overloaded or not ready yet.",
-                ),
-                _ => (
-                    "server_error",
-                    None,
-                    "The server had an error while processing your request.",
-                ),
-            };
-            let error_type = error_type.unwrap_or(t);
-            let code = if error_type == "insufficient_quota" {
-                Some("insufficient_quota")
-            } else {
-                code
-            };
-            json!({"error": {"message": message.unwrap_or(m), "type": error_type,
-                             "param": null, "code": code}})
-            .to_string()
-        }
+        ProviderKind::Anthropic => match status {
+            400 => "Invalid request",
+            401 => "invalid x-api-key",
+            403 => "Your API key does not have permission",
+            404 => "model: not found",
+            413 => "Request exceeds the maximum allowed size",
+            429 => "Number of request tokens has exceeded your per-minute rate limit",
+            529 => "Overloaded",
+            _ => "Internal server error",
+        },
+        ProviderKind::OpenAi => match status {
+            400 => "Invalid request",
+            401 => "Incorrect API key provided",
+            403 => "Country, region, or territory not supported",
+            404 => "The model does not exist or you do not have access to it.",
+            429 => "Rate limit reached for requests",
+            503 => "The server is overloaded or not ready yet.",
+            _ => "The server had an error while processing your request.",
+        },
     }
 }
 
-/// The body of a mid-stream error event.
+/// The body (the JSON of the `data:` line) of a mid-stream error event:
+/// [`rebound_core::wire::encode_stream_error_event`] without its SSE framing.
 #[must_use]
 pub fn stream_error_body(provider: ProviderKind, error_type: &str, message: &str) -> String {
+    let event = wire::encode_stream_error_event(provider, error_type, message);
+    let event = String::from_utf8_lossy(&event);
+    event
+        .lines()
+        .find_map(|line| line.strip_prefix("data: "))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Token counts in the scripted context overflow: (tokens sent, the model's limit).
+#[must_use]
+pub fn overflow_tokens(provider: ProviderKind) -> (u64, u64) {
     match provider {
-        ProviderKind::Anthropic => {
-            json!({"type": "error", "error": {"type": error_type, "message": message}}).to_string()
-        }
-        ProviderKind::OpenAi => {
-            json!({"error": {"message": message, "type": error_type, "param": null, "code": null}})
-                .to_string()
-        }
+        ProviderKind::Anthropic => (208_310, 200_000),
+        ProviderKind::OpenAi => (130_412, 128_000),
     }
 }
 
-/// The provider's real context-overflow 400 body.
+/// The provider's real context-overflow 400 body, for `tokens` over `limit`.
+#[must_use]
+pub fn overflow_body_for(provider: ProviderKind, tokens: u64, limit: u64) -> String {
+    let message = wire::context_overflow_message(provider, tokens, limit);
+    let error_type = match provider {
+        ProviderKind::Anthropic => "invalid_request_error",
+        ProviderKind::OpenAi => "context_length_exceeded",
+    };
+    let body = wire::encode_error_body(provider, 400, Some(error_type), &message);
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// The provider's real context-overflow 400 body (the scripted `context_overflow` fault).
 #[must_use]
 pub fn overflow_body(provider: ProviderKind) -> String {
-    match provider {
-        ProviderKind::Anthropic => json!({"type": "error", "error": {
-            "type": "invalid_request_error",
-            "message": "prompt is too long: 208310 tokens > 200000 maximum"}})
-        .to_string(),
-        ProviderKind::OpenAi => json!({"error": {
-            "message": "This model's maximum context length is 128000 tokens. However, your \
-                        messages resulted in 130412 tokens. Please reduce the length of the \
-                        messages.",
-            "type": "invalid_request_error", "param": "messages",
-            "code": "context_length_exceeded"}})
-        .to_string(),
-    }
+    let (tokens, limit) = overflow_tokens(provider);
+    overflow_body_for(provider, tokens, limit)
 }
 
 /// A random fault model: failures per attempt and outage windows, drawn from a seed.
