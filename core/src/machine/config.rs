@@ -47,6 +47,16 @@ pub struct MachineConfig {
     /// The tools the model may call; a call to any other name gets an error result.
     pub tools: Vec<ToolSpec>,
     /// The fallback chain, primary first. Empty means one unnamed target (index 0).
+    ///
+    /// A request moves to the next target when the current one's attempts are spent on a
+    /// retryable failure (or its server asked to wait longer than `max_retry_after_ms`), and
+    /// at once on quota exhaustion or an unknown model — never on cancel, host failures, a
+    /// plain bad request, auth failures or a context overflow. Each target gets its own
+    /// attempt budget and the same conversation snapshot.
+    ///
+    /// **The choice is sticky for the run**: once a run has fallen back, its later requests
+    /// (after tool results) stay on the fallback target rather than probing an overloaded
+    /// primary again at every turn. A new run (a new machine) starts at the primary.
     pub targets: Vec<TargetSpec>,
     /// Stop (with `max_turns`) once this many assistant messages were appended in this run.
     pub max_turns: Option<u32>,
