@@ -236,3 +236,8 @@ pub const PROVIDERS: [ProviderKind; 2] = [ProviderKind::Anthropic, ProviderKind:
 pub fn scenario(json: &str) -> Scenario {
     Scenario::from_json(json).unwrap_or_else(|e| panic!("bad test scenario: {e}"))
 }
+
+/// The README's code blocks, compiled (and run where they can) as doc tests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeExamples;
