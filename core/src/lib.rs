@@ -23,6 +23,7 @@ pub mod retry;
 pub mod time;
 pub mod tool;
 pub mod trace;
+pub mod wire;
 
 pub use budget::{BudgetConfig, PermitDecision, RetryBudget};
 pub use compaction::{compact, CompactionError, CompactionPolicy};

@@ -2,3 +2,13 @@
 //!
 //! The effects side of rebound: the tokio runner, HTTP providers, tools, sessions, the fake
 //! provider server, and the library behind the `rebound` CLI.
+
+#![warn(missing_docs)]
+
+pub mod cli;
+pub mod config;
+pub mod provider;
+pub mod receiver;
+pub mod runner;
+pub mod session;
+pub mod tools;

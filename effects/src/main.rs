@@ -1,6 +1,5 @@
-//! The `rebound` command-line interface.
+//! The `rebound` command-line interface; see `rebound --help`.
 
 fn main() {
-    eprintln!("rebound: the CLI is not built yet");
-    std::process::exit(2);
+    std::process::exit(rebound_effects::cli::main());
 }

@@ -28,6 +28,7 @@
 
 pub mod driver;
 pub mod scenario;
+pub mod scripted;
 pub mod stats;
 pub mod trace;
 
@@ -36,5 +37,6 @@ pub use driver::{
     SimStep,
 };
 pub use scenario::{Scenario, ScenarioError};
+pub use scripted::ScriptedTools;
 pub use stats::{run_many, Stats};
 pub use trace::{replay, Divergence, ReplayError, ReplayReport, Trace, TraceError, TraceWriter};

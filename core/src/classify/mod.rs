@@ -1,24 +1,65 @@
 //! Failure classification: pure functions from (status, headers, body) or a transport fault to
 //! a [`ProviderFailure`].
 //!
-//! Nothing here reads a clock: an HTTP-date `retry-after` needs the current wall time, which
-//! the caller passes in as `now_unix_ms` (`None` when unknown; date hints are then ignored).
+//! Nothing here reads a clock: an HTTP-date `retry-after` and Anthropic's timestamp reset
+//! headers need the current wall time, which the caller passes in as `now_unix_ms` (`None`
+//! when unknown; those hints are then ignored). Nothing here panics on what a server sends:
+//! bodies that are empty, HTML, truncated, not UTF-8 or nested absurdly deep fall back to the
+//! status and a short, sanitized excerpt; header values that are garbage, negative, NaN,
+//! overflowing, past or absurdly far ahead are ignored.
+//!
+//! What decides the [`FailureKind`](crate::FailureKind) (first match wins; details in the `kind` module source):
+//!
+//! | evidence | kind |
+//! |---|---|
+//! | 413; `request_too_large`, `context_length_exceeded`, `exceed_context_size_error`; an overflow phrase ([`is_context_overflow_message`]) unless 429 | `ContextOverflow` |
+//! | 402; `insufficient_quota`, `billing_error`, Anthropic `details.error_code: enforced_spend_limit_reached`; "credit balance is too low", "API usage limits", "spend limit", "exceeded your current quota" unless 5xx | `QuotaExhausted` |
+//! | code `model_not_found` (unless 429/5xx); 404 | `ModelNotFound` |
+//! | 401, 403 | `AuthFailed` |
+//! | 408, 409, 425 | `ServerError` (retryable; the server answered, so not `Transport`) |
+//! | 429 | `RateLimited` |
+//! | 503, 529; any 5xx whose type or message says "overloaded" | `Unavailable` |
+//! | other 5xx (and nonsense statuses above 599) | `ServerError` |
+//! | other 3xx and 4xx | `BadRequest` |
+//! | no status or below 300 (mid-stream error event, 200 with an error body) | by error type: `overloaded_error` → `Unavailable`, `rate_limit_error` → `RateLimited`, `api_error`/`server_error` → `ServerError`, …; unknown type → `ServerError`; not an error object → `StreamMalformed` |
+//!
+//! ```
+//! use rebound_core::classify::classify_http;
+//! use rebound_core::{FailureAction, FailureKind, Headers, ProviderKind};
+//!
+//! let body = br#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 205351 tokens > 200000 maximum"},"request_id":"req_011"}"#;
+//! let f = classify_http(ProviderKind::Anthropic, 400, &Headers::new(), body, None);
+//! assert_eq!(f.kind, FailureKind::ContextOverflow);
+//! assert_eq!(f.action(), FailureAction::Compact);
+//! assert_eq!(f.request_id.as_deref(), Some("req_011"));
+//! ```
 
-use crate::failure::{FailureKind, ProviderFailure, ProviderKind, TransportFault};
+mod body;
+mod calendar;
+mod go_duration;
+mod hints;
+mod http_date;
+mod kind;
+mod markers;
+mod rfc3339;
+mod sanitize;
+
+pub use hints::{delay_hints, DelayHints, MAX_HINT_MS};
+pub use markers::is_context_overflow_message;
+
+use crate::failure::{ProviderFailure, ProviderKind, TransportFault};
 use crate::headers::Headers;
-
-/// Server delay hints read from response headers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DelayHints {
-    /// `retry-after-ms`, else `retry-after` (seconds or HTTP date), in ms.
-    pub retry_after_ms: Option<u64>,
-    /// The provider's rate-limit reset headers, as ms from now.
-    pub rate_limit_reset_ms: Option<u64>,
-}
+use sanitize::{one_line, MAX_MESSAGE_CHARS, MAX_REQUEST_ID_CHARS};
 
 /// Classifies an HTTP error response of `provider`.
 ///
 /// `body` may be anything (truncated JSON, HTML from a proxy, empty); it never panics.
+/// `now_unix_ms` is the current wall time, for date-valued delay hints (see [`delay_hints`]).
+///
+/// Besides what [`classify_error_body`] fills, this records the delay hints, the server's
+/// `x-should-retry: true|false` verdict (anything else is `None`), and the request id from
+/// the `request-id` (Anthropic) or `x-request-id` (OpenAI) header, falling back to the body's
+/// `request_id`.
 #[must_use]
 pub fn classify_http(
     provider: ProviderKind,
@@ -36,51 +77,90 @@ pub fn classify_http(
         Some(v) if v.eq_ignore_ascii_case("false") => Some(false),
         _ => None,
     };
-    failure.request_id = headers
-        .get("request-id")
-        .or_else(|| headers.get("x-request-id"))
-        .map(str::to_owned);
+    let (first, second) = match provider {
+        ProviderKind::Anthropic => ("request-id", "x-request-id"),
+        ProviderKind::OpenAi => ("x-request-id", "request-id"),
+    };
+    let header_id = headers
+        .get(first)
+        .or_else(|| headers.get(second))
+        .map(|id| one_line(id, MAX_REQUEST_ID_CHARS))
+        .filter(|id| !id.is_empty());
+    if header_id.is_some() {
+        failure.request_id = header_id;
+    }
     failure
 }
 
 /// Classifies an error body without headers: a mid-stream error event, or a 200 response
 /// whose body is an error object. `status` is the HTTP status when there was one.
+///
+/// Fills `kind`, `status`, `error_type` (Anthropic's `error.type`; for OpenAI the more
+/// specific `error.code` when it is a string, else `error.type`), `message` (the provider's,
+/// made one line, at most 2000 characters, API keys redacted; or an excerpt of at most 300
+/// characters of a body that is not an error object) and the body's `request_id`.
+///
+/// ```
+/// use rebound_core::classify::classify_error_body;
+/// use rebound_core::{FailureKind, ProviderKind};
+///
+/// // The `data:` of Anthropic's mid-stream `event: error`.
+/// let data = br#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#;
+/// let f = classify_error_body(ProviderKind::Anthropic, None, data);
+/// assert_eq!(f.kind, FailureKind::Unavailable);
+/// assert_eq!(f.error_type.as_deref(), Some("overloaded_error"));
+/// assert_eq!(f.message, "Overloaded");
+/// ```
 #[must_use]
 pub fn classify_error_body(
     provider: ProviderKind,
     status: Option<u16>,
     body: &[u8],
 ) -> ProviderFailure {
-    let _ = provider;
-    let text = String::from_utf8_lossy(body);
-    let kind = match status {
-        Some(429) => FailureKind::RateLimited,
-        Some(401 | 403) => FailureKind::AuthFailed,
-        Some(404) => FailureKind::ModelNotFound,
-        Some(503 | 529) => FailureKind::Unavailable,
-        Some(408 | 409 | 425 | 500..=599) => FailureKind::ServerError,
-        Some(_) => FailureKind::BadRequest,
-        None => FailureKind::StreamMalformed,
+    let parsed = body::parse(body);
+    let scan = match &parsed {
+        Some(p) => [&p.message, &p.error_type, &p.code, &p.detail_code]
+            .into_iter()
+            .flatten()
+            .map(|s| s.to_lowercase())
+            .collect::<Vec<_>>()
+            .join(" "),
+        None => sanitize::scan_text(body),
     };
-    let mut f = ProviderFailure::new(kind, text.chars().take(500).collect::<String>());
-    f.status = status;
-    f
+    let kind = kind::decide(status, parsed.as_ref(), &scan);
+
+    let (message, error_type, request_id) = match parsed {
+        Some(p) => {
+            let error_type = match provider {
+                ProviderKind::Anthropic => p.error_type.or(p.code),
+                ProviderKind::OpenAi => p.code.or(p.error_type),
+            };
+            let message = p
+                .message
+                .map(|m| one_line(&m, MAX_MESSAGE_CHARS))
+                .filter(|m| !m.is_empty())
+                .unwrap_or_else(|| sanitize::excerpt(body));
+            (message, error_type, p.request_id)
+        }
+        None => (sanitize::excerpt(body), None, None),
+    };
+
+    let mut failure = ProviderFailure::new(kind, message);
+    failure.status = status;
+    failure.error_type = error_type
+        .map(|t| one_line(&t, MAX_REQUEST_ID_CHARS))
+        .filter(|t| !t.is_empty());
+    failure.request_id = request_id
+        .map(|id| one_line(&id, MAX_REQUEST_ID_CHARS))
+        .filter(|id| !id.is_empty());
+    failure
 }
 
-/// Classifies a transport fault (no usable HTTP response).
+/// Classifies a transport fault (no usable HTTP response): a thin mapping through
+/// [`TransportFault::kind`], with `detail` (made one line, at most 500 characters, API keys
+/// redacted) appended to the fault's phrase.
 #[must_use]
 pub fn classify_transport(fault: TransportFault, detail: Option<&str>) -> ProviderFailure {
-    ProviderFailure::transport(fault, detail)
-}
-
-/// Reads the server's delay hints from `headers`.
-#[must_use]
-pub fn delay_hints(headers: &Headers, now_unix_ms: Option<u64>) -> DelayHints {
-    let _ = now_unix_ms;
-    DelayHints {
-        retry_after_ms: headers
-            .get("retry-after-ms")
-            .and_then(|v| v.parse::<u64>().ok()),
-        rate_limit_reset_ms: None,
-    }
+    let detail = detail.map(|d| one_line(d, 500));
+    ProviderFailure::transport(fault, detail.as_deref())
 }

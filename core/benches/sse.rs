@@ -1,0 +1,167 @@
+//! SSE decode + assemble throughput (MB/s) of `rebound_core::wire`, beside the
+//! `eventsource-stream` crate decoding the same bytes.
+//!
+//! Inputs (a few MB each, fed in 16 KiB reads like a network body):
+//! - `anthropic_encoded`: one long Anthropic response (text, thinking, tool calls with large
+//!   JSON inputs) rendered by `wire::encode_stream`;
+//! - `openai_capture_repeated`: the captured gpt-4o stream from the fixtures, its content
+//!   chunks repeated until the body is a few MB.
+//!
+//! Run: `cargo bench -p rebound-core --bench sse -j2 -- --warm-up-time 1 --measurement-time 3`
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use rebound_core::wire::sse::{SseDecoder, SseError};
+use rebound_core::wire::{encode_stream, StreamDecoder};
+use rebound_core::{
+    AssistantResponse, ContentBlock, Message, ProviderKind, Role, StopReason, Usage,
+};
+use serde_json::json;
+use std::hint::black_box;
+
+const READ: usize = 16 * 1024;
+const TARGET_BYTES: usize = 4 << 20;
+
+fn anthropic_encoded() -> Vec<u8> {
+    let words = [
+        "retry ", "backoff ", "jitter ", "stream ", "déjà ", "vu ", "中文 ", "😀 ", "\n",
+    ];
+    let mut text = String::new();
+    let mut i = 0usize;
+    while text.len() < TARGET_BYTES / 2 {
+        text.push_str(words[i % words.len()]);
+        i = i.wrapping_mul(31).wrapping_add(7) % 1009;
+    }
+    let mut content = vec![
+        ContentBlock::Thinking {
+            thinking: text[..TARGET_BYTES / 8].to_owned(),
+            signature: "EqQBCgIYAhIM1gbcDa9GJwZA2b3h".into(),
+        },
+        ContentBlock::text(text),
+    ];
+    for n in 0..8 {
+        let lines: Vec<String> = (0..2000)
+            .map(|l| format!("line {l} of file {n}: fn main() {{}}"))
+            .collect();
+        content.push(ContentBlock::tool_use(
+            format!("toolu_{n}"),
+            "write_file",
+            json!({"path": format!("src/file_{n}.rs"), "lines": lines}),
+        ));
+    }
+    let response = AssistantResponse {
+        message: Message {
+            role: Role::Assistant,
+            content,
+        },
+        stop_reason: StopReason::ToolUse,
+        usage: Usage {
+            input_tokens: 1000,
+            output_tokens: 900_000,
+            ..Usage::default()
+        },
+        input_problems: Vec::new(),
+    };
+    encode_stream(
+        ProviderKind::Anthropic,
+        &response,
+        "claude-bench",
+        "msg_bench",
+    )
+    .concat()
+}
+
+fn openai_capture_repeated() -> Vec<u8> {
+    let capture = include_str!("../fixtures/streams/openai/text_with_usage.sse");
+    let events: Vec<&str> = capture.split_inclusive("\n\n").collect();
+    let (head, rest) = events.split_at(1);
+    let (body, tail) = rest.split_at(rest.len() - 3);
+    let mut out = head.concat();
+    let body = body.concat();
+    while out.len() < TARGET_BYTES {
+        out.push_str(&body);
+    }
+    out.push_str(&tail.concat());
+    out.into_bytes()
+}
+
+fn rebound_decode_assemble(provider: ProviderKind, bytes: &[u8]) -> usize {
+    let mut d = StreamDecoder::new(provider);
+    let mut deltas = Vec::new();
+    for chunk in bytes.chunks(READ) {
+        d.feed_into(chunk, &mut deltas).expect("valid stream");
+        deltas.clear();
+    }
+    let r = d.finish().expect("complete response");
+    r.message.content.len()
+}
+
+fn rebound_sse_only(bytes: &[u8]) -> usize {
+    let mut d = SseDecoder::new();
+    let mut n = 0;
+    for chunk in bytes.chunks(READ) {
+        d.feed_with(chunk, |e| {
+            n += e.data.len();
+            Ok::<(), SseError>(())
+        })
+        .expect("within limits");
+    }
+    n
+}
+
+fn eventsource_stream_sse_only(bytes: &[u8]) -> usize {
+    let stream = futures::stream::iter(bytes.chunks(READ).map(Ok::<_, std::convert::Infallible>))
+        .eventsource();
+    futures::executor::block_on(stream.fold(0usize, |n, e| async move {
+        n + e.map(|e| e.data.len()).unwrap_or(0)
+    }))
+}
+
+fn bench(c: &mut Criterion) {
+    let inputs = [
+        (
+            "anthropic_encoded",
+            ProviderKind::Anthropic,
+            anthropic_encoded(),
+        ),
+        (
+            "openai_capture_repeated",
+            ProviderKind::OpenAi,
+            openai_capture_repeated(),
+        ),
+    ];
+    let mut group = c.benchmark_group("sse");
+    for (name, provider, bytes) in &inputs {
+        // Both decoders must see the same events before their speed is compared.
+        assert_eq!(
+            rebound_sse_only(bytes),
+            eventsource_stream_sse_only(bytes),
+            "{name}"
+        );
+        group.throughput(Throughput::Bytes(bytes.len() as u64));
+        group.bench_with_input(
+            BenchmarkId::new("rebound_decode_assemble", name),
+            bytes,
+            |b, bytes| {
+                b.iter(|| black_box(rebound_decode_assemble(*provider, black_box(bytes))));
+            },
+        );
+        group.bench_with_input(
+            BenchmarkId::new("rebound_sse_only", name),
+            bytes,
+            |b, bytes| {
+                b.iter(|| black_box(rebound_sse_only(black_box(bytes))));
+            },
+        );
+        group.bench_with_input(
+            BenchmarkId::new("eventsource_stream_sse_only", name),
+            bytes,
+            |b, bytes| b.iter(|| black_box(eventsource_stream_sse_only(black_box(bytes)))),
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

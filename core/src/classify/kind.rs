@@ -1,0 +1,213 @@
+//! Choosing the [`FailureKind`] from a status, the parsed error body and known phrasings.
+//!
+//! The same rules serve both providers: OpenAI-compatible proxies put Anthropic models behind
+//! OpenAI's shape and vice versa, so an error type from either family is understood
+//! everywhere. The order, first match wins:
+//!
+//! 1. **Context overflow** — status 413, an overflow type or code (`request_too_large`,
+//!    `context_length_exceeded`, `exceed_context_size_error`), or a known overflow phrase in
+//!    the message (not for a 429: a rate limit that mentions tokens is still a rate limit).
+//! 2. **Quota exhausted** — status 402, a quota type or code (`insufficient_quota`,
+//!    `billing_error`, Anthropic's `details.error_code` `enforced_spend_limit_reached`), or a
+//!    spend/credit phrase (not for a 5xx).
+//! 3. **Model not found** — the `model_not_found` code, unless the status says 429 or 5xx.
+//! 4. **By status**, when there is an HTTP error status (300 and above): 401/403 auth; 404
+//!    model not found; 408/409/425 server error (retryable: the server answered, so this is not
+//!    a transport fault); 429 rate limited; 503/529 or an "overloaded" type or message on any
+//!    5xx unavailable; other 5xx server error; other 3xx/4xx bad request; above 599 server
+//!    error.
+//! 5. **By error type or code**, when there is no status or it is below 300 (a mid-stream
+//!    error event, or a 200 whose body is an error): the table in [`kind_from_type`]; an
+//!    unknown type is a server error; a body that is not an error object at all is a
+//!    malformed stream.
+
+use super::body::ErrorBody;
+use super::markers;
+use crate::failure::FailureKind;
+
+/// Decides the kind. `scan` is the lowercase text to look for phrases in: the parsed message,
+/// type and code, or the raw body when it did not parse.
+pub(crate) fn decide(status: Option<u16>, body: Option<&ErrorBody>, scan: &str) -> FailureKind {
+    let codes: Vec<String> = body
+        .map(|b| {
+            [&b.code, &b.error_type, &b.detail_code]
+                .into_iter()
+                .flatten()
+                .map(|c| c.trim().to_ascii_lowercase())
+                .collect()
+        })
+        .unwrap_or_default();
+    let any_code = |pred: fn(&str) -> bool| codes.iter().any(|c| pred(c));
+
+    let rate_limited_status = status == Some(429);
+    let server_status = status.is_some_and(|s| s >= 500);
+
+    if status == Some(413)
+        || any_code(markers::is_overflow_code)
+        || (!rate_limited_status && markers::mentions_overflow(scan))
+    {
+        return FailureKind::ContextOverflow;
+    }
+    if status == Some(402)
+        || any_code(markers::is_quota_code)
+        || (!server_status && markers::mentions_quota(scan))
+    {
+        return FailureKind::QuotaExhausted;
+    }
+    if !rate_limited_status && !server_status && any_code(|c| c == "model_not_found") {
+        return FailureKind::ModelNotFound;
+    }
+
+    match status {
+        Some(s) if s >= 300 => kind_from_status(s, &codes, scan),
+        _ => match codes.iter().find_map(|c| kind_from_type(c)) {
+            Some(kind) => kind,
+            None if markers::mentions_overload(scan) => FailureKind::Unavailable,
+            None if body.is_some() => FailureKind::ServerError,
+            None => FailureKind::StreamMalformed,
+        },
+    }
+}
+
+fn kind_from_status(status: u16, codes: &[String], scan: &str) -> FailureKind {
+    match status {
+        401 | 403 => FailureKind::AuthFailed,
+        404 => FailureKind::ModelNotFound,
+        408 | 409 | 425 => FailureKind::ServerError,
+        429 => FailureKind::RateLimited,
+        503 | 529 => FailureKind::Unavailable,
+        500..=599 => {
+            let overloaded = codes
+                .iter()
+                .any(|c| kind_from_type(c) == Some(FailureKind::Unavailable))
+                || markers::mentions_overload(scan);
+            if overloaded {
+                FailureKind::Unavailable
+            } else {
+                FailureKind::ServerError
+            }
+        }
+        300..=499 => FailureKind::BadRequest,
+        _ => FailureKind::ServerError,
+    }
+}
+
+/// The kind an error type or code (lowercase) stands for, from either provider family.
+fn kind_from_type(code: &str) -> Option<FailureKind> {
+    Some(match code {
+        // Anthropic rate_limit_error; OpenAI rate_limit_exceeded with type "tokens"/"requests".
+        "rate_limit_error"
+        | "rate_limit_exceeded"
+        | "tokens"
+        | "requests"
+        | "too_many_requests"
+        | "resource_exhausted" => FailureKind::RateLimited,
+        // Anthropic overloaded_error (HTTP 529, also sent mid-stream); Google UNAVAILABLE.
+        "overloaded_error"
+        | "server_overloaded"
+        | "overloaded"
+        | "unavailable"
+        | "service_unavailable" => FailureKind::Unavailable,
+        // Anthropic api_error (500), timeout_error (504), conflict_error (409); OpenAI
+        // server_error.
+        "api_error"
+        | "server_error"
+        | "internal_error"
+        | "internal_server_error"
+        | "timeout_error"
+        | "conflict_error"
+        | "internal" => FailureKind::ServerError,
+        "authentication_error"
+        | "permission_error"
+        | "invalid_api_key"
+        | "permission_denied"
+        | "unauthenticated" => FailureKind::AuthFailed,
+        "not_found_error" | "model_not_found" | "not_found" => FailureKind::ModelNotFound,
+        "invalid_request_error" | "badrequesterror" | "invalid_argument" => FailureKind::BadRequest,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn typed(error_type: &str) -> ErrorBody {
+        ErrorBody {
+            error_type: Some(error_type.to_owned()),
+            message: Some("m".to_owned()),
+            ..ErrorBody::default()
+        }
+    }
+
+    #[test]
+    fn http_statuses_map_to_kinds_without_a_body() {
+        use FailureKind::*;
+        for (status, kind) in [
+            (400, BadRequest),
+            (401, AuthFailed),
+            (402, QuotaExhausted),
+            (403, AuthFailed),
+            (404, ModelNotFound),
+            (405, BadRequest),
+            (408, ServerError),
+            (409, ServerError),
+            (413, ContextOverflow),
+            (422, BadRequest),
+            (425, ServerError),
+            (429, RateLimited),
+            (500, ServerError),
+            (502, ServerError),
+            (503, Unavailable),
+            (504, ServerError),
+            (529, Unavailable),
+            (301, BadRequest),
+            (999, ServerError),
+        ] {
+            assert_eq!(decide(Some(status), None, ""), kind, "{status}");
+        }
+    }
+
+    #[test]
+    fn mid_stream_error_types_map_to_kinds() {
+        use FailureKind::*;
+        for (error_type, kind) in [
+            ("overloaded_error", Unavailable),
+            ("api_error", ServerError),
+            ("rate_limit_error", RateLimited),
+            ("invalid_request_error", BadRequest),
+            ("authentication_error", AuthFailed),
+            ("not_found_error", ModelNotFound),
+            ("server_error", ServerError),
+            ("something_new", ServerError),
+        ] {
+            assert_eq!(
+                decide(None, Some(&typed(error_type)), "m"),
+                kind,
+                "{error_type}"
+            );
+            assert_eq!(
+                decide(Some(200), Some(&typed(error_type)), "m"),
+                kind,
+                "{error_type}"
+            );
+        }
+        assert_eq!(decide(None, None, "garbage"), StreamMalformed);
+    }
+
+    #[test]
+    fn a_rate_limit_that_mentions_context_is_still_a_rate_limit() {
+        assert_eq!(
+            decide(Some(429), None, "maximum context length is 5"),
+            FailureKind::RateLimited
+        );
+    }
+
+    #[test]
+    fn a_server_error_that_mentions_a_spend_limit_is_not_quota() {
+        assert_eq!(
+            decide(Some(500), None, "spend limit service unavailable"),
+            FailureKind::ServerError
+        );
+    }
+}

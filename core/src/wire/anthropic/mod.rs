@@ -1,0 +1,5 @@
+//! Anthropic Messages: request bodies, stream assembly, and what the API sends.
+
+pub(crate) mod encode;
+pub(crate) mod request;
+pub(crate) mod stream;

@@ -1,0 +1,124 @@
+//! Anthropic Messages request bodies (`POST /v1/messages`), both directions.
+
+use crate::conversation::{ContentBlock, Conversation, Message};
+use crate::tool::ToolSpec;
+use crate::wire::{ParsedRequest, RequestParams, WireError};
+use serde_json::{json, Map, Value};
+
+/// The body for `conversation`; the caller has checked tool pairing.
+pub(crate) fn body(conversation: &Conversation, params: &RequestParams<'_>) -> Value {
+    let messages: Vec<Value> = conversation.messages().iter().filter_map(message).collect();
+    let mut body = Map::new();
+    body.insert("model".into(), params.model.into());
+    body.insert("max_tokens".into(), params.max_tokens.into());
+    if let Some(system) = params.system {
+        body.insert("system".into(), system.into());
+    }
+    body.insert("messages".into(), messages.into());
+    if !params.tools.is_empty() {
+        let tools: Vec<Value> = params
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "name": t.name,
+                    "description": t.description,
+                    "input_schema": t.input_schema,
+                })
+            })
+            .collect();
+        body.insert("tools".into(), tools.into());
+    }
+    body.insert("stream".into(), params.stream.into());
+    Value::Object(body)
+}
+
+/// One message in the Messages shape (the conversation model's own serde shape), without
+/// the blocks Anthropic would reject: empty text, and thinking that carries no signature.
+fn message(m: &Message) -> Option<Value> {
+    let content: Vec<Value> = m
+        .content
+        .iter()
+        .filter(|b| match b {
+            ContentBlock::Text { text } => !text.is_empty(),
+            ContentBlock::Thinking { signature, .. } => !signature.is_empty(),
+            _ => true,
+        })
+        .filter_map(|b| serde_json::to_value(b).ok())
+        .collect();
+    if content.is_empty() {
+        return None;
+    }
+    Some(json!({"role": m.role, "content": content}))
+}
+
+/// Decodes a Messages request body.
+pub(crate) fn parse(v: &Value) -> Result<ParsedRequest, WireError> {
+    let model = v
+        .get("model")
+        .and_then(Value::as_str)
+        .ok_or_else(|| invalid("missing \"model\""))?
+        .to_owned();
+    let max_tokens = v
+        .get("max_tokens")
+        .and_then(Value::as_u64)
+        .and_then(|n| u32::try_from(n).ok());
+    let system = match v.get("system") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(Value::Array(parts)) => Some(
+            parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        Some(_) => {
+            return Err(invalid(
+                "\"system\" must be a string or an array of text blocks",
+            ))
+        }
+    };
+    let messages: Vec<Message> = match v.get("messages") {
+        Some(m @ Value::Array(_)) => {
+            serde_json::from_value(m.clone()).map_err(|e| invalid(&format!("\"messages\": {e}")))?
+        }
+        _ => return Err(invalid("missing \"messages\" array")),
+    };
+    let tools = match v.get("tools") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(tools)) => tools
+            .iter()
+            .map(|t| {
+                Ok(ToolSpec {
+                    name: t
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| invalid("tool without a \"name\""))?
+                        .to_owned(),
+                    description: t
+                        .get("description")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                    input_schema: t.get("input_schema").cloned().unwrap_or(Value::Null),
+                })
+            })
+            .collect::<Result<_, WireError>>()?,
+        Some(_) => return Err(invalid("\"tools\" must be an array")),
+    };
+    Ok(ParsedRequest {
+        model,
+        system,
+        tools,
+        max_tokens,
+        stream: v.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        conversation: Conversation::from(messages),
+    })
+}
+
+fn invalid(detail: &str) -> WireError {
+    WireError::InvalidRequest {
+        detail: detail.to_owned(),
+    }
+}

@@ -1,0 +1,337 @@
+//! Provider-neutral assembly of content blocks from streamed pieces, and the final checks
+//! that turn them into one [`AssistantResponse`] or a failure.
+
+use super::{malformed, StreamDelta};
+use crate::conversation::{ContentBlock, Message, Role};
+use crate::failure::{ProviderFailure, TransportFault};
+use crate::response::{AssistantResponse, InputProblemKind, StopReason, ToolInputProblem, Usage};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// What one block costs against the message budget beyond its text, in bytes.
+const BLOCK_OVERHEAD: usize = 64;
+
+/// A content block being built.
+#[derive(Debug)]
+pub(crate) enum Part {
+    Text(String),
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        /// The streamed argument text.
+        json: String,
+        /// Input given whole in the block's start event (used when no fragments follow).
+        initial: Option<Value>,
+        /// Whether the block's stop event arrived.
+        closed: bool,
+    },
+}
+
+/// Blocks keyed by their stream index, plus usage and a size budget.
+#[derive(Debug)]
+pub(crate) struct Assembly {
+    parts: BTreeMap<u64, Part>,
+    pub(crate) usage: Usage,
+    bytes: usize,
+    max_bytes: usize,
+}
+
+impl Assembly {
+    pub(crate) fn new(max_bytes: usize) -> Self {
+        Assembly {
+            parts: BTreeMap::new(),
+            usage: Usage::default(),
+            bytes: 0,
+            max_bytes,
+        }
+    }
+
+    pub(crate) fn has(&self, index: u64) -> bool {
+        self.parts.contains_key(&index)
+    }
+
+    /// Charges the bookkeeping of one block, so a flood of empty blocks is bounded too.
+    pub(crate) fn charge_block(&mut self) -> Result<(), ProviderFailure> {
+        self.charge(BLOCK_OVERHEAD)
+    }
+
+    fn charge(&mut self, n: usize) -> Result<(), ProviderFailure> {
+        self.bytes = self.bytes.saturating_add(n);
+        if self.bytes > self.max_bytes {
+            return Err(malformed(&format!(
+                "message larger than {} bytes",
+                self.max_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// Starts block `index`, emitting the deltas a UI needs.
+    pub(crate) fn start(
+        &mut self,
+        index: u64,
+        part: Part,
+        deltas: &mut Vec<StreamDelta>,
+    ) -> Result<(), ProviderFailure> {
+        if self.parts.contains_key(&index) {
+            return Err(malformed(&format!("content block {index} started twice")));
+        }
+        self.charge_block()?;
+        match &part {
+            Part::Text(text) => {
+                self.charge(text.len())?;
+                if !text.is_empty() {
+                    deltas.push(StreamDelta::Text {
+                        index,
+                        text: text.clone(),
+                    });
+                }
+            }
+            Part::Thinking {
+                thinking,
+                signature,
+            } => {
+                self.charge(thinking.len() + signature.len())?;
+                if !thinking.is_empty() {
+                    deltas.push(StreamDelta::Thinking {
+                        index,
+                        thinking: thinking.clone(),
+                    });
+                }
+            }
+            Part::ToolUse { id, name, json, .. } => {
+                self.charge(id.len() + name.len() + json.len())?;
+                deltas.push(StreamDelta::ToolCallStart {
+                    index,
+                    id: id.clone(),
+                    name: name.clone(),
+                });
+            }
+        }
+        self.parts.insert(index, part);
+        Ok(())
+    }
+
+    fn part(&mut self, index: u64) -> Result<&mut Part, ProviderFailure> {
+        self.parts
+            .get_mut(&index)
+            .ok_or_else(|| malformed(&format!("delta for content block {index} before its start")))
+    }
+
+    pub(crate) fn push_text(
+        &mut self,
+        index: u64,
+        text: &str,
+        deltas: &mut Vec<StreamDelta>,
+    ) -> Result<(), ProviderFailure> {
+        self.charge(text.len())?;
+        match self.part(index)? {
+            Part::Text(t) => t.push_str(text),
+            _ => return Err(mismatch(index, "text")),
+        }
+        if !text.is_empty() {
+            deltas.push(StreamDelta::Text {
+                index,
+                text: text.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn push_thinking(
+        &mut self,
+        index: u64,
+        text: &str,
+        deltas: &mut Vec<StreamDelta>,
+    ) -> Result<(), ProviderFailure> {
+        self.charge(text.len())?;
+        match self.part(index)? {
+            Part::Thinking { thinking, .. } => thinking.push_str(text),
+            _ => return Err(mismatch(index, "thinking")),
+        }
+        if !text.is_empty() {
+            deltas.push(StreamDelta::Thinking {
+                index,
+                thinking: text.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn set_signature(&mut self, index: u64, sig: &str) -> Result<(), ProviderFailure> {
+        self.charge(sig.len())?;
+        match self.part(index)? {
+            Part::Thinking { signature, .. } => {
+                signature.clear();
+                signature.push_str(sig);
+                Ok(())
+            }
+            _ => Err(mismatch(index, "signature")),
+        }
+    }
+
+    pub(crate) fn push_json(
+        &mut self,
+        index: u64,
+        fragment: &str,
+        deltas: &mut Vec<StreamDelta>,
+    ) -> Result<(), ProviderFailure> {
+        self.charge(fragment.len())?;
+        match self.part(index)? {
+            Part::ToolUse { json, .. } => json.push_str(fragment),
+            _ => return Err(mismatch(index, "tool input")),
+        }
+        if !fragment.is_empty() {
+            deltas.push(StreamDelta::ToolInputJson {
+                index,
+                partial_json: fragment.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Fills in a tool call's id or name if the start fragment lacked it (OpenAI).
+    pub(crate) fn tool_identity(&mut self, index: u64, new_id: &str, new_name: &str) {
+        if let Some(Part::ToolUse { id, name, .. }) = self.parts.get_mut(&index) {
+            if id.is_empty() {
+                new_id.clone_into(id);
+            }
+            if name.is_empty() {
+                new_name.clone_into(name);
+            }
+        }
+    }
+
+    pub(crate) fn close(&mut self, index: u64) -> Result<(), ProviderFailure> {
+        if let Part::ToolUse { closed, .. } = self.part(index)? {
+            *closed = true;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn has_tool_calls(&self) -> bool {
+        self.parts
+            .values()
+            .any(|p| matches!(p, Part::ToolUse { .. }))
+    }
+
+    /// The final checks: tool inputs parsed (problems recorded), empty text dropped, and an
+    /// empty message refused.
+    pub(crate) fn finish(
+        self,
+        stop_reason: StopReason,
+    ) -> Result<AssistantResponse, ProviderFailure> {
+        let mut content = Vec::with_capacity(self.parts.len());
+        let mut input_problems = Vec::new();
+        let output_stopped = stop_reason == StopReason::MaxTokens;
+        for part in self.parts.into_values() {
+            match part {
+                Part::Text(text) => {
+                    if !text.is_empty() {
+                        content.push(ContentBlock::Text { text });
+                    }
+                }
+                Part::Thinking {
+                    thinking,
+                    signature,
+                } => content.push(ContentBlock::Thinking {
+                    thinking,
+                    signature,
+                }),
+                Part::ToolUse {
+                    id,
+                    name,
+                    json,
+                    initial,
+                    closed,
+                } => {
+                    let input = match tool_input(&json, initial, output_stopped, closed) {
+                        Ok(input) => input,
+                        Err((kind, detail)) => {
+                            input_problems.push(ToolInputProblem {
+                                tool_use_id: id.clone(),
+                                kind,
+                                raw: json,
+                                detail,
+                            });
+                            Value::Object(Map::new())
+                        }
+                    };
+                    content.push(ContentBlock::ToolUse { id, name, input });
+                }
+            }
+        }
+        let message = Message {
+            role: Role::Assistant,
+            content,
+        };
+        if message.is_empty() {
+            return Err(ProviderFailure::transport(
+                TransportFault::EmptyMessage,
+                Some(&format!("stop reason {stop_reason}")),
+            ));
+        }
+        Ok(AssistantResponse {
+            message,
+            stop_reason,
+            usage: self.usage,
+            input_problems,
+        })
+    }
+}
+
+fn mismatch(index: u64, what: &str) -> ProviderFailure {
+    malformed(&format!(
+        "{what} delta for content block {index} of another type"
+    ))
+}
+
+/// Parses streamed tool arguments. Empty arguments mean the start event's input, or `{}`.
+pub(crate) fn tool_input(
+    json: &str,
+    initial: Option<Value>,
+    output_stopped: bool,
+    closed: bool,
+) -> Result<Value, (InputProblemKind, String)> {
+    if json.trim().is_empty() {
+        return match initial {
+            Some(v @ Value::Object(_)) => Ok(v),
+            None => Ok(Value::Object(Map::new())),
+            Some(other) => Err((
+                InputProblemKind::NotAnObject,
+                format!("tool input is {}, not an object", json_kind(&other)),
+            )),
+        };
+    }
+    match serde_json::from_str::<Value>(json) {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(other) => Err((
+            InputProblemKind::NotAnObject,
+            format!("tool input is {}, not an object", json_kind(&other)),
+        )),
+        Err(e) => {
+            let cut_short = e.is_eof() || !closed;
+            let kind = if output_stopped && cut_short {
+                InputProblemKind::Truncated
+            } else {
+                InputProblemKind::InvalidJson
+            };
+            Err((kind, e.to_string()))
+        }
+    }
+}
+
+pub(crate) fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}

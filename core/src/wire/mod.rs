@@ -1,0 +1,514 @@
+//! Provider wire formats: Anthropic Messages and OpenAI Chat Completions.
+//!
+//! Everything here is bytes in, values out (or the reverse), with no I/O, so the HTTP
+//! providers, the fake provider server, the simulator and fuzzers share one implementation:
+//!
+//! - requests: [`request_path`], [`request_body`] (refuses unanswered tool calls with a
+//!   [`WireError`]) and, for the fake server, [`parse_request`];
+//! - responses: [`StreamDecoder`] (incremental SSE decoding + assembly into exactly one
+//!   outcome) and [`parse_response`] for non-streaming JSON;
+//! - the other direction, what a provider would send: [`encode_stream`],
+//!   [`encode_response_json`], [`encode_error_body`], [`encode_stream_error_event`] and
+//!   [`context_overflow_message`].
+//!
+//! A complete round trip through the Anthropic format:
+//!
+//! ```
+//! use rebound_core::wire::{encode_stream, StreamDecoder};
+//! use rebound_core::{AssistantResponse, Message, ProviderKind};
+//!
+//! let sent = AssistantResponse::end_turn(Message::assistant_text("Hello there!"));
+//! let mut decoder = StreamDecoder::new(ProviderKind::Anthropic);
+//! for chunk in encode_stream(ProviderKind::Anthropic, &sent, "claude-test", "msg_1") {
+//!     decoder.feed(&chunk).unwrap();
+//! }
+//! assert!(decoder.is_complete());
+//! assert_eq!(decoder.finish().unwrap(), sent);
+//! ```
+//!
+//! ## Decisions worth knowing
+//!
+//! - Empty text blocks are dropped when a message is assembled and when a request is built
+//!   (Anthropic rejects them); thinking blocks without a signature are not sent to Anthropic.
+//! - OpenAI Chat has no thinking blocks: they are left out of requests and encoded streams.
+//!   Its assistant messages are one text part followed by tool calls, so several text blocks
+//!   are joined without a separator. Reasoning text that compatible servers stream
+//!   (`reasoning_content`, `reasoning`) is assembled into a thinking block without a
+//!   signature, shown to the UI as thinking deltas, and never sent back (neither request
+//!   builder sends unsigned thinking).
+//! - OpenAI requests set `max_completion_tokens` (the current field; `max_tokens` is refused
+//!   by reasoning models) and `stream_options.include_usage` when streaming;
+//!   [`parse_request`] accepts either field.
+//! - A tool call's arguments that fail to parse are [`InputProblemKind::Truncated`] when the
+//!   output stopped at the token limit and the JSON ended early (or the block never closed),
+//!   otherwise [`InputProblemKind::InvalidJson`]; valid JSON that is not an object is
+//!   [`InputProblemKind::NotAnObject`]. Either way the call's `input` becomes `{}`.
+//! - OpenAI Chat has no error flag on tool results: the result's text (for an error, the
+//!   model-readable error text) is the `tool` message's content. Tool messages cannot carry
+//!   images either: each image part is dropped and replaced by a one-line note in the text,
+//!   so the model knows something was left out.
+//! - An OpenAI stream that ends cleanly after its `finish_reason` but before `data: [DONE]`
+//!   is accepted (some compatible servers never send `[DONE]`); one that ends earlier is a
+//!   cut stream.
+//!
+//! [`InputProblemKind::Truncated`]: crate::InputProblemKind::Truncated
+//! [`InputProblemKind::InvalidJson`]: crate::InputProblemKind::InvalidJson
+//! [`InputProblemKind::NotAnObject`]: crate::InputProblemKind::NotAnObject
+
+pub mod sse;
+
+mod anthropic;
+mod assemble;
+mod borrow;
+mod openai;
+mod render;
+
+use crate::conversation::{Conversation, PairingError};
+use crate::failure::{ProviderFailure, ProviderKind, TransportFault};
+use crate::response::AssistantResponse;
+use crate::tool::ToolSpec;
+use serde_json::Value;
+use sse::{SseDecoder, SseError, SseEvent, SseLimits};
+
+/// What a request needs besides the conversation.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestParams<'a> {
+    /// The provider's model id, e.g. `claude-sonnet-4-5` or `gpt-4o`.
+    pub model: &'a str,
+    /// The system prompt, if any.
+    pub system: Option<&'a str>,
+    /// The tools the model may call.
+    pub tools: &'a [ToolSpec],
+    /// The output token limit (`max_tokens` / `max_completion_tokens`).
+    pub max_tokens: u32,
+    /// Whether to ask for a server-sent event stream.
+    pub stream: bool,
+}
+
+/// A request body decoded back into rebound's terms (what the fake provider server received).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedRequest {
+    /// The requested model id.
+    pub model: String,
+    /// The system prompt, if any (several system parts are joined with newlines).
+    pub system: Option<String>,
+    /// The tools offered to the model.
+    pub tools: Vec<ToolSpec>,
+    /// The output token limit, when the request set one.
+    pub max_tokens: Option<u32>,
+    /// Whether a stream was requested.
+    pub stream: bool,
+    /// The messages, in rebound's conversation model.
+    pub conversation: Conversation,
+}
+
+/// Why a request body could not be built or read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// The conversation breaks tool-call pairing; the provider would answer 400.
+    #[error("conversation cannot be sent: {0}")]
+    Pairing(#[from] PairingError),
+    /// There is nothing to send.
+    #[error("conversation cannot be sent: it has no messages")]
+    EmptyConversation,
+    /// A received body is not valid JSON.
+    #[error("request body is not valid JSON: {detail}")]
+    InvalidJson {
+        /// The parser's message.
+        detail: String,
+    },
+    /// A received body is JSON but not a valid request of this provider.
+    #[error("invalid request body: {detail}")]
+    InvalidRequest {
+        /// What is wrong, e.g. `missing "model"`.
+        detail: String,
+    },
+}
+
+/// An incremental piece of a streamed response, for a UI to show as it arrives.
+///
+/// `index` identifies the content block the piece belongs to: Anthropic's block index; for
+/// OpenAI, 0 is reasoning text (from compatible servers), 1 the answer text and tool call `i`
+/// is `i + 2`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamDelta {
+    /// More answer text.
+    Text {
+        /// The block.
+        index: u64,
+        /// The new text.
+        text: String,
+    },
+    /// More extended-thinking text.
+    Thinking {
+        /// The block.
+        index: u64,
+        /// The new thinking text.
+        thinking: String,
+    },
+    /// The model started a tool call.
+    ToolCallStart {
+        /// The block.
+        index: u64,
+        /// The call id.
+        id: String,
+        /// The tool's name.
+        name: String,
+    },
+    /// A fragment of a tool call's JSON arguments (not valid JSON on its own).
+    ToolInputJson {
+        /// The block.
+        index: u64,
+        /// The fragment.
+        partial_json: String,
+    },
+}
+
+/// Memory bounds for decoding one streamed response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamLimits {
+    /// SSE line and event limits.
+    pub sse: SseLimits,
+    /// The largest assembled message accepted, in bytes: text, thinking, tool ids, names and
+    /// arguments, plus 64 bytes per content block.
+    pub max_message_bytes: usize,
+}
+
+impl Default for StreamLimits {
+    /// SSE defaults and 64 MiB per message.
+    fn default() -> Self {
+        StreamLimits {
+            sse: SseLimits::default(),
+            max_message_bytes: 64 << 20,
+        }
+    }
+}
+
+/// The URL path of a request, to append to the provider's base URL.
+///
+/// OpenAI base URLs include `/v1` (as in the official SDKs); Anthropic's do not.
+///
+/// ```
+/// use rebound_core::{wire::request_path, ProviderKind};
+/// assert_eq!(request_path(ProviderKind::Anthropic), "/v1/messages");
+/// assert_eq!(request_path(ProviderKind::OpenAi), "/chat/completions");
+/// ```
+#[must_use]
+pub fn request_path(provider: ProviderKind) -> &'static str {
+    match provider {
+        ProviderKind::Anthropic => "/v1/messages",
+        ProviderKind::OpenAi => "/chat/completions",
+    }
+}
+
+/// Builds the JSON request body for `provider`.
+///
+/// Refuses a conversation that is empty or whose tool calls are not each answered, first
+/// and in order, by a result in the very next message (including open calls at the end).
+pub fn request_body(
+    provider: ProviderKind,
+    conversation: &Conversation,
+    params: &RequestParams<'_>,
+) -> Result<Value, WireError> {
+    if conversation.is_empty() {
+        return Err(WireError::EmptyConversation);
+    }
+    conversation.check_tool_pairing(false)?;
+    Ok(match provider {
+        ProviderKind::Anthropic => anthropic::request::body(conversation, params),
+        ProviderKind::OpenAi => openai::request::body(conversation, params),
+    })
+}
+
+/// Decodes a request body of `provider` back into a [`ParsedRequest`].
+pub fn parse_request(provider: ProviderKind, body: &[u8]) -> Result<ParsedRequest, WireError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| WireError::InvalidJson {
+        detail: e.to_string(),
+    })?;
+    match provider {
+        ProviderKind::Anthropic => anthropic::request::parse(&value),
+        ProviderKind::OpenAi => openai::request::parse(&value),
+    }
+}
+
+/// Parses a non-streaming JSON response body (HTTP 200) into a response or a failure.
+///
+/// An error object in the body is classified like a mid-stream error; a body that is not
+/// JSON, or not a response, is [`TransportFault::MalformedStream`]; a response with no
+/// content is [`TransportFault::EmptyMessage`].
+pub fn parse_response(
+    provider: ProviderKind,
+    body: &[u8],
+) -> Result<AssistantResponse, ProviderFailure> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| malformed(&format!("response body is not JSON: {e}")))?;
+    match provider {
+        ProviderKind::Anthropic => anthropic::stream::parse_response(&value, body),
+        ProviderKind::OpenAi => openai::stream::parse_response(&value, body),
+    }
+}
+
+/// Renders `response` as the server-sent event stream `provider` would send, one byte chunk
+/// per event, so a fault injector can cut after N events or bytes.
+///
+/// Text and tool arguments are split into several deltas, as real streams do. A tool call
+/// listed in `response.input_problems` is sent with the problem's raw text as its arguments,
+/// so decoding reproduces the problem. OpenAI streams leave thinking blocks out.
+#[must_use]
+pub fn encode_stream(
+    provider: ProviderKind,
+    response: &AssistantResponse,
+    model: &str,
+    message_id: &str,
+) -> Vec<Vec<u8>> {
+    match provider {
+        ProviderKind::Anthropic => anthropic::encode::stream(response, model, message_id),
+        ProviderKind::OpenAi => openai::encode::stream(response, model, message_id),
+    }
+}
+
+/// Renders `response` as the non-streaming JSON body `provider` would send.
+#[must_use]
+pub fn encode_response_json(
+    provider: ProviderKind,
+    response: &AssistantResponse,
+    model: &str,
+    message_id: &str,
+) -> Value {
+    match provider {
+        ProviderKind::Anthropic => anthropic::encode::response_json(response, model, message_id),
+        ProviderKind::OpenAi => openai::encode::response_json(response, model, message_id),
+    }
+}
+
+/// A provider-correct error body for an HTTP `status`.
+///
+/// `error_type` is the provider's error type (Anthropic `overloaded_error`, OpenAI
+/// `insufficient_quota`, …; for OpenAI a known error *code* such as
+/// `context_length_exceeded` also works and fills `code`); `None` picks the type the
+/// provider uses for that status.
+///
+/// ```
+/// use rebound_core::{wire::encode_error_body, ProviderKind};
+/// let body = encode_error_body(ProviderKind::Anthropic, 529, None, "Overloaded");
+/// assert_eq!(
+///     String::from_utf8(body).unwrap(),
+///     r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+/// );
+/// ```
+#[must_use]
+pub fn encode_error_body(
+    provider: ProviderKind,
+    status: u16,
+    error_type: Option<&str>,
+    message: &str,
+) -> Vec<u8> {
+    match provider {
+        ProviderKind::Anthropic => anthropic::encode::error_body(status, error_type, message),
+        ProviderKind::OpenAi => openai::encode::error_body(status, error_type, message),
+    }
+}
+
+/// The server-sent event a provider sends when a stream fails after it started (Anthropic
+/// `event: error`, OpenAI a `data:` line holding an `error` object).
+#[must_use]
+pub fn encode_stream_error_event(
+    provider: ProviderKind,
+    error_type: &str,
+    message: &str,
+) -> Vec<u8> {
+    match provider {
+        ProviderKind::Anthropic => anthropic::encode::stream_error_event(error_type, message),
+        ProviderKind::OpenAi => openai::encode::stream_error_event(error_type, message),
+    }
+}
+
+/// The provider's own wording for a prompt that does not fit the context window.
+///
+/// ```
+/// use rebound_core::{wire::context_overflow_message, ProviderKind};
+/// assert_eq!(
+///     context_overflow_message(ProviderKind::Anthropic, 205_351, 200_000),
+///     "prompt is too long: 205351 tokens > 200000 maximum"
+/// );
+/// ```
+#[must_use]
+pub fn context_overflow_message(provider: ProviderKind, tokens: u64, limit: u64) -> String {
+    match provider {
+        ProviderKind::Anthropic => format!("prompt is too long: {tokens} tokens > {limit} maximum"),
+        ProviderKind::OpenAi => format!(
+            "This model's maximum context length is {limit} tokens. However, your messages \
+             resulted in {tokens} tokens. Please reduce the length of the messages."
+        ),
+    }
+}
+
+/// Decodes one provider's streamed response: SSE bytes in, UI deltas out as they arrive, and
+/// exactly one outcome at the end.
+///
+/// Feed it the response body in whatever chunks the network delivers; then call
+/// [`finish`](StreamDecoder::finish) when the body ends (or as soon as
+/// [`is_complete`](StreamDecoder::is_complete) says the terminal event arrived). A failure —
+/// an error event, invalid JSON, a limit — is returned by the `feed` that found it and again
+/// by every later call, and `finish` returns it as the outcome.
+///
+/// ```
+/// use rebound_core::wire::{StreamDecoder, StreamDelta};
+/// use rebound_core::{FailureKind, ProviderKind};
+///
+/// let mut d = StreamDecoder::new(ProviderKind::OpenAi);
+/// let deltas = d
+///     .feed(b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n")
+///     .unwrap();
+/// assert_eq!(deltas, [StreamDelta::Text { index: 1, text: "Hi".into() }]);
+/// // The connection drops here: no finish_reason, no [DONE].
+/// let failure = d.finish().unwrap_err();
+/// assert_eq!(failure.kind, FailureKind::StreamMalformed);
+/// ```
+#[derive(Debug)]
+pub struct StreamDecoder {
+    sse: SseDecoder,
+    state: ProviderState,
+    failure: Option<ProviderFailure>,
+    complete: bool,
+}
+
+#[derive(Debug)]
+enum ProviderState {
+    Anthropic(anthropic::stream::StreamState),
+    OpenAi(openai::stream::StreamState),
+}
+
+impl ProviderState {
+    fn on_event(
+        &mut self,
+        event: &SseEvent,
+        deltas: &mut Vec<StreamDelta>,
+    ) -> Result<bool, ProviderFailure> {
+        match self {
+            ProviderState::Anthropic(s) => s.on_event(event, deltas),
+            ProviderState::OpenAi(s) => s.on_event(event, deltas),
+        }
+    }
+}
+
+impl StreamDecoder {
+    /// A decoder for `provider` with [`StreamLimits::default`].
+    #[must_use]
+    pub fn new(provider: ProviderKind) -> Self {
+        Self::with_limits(provider, StreamLimits::default())
+    }
+
+    /// A decoder for `provider` with the given limits.
+    #[must_use]
+    pub fn with_limits(provider: ProviderKind, limits: StreamLimits) -> Self {
+        let state = match provider {
+            ProviderKind::Anthropic => ProviderState::Anthropic(
+                anthropic::stream::StreamState::new(limits.max_message_bytes),
+            ),
+            ProviderKind::OpenAi => {
+                ProviderState::OpenAi(openai::stream::StreamState::new(limits.max_message_bytes))
+            }
+        };
+        StreamDecoder {
+            sse: SseDecoder::with_limits(limits.sse),
+            state,
+            failure: None,
+            complete: false,
+        }
+    }
+
+    /// Feeds the next bytes of the body; returns the deltas they completed.
+    ///
+    /// Bytes after the terminal event are ignored.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Vec<StreamDelta>, ProviderFailure> {
+        let mut deltas = Vec::new();
+        self.feed_into(bytes, &mut deltas)?;
+        Ok(deltas)
+    }
+
+    /// Like [`feed`](StreamDecoder::feed), appending the deltas to `deltas` (no allocation
+    /// per call).
+    pub fn feed_into(
+        &mut self,
+        bytes: &[u8],
+        deltas: &mut Vec<StreamDelta>,
+    ) -> Result<(), ProviderFailure> {
+        if let Some(f) = &self.failure {
+            return Err(f.clone());
+        }
+        if self.complete {
+            return Ok(());
+        }
+        let state = &mut self.state;
+        let complete = &mut self.complete;
+        let result = self.sse.feed_with(bytes, |event| {
+            if !*complete && state.on_event(event, deltas)? {
+                *complete = true;
+            }
+            Ok::<(), ProviderFailure>(())
+        });
+        result.inspect_err(|f| self.failure = Some(f.clone()))
+    }
+
+    /// Whether the terminal event (`message_stop`, `data: [DONE]`) has arrived.
+    #[must_use]
+    pub fn is_complete(&self) -> bool {
+        self.complete && self.failure.is_none()
+    }
+
+    /// The failure found so far, if any.
+    #[must_use]
+    pub fn failure(&self) -> Option<&ProviderFailure> {
+        self.failure.as_ref()
+    }
+
+    /// Ends the body and returns the one outcome: the assembled response, or the failure.
+    ///
+    /// A body that ended before its terminal event is [`TransportFault::StreamCut`].
+    pub fn finish(mut self) -> Result<AssistantResponse, ProviderFailure> {
+        if let Some(f) = self.failure {
+            return Err(f);
+        }
+        if !self.complete {
+            let mut deltas = Vec::new();
+            match self.sse.finish() {
+                Err(e) => return Err(e.into()),
+                Ok(Some(last)) => match self.state.on_event(&last, &mut deltas) {
+                    Ok(terminal) => self.complete = terminal,
+                    // An event cut mid-line fails to parse: that is a cut, not garbage.
+                    Err(f) if f.transport == Some(TransportFault::MalformedStream) => {
+                        return Err(ProviderFailure::transport(
+                            TransportFault::StreamCut,
+                            Some("the body ended inside an event"),
+                        ))
+                    }
+                    Err(f) => return Err(f),
+                },
+                Ok(None) => {}
+            }
+        }
+        match self.state {
+            ProviderState::Anthropic(s) => s.finish(self.complete),
+            ProviderState::OpenAi(s) => s.finish(self.complete),
+        }
+    }
+}
+
+/// A stream that broke an SSE limit is a malformed stream (retryable).
+impl From<SseError> for ProviderFailure {
+    fn from(e: SseError) -> Self {
+        ProviderFailure::transport(TransportFault::MalformedStream, Some(&e.to_string()))
+    }
+}
+
+pub(crate) fn malformed(detail: &str) -> ProviderFailure {
+    ProviderFailure::transport(TransportFault::MalformedStream, Some(detail))
+}
+
+pub(crate) fn stream_cut(detail: &str) -> ProviderFailure {
+    ProviderFailure::transport(TransportFault::StreamCut, Some(detail))
+}
+
+#[cfg(test)]
+mod tests;

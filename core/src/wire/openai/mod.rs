@@ -1,0 +1,5 @@
+//! OpenAI Chat Completions: request bodies, stream assembly, and what the API sends.
+
+pub(crate) mod encode;
+pub(crate) mod request;
+pub(crate) mod stream;

@@ -1,0 +1,251 @@
+//! The `rebound` command line: `run`, `demo`, `serve`, `sim`, `replay`.
+//!
+//! A thin layer over library calls embedders can use too. Exit codes: 0 finished, 1 the run
+//! hard-failed, 2 usage or configuration error, 130 canceled by SIGINT/SIGTERM.
+
+mod events;
+mod replay;
+mod run;
+mod simulate;
+
+pub use events::{advice, error_event, HumanView, JsonEvents};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// Exit status: the run finished (including a stop at `--max-turns`).
+pub const EXIT_OK: i32 = 0;
+/// Exit status: the run hard-failed (provider or host failure, attempts exhausted).
+pub const EXIT_FAILED: i32 = 1;
+/// Exit status: usage or configuration error.
+pub const EXIT_USAGE: i32 = 2;
+/// Exit status: canceled by a signal.
+pub const EXIT_CANCELED: i32 = 130;
+
+/// rebound: an LLM agent loop that never loses its footing.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rebound",
+    version,
+    about = "An LLM agent loop that never loses its footing: retry, compact, tool error results, or fail cleanly.",
+    long_about = None
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Commands,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Commands {
+    /// Run the agent once against a real provider.
+    Run(RunArgs),
+    /// Run the agent against a local fake provider through a scripted outage (offline).
+    Demo(DemoArgs),
+    /// Serve a fake Anthropic/OpenAI provider that injects faults, for testing other agents.
+    Serve(ServeArgs),
+    /// Simulate runs of a scenario in virtual time and print outcome statistics.
+    Sim(SimArgs),
+    /// Replay a recorded trace and report the first divergence.
+    Replay(ReplayArgs),
+}
+
+/// Which event view `run` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EventsFormat {
+    /// Streamed text and dim status lines.
+    Human,
+    /// One JSON object per line (schema in the README).
+    Json,
+}
+
+/// Which API a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProviderArg {
+    /// Anthropic Messages.
+    Anthropic,
+    /// OpenAI Chat Completions (and compatible servers).
+    Openai,
+}
+
+impl From<ProviderArg> for rebound_core::ProviderKind {
+    fn from(p: ProviderArg) -> Self {
+        match p {
+            ProviderArg::Anthropic => rebound_core::ProviderKind::Anthropic,
+            ProviderArg::Openai => rebound_core::ProviderKind::OpenAi,
+        }
+    }
+}
+
+/// Options of `rebound run`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// The prompt: the user message that starts the run.
+    pub prompt: String,
+    /// Which API to talk to.
+    #[arg(long, value_enum, default_value = "anthropic")]
+    pub provider: ProviderArg,
+    /// Base URL (Anthropic: without /v1; OpenAI: with /v1, as the official SDKs).
+    #[arg(long)]
+    pub base_url: Option<String>,
+    /// Model id, or an alias such as @sonnet.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Environment variable holding the API key (default: ANTHROPIC_API_KEY or OPENAI_API_KEY).
+    #[arg(long)]
+    pub api_key_env: Option<String>,
+    /// System prompt.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Enable the built-in file tools (read, list, write) confined to this folder.
+    #[arg(long)]
+    pub tools_root: Option<PathBuf>,
+    /// Session file: loaded if it exists, saved after every appended message.
+    #[arg(long)]
+    pub session: Option<PathBuf>,
+    /// Write a replayable trace (JSON Lines) here.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Event view.
+    #[arg(long, value_enum, default_value = "human")]
+    pub events: EventsFormat,
+    /// Attempts per request, counting the first.
+    #[arg(long, default_value_t = 4)]
+    pub max_attempts: u32,
+    /// Delay before the first retry, in ms.
+    #[arg(long, default_value_t = 500)]
+    pub initial_delay_ms: u64,
+    /// Upper bound of the backoff delay, in ms.
+    #[arg(long, default_value_t = 10_000)]
+    pub max_delay_ms: u64,
+    /// Do not jitter backoff delays.
+    #[arg(long)]
+    pub no_jitter: bool,
+    /// Seed of the retry jitter.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Stop after this many assistant messages.
+    #[arg(long)]
+    pub max_turns: Option<u32>,
+    /// Fallback target `PROVIDER:MODEL[@BASE_URL]` (repeatable), tried in order when the
+    /// previous target's retries are spent or its quota is exhausted. Keys come from the
+    /// provider's conventional variable.
+    #[arg(long = "fallback", value_name = "PROVIDER:MODEL[@BASE_URL]")]
+    pub fallbacks: Vec<String>,
+    /// Share a retry budget (token bucket) between retries: charged retries wait, bounded,
+    /// for a token and fail when none comes.
+    #[arg(long)]
+    pub retry_budget: bool,
+}
+
+/// Options of `rebound demo`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoArgs {
+    /// A built-in scenario name or a scenario JSON file.
+    #[arg(long, default_value = "demo")]
+    pub scenario: String,
+    /// Event view.
+    #[arg(long, value_enum, default_value = "human")]
+    pub events: EventsFormat,
+    /// Which wire format the fake provider speaks.
+    #[arg(long, value_enum, default_value = "anthropic")]
+    pub provider: ProviderArg,
+    /// Seed of the scenario's random faults and of the jitter.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// Options of `rebound serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// Port on 127.0.0.1 (0 picks a free one).
+    #[arg(long, default_value_t = 0)]
+    pub port: u16,
+    /// A built-in scenario name or a scenario JSON file (default: a healthy model).
+    #[arg(long)]
+    pub scenario: Option<String>,
+    /// Seed of the scenario's random faults.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// Options of `rebound sim`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SimArgs {
+    /// A built-in scenario name or a scenario JSON file.
+    #[arg(long)]
+    pub scenario: String,
+    /// Seed of the first run (run i uses seed + i).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Number of runs.
+    #[arg(long, default_value_t = 1)]
+    pub runs: u32,
+    /// Write the trace of the first run here.
+    #[arg(long)]
+    pub trace_out: Option<PathBuf>,
+}
+
+/// Options of `rebound replay`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReplayArgs {
+    /// The trace file (JSON Lines).
+    pub trace: PathBuf,
+}
+
+/// Parses the arguments, runs the command, and returns the process exit code.
+#[must_use]
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_USAGE } else { EXIT_OK };
+            let _ = e.print();
+            return code;
+        }
+    };
+    match cli.command {
+        Commands::Sim(args) => simulate::sim(&args),
+        Commands::Replay(args) => replay::replay(&args),
+        command => {
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("rebound: could not start the async runtime: {e}");
+                    return EXIT_FAILED;
+                }
+            };
+            runtime.block_on(async move {
+                match command {
+                    Commands::Run(args) => run::run(args).await,
+                    Commands::Demo(args) => run::demo(args).await,
+                    Commands::Serve(args) => run::serve(args).await,
+                    Commands::Sim(_) | Commands::Replay(_) => unreachable!("handled above"),
+                }
+            })
+        }
+    }
+}
+
+/// Reads a scenario: a built-in name, or a JSON file.
+pub fn load_scenario(name_or_path: &str) -> Result<rebound_sim::Scenario, String> {
+    if let Some(s) = rebound_sim::Scenario::builtin(name_or_path) {
+        return Ok(s);
+    }
+    let path = std::path::Path::new(name_or_path);
+    if !path.exists() {
+        return Err(format!(
+            "no built-in scenario or file named `{name_or_path}`; built-ins: {}",
+            rebound_sim::Scenario::builtin_names().join(", ")
+        ));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read scenario {}: {e}", path.display()))?;
+    rebound_sim::Scenario::from_json(&text)
+        .map_err(|e| format!("bad scenario {}: {e}", path.display()))
+}

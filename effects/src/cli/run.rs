@@ -1,0 +1,300 @@
+//! `rebound run`, `rebound demo` and `rebound serve`: the commands that need tokio.
+
+use super::{
+    advice, DemoArgs, EventsFormat, HumanView, JsonEvents, ProviderArg, RunArgs, ServeArgs,
+    EXIT_CANCELED, EXIT_FAILED, EXIT_OK, EXIT_USAGE,
+};
+use crate::config::ConfigError;
+use crate::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider};
+use crate::receiver::Receiver;
+use crate::runner::{CancelHandle, RunInput, RunSummary, Runner, TraceRecorder};
+use crate::session::SessionStore;
+use crate::tools::{files, ToolSet};
+use rebound_core::{
+    BudgetConfig, BudgetUse, MachineConfig, ProviderKind, RetryBudget, RetryConfig, RunError,
+    TargetSpec,
+};
+use std::sync::{Arc, Mutex};
+
+/// Model aliases accepted as `@name`.
+const ALIASES: &[(&str, &str)] = &[
+    ("sonnet", "claude-sonnet-4-5"),
+    ("opus", "claude-opus-4-1"),
+    ("haiku", "claude-haiku-4-5"),
+    ("gpt", "gpt-4o"),
+    ("gpt-mini", "gpt-4o-mini"),
+];
+
+/// One target of the fallback chain as given on the command line.
+#[derive(Debug, Clone)]
+struct TargetArg {
+    provider: ProviderKind,
+    model: String,
+    base_url: Option<String>,
+    key_env: Option<String>,
+}
+
+fn default_model(provider: ProviderKind) -> &'static str {
+    match provider {
+        ProviderKind::Anthropic => "claude-sonnet-4-5",
+        ProviderKind::OpenAi => "gpt-4o",
+    }
+}
+
+fn default_key_env(provider: ProviderKind) -> &'static str {
+    match provider {
+        ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
+        ProviderKind::OpenAi => "OPENAI_API_KEY",
+    }
+}
+
+/// Resolves `@alias` model names; other names pass through verbatim.
+fn resolve_model(model: &str) -> Result<String, ConfigError> {
+    let model = model.trim();
+    if model.is_empty() {
+        return Err(ConfigError::EmptyModel);
+    }
+    match model.strip_prefix('@') {
+        None => Ok(model.to_owned()),
+        Some(alias) => ALIASES
+            .iter()
+            .find(|(a, _)| *a == alias)
+            .map(|(_, m)| (*m).to_owned())
+            .ok_or_else(|| ConfigError::UnknownModelAlias {
+                alias: model.to_owned(),
+                known: ALIASES
+                    .iter()
+                    .map(|(a, _)| format!("@{a}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }),
+    }
+}
+
+/// Parses `PROVIDER:MODEL[@BASE_URL]`.
+fn parse_fallback(spec: &str) -> Result<TargetArg, ConfigError> {
+    let bad = || {
+        ConfigError::Invalid(format!(
+            "bad --fallback `{spec}`: expected PROVIDER:MODEL[@BASE_URL], e.g. openai:gpt-4o"
+        ))
+    };
+    let (provider, rest) = spec.split_once(':').ok_or_else(bad)?;
+    let provider = match provider {
+        "anthropic" => ProviderKind::Anthropic,
+        "openai" => ProviderKind::OpenAi,
+        _ => return Err(bad()),
+    };
+    // A model never contains '@' except as an alias prefix; a base URL always has "://".
+    let (model, base_url) = match rest.find("@http") {
+        Some(at) => (&rest[..at], Some(rest[at + 1..].to_owned())),
+        None => (rest, None),
+    };
+    Ok(TargetArg {
+        provider,
+        model: model.to_owned(),
+        base_url,
+        key_env: None,
+    })
+}
+
+fn build_provider(
+    target: &TargetArg,
+    system: Option<&str>,
+    key: Option<ApiKey>,
+) -> Result<HttpProvider, ConfigError> {
+    let key = match key {
+        Some(k) => k,
+        None => {
+            let var = target
+                .key_env
+                .clone()
+                .unwrap_or_else(|| default_key_env(target.provider).to_owned());
+            match std::env::var(&var) {
+                Ok(v) => ApiKey::new(v),
+                Err(_) => return Err(ConfigError::MissingApiKey { var }),
+            }
+        }
+    };
+    let mut config = HttpProviderConfig::new(target.provider, resolve_model(&target.model)?, key);
+    if let Some(url) = &target.base_url {
+        config.base_url.clone_from(url);
+    }
+    config.system = system.map(str::to_owned);
+    HttpProvider::new(config)
+}
+
+fn receiver_for(events: EventsFormat) -> Box<dyn Receiver> {
+    match events {
+        EventsFormat::Human => Box::new(HumanView::default()),
+        EventsFormat::Json => Box::new(JsonEvents),
+    }
+}
+
+/// The first SIGINT/SIGTERM cancels the run cleanly; a second one exits at once.
+fn cancel_on_signals(cancel: CancelHandle) {
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        cancel.cancel();
+        wait_for_signal().await;
+        std::process::exit(EXIT_CANCELED);
+    });
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn exit_code(result: &Result<RunSummary, RunError>) -> i32 {
+    match result {
+        Ok(_) => EXIT_OK,
+        Err(RunError::Canceled) => EXIT_CANCELED,
+        Err(_) => EXIT_FAILED,
+    }
+}
+
+fn usage_error(error: impl std::fmt::Display) -> i32 {
+    eprintln!("rebound: {error}");
+    EXIT_USAGE
+}
+
+/// `rebound run`.
+pub async fn run(args: RunArgs) -> i32 {
+    let provider: ProviderKind = args.provider.into();
+    let mut targets = vec![TargetArg {
+        provider,
+        model: args
+            .model
+            .clone()
+            .unwrap_or_else(|| default_model(provider).to_owned()),
+        base_url: args.base_url.clone(),
+        key_env: args.api_key_env.clone(),
+    }];
+    for spec in &args.fallbacks {
+        match parse_fallback(spec) {
+            Ok(t) => targets.push(t),
+            Err(e) => return usage_error(e),
+        }
+    }
+    let mut providers: Vec<Box<dyn Provider>> = Vec::new();
+    let mut specs = Vec::new();
+    for target in &targets {
+        match build_provider(target, args.system.as_deref(), None) {
+            Ok(p) => providers.push(Box::new(p)),
+            Err(e) => return usage_error(e),
+        }
+        specs.push(TargetSpec {
+            provider: target.provider,
+            model: resolve_model(&target.model).unwrap_or_default(),
+        });
+    }
+    let config = MachineConfig {
+        retry: RetryConfig {
+            max_attempts: args.max_attempts,
+            initial_delay_ms: args.initial_delay_ms,
+            max_delay_ms: args.max_delay_ms,
+            jitter: !args.no_jitter,
+            ..RetryConfig::default()
+        },
+        targets: specs,
+        max_turns: args.max_turns,
+        retry_budget: args.retry_budget.then(BudgetUse::default),
+        ..MachineConfig::default()
+    };
+    let mut runner = Runner::new(config, providers).seed(args.seed);
+    if args.retry_budget {
+        runner = runner.budget(Arc::new(Mutex::new(RetryBudget::new(
+            BudgetConfig::default(),
+        ))));
+    }
+    if let Some(root) = &args.tools_root {
+        let tools = match files::tools(root) {
+            Ok(t) => t,
+            Err(e) => return usage_error(format!("--tools-root {}: {e}", root.display())),
+        };
+        match ToolSet::builder().tools(tools).build() {
+            Ok(set) => runner = runner.tools(Arc::new(set)),
+            Err(e) => return usage_error(e),
+        }
+    }
+    if let Some(path) = &args.session {
+        match SessionStore::open(path.clone()).await {
+            Ok((store, conversation)) => {
+                runner = runner.conversation(conversation).persist(store);
+            }
+            Err(e) => return usage_error(e),
+        }
+    }
+    if let Some(path) = &args.trace {
+        match std::fs::File::create(path) {
+            Ok(f) => runner = runner.trace(TraceRecorder::new(f)),
+            Err(e) => return usage_error(format!("cannot create trace {}: {e}", path.display())),
+        }
+    }
+    runner = runner.receiver_boxed(receiver_for(args.events));
+    cancel_on_signals(runner.canceler());
+    let result = runner.run(RunInput::text(args.prompt)).await;
+    exit_code(&result)
+}
+
+/// `rebound demo`.
+pub async fn demo(args: DemoArgs) -> i32 {
+    let _ = (
+        args.scenario,
+        args.events,
+        args.seed,
+        ProviderArg::Anthropic,
+        advice,
+    );
+    usage_error("`rebound demo` needs the fake provider server, which is not merged yet")
+}
+
+/// `rebound serve`.
+pub async fn serve(args: ServeArgs) -> i32 {
+    let _ = (args.port, args.scenario, args.seed);
+    usage_error("`rebound serve` needs the fake provider server, which is not merged yet")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fallback_specs_parse_with_optional_base_url() {
+        let t = parse_fallback("openai:gpt-4o@http://127.0.0.1:9/v1").unwrap();
+        assert_eq!(t.provider, ProviderKind::OpenAi);
+        assert_eq!(t.model, "gpt-4o");
+        assert_eq!(t.base_url.as_deref(), Some("http://127.0.0.1:9/v1"));
+        let t = parse_fallback("anthropic:@haiku").unwrap();
+        assert_eq!(resolve_model(&t.model).unwrap(), "claude-haiku-4-5");
+        assert!(parse_fallback("gemini:x").is_err());
+        assert!(parse_fallback("openai").is_err());
+    }
+
+    #[test]
+    fn unknown_aliases_and_empty_models_are_config_errors() {
+        assert!(matches!(
+            resolve_model("@nope"),
+            Err(ConfigError::UnknownModelAlias { .. })
+        ));
+        assert_eq!(resolve_model(" "), Err(ConfigError::EmptyModel));
+        assert_eq!(resolve_model("llama3").unwrap(), "llama3");
+    }
+}

@@ -1,0 +1,57 @@
+//! `rebound sim`: many seeded virtual-time runs of a scenario.
+
+use super::{load_scenario, SimArgs, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
+use rebound_sim::{run_many, simulate, SimConfig, Stats};
+
+/// Runs `rebound sim` and returns the exit code: 0 when every run completed in the simulator
+/// (a scenario may well make runs fail — that is a statistic), 1 when the simulator itself
+/// failed (a livelock or stall: a bug, printed with the command that reproduces it).
+pub fn sim(args: &SimArgs) -> i32 {
+    let scenario = match load_scenario(&args.scenario) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("rebound: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    let config = SimConfig::default();
+    if let Some(path) = &args.trace_out {
+        match simulate(&scenario, &config, args.seed) {
+            Ok(outcome) => {
+                let written = std::fs::File::create(path)
+                    .and_then(|f| outcome.trace().write_to(std::io::BufWriter::new(f)));
+                if let Err(e) = written {
+                    eprintln!("rebound: cannot write trace {}: {e}", path.display());
+                    return EXIT_USAGE;
+                }
+            }
+            Err(e) => {
+                eprintln!("rebound: {e}");
+                eprintln!("reproduce: {}", repro(&args.scenario, args.seed));
+                return EXIT_FAILED;
+            }
+        }
+    }
+    let stats = run_many(&scenario, &config, args.seed, args.runs.max(1));
+    println!("{}", Stats::markdown_header());
+    println!("{}", stats.markdown_row());
+    if let Some(error) = &stats.first_sim_error {
+        eprintln!("rebound: the simulator failed: {error}");
+        if let Some(seed) = error_seed(error) {
+            eprintln!("reproduce: {}", repro(&args.scenario, seed));
+        }
+        return EXIT_FAILED;
+    }
+    EXIT_OK
+}
+
+fn repro(scenario: &str, seed: u64) -> String {
+    format!("cargo run --release -- sim --scenario {scenario} --seed {seed} --runs 1")
+}
+
+fn error_seed(error: &rebound_sim::SimError) -> Option<u64> {
+    match error {
+        rebound_sim::SimError::StepLimit { seed, .. }
+        | rebound_sim::SimError::Stalled { seed, .. } => Some(*seed),
+    }
+}

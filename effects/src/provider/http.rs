@@ -1,0 +1,384 @@
+//! The HTTP provider: Anthropic Messages and OpenAI Chat Completions over reqwest, streaming.
+
+use super::{ApiKey, BoxFuture, DeltaSink, Provider};
+use crate::config::ConfigError;
+use rebound_core::classify::classify_http;
+use rebound_core::wire::{self, RequestParams, StreamDecoder};
+use rebound_core::{
+    AssistantResponse, Conversation, FailureKind, Headers, ProviderFailure, ProviderKind, ToolSpec,
+    TransportFault,
+};
+use std::error::Error as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The Anthropic API version header value sent with every request.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// Most bytes of an error response body read for classification.
+const MAX_ERROR_BODY: usize = 1 << 20;
+
+/// Everything an [`HttpProvider`] needs. Build with [`HttpProviderConfig::new`] and adjust
+/// fields; [`HttpProvider::new`] validates it.
+#[derive(Debug, Clone)]
+pub struct HttpProviderConfig {
+    /// Which API the server speaks.
+    pub provider: ProviderKind,
+    /// Base URL: Anthropic's without `/v1` (`https://api.anthropic.com`), OpenAI's with it
+    /// (`https://api.openai.com/v1`), as the official SDKs take them.
+    pub base_url: String,
+    /// Model id sent in each request.
+    pub model: String,
+    /// The API key.
+    pub api_key: ApiKey,
+    /// System prompt.
+    pub system: Option<String>,
+    /// Output token limit per response.
+    pub max_tokens: u32,
+    /// How long connecting may take.
+    pub connect_timeout: Duration,
+    /// How long the response may stay silent (before headers, or between stream chunks)
+    /// before the attempt counts as a transport fault.
+    pub idle_timeout: Duration,
+}
+
+impl HttpProviderConfig {
+    /// Defaults for `provider` with its official base URL.
+    #[must_use]
+    pub fn new(provider: ProviderKind, model: impl Into<String>, api_key: ApiKey) -> Self {
+        HttpProviderConfig {
+            provider,
+            base_url: default_base_url(provider).to_owned(),
+            model: model.into(),
+            api_key,
+            system: None,
+            max_tokens: 8_192,
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(90),
+        }
+    }
+}
+
+/// The official base URL of `provider`.
+#[must_use]
+pub fn default_base_url(provider: ProviderKind) -> &'static str {
+    match provider {
+        ProviderKind::Anthropic => "https://api.anthropic.com",
+        ProviderKind::OpenAi => "https://api.openai.com/v1",
+    }
+}
+
+/// A provider reached over HTTP(S), streaming its responses.
+#[derive(Debug)]
+pub struct HttpProvider {
+    config: HttpProviderConfig,
+    url: reqwest::Url,
+    client: reqwest::Client,
+}
+
+impl HttpProvider {
+    /// Validates `config` (key present, URL well-formed http(s), model named) and builds
+    /// the client. No request is made.
+    pub fn new(config: HttpProviderConfig) -> Result<Self, ConfigError> {
+        if config.api_key.is_empty() {
+            return Err(ConfigError::EmptyApiKey {
+                provider: config.provider,
+            });
+        }
+        if config.model.trim().is_empty() {
+            return Err(ConfigError::EmptyModel);
+        }
+        let url = endpoint_url(config.provider, &config.base_url)?;
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .read_timeout(config.idle_timeout)
+            .build()
+            .map_err(|e| ConfigError::HttpClient(e.without_url().to_string()))?;
+        Ok(HttpProvider {
+            config,
+            url,
+            client,
+        })
+    }
+
+    /// The full request URL.
+    #[must_use]
+    pub fn url(&self) -> &reqwest::Url {
+        &self.url
+    }
+
+    async fn send_inner(
+        &self,
+        conversation: &Conversation,
+        tools: &[ToolSpec],
+        deltas: DeltaSink<'_>,
+    ) -> Result<AssistantResponse, ProviderFailure> {
+        let kind = self.config.provider;
+        let params = RequestParams {
+            model: &self.config.model,
+            system: self.config.system.as_deref(),
+            tools,
+            max_tokens: self.config.max_tokens,
+            stream: true,
+        };
+        let body = wire::request_body(kind, conversation, &params)
+            .map_err(|e| ProviderFailure::new(FailureKind::BadRequest, e.to_string()))?;
+        let body = serde_json::to_vec(&body)
+            .map_err(|e| ProviderFailure::new(FailureKind::BadRequest, e.to_string()))?;
+        let mut request = self
+            .client
+            .post(self.url.clone())
+            .header("content-type", "application/json")
+            .header("accept", "text/event-stream, application/json");
+        request = match kind {
+            ProviderKind::Anthropic => request
+                .header("x-api-key", self.config.api_key.expose())
+                .header("anthropic-version", ANTHROPIC_VERSION),
+            ProviderKind::OpenAi => request.bearer_auth(self.config.api_key.expose()),
+        };
+        let send = request.body(body).send();
+        let mut response = match tokio::time::timeout(self.config.idle_timeout, send).await {
+            Err(_) => {
+                return Err(transport(
+                    TransportFault::Timeout,
+                    "no response headers in time",
+                ))
+            }
+            Ok(Err(e)) => return Err(classify_reqwest(&e, false)),
+            Ok(Ok(r)) => r,
+        };
+        let status = response.status().as_u16();
+        let headers = to_headers(response.headers());
+        if !response.status().is_success() {
+            let body = read_bounded(&mut response, self.config.idle_timeout).await;
+            return Err(classify_http(kind, status, &headers, &body, now_unix_ms()));
+        }
+        let is_json = headers
+            .get("content-type")
+            .is_some_and(|ct| ct.starts_with("application/json"));
+        if is_json {
+            // A server that ignored `stream: true` (some compatible servers do).
+            let body = read_bounded(&mut response, self.config.idle_timeout).await;
+            return wire::parse_response(kind, &body).map_err(|mut f| {
+                if f.request_id.is_none() {
+                    f.request_id = request_id(&headers);
+                }
+                f
+            });
+        }
+        let mut decoder = StreamDecoder::new(kind);
+        loop {
+            let chunk = match tokio::time::timeout(self.config.idle_timeout, response.chunk()).await
+            {
+                Err(_) => {
+                    return Err(with_request_id(
+                        transport(TransportFault::IdleTimeout, "no bytes received in time"),
+                        &headers,
+                    ))
+                }
+                Ok(Err(e)) => return Err(with_request_id(classify_reqwest(&e, true), &headers)),
+                Ok(Ok(None)) => break,
+                Ok(Ok(Some(chunk))) => chunk,
+            };
+            let pieces = decoder
+                .feed(&chunk)
+                .map_err(|f| with_request_id(f, &headers))?;
+            for piece in pieces {
+                if !deltas(piece) {
+                    return Err(ProviderFailure::new(
+                        FailureKind::StreamMalformed,
+                        "the receiver stopped the stream",
+                    ));
+                }
+            }
+            if decoder.is_complete() {
+                break;
+            }
+        }
+        decoder.finish().map_err(|f| with_request_id(f, &headers))
+    }
+}
+
+impl Provider for HttpProvider {
+    fn label(&self) -> String {
+        format!("{}:{}", self.config.provider, self.config.model)
+    }
+
+    fn send<'a>(
+        &'a self,
+        conversation: &'a Conversation,
+        tools: &'a [ToolSpec],
+        deltas: DeltaSink<'a>,
+    ) -> BoxFuture<'a, Result<AssistantResponse, ProviderFailure>> {
+        Box::pin(self.send_inner(conversation, tools, deltas))
+    }
+}
+
+/// `base` + the provider's request path, checked to be an http(s) URL.
+fn endpoint_url(provider: ProviderKind, base: &str) -> Result<reqwest::Url, ConfigError> {
+    let bad = |reason: &str| ConfigError::BadUrl {
+        url: redact_userinfo(base),
+        reason: reason.to_owned(),
+    };
+    let parsed = reqwest::Url::parse(base.trim()).map_err(|e| bad(&e.to_string()))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(bad("the scheme must be http or https"));
+    }
+    if parsed.host_str().map_or(true, str::is_empty) {
+        return Err(bad("the URL has no host"));
+    }
+    let full = format!(
+        "{}{}",
+        base.trim().trim_end_matches('/'),
+        wire::request_path(provider)
+    );
+    reqwest::Url::parse(&full).map_err(|e| bad(&e.to_string()))
+}
+
+/// `base` with any `user:password@` part replaced, for error messages.
+fn redact_userinfo(base: &str) -> String {
+    match (base.find("://"), base.find('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            format!("{}://***@{}", &base[..scheme_end], &base[at + 1..])
+        }
+        _ => base.to_owned(),
+    }
+}
+
+fn to_headers(map: &reqwest::header::HeaderMap) -> Headers {
+    map.iter()
+        .filter_map(|(name, value)| {
+            Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+        })
+        .collect()
+}
+
+fn request_id(headers: &Headers) -> Option<String> {
+    headers
+        .get("request-id")
+        .or_else(|| headers.get("x-request-id"))
+        .map(str::to_owned)
+}
+
+fn with_request_id(mut failure: ProviderFailure, headers: &Headers) -> ProviderFailure {
+    if failure.request_id.is_none() {
+        failure.request_id = request_id(headers);
+    }
+    failure
+}
+
+fn transport(fault: TransportFault, detail: &str) -> ProviderFailure {
+    ProviderFailure::transport(fault, Some(detail))
+}
+
+fn now_unix_ms() -> Option<u64> {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .ok()
+        .and_then(|d| u64::try_from(d.as_millis()).ok())
+}
+
+/// Reads at most [`MAX_ERROR_BODY`] bytes of a body; a slow or broken body yields what was
+/// read so far.
+async fn read_bounded(response: &mut reqwest::Response, idle: Duration) -> Vec<u8> {
+    let mut body = Vec::new();
+    while body.len() < MAX_ERROR_BODY {
+        match tokio::time::timeout(idle, response.chunk()).await {
+            Ok(Ok(Some(chunk))) => {
+                let room = MAX_ERROR_BODY - body.len();
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            _ => break,
+        }
+    }
+    body
+}
+
+/// Maps a reqwest error to a transport failure. `mid_body` is true once the response
+/// started: a break then is a cut stream.
+fn classify_reqwest(error: &reqwest::Error, mid_body: bool) -> ProviderFailure {
+    let mut chain = String::new();
+    let mut source: Option<&dyn std::error::Error> = error.source();
+    while let Some(e) = source {
+        chain.push_str(&e.to_string().to_ascii_lowercase());
+        chain.push(' ');
+        source = e.source();
+    }
+    let detail = error_detail(error, &chain);
+    let fault = if error.is_timeout() {
+        if mid_body {
+            TransportFault::IdleTimeout
+        } else {
+            TransportFault::Timeout
+        }
+    } else if mid_body {
+        TransportFault::StreamCut
+    } else if chain.contains("dns") || chain.contains("failed to lookup address") {
+        TransportFault::Dns
+    } else if chain.contains("certificate") || chain.contains("tls") || chain.contains("handshake")
+    {
+        TransportFault::Tls
+    } else if error.is_connect() {
+        TransportFault::Connect
+    } else {
+        TransportFault::Reset
+    };
+    ProviderFailure::transport(fault, Some(&detail))
+}
+
+fn error_detail(error: &reqwest::Error, chain: &str) -> String {
+    // reqwest's Display may include the URL; the chain does not. Neither holds headers.
+    let top = if error.is_connect() {
+        "connect error"
+    } else if error.is_body() || error.is_decode() {
+        "body error"
+    } else if error.is_timeout() {
+        "timed out"
+    } else {
+        "request error"
+    };
+    let chain = chain.trim();
+    if chain.is_empty() {
+        top.to_owned()
+    } else {
+        format!("{top}: {}", chain.chars().take(300).collect::<String>())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_urls_follow_the_official_sdks() {
+        assert_eq!(
+            endpoint_url(ProviderKind::Anthropic, "https://api.anthropic.com/")
+                .unwrap()
+                .as_str(),
+            "https://api.anthropic.com/v1/messages"
+        );
+        assert_eq!(
+            endpoint_url(ProviderKind::OpenAi, "http://127.0.0.1:8080/v1")
+                .unwrap()
+                .as_str(),
+            "http://127.0.0.1:8080/v1/chat/completions"
+        );
+    }
+
+    #[test]
+    fn malformed_urls_are_config_errors_without_credentials() {
+        for bad in ["", "not a url", "ftp://x.example", "http://"] {
+            assert!(endpoint_url(ProviderKind::OpenAi, bad).is_err(), "{bad}");
+        }
+        let err = endpoint_url(ProviderKind::OpenAi, "gopher://user:hunter2@x").unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn an_empty_key_is_refused_before_any_request() {
+        let config = HttpProviderConfig::new(ProviderKind::Anthropic, "m", ApiKey::new("  "));
+        assert!(matches!(
+            HttpProvider::new(config),
+            Err(ConfigError::EmptyApiKey { .. })
+        ));
+    }
+}

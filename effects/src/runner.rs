@@ -1,0 +1,642 @@
+//! The tokio runner: executes an [`AgentMachine`]'s commands for real.
+
+use crate::provider::{BoxFuture, Provider};
+use crate::receiver::{NullReceiver, Receiver, ReceiverError};
+use rebound_core::trace::{TraceHeader, TraceStep};
+use rebound_core::{
+    compact, AgentMachine, BatchOutcome, Command, ContentBlock, Conversation, Event, FinishReason,
+    HostFailure, HostFailureKind, MachineConfig, Millis, RetryBudget, RunError, ToolCall,
+    ToolFailure, ToolSpec,
+};
+use rebound_sim::TraceWriter;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// Runs tool batches for the runner. The tool set of [`crate::tools`] implements it; an
+/// embedder may bring its own.
+pub trait ToolExecutor: Send + Sync {
+    /// The tools offered to the model.
+    fn specs(&self) -> Vec<ToolSpec>;
+
+    /// Runs a batch of calls (known tools, object inputs). Must return promptly with a
+    /// `Canceled` host failure when `cancel` fires.
+    fn run_batch<'a>(
+        &'a self,
+        calls: Vec<ToolCall>,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, BatchOutcome>;
+}
+
+/// No tools at all.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoTools;
+
+impl ToolExecutor for NoTools {
+    fn specs(&self) -> Vec<ToolSpec> {
+        Vec::new()
+    }
+
+    fn run_batch<'a>(
+        &'a self,
+        _calls: Vec<ToolCall>,
+        _cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, BatchOutcome> {
+        Box::pin(async { BatchOutcome::WholeBatch(ToolFailure::model("no tools are available")) })
+    }
+}
+
+/// Where the conversation is persisted after every change (a session file, a database).
+pub trait Persist: Send + Sync {
+    /// Saves the whole conversation. An error is a host failure: the run stops.
+    fn save<'a>(&'a self, conversation: &'a Conversation) -> BoxFuture<'a, Result<(), String>>;
+}
+
+/// Shrinks a conversation that overflowed the context window.
+pub trait Compactor: Send + Sync {
+    /// Returns the compacted conversation, or why it could not be compacted.
+    fn compact<'a>(
+        &'a self,
+        conversation: &'a Conversation,
+    ) -> BoxFuture<'a, Result<Conversation, String>>;
+}
+
+/// What the runner takes to start.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunInput {
+    /// A new user message.
+    User(Vec<ContentBlock>),
+    /// Continue the loaded conversation (answer interrupted tool calls, ask for the next
+    /// message).
+    Resume,
+}
+
+impl RunInput {
+    /// A user message with one text block.
+    #[must_use]
+    pub fn text(text: impl Into<String>) -> Self {
+        RunInput::User(vec![ContentBlock::text(text)])
+    }
+}
+
+/// Counts of what happened during a run, for summaries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunStats {
+    /// Provider requests sent (all attempts).
+    pub requests: u32,
+    /// Delayed retries scheduled.
+    pub retries: u32,
+    /// Total retry delay chosen, in ms.
+    pub retry_wait_ms: u64,
+    /// Tool calls in assistant messages.
+    pub tool_calls: u32,
+    /// Tool results that were errors.
+    pub tool_errors: u32,
+    /// Compactions applied.
+    pub compactions: u32,
+    /// Fallbacks to another target.
+    pub fallbacks: u32,
+    /// Streams whose partial text was discarded.
+    pub stream_resets: u32,
+}
+
+/// How a successful run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSummary {
+    /// Why it finished.
+    pub reason: FinishReason,
+    /// Assistant messages appended.
+    pub turns: u32,
+    /// What happened on the way.
+    pub stats: RunStats,
+    /// The final conversation.
+    pub conversation: Conversation,
+}
+
+/// Stops a run from another task or a signal handler. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct CancelHandle(CancellationToken);
+
+impl CancelHandle {
+    /// A new handle.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Cancels the run: it fails with `RunError::Canceled` within milliseconds, even during
+    /// a backoff sleep, a stalled stream or a tool call, and sends no request after this.
+    pub fn cancel(&self) {
+        self.0.cancel();
+    }
+
+    /// Whether cancel was called.
+    #[must_use]
+    pub fn is_canceled(&self) -> bool {
+        self.0.is_cancelled()
+    }
+
+    /// The underlying token (for tools that want to stop early).
+    #[must_use]
+    pub fn token(&self) -> &CancellationToken {
+        &self.0
+    }
+}
+
+/// Writes a trace of one run (JSON Lines, the format of `rebound_core::trace`, replayable
+/// with `rebound_sim::replay` and `rebound replay`).
+pub struct TraceRecorder {
+    state: TraceState,
+}
+
+enum TraceState {
+    Pending(Box<dyn Write + Send>),
+    Writing(TraceWriter<Box<dyn Write + Send>>),
+    Closed,
+}
+
+impl TraceRecorder {
+    /// Records into `out` (a file, a buffer). Only the first run of a runner is recorded.
+    pub fn new(out: impl Write + Send + 'static) -> Self {
+        TraceRecorder {
+            state: TraceState::Pending(Box::new(out)),
+        }
+    }
+
+    fn start(&mut self, header: &TraceHeader) -> Result<(), String> {
+        match std::mem::replace(&mut self.state, TraceState::Closed) {
+            TraceState::Pending(out) => {
+                self.state =
+                    TraceState::Writing(TraceWriter::new(out, header).map_err(|e| e.to_string())?);
+                Ok(())
+            }
+            other => {
+                self.state = other;
+                Ok(())
+            }
+        }
+    }
+
+    fn step(&mut self, step: &TraceStep) -> Result<(), String> {
+        match &mut self.state {
+            TraceState::Writing(w) => w.write_step(step).map_err(|e| e.to_string()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The tokio runner: owns a machine's effects — providers, tools, receiver, persistence,
+/// trace, shared retry budget — and executes its commands until the run ends.
+///
+/// It is the only place that reads the clock (a monotonic `Instant`, turned into the
+/// machine's `Millis`).
+///
+/// ```no_run
+/// use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig};
+/// use rebound_effects::runner::{RunInput, Runner};
+/// use rebound_core::{MachineConfig, ProviderKind};
+///
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// let key = ApiKey::new(std::env::var("ANTHROPIC_API_KEY")?);
+/// let provider = HttpProvider::new(HttpProviderConfig::new(
+///     ProviderKind::Anthropic, "claude-sonnet-4-5", key))?;
+/// let mut runner = Runner::new(MachineConfig::default(), vec![Box::new(provider)]);
+/// let summary = runner.run(RunInput::text("Say hello.")).await?;
+/// println!("{}", summary.conversation.last().map(|m| m.text()).unwrap_or_default());
+/// # Ok(()) }
+/// ```
+pub struct Runner {
+    config: MachineConfig,
+    seed: u64,
+    providers: Vec<Box<dyn Provider>>,
+    tools: Arc<dyn ToolExecutor>,
+    receiver: Box<dyn Receiver>,
+    persist: Option<Box<dyn Persist>>,
+    compactor: Option<Arc<dyn Compactor>>,
+    trace: Option<TraceRecorder>,
+    budget: Option<Arc<Mutex<RetryBudget>>>,
+    conversation: Conversation,
+    cancel: CancelHandle,
+    trace_meta: Vec<(String, String)>,
+}
+
+enum Flow {
+    Next(Event),
+    Done(Result<(FinishReason, u32), RunError>),
+}
+
+impl Runner {
+    /// A runner for `config` sending to `providers` (index = target index; one per target of
+    /// the fallback chain). The tool specs of `config` are replaced by the executor's when
+    /// tools are set with [`Runner::tools`].
+    #[must_use]
+    pub fn new(config: MachineConfig, providers: Vec<Box<dyn Provider>>) -> Self {
+        Runner {
+            config,
+            seed: 0,
+            providers,
+            tools: Arc::new(NoTools),
+            receiver: Box::new(NullReceiver),
+            persist: None,
+            compactor: None,
+            trace: None,
+            budget: None,
+            conversation: Conversation::new(),
+            cancel: CancelHandle::new(),
+            trace_meta: Vec::new(),
+        }
+    }
+
+    /// Sets the jitter seed (default 0).
+    #[must_use]
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Sets the tools; their specs become the machine's tool list.
+    #[must_use]
+    pub fn tools(mut self, tools: Arc<dyn ToolExecutor>) -> Self {
+        self.config.tools = tools.specs();
+        self.tools = tools;
+        self
+    }
+
+    /// Sets the receiver.
+    #[must_use]
+    pub fn receiver(mut self, receiver: impl Receiver + 'static) -> Self {
+        self.receiver = Box::new(receiver);
+        self
+    }
+
+    /// Sets an already boxed receiver.
+    #[must_use]
+    pub fn receiver_boxed(mut self, receiver: Box<dyn Receiver>) -> Self {
+        self.receiver = receiver;
+        self
+    }
+
+    /// Persists the conversation after every appended message and compaction.
+    #[must_use]
+    pub fn persist(mut self, persist: impl Persist + 'static) -> Self {
+        self.persist = Some(Box::new(persist));
+        self
+    }
+
+    /// Replaces the default compactor (core's deterministic one).
+    #[must_use]
+    pub fn compactor(mut self, compactor: Arc<dyn Compactor>) -> Self {
+        self.compactor = Some(compactor);
+        self
+    }
+
+    /// Records a trace of the run.
+    #[must_use]
+    pub fn trace(mut self, trace: TraceRecorder) -> Self {
+        self.trace = Some(trace);
+        self
+    }
+
+    /// Adds a `key: value` fact to the trace header (never a secret).
+    #[must_use]
+    pub fn trace_meta(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.trace_meta.push((key.into(), value.into()));
+        self
+    }
+
+    /// Shares a retry budget with other runners in this process.
+    #[must_use]
+    pub fn budget(mut self, budget: Arc<Mutex<RetryBudget>>) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// Continues `conversation` (a loaded session).
+    #[must_use]
+    pub fn conversation(mut self, conversation: Conversation) -> Self {
+        self.conversation = conversation;
+        self
+    }
+
+    /// Uses `cancel` to stop the run.
+    #[must_use]
+    pub fn cancel_handle(mut self, cancel: CancelHandle) -> Self {
+        self.cancel = cancel;
+        self
+    }
+
+    /// A handle that cancels this runner's runs.
+    #[must_use]
+    pub fn canceler(&self) -> CancelHandle {
+        self.cancel.clone()
+    }
+
+    /// The conversation as of the end of the last run (or as loaded).
+    #[must_use]
+    pub fn current_conversation(&self) -> &Conversation {
+        &self.conversation
+    }
+
+    /// Runs until the machine finishes or fails. The conversation is kept for the next run.
+    pub async fn run(&mut self, input: RunInput) -> Result<RunSummary, RunError> {
+        let start = Instant::now();
+        let mut machine = AgentMachine::with_conversation(
+            self.config.clone(),
+            self.seed,
+            self.conversation.clone(),
+        );
+        let mut stats = RunStats::default();
+        if let Err(e) = self.write_header() {
+            return Err(self.host_error(HostFailureKind::Internal, format!("trace: {e}")));
+        }
+        let mut next = Some(match input {
+            RunInput::User(content) => Event::UserMessage { content },
+            RunInput::Resume => Event::Resume,
+        });
+        let mut result = Err(RunError::Invariant {
+            message: "the run ended without a terminal command".into(),
+        });
+        while let Some(event) = next.take() {
+            let now = Millis(u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX));
+            let recorded = self.trace.is_some().then(|| event.clone());
+            let commands = machine.step(now, event);
+            if let (Some(trace), Some(event)) = (self.trace.as_mut(), recorded) {
+                if let Err(e) = trace.step(&TraceStep::new(now, event, &commands)) {
+                    self.trace = None;
+                    next = Some(host_event(HostFailureKind::Internal, format!("trace: {e}")));
+                    continue;
+                }
+            }
+            match self
+                .execute(&machine, commands, now, start, &mut stats)
+                .await
+            {
+                Flow::Next(event) => next = Some(event),
+                Flow::Done(done) => {
+                    result = done;
+                    break;
+                }
+            }
+        }
+        self.conversation = machine.conversation().clone();
+        match result {
+            Ok((reason, turns)) => Ok(RunSummary {
+                reason,
+                turns,
+                stats,
+                conversation: self.conversation.clone(),
+            }),
+            Err(error) => Err(error),
+        }
+    }
+
+    fn write_header(&mut self) -> Result<(), String> {
+        let Some(trace) = self.trace.as_mut() else {
+            return Ok(());
+        };
+        let mut header = TraceHeader::new(self.seed, self.config.clone());
+        if !self.conversation.is_empty() {
+            header.initial_conversation = Some(self.conversation.clone());
+        }
+        header
+            .meta
+            .insert("driver".into(), "rebound-effects runner".into());
+        for (i, p) in self.providers.iter().enumerate() {
+            header.meta.insert(format!("target.{i}"), p.label());
+        }
+        for (k, v) in &self.trace_meta {
+            header.meta.insert(k.clone(), v.clone());
+        }
+        trace.start(&header)
+    }
+
+    fn host_error(&mut self, kind: HostFailureKind, message: String) -> RunError {
+        let error = RunError::Host {
+            failure: HostFailure::new(kind, message),
+        };
+        self.receiver.error(&error);
+        error
+    }
+
+    /// Executes one step's commands in order. Returns the next event (the answer to the one
+    /// command that waits, or a host failure) or the run's end.
+    async fn execute(
+        &mut self,
+        machine: &AgentMachine,
+        commands: Vec<Command>,
+        now: Millis,
+        start: Instant,
+        stats: &mut RunStats,
+    ) -> Flow {
+        for command in commands {
+            let result = match command {
+                Command::AppendMessage { message } => {
+                    stats.tool_calls += message.tool_uses().count() as u32;
+                    stats.tool_errors +=
+                        message.tool_results().filter(|r| r.is_error).count() as u32;
+                    match self.save(machine.conversation()).await {
+                        Err(e) => Err(e),
+                        Ok(()) => receiver_result(self.receiver.message(&message))
+                            .and_then(|()| {
+                                message
+                                    .tool_results()
+                                    .try_for_each(|r| receiver_result(self.receiver.tool_result(r)))
+                            })
+                            .map(|()| None),
+                    }
+                }
+                Command::ReplaceConversation {
+                    conversation,
+                    before_messages,
+                    after_messages,
+                } => {
+                    stats.compactions += 1;
+                    match self.save(&conversation).await {
+                        Err(e) => Err(e),
+                        Ok(()) => receiver_result(
+                            self.receiver.compaction(before_messages, after_messages),
+                        )
+                        .map(|()| None),
+                    }
+                }
+                Command::NotifyRetry { info } => {
+                    if info.delay_ms > 0 || info.kind != rebound_core::FailureKind::ContextOverflow
+                    {
+                        stats.retries += 1;
+                        stats.retry_wait_ms += info.delay_ms;
+                    }
+                    receiver_result(self.receiver.provider_retry(&info)).map(|()| None)
+                }
+                Command::NotifyFallback { info } => {
+                    stats.fallbacks += 1;
+                    receiver_result(self.receiver.fallback(&info)).map(|()| None)
+                }
+                Command::SendRequest {
+                    request,
+                    target,
+                    attempt,
+                    conversation,
+                } => {
+                    stats.requests += 1;
+                    Ok(Some(
+                        self.send(request, target, attempt, &conversation, start, stats)
+                            .await,
+                    ))
+                }
+                Command::Sleep { timer, delay_ms } => {
+                    let sleep = tokio::time::sleep(std::time::Duration::from_millis(delay_ms));
+                    Ok(Some(tokio::select! {
+                        () = sleep => Event::TimerFired { timer },
+                        () = self.cancel.0.cancelled() => Event::Cancel,
+                    }))
+                }
+                Command::RunTools { batch, calls } => {
+                    match calls
+                        .iter()
+                        .try_for_each(|c| receiver_result(self.receiver.tool_start(c)))
+                    {
+                        Err(e) => Err(e),
+                        Ok(()) => {
+                            let tools = Arc::clone(&self.tools);
+                            let cancel = self.cancel.0.clone();
+                            let outcome = tokio::select! {
+                                outcome = tools.run_batch(calls, &cancel) => Event::ToolsFinished { batch, outcome },
+                                () = self.cancel.0.cancelled() => Event::Cancel,
+                            };
+                            Ok(Some(outcome))
+                        }
+                    }
+                }
+                Command::Compact {
+                    compaction,
+                    conversation,
+                } => {
+                    let result = match &self.compactor {
+                        Some(c) => {
+                            let c = Arc::clone(c);
+                            tokio::select! {
+                                r = c.compact(&conversation) => r,
+                                () = self.cancel.0.cancelled() => return Flow::Next(Event::Cancel),
+                            }
+                        }
+                        None => compact(&conversation, &self.config.compaction)
+                            .map_err(|e| e.to_string()),
+                    };
+                    Ok(Some(Event::CompactionFinished { compaction, result }))
+                }
+                Command::AcquirePermit { permit, deadline } => {
+                    let decision = match &self.budget {
+                        Some(b) => match b.lock() {
+                            Ok(mut b) => b.try_acquire(now, deadline),
+                            Err(poisoned) => poisoned.into_inner().try_acquire(now, deadline),
+                        },
+                        None => rebound_core::PermitDecision::Granted,
+                    };
+                    Ok(Some(Event::PermitAnswered { permit, decision }))
+                }
+                Command::Finish { reason, turns } => {
+                    return match self.receiver.finished(&reason, turns) {
+                        Ok(()) => Flow::Done(Ok((reason, turns))),
+                        Err(e) => Flow::Next(host_event(HostFailureKind::Receiver, e.0)),
+                    };
+                }
+                Command::Fail { error } => {
+                    self.receiver.error(&error);
+                    return Flow::Done(Err(error));
+                }
+            };
+            match result {
+                Ok(Some(event)) => return Flow::Next(event),
+                Ok(None) => {}
+                Err(failure) => return Flow::Next(Event::HostFailed { failure }),
+            }
+        }
+        Flow::Done(Err(RunError::Invariant {
+            message: "the machine emitted no command to wait on and did not stop".into(),
+        }))
+    }
+
+    async fn save(&self, conversation: &Conversation) -> Result<(), HostFailure> {
+        match self.persist.as_ref() {
+            Some(p) => p
+                .save(conversation)
+                .await
+                .map_err(|e| HostFailure::new(HostFailureKind::SessionStore, e)),
+            None => Ok(()),
+        }
+    }
+
+    async fn send(
+        &mut self,
+        request: rebound_core::RequestId,
+        target: usize,
+        attempt: u32,
+        conversation: &Conversation,
+        _start: Instant,
+        stats: &mut RunStats,
+    ) -> Event {
+        if self.cancel.is_canceled() {
+            return Event::Cancel;
+        }
+        if attempt == 1 {
+            if let Some(b) = &self.budget {
+                let now = Millis(u64::try_from(_start.elapsed().as_millis()).unwrap_or(u64::MAX));
+                match b.lock() {
+                    Ok(mut b) => b.record_request(now),
+                    Err(poisoned) => poisoned.into_inner().record_request(now),
+                }
+            }
+        }
+        let Some(provider) = self.providers.get(target) else {
+            return host_event(
+                HostFailureKind::Internal,
+                format!("no provider is configured for target {target}"),
+            );
+        };
+        let tools = self.config.tools.clone();
+        let receiver = &mut self.receiver;
+        let mut streamed = false;
+        let mut receiver_failed: Option<ReceiverError> = None;
+        let mut sink = |delta: rebound_core::wire::StreamDelta| {
+            streamed = true;
+            match receiver.delta(&delta) {
+                Ok(()) => true,
+                Err(e) => {
+                    receiver_failed = Some(e);
+                    false
+                }
+            }
+        };
+        let outcome = tokio::select! {
+            r = provider.send(conversation, &tools, &mut sink) => Some(r),
+            () = self.cancel.0.cancelled() => None,
+        };
+        if let Some(e) = receiver_failed {
+            return host_event(HostFailureKind::Receiver, e.0);
+        }
+        match outcome {
+            None => Event::Cancel,
+            Some(Ok(response)) => Event::ProviderSucceeded { request, response },
+            Some(Err(failure)) => {
+                if streamed {
+                    stats.stream_resets += 1;
+                    if let Err(e) = self.receiver.stream_reset(attempt) {
+                        return host_event(HostFailureKind::Receiver, e.0);
+                    }
+                }
+                Event::ProviderFailed { request, failure }
+            }
+        }
+    }
+}
+
+fn host_event(kind: HostFailureKind, message: String) -> Event {
+    Event::HostFailed {
+        failure: HostFailure::new(kind, message),
+    }
+}
+
+fn receiver_result(r: Result<(), ReceiverError>) -> Result<(), HostFailure> {
+    r.map_err(|e| HostFailure::new(HostFailureKind::Receiver, e.0))
+}
