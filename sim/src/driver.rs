@@ -19,18 +19,18 @@
 //! assert_eq!(outcome.retry_notifications().count(), 2);
 //! ```
 
-use crate::scenario::{final_answer, Answer, Cancel, FaultKind, Planned, Scenario, ScriptCursor};
+use crate::scenario::{final_answer, Cancel, FaultKind, Planned, Scenario, ScriptCursor};
+use crate::scripted::ScriptedTools;
 use crate::trace::Trace;
 use rebound_core::trace::{TraceHeader, TraceStep};
 use rebound_core::{
-    compact, AgentMachine, AssistantResponse, BatchOutcome, BudgetConfig, CallOutcome, Command,
-    Conversation, Event, FallbackInfo, FinishReason, HostFailure, MachineConfig, Millis,
-    PermitDecision, ProviderFailure, ProviderRetryInfo, RetryBudget, RunError, ToolCall,
-    ToolFailure, ToolOutput,
+    compact, AgentMachine, AssistantResponse, BudgetConfig, Command, Conversation, Event,
+    FallbackInfo, FinishReason, MachineConfig, Millis, PermitDecision, ProviderFailure,
+    ProviderRetryInfo, RetryBudget, RunError,
 };
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BinaryHeap;
 
 /// How the simulated world is set up, beyond the scenario.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -406,8 +406,8 @@ struct Agent<'s> {
     machine: AgentMachine,
     cursor: ScriptCursor,
     cancel: Option<Cancel>,
-    /// The answer whose tool calls the next `RunTools` runs.
-    last_answer: Option<(usize, bool, &'s Answer)>,
+    /// The scenario's tool calls by id.
+    tools: ScriptedTools<'s>,
     steps: Vec<SimStep>,
     requests: Vec<u32>,
     started: Millis,
@@ -454,7 +454,7 @@ impl<'s> Agent<'s> {
             machine,
             cursor: ScriptCursor::new(spec.seed),
             cancel: scenario.cancel,
-            last_answer: None,
+            tools: ScriptedTools::new(scenario),
             steps: Vec::new(),
             requests: vec![0; config.machine.target_count()],
             started: start,
@@ -501,7 +501,8 @@ impl<'s> Agent<'s> {
                 );
             }
             Command::RunTools { batch, calls } => {
-                let (delay, outcome) = self.run_tools(calls);
+                // Concurrently: the batch takes as long as its slowest call.
+                let (delay, outcome) = self.tools.run(calls, self.scenario.timing.tool_ms);
                 world.push(
                     now.plus(delay),
                     self.index,
@@ -594,14 +595,8 @@ impl<'s> Agent<'s> {
                     answer,
                 } => {
                     let response = match answer {
-                        Some(a) => {
-                            self.last_answer = Some((turn, alternate, a));
-                            a.response(turn, alternate)
-                        }
-                        None => {
-                            self.last_answer = None;
-                            final_answer().response(turn, false)
-                        }
+                        Some(a) => a.response(turn, alternate),
+                        None => final_answer().response(turn, false),
                     };
                     let latency = answer
                         .and_then(|a| a.latency_ms)
@@ -610,63 +605,6 @@ impl<'s> Agent<'s> {
                 }
             }
         }
-    }
-
-    /// Runs a batch with the scripted outcomes: concurrently, so it takes as long as its
-    /// slowest call.
-    fn run_tools(&self, calls: &[ToolCall]) -> (u64, BatchOutcome) {
-        let timing = &self.scenario.timing;
-        let scripted: BTreeMap<String, &crate::scenario::ScriptedCall> = match self.last_answer {
-            Some((turn, alternate, answer)) => {
-                if let Some(error) = &answer.batch_error {
-                    let failure = match error.host_failure() {
-                        Some(host) => ToolFailure::Host(host),
-                        None => match error {
-                            crate::scenario::ToolError::Error { message } => {
-                                ToolFailure::model(message.clone())
-                            }
-                            crate::scenario::ToolError::Host { .. } => {
-                                unreachable!("host errors are handled above")
-                            }
-                        },
-                    };
-                    return (timing.tool_ms, BatchOutcome::WholeBatch(failure));
-                }
-                answer
-                    .tool_calls
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| (answer.call_id(turn, alternate, i), c))
-                    .collect()
-            }
-            None => BTreeMap::new(),
-        };
-        let mut slowest = 0;
-        let outcomes = calls
-            .iter()
-            .map(|call| {
-                let script = scripted.get(&call.id);
-                let duration = script.and_then(|s| s.duration_ms).unwrap_or(timing.tool_ms);
-                slowest = slowest.max(duration);
-                let result = match script.map(|s| &s.outcome) {
-                    None => Ok(ToolOutput::text(format!("{} finished", call.name))),
-                    Some(outcome @ crate::scenario::ToolOutcome::Ok { .. }) => Ok(
-                        ToolOutput::text(outcome.output_text(&call.name).unwrap_or_default()),
-                    ),
-                    Some(crate::scenario::ToolOutcome::Error { message }) => {
-                        Err(ToolFailure::model(message.clone()))
-                    }
-                    Some(crate::scenario::ToolOutcome::Host { kind, message }) => {
-                        Err(ToolFailure::Host(HostFailure::new(*kind, message.clone())))
-                    }
-                };
-                CallOutcome {
-                    tool_use_id: call.id.clone(),
-                    result,
-                }
-            })
-            .collect();
-        (slowest, BatchOutcome::PerCall(outcomes))
     }
 
     fn into_outcome(self) -> SimOutcome {

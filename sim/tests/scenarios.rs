@@ -228,9 +228,6 @@ fn a_scenario_file_drives_the_simulator() {
 }
 
 #[test]
-#[ignore = "needs `retry-after` (seconds) parsing from core's classifier, which is being completed \
-            in core/src/classify; today only `retry-after-ms` is read, so the 429s are retried \
-            on plain backoff and the window outlasts the attempts"]
 fn rate_limit_window_is_survived_by_obeying_retry_after() {
     let o = run("rate-limit-window", 10);
     assert!(o.succeeded(), "{:?}", o.result);
