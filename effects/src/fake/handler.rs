@@ -221,12 +221,15 @@ impl Shared {
     }
 
     fn log(&self, mut record: RequestRecord) {
-        let mut st = self.lock();
-        record.index = st.records.len();
+        {
+            let mut st = self.lock();
+            record.index = st.records.len();
+            st.records.push(record.clone());
+        }
+        // Outside the lock: the hook may be slow, or read the log itself.
         if let Some(hook) = &self.on_request {
             hook(&record);
         }
-        st.records.push(record);
     }
 }
 
