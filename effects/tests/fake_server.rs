@@ -916,3 +916,29 @@ async fn shutdown_closes_the_port_and_open_connections() {
     assert!(t.elapsed() < Duration::from_secs(2));
     assert!(TcpStream::connect(addr).await.is_err());
 }
+
+#[tokio::test]
+async fn a_client_that_gives_up_during_a_mid_stream_stall_gets_the_answer_on_its_retry() {
+    let server = start(with_faults(json!([{"type": "stall", "ms": 600}]))).await;
+    let mut s = TcpStream::connect(server.addr()).await.expect("connect");
+    let body = user_body(A, true);
+    let mut req = format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (n, v) in auth(A) {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).await.expect("write");
+    s.write_all(&body).await.expect("write");
+    let mut buf = vec![0u8; 65536];
+    let n = s.read(&mut buf).await.expect("headers and the first event");
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("message_start"));
+    // The client's idle timeout fires: it hangs up mid-stream.
+    drop(s);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let r = send(&server, A, true).await;
+    assert_eq!(r.decode(A).expect("the answer"), expected_answer());
+    server.shutdown().await;
+}

@@ -22,4 +22,9 @@ fi
 cargo build --quiet -p rebound-effects --example fake_server
 export REBOUND_FAKE_SERVER="$PWD/target/debug/examples/fake_server"
 
-timeout 600 "$VENV/bin/python" tests/python/test_fake_server.py -v
+# Loopback only: no proxy, and no provider settings from the environment.
+NO_PROXY="127.0.0.1,localhost" no_proxy="127.0.0.1,localhost" \
+    timeout 600 env -u HTTP_PROXY -u HTTPS_PROXY -u ALL_PROXY -u http_proxy -u https_proxy \
+    -u all_proxy -u ANTHROPIC_API_KEY -u ANTHROPIC_BASE_URL -u ANTHROPIC_AUTH_TOKEN \
+    -u OPENAI_API_KEY -u OPENAI_BASE_URL \
+    "$VENV/bin/python" tests/python/test_fake_server.py -v

@@ -11,7 +11,7 @@ use hyper::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{HeaderMap, Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use rebound_core::wire::{self, ParsedRequest};
 use rebound_core::{
     AssistantResponse, Conversation, Message, Millis, ProviderKind, Role, StopReason,
@@ -64,7 +64,10 @@ pub(super) async fn accept_loop(
                     connections.spawn(async move {
                         let service = service_fn(move |req| handle(Arc::clone(&shared), req));
                         // Errors here are clients going away or scripted cuts.
+                        // The timer lets hyper drop clients that never finish their
+                        // request head (its default header read timeout, 30 s).
                         let _ = http1::Builder::new()
+                            .timer(TokioTimer::new())
                             .serve_connection(TokioIo::new(stream), service)
                             .await;
                     });
@@ -218,12 +221,15 @@ impl Shared {
     }
 
     fn log(&self, mut record: RequestRecord) {
-        let mut st = self.lock();
-        record.index = st.records.len();
+        {
+            let mut st = self.lock();
+            record.index = st.records.len();
+            st.records.push(record.clone());
+        }
+        // Outside the lock: the hook may be slow, or read the log itself.
         if let Some(hook) = &self.on_request {
             hook(&record);
         }
-        st.records.push(record);
     }
 }
 

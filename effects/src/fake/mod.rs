@@ -1,6 +1,6 @@
 //! A fault-injecting fake provider server that speaks the real Anthropic Messages and OpenAI
 //! Chat Completions wire formats, driven by a [`Scenario`] — the same file, walked by the same
-//! [`ScriptCursor`](rebound_sim::scenario::ScriptCursor), that the simulator plays.
+//! [`ScriptCursor`], that the simulator plays.
 //!
 //! Start it on loopback, point any client at it (the rebound runner, the official SDKs, your
 //! own agent), and read back what it received:
@@ -79,7 +79,7 @@
 //! `overloaded_error`, `429` for `rate_limit_error`, else `500`).
 //!
 //! The script moves as in the simulator: each request takes the next step of the
-//! [`ScriptCursor`](rebound_sim::scenario::ScriptCursor), with the time since the server
+//! [`ScriptCursor`], with the time since the server
 //! started as `now` (so outage windows are real milliseconds). A stall or drip takes the step
 //! after it for the same request, but only once the client has waited it out: a client that
 //! gives up during the silence leaves that step to its next request, as in the simulator.
