@@ -480,7 +480,7 @@ impl<'s> Agent<'s> {
                         budget.record_request(now);
                     }
                 }
-                let (delay, result) = self.reply(now, conversation, world.idle_timeout_ms);
+                let (delay, result) = self.reply(now, *target, conversation, world.idle_timeout_ms);
                 let event = match result {
                     Ok(response) => Event::ProviderSucceeded {
                         request: *request,
@@ -557,6 +557,7 @@ impl<'s> Agent<'s> {
     fn reply(
         &mut self,
         now: Millis,
+        target: usize,
         conversation: &Conversation,
         idle_timeout_ms: u64,
     ) -> (u64, Result<AssistantResponse, ProviderFailure>) {
@@ -564,7 +565,10 @@ impl<'s> Agent<'s> {
         let timing = &scenario.timing;
         let mut stalled = 0u64;
         loop {
-            match self.cursor.next(scenario, now.plus(stalled), conversation) {
+            match self
+                .cursor
+                .next_on(scenario, now.plus(stalled), conversation, target)
+            {
                 Planned::Fault(fault) => {
                     if let Some(ms) = fault.silence_ms() {
                         if ms < idle_timeout_ms {

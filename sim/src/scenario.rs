@@ -869,6 +869,11 @@ pub struct Outage {
     pub rate: Option<f64>,
     /// The fault attempts in the window get.
     pub fault: Fault,
+    /// Only attempts sent to this target of the fallback chain (0 = the primary) are hit;
+    /// `None` hits every target. Models one provider or model being down while another
+    /// is healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<usize>,
 }
 
 impl Outage {
@@ -880,6 +885,7 @@ impl Outage {
             until_ms,
             rate: None,
             fault,
+            target: None,
         }
     }
 }
@@ -1187,12 +1193,26 @@ impl ScriptCursor {
         self.turn
     }
 
-    /// Decides what the request sent at `now` with `conversation` gets, and moves on.
+    /// Decides what the request sent at `now` with `conversation` gets, and moves on, for a
+    /// request to the primary target (see [`next_on`](Self::next_on)).
     pub fn next<'s>(
         &mut self,
         scenario: &'s Scenario,
         now: Millis,
         conversation: &Conversation,
+    ) -> Planned<'s> {
+        self.next_on(scenario, now, conversation, 0)
+    }
+
+    /// Decides what a request sent at `now` with `conversation` to target `target` of the
+    /// fallback chain gets, and moves on. Outages with a `target` hit only that target;
+    /// scripted turn faults and the random mix hit every target.
+    pub fn next_on<'s>(
+        &mut self,
+        scenario: &'s Scenario,
+        now: Millis,
+        conversation: &Conversation,
+        target: usize,
     ) -> Planned<'s> {
         if let Some(limit) = scenario.context_limit_bytes {
             let bytes = conversation.approx_bytes();
@@ -1202,7 +1222,8 @@ impl ScriptCursor {
         }
         if let Some(random) = &scenario.random {
             for o in &random.outages {
-                if (o.from_ms..o.until_ms).contains(&now.0) {
+                let aimed = o.target.map_or(true, |t| t == target);
+                if aimed && (o.from_ms..o.until_ms).contains(&now.0) {
                     let hit = match o.rate {
                         None => true,
                         Some(rate) => self.rng.f64() < rate,

@@ -311,6 +311,7 @@ fn random_faults(mix: Mix, cap: u64) -> impl Strategy<Value = Option<RandomFault
                     until_ms: from + len,
                     rate,
                     fault,
+                    target: None,
                 })
                 .collect(),
         });
