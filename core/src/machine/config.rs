@@ -74,6 +74,35 @@ impl Default for MachineConfig {
 }
 
 impl MachineConfig {
+    /// The configuration for agents that share a process and a retry budget: up to 8
+    /// attempts per request (the default's 4 lose brownouts and stream cuts), with every
+    /// charged retry (one not obeying a server's `retry-after`) taking a token from the
+    /// shared budget and waiting up to 5 s for one when the bucket is empty.
+    ///
+    /// Pair it with a [`RetryBudget`](crate::RetryBudget) built from
+    /// [`BudgetConfig::shared_default`](crate::BudgetConfig::shared_default), owned by the
+    /// driver and shared by every machine of the process. `docs/outages.md` shows what it
+    /// buys against the retry policies of other agent stacks.
+    ///
+    /// ```
+    /// use rebound_core::MachineConfig;
+    ///
+    /// let config = MachineConfig::resilient();
+    /// assert_eq!(config.retry.max_attempts, 8);
+    /// assert_eq!(config.retry_budget.map(|b| b.max_wait_ms), Some(5_000));
+    /// ```
+    #[must_use]
+    pub fn resilient() -> Self {
+        MachineConfig {
+            retry: RetryConfig {
+                max_attempts: 8,
+                ..RetryConfig::default()
+            },
+            retry_budget: Some(BudgetUse { max_wait_ms: 5_000 }),
+            ..MachineConfig::default()
+        }
+    }
+
     /// Number of targets in the fallback chain (at least 1).
     #[must_use]
     pub fn target_count(&self) -> usize {
