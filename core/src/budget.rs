@@ -32,38 +32,6 @@ impl Default for BudgetConfig {
     }
 }
 
-impl BudgetConfig {
-    /// A budget for one process running many agents, paired with
-    /// [`MachineConfig::resilient`](crate::MachineConfig::resilient): small enough that a
-    /// total outage hitting 1,000 agents costs at most ~0.2 extra requests per agent, large
-    /// enough that a lone agent (or a few) never waits for a token.
-    ///
-    /// Capacity and initial balance 20, a deposit of 0.1 per first attempt, and a refill of
-    /// 0.5 token per second. The numbers come from the outage experiment in
-    /// `docs/outages.md`, which shows how they were chosen.
-    ///
-    /// ```
-    /// use rebound_core::{BudgetConfig, Millis, PermitDecision, RetryBudget};
-    ///
-    /// let mut budget = RetryBudget::new(BudgetConfig::shared_default());
-    /// // A full bucket: the first 20 retries of the process go at once.
-    /// for _ in 0..20 {
-    ///     assert_eq!(budget.try_acquire(Millis(0), Millis(0)), PermitDecision::Granted);
-    /// }
-    /// // Then a retry waits for refill: one token per two seconds.
-    /// assert_eq!(budget.try_acquire(Millis(0), Millis(5_000)), PermitDecision::WaitUntil(Millis(2_000)));
-    /// ```
-    #[must_use]
-    pub fn shared_default() -> Self {
-        BudgetConfig {
-            capacity: 20.0,
-            initial: 20.0,
-            deposit_per_request: 0.1,
-            refill_per_sec: 0.5,
-        }
-    }
-}
-
 /// The budget's answer to a request for a retry permit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

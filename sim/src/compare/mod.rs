@@ -114,8 +114,8 @@ impl OutageModel {
         }
     }
 
-    /// The five outage models of the issue, plus one extra (not in the bar): the brownout
-    /// hitting 1,000 agents in one process.
+    /// The five outage models of the issue, plus two extras (not in the bar): the blip and
+    /// the brownout hitting all agents of one process, where the shared budget binds.
     #[must_use]
     pub fn standard() -> Vec<OutageModel> {
         let one_turn = |faults: Vec<Fault>, random: Option<RandomFaults>| Scenario {
@@ -196,6 +196,15 @@ impl OutageModel {
             },
             OutageModel {
                 shared_process: true,
+                in_bar: false,
+                ..OutageModel::new(
+                    "blip-shared",
+                    "the blip, all agents in one process (extra: not part of the bar)",
+                    one_turn(vec![Fault::http(529), Fault::http(529)], None),
+                )
+            },
+            OutageModel {
+                shared_process: true,
                 window_ms: Some((0, 120_000)),
                 in_bar: false,
                 ..OutageModel::new(
@@ -235,14 +244,14 @@ pub struct ExperimentConfig {
 impl Default for ExperimentConfig {
     /// 1,000 agents per model starting over the first 10 s, every standard model and
     /// policy, rebound with [`MachineConfig::resilient`] and
-    /// [`BudgetConfig::shared_default`].
+    /// [`BudgetConfig::default`].
     fn default() -> Self {
         ExperimentConfig {
             seed: 1,
             agents: 1_000,
             stagger_ms: 10_000,
             machine: MachineConfig::resilient(),
-            budget: Some(BudgetConfig::shared_default()),
+            budget: Some(BudgetConfig::default()),
             idle_timeout_ms: 60_000,
             models: OutageModel::standard(),
             policies: Policy::all(),
