@@ -134,8 +134,8 @@ fn run_sweep(base: ExperimentConfig) -> ExitCode {
             5_000,
         ),
     ];
-    println!("| rebound configuration | bar | total outage: requests / agent | brownout success | stream cuts success | blip-shared success | brownout-shared success |");
-    println!("|---|---|---:|---:|---:|---:|---:|");
+    println!("| rebound configuration | bar | total outage: requests / agent | brownout success | stream cuts success | blip-shared success | 3s-outage-shared success | brownout-shared success |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
     for (label, config) in candidates {
         let report = match run_experiment(&config) {
             Ok(r) => r,
@@ -149,7 +149,7 @@ fn run_sweep(base: ExperimentConfig) -> ExitCode {
         };
         let pct = |r: &rebound_sim::compare::Row| format!("{:.1} %", r.success_rate() * 100.0);
         println!(
-            "| {label} | {} | {} | {} | {} | {} | {} |",
+            "| {label} | {} | {} | {} | {} | {} | {} | {} |",
             if report.verdict().met() {
                 "met"
             } else {
@@ -162,6 +162,7 @@ fn run_sweep(base: ExperimentConfig) -> ExitCode {
             cell("brownout", &pct),
             cell("stream-cuts", &pct),
             cell("blip-shared", &pct),
+            cell("3s-outage-shared", &pct),
             cell("brownout-shared", &pct),
         );
     }

@@ -114,8 +114,9 @@ impl OutageModel {
         }
     }
 
-    /// The five outage models of the issue, plus two extras (not in the bar): the blip and
-    /// the brownout hitting all agents of one process, where the shared budget binds.
+    /// The five outage models of the issue, plus three extras (not in the bar) where a
+    /// short or partial failure hits all agents of one process and the shared budget binds:
+    /// the blip, a three-second total outage, and the brownout.
     #[must_use]
     pub fn standard() -> Vec<OutageModel> {
         let one_turn = |faults: Vec<Fault>, random: Option<RandomFaults>| Scenario {
@@ -201,6 +202,19 @@ impl OutageModel {
                     "blip-shared",
                     "the blip, all agents in one process (extra: not part of the bar)",
                     one_turn(vec![Fault::http(529), Fault::http(529)], None),
+                )
+            },
+            OutageModel {
+                shared_process: true,
+                window_ms: Some((2_000, 5_000)),
+                in_bar: false,
+                ..OutageModel::new(
+                    "3s-outage-shared",
+                    "every attempt from 2 s to 5 s gets 529, all agents in one process (extra)",
+                    one_turn(
+                        vec![],
+                        window(Outage::total(2_000, 5_000, Fault::http(529))),
+                    ),
                 )
             },
             OutageModel {
