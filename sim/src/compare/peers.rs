@@ -288,7 +288,10 @@ fn vercel_ai(seen: &Seen, state: &mut PeerState) -> Option<u64> {
 /// retry_transport: true`, `base_delay: 200 ms`), sleeping `backoff(200 ms, attempt + 1)`
 /// = 200 ms * 2^attempt * U(0.9, 1.1), no cap, no `retry-after`. A 429 is not retried
 /// there and surfaces as `CodexErr::RetryLimit`, which the turn loop does not retry either
-/// (only a `usage_limit_reached` body is told apart, and it is not retried). A stream
+/// (`CodexErr::is_retryable` in codex-rs/core/src/error.rs lists `RetryLimit(_)`,
+/// `UsageLimitReached(_)` and `ServerOverloaded` as not retryable); the same holds for a
+/// 5xx once the four transport retries are spent (a 500 alone becomes the retryable
+/// `InternalServerError`; the models here use 503 and 529). A stream
 /// that drops after the 200 is retried by the turn loop up to `stream_max_retries() = 5`
 /// times (DEFAULT_STREAM_MAX_RETRIES = 5) after `util::backoff(retries)` (codex-rs/core/
 /// src/util.rs: 200 ms * 2^(retries-1) * U(0.9, 1.1)), each time as a new HTTP request
