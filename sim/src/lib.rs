@@ -10,6 +10,8 @@
 //! - [`trace`]: JSON Lines traces, written while simulating (or by any driver) and
 //!   replayed ([`replay`]) into a fresh machine, reporting the first divergence.
 //! - [`stats`]: many seeded runs summarized ([`run_many`]).
+//! - [`compare`]: the outage experiment — rebound against the retry policies of other agent
+//!   stacks on the same seeded outages ([`compare::run_experiment`]).
 //!
 //! ```
 //! use rebound_sim::{run_many, simulate, Scenario, SimConfig};
@@ -26,6 +28,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod compare;
 pub mod driver;
 pub mod scenario;
 pub mod scripted;
