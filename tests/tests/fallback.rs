@@ -15,6 +15,28 @@ fn provider(kind: ProviderKind, server: &FakeServer, model: &str) -> Box<dyn Pro
     Box::new(HttpProvider::new(config).expect("valid provider"))
 }
 
+/// Fast retries over an Anthropic primary and an OpenAI fallback.
+fn anthropic_then_openai() -> MachineConfig {
+    MachineConfig {
+        retry: RetryConfig {
+            initial_delay_ms: 10,
+            jitter: false,
+            ..RetryConfig::default()
+        },
+        targets: vec![
+            TargetSpec {
+                provider: ProviderKind::Anthropic,
+                model: "claude-test".into(),
+            },
+            TargetSpec {
+                provider: ProviderKind::OpenAi,
+                model: "gpt-test".into(),
+            },
+        ],
+        ..MachineConfig::default()
+    }
+}
+
 #[tokio::test]
 async fn an_overloaded_primary_falls_back_to_openai_with_tool_results_in_openai_shape() {
     let overloaded = scenario(
@@ -34,24 +56,7 @@ async fn an_overloaded_primary_falls_back_to_openai_with_tool_results_in_openai_
     let secondary = FakeServer::start(FakeServerConfig::new(fallback.clone(), 1))
         .await
         .expect("fallback starts");
-    let config = MachineConfig {
-        retry: RetryConfig {
-            initial_delay_ms: 10,
-            jitter: false,
-            ..RetryConfig::default()
-        },
-        targets: vec![
-            TargetSpec {
-                provider: ProviderKind::Anthropic,
-                model: "claude-test".into(),
-            },
-            TargetSpec {
-                provider: ProviderKind::OpenAi,
-                model: "gpt-test".into(),
-            },
-        ],
-        ..MachineConfig::default()
-    };
+    let config = anthropic_then_openai();
     let providers = vec![
         provider(ProviderKind::Anthropic, &primary, "claude-test"),
         provider(ProviderKind::OpenAi, &secondary, "gpt-test"),
@@ -117,27 +122,10 @@ async fn a_short_blip_does_not_burn_the_fallback() {
     let secondary = FakeServer::start(FakeServerConfig::healthy())
         .await
         .expect("fallback starts");
-    let config = MachineConfig {
-        retry: RetryConfig {
-            initial_delay_ms: 10,
-            jitter: false,
-            ..RetryConfig::default()
-        },
-        targets: vec![
-            TargetSpec {
-                provider: ProviderKind::Anthropic,
-                model: "a".into(),
-            },
-            TargetSpec {
-                provider: ProviderKind::OpenAi,
-                model: "b".into(),
-            },
-        ],
-        ..MachineConfig::default()
-    };
+    let config = anthropic_then_openai();
     let providers = vec![
-        provider(ProviderKind::Anthropic, &primary, "a"),
-        provider(ProviderKind::OpenAi, &secondary, "b"),
+        provider(ProviderKind::Anthropic, &primary, "claude-test"),
+        provider(ProviderKind::OpenAi, &secondary, "gpt-test"),
     ];
     let summary = Runner::new(config, providers)
         .run(RunInput::text("hi"))
