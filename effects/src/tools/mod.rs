@@ -52,6 +52,8 @@
 //! ```
 
 pub mod files;
+#[cfg(feature = "lua")]
+pub mod lua;
 mod schema;
 mod set;
 
