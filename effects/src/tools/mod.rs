@@ -54,6 +54,8 @@
 pub mod files;
 #[cfg(feature = "lua")]
 pub mod lua;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 mod schema;
 mod set;
 
