@@ -581,3 +581,114 @@ async fn lua_tools_are_shareable_trait_objects() {
         lua::load_dir(fixtures(), &ws.root).unwrap();
     assert_eq!(tools.len(), 3);
 }
+
+#[tokio::test]
+async fn a_lua_image_the_provider_cannot_take_is_dropped_with_a_note() {
+    let ws = workspace();
+    let tool = ws.tool(
+        "tiff.lua",
+        "return {\n  description = 'tiff',\n  run = function(input)\n    return { 'picture:', { type = 'image', media_type = 'image/tiff', data = 'SUkqAA==' } }\n  end,\n}\n",
+        LuaLimits::default(),
+    );
+    let output = run_one(tool, json!({})).await.unwrap();
+    assert_eq!(output.parts.len(), 2);
+    assert_eq!(output.parts[0], ToolResultPart::text("picture:"));
+    assert!(
+        text_of(&output).contains("[image dropped: its bytes are not a PNG, JPEG, GIF or WebP image (declared as `image/tiff`)"),
+        "{output:?}"
+    );
+}
+
+/// The machine asks for `add` with a bad input, the Lua tool's error reaches the model as an
+/// error result, the model corrects itself, and the run finishes.
+#[tokio::test]
+async fn the_model_reads_a_lua_tools_error_and_then_succeeds() {
+    use rebound_core::{
+        AgentMachine, AssistantResponse, Command, ContentBlock, Event, MachineConfig, Message,
+        Millis, Role, StopReason,
+    };
+
+    let ws = workspace();
+    let tools = ToolSet::builder()
+        .tools(lua::load_dir(fixtures(), &ws.root).unwrap())
+        .build()
+        .unwrap();
+    let config = MachineConfig {
+        tools: tools.specs().to_vec(),
+        ..MachineConfig::default()
+    };
+    let mut machine = AgentMachine::new(config, 1);
+    let now = Millis(0);
+    let model_turns = [
+        Some(json!({"a": -1, "b": 1})),
+        Some(json!({"a": 2, "b": 40})),
+        None,
+    ];
+    let mut turns = model_turns.iter();
+    let mut appended: Vec<Message> = Vec::new();
+    let mut commands = machine.step(
+        now,
+        Event::UserMessage {
+            content: vec![ContentBlock::text("add some numbers")],
+        },
+    );
+    let mut finished = false;
+    for _ in 0..20 {
+        let mut next = Vec::new();
+        for command in commands.drain(..) {
+            match command {
+                Command::AppendMessage { message } => appended.push(message),
+                Command::SendRequest { request, .. } => {
+                    let turn = turns
+                        .next()
+                        .expect("the model is asked at most three times");
+                    let response = match turn {
+                        Some(input) => AssistantResponse {
+                            stop_reason: StopReason::ToolUse,
+                            ..AssistantResponse::end_turn(Message {
+                                role: Role::Assistant,
+                                content: vec![ContentBlock::tool_use(
+                                    format!("call{}", appended.len()),
+                                    "add",
+                                    input.clone(),
+                                )],
+                            })
+                        },
+                        None => AssistantResponse::end_turn(Message::assistant_text("42 it is")),
+                    };
+                    next.extend(machine.step(now, Event::ProviderSucceeded { request, response }));
+                }
+                Command::RunTools { batch, calls } => {
+                    let outcome = tools.run_batch(calls, &CancellationToken::new()).await;
+                    next.extend(machine.step(now, Event::ToolsFinished { batch, outcome }));
+                }
+                Command::Finish { .. } => finished = true,
+                Command::Fail { error } => panic!("the run failed: {error:?}"),
+                _ => {}
+            }
+        }
+        if next.is_empty() {
+            break;
+        }
+        commands = next;
+    }
+    assert!(finished, "the run finished");
+    let results: Vec<(bool, String)> = appended
+        .iter()
+        .flat_map(|m| m.content.iter())
+        .filter_map(|block| match block {
+            ContentBlock::ToolResult(result) => Some((result.is_error, result.text())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 2, "{appended:#?}");
+    assert!(results[0].0, "the first result is an error");
+    assert!(
+        results[0].1.contains(
+            "Tool execution failed for `add`: add.lua:14: both numbers must be non-negative"
+        ),
+        "{}",
+        results[0].1
+    );
+    assert_eq!(results[1], (false, "42".to_owned()));
+}
