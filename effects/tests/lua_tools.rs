@@ -692,3 +692,31 @@ async fn the_model_reads_a_lua_tools_error_and_then_succeeds() {
     );
     assert_eq!(results[1], (false, "42".to_owned()));
 }
+
+#[tokio::test]
+async fn runaway_recursion_and_looping_finalizers_end_as_error_results() {
+    let ws = workspace();
+    let recursion = ws.tool(
+        "deep.lua",
+        "local function f(n) return f(n + 1) + 1 end\nreturn {\n  description = 'deep',\n  run = function(input)\n    return f(1)\n  end,\n}\n",
+        LuaLimits::default(),
+    );
+    let error = run_one(recursion, json!({})).await.unwrap_err();
+    assert!(error.starts_with("deep.lua:1: stack overflow"), "{error}");
+}
+
+#[tokio::test]
+async fn a_finalizer_that_never_ends_is_stopped_too() {
+    let ws = workspace();
+    // Lua runs finalizers with hooks off: a looping `__gc` could never be stopped.
+    let finalizer = ws.tool(
+        "gc.lua",
+        "return {\n  description = 'gc',\n  run = function(input)\n    setmetatable({}, { __gc = function() while true do end end })\n    return 'unreachable'\n  end,\n}\n",
+        short_limits(),
+    );
+    let error = run_one(finalizer, json!({})).await.unwrap_err();
+    assert!(
+        error.starts_with("gc.lua:4: `__gc` metamethods are not allowed in tool scripts"),
+        "{error}"
+    );
+}

@@ -68,7 +68,8 @@
 //! - `fs.read(path [, offset])` returns the text `read` would show, or `nil, message`;
 //! - `fs.list([path])` returns the listing `list` would show, or `nil, message`.
 //!
-//! `print` is kept; what a script prints is shown only with its error results, to help debug it.
+//! `setmetatable` refuses metatables with `__gc` (Lua runs finalizers with hooks off, so a
+//! looping finalizer could not be stopped). `print` is kept; what a script prints is shown only with its error results, to help debug it.
 //!
 //! Not covered by the time limit: one long call into a C library function, such as a
 //! pathological `string.find` pattern on a long string (the memory limit still applies).
@@ -760,6 +761,14 @@ pcall = function(...) return pass(pcall_(...)) end
 xpcall = function(...) return pass(xpcall_(...)) end
 coroutine.resume = function(...) return pass(resume_(...)) end
 coroutine.close = function(...) return pass(close_(...)) end
+-- Lua runs finalizers with hooks off, so a `__gc` that loops could never be stopped.
+local setmetatable_, rawget_, type_, error_ = setmetatable, rawget, type, error
+setmetatable = function(t, mt)
+  if type_(mt) == "table" and rawget_(mt, "__gc") ~= nil then
+    error_("`__gc` metamethods are not allowed in tool scripts", 2)
+  end
+  return setmetatable_(t, mt)
+end
 load = function(chunk, name, _mode, ...)
   if select_("#", ...) > 0 then
     return load_(chunk, name, "t", ...)
