@@ -464,3 +464,31 @@ async fn process_is_gone(pid: u32) -> bool {
     }
     false
 }
+
+/// Against the reference server `@modelcontextprotocol/server-everything` (Node): opt-in,
+/// since `.ci/run` installs only the Python server. Run with
+/// `REBOUND_MCP_EVERYTHING='path/to/mcp-server-everything' cargo test -p rebound-effects
+/// --test mcp_source -- --ignored` after `npm install @modelcontextprotocol/server-everything`.
+#[tokio::test]
+#[ignore = "needs REBOUND_MCP_EVERYTHING: the reference Node server's command line"]
+async fn the_reference_everything_server_lists_tools_and_echoes() {
+    let command = std::env::var("REBOUND_MCP_EVERYTHING")
+        .expect("set REBOUND_MCP_EVERYTHING to the server's command line");
+    let source = McpSource::spawn(&command).await.expect("the server starts");
+    let names: Vec<String> = source.specs().into_iter().map(|s| s.name).collect();
+    let echo = names
+        .iter()
+        .find(|n| n.contains("echo"))
+        .unwrap_or_else(|| panic!("an echo tool in {names:?}"))
+        .clone();
+    let results = batch(
+        &source,
+        vec![call("a", &echo, json!({"message": "hi there"}))],
+    )
+    .await;
+    assert!(text(&results[0]).contains("hi there"), "{results:?}");
+    ToolSet::builder()
+        .source(source)
+        .build()
+        .expect("its tools fit a ToolSet");
+}
