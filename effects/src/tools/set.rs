@@ -253,6 +253,7 @@ fn valid_name(name: &str) -> bool {
 /// | input does not match the schema | error result listing what is wrong (bounded) |
 /// | the tool returned `ToolError::Model` | error result with its text |
 /// | the output's text exceeds `max_output_bytes` | the output, cut, with a note |
+/// | an image the provider cannot take (see [`media`](super::media)) | the output, with a note in the image's place |
 /// | the tool ran longer than `call_timeout` | error result "timed out after Ns"; the call's future is dropped |
 /// | the tool **panicked** | error result "the tool crashed (panic: …)"; the runner goes on |
 /// | a source failed one call | that call's error result |
@@ -417,7 +418,10 @@ impl ToolSet {
                     owners.remove(&id);
                     for (index, result) in answered {
                         let max = self.config.max_output_bytes;
-                        results[index] = Some(result.map(|output| cap_output(output, max)));
+                        results[index] = Some(result.map(|output| {
+                            let output = super::media::screen(output, &Default::default());
+                            cap_output(output, max)
+                        }));
                     }
                 }
                 Some(Err(error)) => {

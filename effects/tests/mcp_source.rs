@@ -1,0 +1,494 @@
+//! The MCP tool source against a real MCP server: `tests/fixtures/mcp/server.py`, written with
+//! the official `mcp` Python SDK, in the venv that `tests/fixtures/mcp/install.sh` makes (and
+//! `.ci/run` runs). Without that venv these tests fail, saying how to make it.
+#![cfg(feature = "mcp")]
+
+use rebound_core::{
+    BatchOutcome, CallOutcome, HostFailureKind, MediaSource, ToolCall, ToolFailure, ToolOutput,
+    ToolResultPart,
+};
+use rebound_effects::tools::mcp::{McpConfig, McpError, McpSource};
+use rebound_effects::tools::{ToolContext, ToolSet, ToolSource};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp")
+}
+
+/// The Python of the test venv: `$REBOUND_MCP_PYTHON`, or `target/mcp-venv/bin/python`.
+fn python() -> PathBuf {
+    let python = match std::env::var_os("REBOUND_MCP_PYTHON") {
+        Some(path) => PathBuf::from(path),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/mcp-venv/bin/python"),
+    };
+    let ok = std::process::Command::new(&python)
+        .args(["-c", "import mcp.server.mcpserver"])
+        .output()
+        .is_ok_and(|out| out.status.success());
+    assert!(
+        ok,
+        "the MCP test server needs Python with the `mcp` SDK at `{}`, which is missing.\n\
+         Make it with `bash effects/tests/fixtures/mcp/install.sh` (from the repository root; \
+         `.ci/run` does this), or point REBOUND_MCP_PYTHON at a Python that has `mcp==2.3.0`.",
+        python.display()
+    );
+    python
+}
+
+fn quoted(path: &Path) -> String {
+    format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
+}
+
+fn server_command() -> String {
+    format!(
+        "{} {}",
+        quoted(&python()),
+        quoted(&fixtures().join("server.py"))
+    )
+}
+
+async fn server(config: McpConfig) -> McpSource {
+    McpSource::spawn_with(&server_command(), config)
+        .await
+        .expect("the test server starts")
+}
+
+fn call(id: &str, name: &str, input: Value) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        name: name.into(),
+        input,
+    }
+}
+
+/// Runs a batch on the source itself; one result per call, in call order.
+async fn batch(source: &McpSource, calls: Vec<ToolCall>) -> Vec<Result<ToolOutput, String>> {
+    let ids: Vec<String> = calls.iter().map(|c| c.id.clone()).collect();
+    match source.run_batch(calls, ToolContext::default()).await {
+        BatchOutcome::PerCall(outcomes) => ids
+            .iter()
+            .map(|id| {
+                let outcome: &CallOutcome = outcomes
+                    .iter()
+                    .find(|o| &o.tool_use_id == id)
+                    .expect("every call is answered");
+                match &outcome.result {
+                    Ok(output) => Ok(output.clone()),
+                    Err(ToolFailure::Model { message }) => Err(message.clone()),
+                    Err(ToolFailure::Host(host)) => panic!("a host failure: {host}"),
+                }
+            })
+            .collect(),
+        BatchOutcome::WholeBatch(failure) => panic!("the whole batch failed: {failure:?}"),
+    }
+}
+
+fn text(result: &Result<ToolOutput, String>) -> String {
+    match result {
+        Ok(output) => output
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                ToolResultPart::Text { text } => Some(text.as_str()),
+                ToolResultPart::Image { .. } => None,
+            })
+            .collect(),
+        Err(message) => panic!("an error result: {message}"),
+    }
+}
+
+fn error(result: &Result<ToolOutput, String>) -> &str {
+    match result {
+        Ok(output) => panic!("not an error: {output:?}"),
+        Err(message) => message,
+    }
+}
+
+#[tokio::test]
+async fn the_servers_tools_are_listed_with_descriptions_schemas_and_allowed_names() {
+    let source = server(McpConfig::default()).await;
+    assert_eq!(source.name(), "mcp:rebound-test");
+    let specs = source.specs();
+    let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    for expected in [
+        "echo",
+        "fail",
+        "reject",
+        "sleep",
+        "die",
+        "pid",
+        "pixel",
+        "text_upper",
+    ] {
+        assert!(names.contains(&expected), "{expected} in {names:?}");
+    }
+    assert_eq!(source.original_name("text_upper"), Some("text.upper"));
+    let echo = specs.iter().find(|s| s.name == "echo").unwrap();
+    assert_eq!(echo.description, "Returns its text.");
+    assert_eq!(echo.input_schema["properties"]["text"]["type"], "string");
+    assert_eq!(echo.input_schema["required"], json!(["text"]));
+    // Every listed tool is acceptable to a ToolSet (names, schemas).
+    ToolSet::builder().source(source).build().expect("tool set");
+}
+
+#[tokio::test]
+async fn calls_succeed_through_a_tool_set_under_mapped_names() {
+    let source = server(McpConfig::default()).await;
+    let tools = ToolSet::builder().source(source).build().unwrap();
+    let calls = vec![
+        call("a", "echo", json!({"text": "hello"})),
+        call("b", "text_upper", json!({"text": "shout"})),
+        call("c", "echo", json!({"text": 7})),
+    ];
+    let BatchOutcome::PerCall(outcomes) = tools.run_batch(calls, &CancellationToken::new()).await
+    else {
+        panic!("the batch failed as a whole")
+    };
+    assert_eq!(outcomes[0].result, Ok(ToolOutput::text("hello")));
+    assert_eq!(outcomes[1].result, Ok(ToolOutput::text("SHOUT")));
+    // The server's own schema is enforced before the call goes out.
+    assert!(
+        matches!(&outcomes[2].result, Err(ToolFailure::Model { message }) if message.contains("is not of type \"string\"")),
+        "{:?}",
+        outcomes[2].result
+    );
+}
+
+#[tokio::test]
+async fn an_is_error_result_is_an_error_result_with_its_text() {
+    let source = server(McpConfig::default()).await;
+    let results = batch(
+        &source,
+        vec![
+            call("a", "fail", json!({"message": "the disk is on fire"})),
+            call("b", "echo", json!({"text": "still fine"})),
+        ],
+    )
+    .await;
+    assert_eq!(
+        error(&results[0]),
+        "Error executing tool fail: the disk is on fire"
+    );
+    assert_eq!(text(&results[1]), "still fine");
+}
+
+#[tokio::test]
+async fn a_json_rpc_error_fails_only_its_call() {
+    let source = server(McpConfig::default()).await;
+    let results = batch(
+        &source,
+        vec![
+            call(
+                "a",
+                "reject",
+                json!({"message": "argument `x` is out of range"}),
+            ),
+            call("b", "echo", json!({"text": "unaffected"})),
+        ],
+    )
+    .await;
+    assert_eq!(
+        error(&results[0]),
+        "the MCP server refused the call: argument `x` is out of range (JSON-RPC error -32602)"
+    );
+    assert_eq!(text(&results[1]), "unaffected");
+}
+
+#[tokio::test]
+async fn an_unknown_tool_is_that_calls_error_result() {
+    let source = server(McpConfig::default()).await;
+    let results = batch(
+        &source,
+        vec![
+            call("a", "no_such_tool", json!({})),
+            call("b", "echo", json!({"text": "ok"})),
+        ],
+    )
+    .await;
+    assert!(
+        error(&results[0]).contains("Unknown tool: no_such_tool"),
+        "{results:?}"
+    );
+    assert_eq!(text(&results[1]), "ok");
+}
+
+#[tokio::test]
+async fn image_content_becomes_an_image_part() {
+    let source = server(McpConfig::default()).await;
+    let results = batch(&source, vec![call("a", "pixel", json!({}))]).await;
+    let output = results[0].as_ref().unwrap();
+    assert_eq!(output.parts[0], ToolResultPart::text("a pixel:"));
+    assert!(
+        matches!(
+            &output.parts[1],
+            ToolResultPart::Image { source: MediaSource::Base64 { media_type, data } }
+                if media_type == "image/png" && data.starts_with("iVBORw0KGgo")
+        ),
+        "{:?}",
+        output.parts[1]
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_exits_mid_batch_fails_every_unfinished_call_and_is_restarted() {
+    let source = server(McpConfig::default()).await;
+    let first_pid = source.pid().await.expect("running");
+    let started = Instant::now();
+    let results = batch(
+        &source,
+        vec![
+            call("a", "sleep", json!({"seconds": 20})),
+            call("b", "die", json!({"code": 3})),
+            call("c", "sleep", json!({"seconds": 20})),
+        ],
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    for result in &results {
+        let message = error(result);
+        assert!(message.contains("exited (exit status: 3)"), "{message}");
+        assert!(
+            message.contains("dying with 3"),
+            "the stderr tail: {message}"
+        );
+        assert!(
+            message.contains("restarted for the next tool calls"),
+            "{message}"
+        );
+    }
+    let after = batch(&source, vec![call("d", "echo", json!({"text": "back"}))]).await;
+    assert_eq!(text(&after[0]), "back");
+    assert_ne!(source.pid().await, Some(first_pid), "a new server process");
+}
+
+#[tokio::test]
+async fn a_server_killed_from_outside_mid_batch_fails_the_batch_and_the_next_batch_works() {
+    let source = server(McpConfig::default()).await;
+    let pid = source.pid().await.expect("running");
+    let killer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .expect("kill runs");
+    });
+    let results = batch(
+        &source,
+        vec![
+            call("a", "sleep", json!({"seconds": 20})),
+            call("b", "sleep", json!({"seconds": 20})),
+        ],
+    )
+    .await;
+    killer.await.unwrap();
+    for result in &results {
+        let message = error(result);
+        assert!(message.contains("before answering this call"), "{message}");
+        assert!(message.contains("signal: 9"), "{message}");
+    }
+    let after = batch(&source, vec![call("c", "pid", json!({}))]).await;
+    assert_ne!(text(&after[0]), pid.to_string());
+}
+
+#[tokio::test]
+async fn a_call_without_an_answer_times_out_and_the_server_is_replaced() {
+    let source = server(McpConfig::default().with_call_timeout(Duration::from_secs(3))).await;
+    let first_pid = source.pid().await.expect("running");
+    let started = Instant::now();
+    let results = batch(
+        &source,
+        vec![
+            call("a", "sleep", json!({"seconds": 30})),
+            call("b", "echo", json!({"text": "quick"})),
+        ],
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        error(&results[0]).contains("did not answer within 3s; it was stopped"),
+        "{results:?}"
+    );
+    assert_eq!(
+        text(&results[1]),
+        "quick",
+        "a finished call keeps its result"
+    );
+    assert_eq!(source.pid().await, None, "the stuck server was killed");
+    assert!(
+        process_is_gone(first_pid).await,
+        "pid {first_pid} still runs"
+    );
+    let after = batch(&source, vec![call("c", "echo", json!({"text": "again"}))]).await;
+    assert_eq!(text(&after[0]), "again");
+}
+
+#[tokio::test]
+async fn cancellation_kills_the_server_and_the_next_batch_restarts_it() {
+    let source = server(McpConfig::default()).await;
+    let pid = source.pid().await.expect("running");
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        trigger.cancel();
+    });
+    let outcome = source
+        .run_batch(
+            vec![call("a", "sleep", json!({"seconds": 30}))],
+            ToolContext::new(cancel),
+        )
+        .await;
+    assert!(
+        matches!(&outcome, BatchOutcome::WholeBatch(ToolFailure::Host(h)) if h.kind == HostFailureKind::Canceled),
+        "{outcome:?}"
+    );
+    assert!(process_is_gone(pid).await, "pid {pid} still runs");
+    let after = batch(&source, vec![call("b", "echo", json!({"text": "fresh"}))]).await;
+    assert_eq!(text(&after[0]), "fresh");
+}
+
+#[tokio::test]
+async fn a_tool_set_that_gives_up_on_the_batch_kills_the_server() {
+    let source = std::sync::Arc::new(server(McpConfig::default()).await);
+    let pid = source.pid().await.expect("running");
+    let tools = ToolSet::builder()
+        .shared_source(source.clone())
+        .source_timeout(Duration::from_millis(800))
+        .build()
+        .unwrap();
+    let BatchOutcome::PerCall(outcomes) = tools
+        .run_batch(
+            vec![call("a", "sleep", json!({"seconds": 30}))],
+            &CancellationToken::new(),
+        )
+        .await
+    else {
+        panic!("the batch failed as a whole")
+    };
+    assert!(
+        matches!(&outcomes[0].result, Err(ToolFailure::Model { message }) if message.contains("timed out after 800ms")),
+        "{:?}",
+        outcomes[0].result
+    );
+    assert!(process_is_gone(pid).await, "pid {pid} still runs");
+    // The restart counts against a batch's time: give it the default.
+    let tools = ToolSet::builder().shared_source(source).build().unwrap();
+    let BatchOutcome::PerCall(outcomes) = tools
+        .run_batch(
+            vec![call("b", "echo", json!({"text": "restarted"}))],
+            &CancellationToken::new(),
+        )
+        .await
+    else {
+        panic!("the batch failed as a whole")
+    };
+    assert_eq!(outcomes[0].result, Ok(ToolOutput::text("restarted")));
+}
+
+#[tokio::test]
+async fn servers_that_cannot_start_are_reported_with_their_command() {
+    let missing = McpSource::spawn("/nonexistent/mcp-server --flag")
+        .await
+        .unwrap_err();
+    assert!(matches!(missing, McpError::Spawn { .. }), "{missing}");
+    assert!(
+        missing
+            .to_string()
+            .contains("/nonexistent/mcp-server --flag"),
+        "{missing}"
+    );
+
+    let python = quoted(&python());
+    let quits = McpSource::spawn_with(
+        &format!("{python} -c \"import sys; print('no MCP here', file=sys.stderr); sys.exit(2)\""),
+        McpConfig::default().with_start_timeout(Duration::from_secs(10)),
+    )
+    .await
+    .unwrap_err();
+    let text = quits.to_string();
+    assert!(matches!(quits, McpError::Protocol { .. }), "{text}");
+    assert!(
+        text.contains("did not complete the `initialize` handshake"),
+        "{text}"
+    );
+    assert!(text.contains("no MCP here"), "{text}");
+
+    let silent = McpSource::spawn_with(
+        &format!("{python} -c \"import time; time.sleep(30)\""),
+        McpConfig::default().with_start_timeout(Duration::from_millis(500)),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        silent.to_string().contains("no answer within 500ms"),
+        "{silent}"
+    );
+
+    assert!(matches!(
+        McpSource::spawn("   ").await,
+        Err(McpError::EmptyCommand)
+    ));
+    assert!(matches!(
+        McpSource::spawn("server 'unclosed").await,
+        Err(McpError::CommandLine { .. })
+    ));
+}
+
+/// Waits (up to 3 s) until `pid` is no longer a running process (gone, or a zombie).
+async fn process_is_gone(pid: u32) -> bool {
+    for _ in 0..30 {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => return true,
+            Ok(stat) => {
+                let state = stat
+                    .rsplit(')')
+                    .next()
+                    .and_then(|rest| rest.split_whitespace().next());
+                if state == Some("Z") {
+                    return true;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+/// Against the reference server `@modelcontextprotocol/server-everything` (Node): opt-in,
+/// since `.ci/run` installs only the Python server. Run with
+/// `REBOUND_MCP_EVERYTHING='path/to/mcp-server-everything' cargo test -p rebound-effects
+/// --test mcp_source -- --ignored` after `npm install @modelcontextprotocol/server-everything`.
+#[tokio::test]
+#[ignore = "needs REBOUND_MCP_EVERYTHING: the reference Node server's command line"]
+async fn the_reference_everything_server_lists_tools_and_echoes() {
+    let command = std::env::var("REBOUND_MCP_EVERYTHING")
+        .expect("set REBOUND_MCP_EVERYTHING to the server's command line");
+    let source = McpSource::spawn(&command).await.expect("the server starts");
+    let names: Vec<String> = source.specs().into_iter().map(|s| s.name).collect();
+    let echo = names
+        .iter()
+        .find(|n| n.contains("echo"))
+        .unwrap_or_else(|| panic!("an echo tool in {names:?}"))
+        .clone();
+    let results = batch(
+        &source,
+        vec![call("a", &echo, json!({"message": "hi there"}))],
+    )
+    .await;
+    assert!(text(&results[0]).contains("hi there"), "{results:?}");
+    ToolSet::builder()
+        .source(source)
+        .build()
+        .expect("its tools fit a ToolSet");
+}
