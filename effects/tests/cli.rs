@@ -347,3 +347,40 @@ async fn replay_accepts_a_recorded_trace_and_rejects_an_altered_one() {
     std::fs::write(&future, text.replacen("\"version\":1", "\"version\":99", 1)).expect("write");
     assert_eq!(output(replay(&future)).await.status.code(), Some(2));
 }
+
+#[tokio::test]
+async fn a_lua_tool_error_is_shown_to_the_model_which_then_calls_it_correctly() {
+    let s = server(
+        r#"{"tools": [{"name": "add"}],
+            "turns": [
+              {"answer": {"tool_calls": [{"name": "add", "input": {"a": -1, "b": 2}}]}},
+              {"answer": {"text": "unreachable: the tool must fail first"},
+               "when_last_tool_error": {"tool_calls": [{"name": "add", "input": {"a": 1, "b": 2}}]}},
+              {"answer": {"text": "1 + 2 = 3"}}]}"#,
+    )
+    .await;
+    let lua = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/lua/tools");
+    let out = output(run_cmd(&s, &["--events", "json", "--lua-tools", lua])).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = json_events(&out);
+    let results: Vec<(bool, String)> = events
+        .iter()
+        .filter(|e| e["type"] == "tool_result")
+        .map(|e| {
+            (
+                e["is_error"] == true,
+                e["text"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(results.len(), 2, "{events:#?}");
+    assert!(results[0].0 && results[0].1.contains("both numbers must be non-negative"));
+    assert_eq!(results[1], (false, "3".to_owned()));
+    assert_eq!(events.last().unwrap()["type"], "done");
+    s.shutdown().await;
+}

@@ -40,7 +40,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Commands {
     /// Run the agent once against a real provider.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Run the agent against a local fake provider through a scripted outage (offline).
     Demo(DemoArgs),
     /// Serve a fake Anthropic/OpenAI provider that injects faults, for testing other agents.
@@ -133,6 +133,14 @@ pub struct RunArgs {
     /// provider's conventional variable.
     #[arg(long = "fallback", value_name = "PROVIDER:MODEL[@BASE_URL]")]
     pub fallbacks: Vec<String>,
+    /// Load Lua tools (one `*.lua` file per tool) from this folder; their file access is
+    /// confined to `--tools-root` (or this folder when no root is given).
+    #[arg(long)]
+    pub lua_tools: Option<PathBuf>,
+    /// Add the tools of an MCP server started with this command line (stdio transport;
+    /// repeatable), e.g. `--mcp 'python3 server.py'`.
+    #[arg(long = "mcp", value_name = "COMMAND")]
+    pub mcp: Vec<String>,
     /// Share a retry budget (token bucket) between retries: charged retries wait, bounded,
     /// for a token and fail when none comes.
     #[arg(long)]
@@ -226,7 +234,7 @@ pub fn main() -> i32 {
             };
             runtime.block_on(async move {
                 match command {
-                    Commands::Run(args) => run::run(args).await,
+                    Commands::Run(args) => run::run(*args).await,
                     Commands::Demo(args) => run::demo(args).await,
                     Commands::Serve(args) => run::serve(args).await,
                     Commands::Sim(_) | Commands::Replay(_) => unreachable!("handled above"),

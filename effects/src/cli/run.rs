@@ -177,6 +177,45 @@ fn usage_error(error: impl std::fmt::Display) -> i32 {
     EXIT_USAGE
 }
 
+/// The tool set of `run`: built-in file tools, Lua tools and MCP servers, as asked for.
+async fn build_tools(args: &RunArgs) -> Result<Option<ToolSet>, String> {
+    let mut builder = ToolSet::builder();
+    let mut any = false;
+    let root = match (&args.tools_root, &args.lua_tools) {
+        (Some(root), _) | (None, Some(root)) => Some(
+            files::Root::new(root).map_err(|e| format!("--tools-root {}: {e}", root.display()))?,
+        ),
+        (None, None) => None,
+    };
+    if let Some(dir) = &args.tools_root {
+        let tools =
+            files::tools(dir).map_err(|e| format!("--tools-root {}: {e}", dir.display()))?;
+        builder = builder.tools(tools);
+        any = true;
+    }
+    if let (Some(dir), Some(root)) = (&args.lua_tools, &root) {
+        let dir = dir.clone();
+        let root = root.clone();
+        let tools = tokio::task::spawn_blocking(move || crate::tools::lua::load_dir(&dir, &root))
+            .await
+            .map_err(|e| format!("--lua-tools: {e}"))?
+            .map_err(|e| format!("--lua-tools: {e}"))?;
+        builder = builder.tools(tools);
+        any = true;
+    }
+    for command in &args.mcp {
+        let source = crate::tools::mcp::McpSource::spawn(command)
+            .await
+            .map_err(|e| format!("--mcp: {e}"))?;
+        builder = builder.source(source);
+        any = true;
+    }
+    if !any {
+        return Ok(None);
+    }
+    builder.build().map(Some).map_err(|e| e.to_string())
+}
+
 /// `rebound run`.
 pub async fn run(args: RunArgs) -> i32 {
     let provider: ProviderKind = args.provider.into();
@@ -226,15 +265,10 @@ pub async fn run(args: RunArgs) -> i32 {
             BudgetConfig::default(),
         ))));
     }
-    if let Some(root) = &args.tools_root {
-        let tools = match files::tools(root) {
-            Ok(t) => t,
-            Err(e) => return usage_error(format!("--tools-root {}: {e}", root.display())),
-        };
-        match ToolSet::builder().tools(tools).build() {
-            Ok(set) => runner = runner.tools(Arc::new(set)),
-            Err(e) => return usage_error(e),
-        }
+    match build_tools(&args).await {
+        Ok(Some(set)) => runner = runner.tools(Arc::new(set)),
+        Ok(None) => {}
+        Err(e) => return usage_error(e),
     }
     if let Some(path) = &args.session {
         match SessionStore::open(path.clone()).await {
