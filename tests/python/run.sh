@@ -20,7 +20,9 @@ if [ ! -x "$VENV/bin/python" ] || ! cmp -s "$REQ" "$VENV/requirements.txt"; then
 fi
 
 cargo build --quiet -p rebound-effects --example fake_server
-export REBOUND_FAKE_SERVER="$PWD/target/debug/examples/fake_server"
+TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$PWD/$TARGET_DIR" ;; esac
+export REBOUND_FAKE_SERVER="$TARGET_DIR/debug/examples/fake_server"
 
 # Loopback only: no proxy, and no provider settings from the environment.
 NO_PROXY="127.0.0.1,localhost" no_proxy="127.0.0.1,localhost" \
