@@ -248,8 +248,33 @@ impl Provider for HttpProvider {
         tools: &'a [ToolSpec],
         deltas: DeltaSink<'a>,
     ) -> BoxFuture<'a, Result<AssistantResponse, ProviderFailure>> {
-        Box::pin(self.send_inner(conversation, tools, deltas))
+        Box::pin(async move {
+            self.send_inner(conversation, tools, deltas)
+                .await
+                .map_err(|f| scrub_key(f, self.config.api_key.expose()))
+        })
     }
+}
+
+/// Removes the key from everything a failure carries: a proxy or a compatible server may echo
+/// it back in an error message or header, and failures reach logs, traces and the terminal.
+/// (Keys starting with `sk-` are also masked by classification; this covers any key.)
+fn scrub_key(mut failure: ProviderFailure, key: &str) -> ProviderFailure {
+    if key.len() < 4 {
+        return failure;
+    }
+    let scrub = |text: &mut String| {
+        if text.contains(key) {
+            *text = text.replace(key, "***");
+        }
+    };
+    scrub(&mut failure.message);
+    for field in [&mut failure.error_type, &mut failure.request_id] {
+        if let Some(text) = field {
+            scrub(text);
+        }
+    }
+    failure
 }
 
 /// `base` + the provider's request path, checked to be an http(s) URL.
