@@ -269,10 +269,11 @@ fn scrub_key(mut failure: ProviderFailure, key: &str) -> ProviderFailure {
         }
     };
     scrub(&mut failure.message);
-    for field in [&mut failure.error_type, &mut failure.request_id] {
-        if let Some(text) = field {
-            scrub(text);
-        }
+    for text in [&mut failure.error_type, &mut failure.request_id]
+        .into_iter()
+        .flatten()
+    {
+        scrub(text);
     }
     failure
 }
