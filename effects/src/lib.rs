@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod fake;
 pub mod provider;
 pub mod receiver;
 pub mod runner;

@@ -19,18 +19,18 @@
 //! assert_eq!(outcome.retry_notifications().count(), 2);
 //! ```
 
-use crate::scenario::{final_answer, Answer, Cancel, FaultKind, Planned, Scenario, ScriptCursor};
+use crate::scenario::{final_answer, Cancel, FaultKind, Planned, Scenario, ScriptCursor};
+use crate::scripted::ScriptedTools;
 use crate::trace::Trace;
 use rebound_core::trace::{TraceHeader, TraceStep};
 use rebound_core::{
-    compact, AgentMachine, AssistantResponse, BatchOutcome, BudgetConfig, CallOutcome, Command,
-    Conversation, Event, FallbackInfo, FinishReason, HostFailure, MachineConfig, Millis,
-    PermitDecision, ProviderFailure, ProviderRetryInfo, RetryBudget, RunError, ToolCall,
-    ToolFailure, ToolOutput,
+    compact, AgentMachine, AssistantResponse, BudgetConfig, Command, Conversation, Event,
+    FallbackInfo, FinishReason, MachineConfig, Millis, PermitDecision, ProviderFailure,
+    ProviderRetryInfo, RetryBudget, RunError,
 };
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BinaryHeap;
 
 /// How the simulated world is set up, beyond the scenario.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -120,8 +120,10 @@ pub struct SimOutcome {
     pub steps: Vec<SimStep>,
     /// Requests sent, per target index.
     pub requests_per_target: Vec<u32>,
-    /// Virtual time at the end of the run.
+    /// Virtual time at the end of the run, on the world's clock.
     pub elapsed: Millis,
+    /// When the run started, on the world's clock (a fleet agent's `start_ms`; else 0).
+    pub started: Millis,
     /// The trace header describing the machine (seed, config, initial conversation).
     pub header: TraceHeader,
 }
@@ -138,6 +140,12 @@ impl SimOutcome {
         self.steps
             .iter()
             .flat_map(|s| s.commands.iter().map(move |c| (s.at, c)))
+    }
+
+    /// How long the run took in virtual time, from its start to its end.
+    #[must_use]
+    pub fn duration_ms(&self) -> u64 {
+        self.elapsed.since(self.started)
     }
 
     /// Provider requests sent, over all targets.
@@ -234,10 +242,35 @@ pub fn simulate_fleet(
     agents: &[FleetAgent<'_>],
     config: &SimConfig,
 ) -> Result<Vec<SimOutcome>, SimError> {
+    match &config.budget {
+        Some(budget) => simulate_fleet_with(agents, config, &mut RetryBudget::new(budget.clone())),
+        None => run_world(agents, config, None),
+    }
+}
+
+/// [`simulate_fleet`] with a retry budget owned by the caller (`config.budget` is ignored),
+/// for experiments that inspect the budget afterwards or carry it from one world to the next.
+///
+/// # Errors
+///
+/// A [`SimError`] when a machine livelocks or stalls.
+pub fn simulate_fleet_with(
+    agents: &[FleetAgent<'_>],
+    config: &SimConfig,
+    budget: &mut RetryBudget,
+) -> Result<Vec<SimOutcome>, SimError> {
+    run_world(agents, config, Some(budget))
+}
+
+fn run_world(
+    agents: &[FleetAgent<'_>],
+    config: &SimConfig,
+    budget: Option<&mut RetryBudget>,
+) -> Result<Vec<SimOutcome>, SimError> {
     let mut world = World {
         queue: BinaryHeap::new(),
         seq: 0,
-        budget: config.budget.clone().map(RetryBudget::new),
+        budget,
         idle_timeout_ms: config.idle_timeout_ms,
     };
     let mut states: Vec<Agent<'_>> = agents
@@ -338,14 +371,14 @@ impl Ord for Pending {
     }
 }
 
-struct World {
+struct World<'b> {
     queue: BinaryHeap<Pending>,
     seq: u64,
-    budget: Option<RetryBudget>,
+    budget: Option<&'b mut RetryBudget>,
     idle_timeout_ms: u64,
 }
 
-impl World {
+impl World<'_> {
     fn push(&mut self, at: Millis, agent: usize, event: Event) {
         self.enqueue(at, 1, agent, event);
     }
@@ -373,16 +406,17 @@ struct Agent<'s> {
     machine: AgentMachine,
     cursor: ScriptCursor,
     cancel: Option<Cancel>,
-    /// The answer whose tool calls the next `RunTools` runs.
-    last_answer: Option<(usize, bool, &'s Answer)>,
+    /// The scenario's tool calls by id.
+    tools: ScriptedTools<'s>,
     steps: Vec<SimStep>,
     requests: Vec<u32>,
+    started: Millis,
     elapsed: Millis,
     header: TraceHeader,
 }
 
 impl<'s> Agent<'s> {
-    fn new(spec: &FleetAgent<'s>, config: &SimConfig, index: usize, world: &mut World) -> Self {
+    fn new(spec: &FleetAgent<'s>, config: &SimConfig, index: usize, world: &mut World<'_>) -> Self {
         let scenario = spec.scenario;
         let mut machine_config = config.machine.clone();
         machine_config.tools = scenario.tool_specs();
@@ -398,15 +432,16 @@ impl<'s> Agent<'s> {
             None => AgentMachine::new(machine_config, spec.seed),
         };
         let start = Millis(spec.start_ms);
-        world.push(
-            start,
-            index,
+        let first = if scenario.resume {
+            Event::Resume
+        } else {
             Event::UserMessage {
                 content: vec![rebound_core::ContentBlock::text(
                     scenario.user_message.clone(),
                 )],
-            },
-        );
+            }
+        };
+        world.push(start, index, first);
         match scenario.cancel {
             Some(Cancel::AtMs(t)) => world.push(start.plus(t), index, Event::Cancel),
             Some(Cancel::AtStep(0)) => world.push_urgent(start, index, Event::Cancel),
@@ -419,15 +454,16 @@ impl<'s> Agent<'s> {
             machine,
             cursor: ScriptCursor::new(spec.seed),
             cancel: scenario.cancel,
-            last_answer: None,
+            tools: ScriptedTools::new(scenario),
             steps: Vec::new(),
             requests: vec![0; config.machine.target_count()],
+            started: start,
             elapsed: Millis::ZERO,
             header,
         }
     }
 
-    fn execute(&mut self, now: Millis, command: &Command, world: &mut World) {
+    fn execute(&mut self, now: Millis, command: &Command, world: &mut World<'_>) {
         match command {
             Command::SendRequest {
                 request,
@@ -440,11 +476,11 @@ impl<'s> Agent<'s> {
                 }
                 self.requests[*target] += 1;
                 if *attempt == 1 {
-                    if let Some(budget) = &mut world.budget {
+                    if let Some(budget) = world.budget.as_deref_mut() {
                         budget.record_request(now);
                     }
                 }
-                let (delay, result) = self.reply(now, conversation, world.idle_timeout_ms);
+                let (delay, result) = self.reply(now, *target, conversation, world.idle_timeout_ms);
                 let event = match result {
                     Ok(response) => Event::ProviderSucceeded {
                         request: *request,
@@ -465,7 +501,8 @@ impl<'s> Agent<'s> {
                 );
             }
             Command::RunTools { batch, calls } => {
-                let (delay, outcome) = self.run_tools(calls);
+                // Concurrently: the batch takes as long as its slowest call.
+                let (delay, outcome) = self.tools.run(calls, self.scenario.timing.tool_ms);
                 world.push(
                     now.plus(delay),
                     self.index,
@@ -494,7 +531,7 @@ impl<'s> Agent<'s> {
                 );
             }
             Command::AcquirePermit { permit, deadline } => {
-                let decision = match &mut world.budget {
+                let decision = match world.budget.as_deref_mut() {
                     Some(budget) => budget.try_acquire(now, *deadline),
                     None => PermitDecision::Granted,
                 };
@@ -520,6 +557,7 @@ impl<'s> Agent<'s> {
     fn reply(
         &mut self,
         now: Millis,
+        target: usize,
         conversation: &Conversation,
         idle_timeout_ms: u64,
     ) -> (u64, Result<AssistantResponse, ProviderFailure>) {
@@ -527,9 +565,12 @@ impl<'s> Agent<'s> {
         let timing = &scenario.timing;
         let mut stalled = 0u64;
         loop {
-            match self.cursor.next(scenario, now.plus(stalled), conversation) {
+            match self
+                .cursor
+                .next_on(scenario, now.plus(stalled), conversation, target)
+            {
                 Planned::Fault(fault) => {
-                    if let FaultKind::Stall { ms } = fault.kind {
+                    if let Some(ms) = fault.silence_ms() {
                         if ms < idle_timeout_ms {
                             // The stream resumes: the stall only delays what comes next.
                             stalled = stalled.saturating_add(ms);
@@ -558,14 +599,8 @@ impl<'s> Agent<'s> {
                     answer,
                 } => {
                     let response = match answer {
-                        Some(a) => {
-                            self.last_answer = Some((turn, alternate, a));
-                            a.response(turn, alternate)
-                        }
-                        None => {
-                            self.last_answer = None;
-                            final_answer().response(turn, false)
-                        }
+                        Some(a) => a.response(turn, alternate),
+                        None => final_answer().response(turn, false),
                     };
                     let latency = answer
                         .and_then(|a| a.latency_ms)
@@ -574,63 +609,6 @@ impl<'s> Agent<'s> {
                 }
             }
         }
-    }
-
-    /// Runs a batch with the scripted outcomes: concurrently, so it takes as long as its
-    /// slowest call.
-    fn run_tools(&self, calls: &[ToolCall]) -> (u64, BatchOutcome) {
-        let timing = &self.scenario.timing;
-        let scripted: BTreeMap<String, &crate::scenario::ScriptedCall> = match self.last_answer {
-            Some((turn, alternate, answer)) => {
-                if let Some(error) = &answer.batch_error {
-                    let failure = match error.host_failure() {
-                        Some(host) => ToolFailure::Host(host),
-                        None => match error {
-                            crate::scenario::ToolError::Error { message } => {
-                                ToolFailure::model(message.clone())
-                            }
-                            crate::scenario::ToolError::Host { .. } => {
-                                unreachable!("host errors are handled above")
-                            }
-                        },
-                    };
-                    return (timing.tool_ms, BatchOutcome::WholeBatch(failure));
-                }
-                answer
-                    .tool_calls
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| (answer.call_id(turn, alternate, i), c))
-                    .collect()
-            }
-            None => BTreeMap::new(),
-        };
-        let mut slowest = 0;
-        let outcomes = calls
-            .iter()
-            .map(|call| {
-                let script = scripted.get(&call.id);
-                let duration = script.and_then(|s| s.duration_ms).unwrap_or(timing.tool_ms);
-                slowest = slowest.max(duration);
-                let result = match script.map(|s| &s.outcome) {
-                    None => Ok(ToolOutput::text(format!("{} finished", call.name))),
-                    Some(outcome @ crate::scenario::ToolOutcome::Ok { .. }) => Ok(
-                        ToolOutput::text(outcome.output_text(&call.name).unwrap_or_default()),
-                    ),
-                    Some(crate::scenario::ToolOutcome::Error { message }) => {
-                        Err(ToolFailure::model(message.clone()))
-                    }
-                    Some(crate::scenario::ToolOutcome::Host { kind, message }) => {
-                        Err(ToolFailure::Host(HostFailure::new(*kind, message.clone())))
-                    }
-                };
-                CallOutcome {
-                    tool_use_id: call.id.clone(),
-                    result,
-                }
-            })
-            .collect();
-        (slowest, BatchOutcome::PerCall(outcomes))
     }
 
     fn into_outcome(self) -> SimOutcome {
@@ -644,6 +622,7 @@ impl<'s> Agent<'s> {
             steps: self.steps,
             requests_per_target: self.requests,
             elapsed: self.elapsed,
+            started: self.started,
             header: self.header,
         }
     }

@@ -8,8 +8,10 @@
 //! - [`driver`]: a discrete-event loop on a virtual clock that runs one machine
 //!   ([`simulate`]) or many sharing one retry budget ([`simulate_fleet`]).
 //! - [`trace`]: JSON Lines traces, written while simulating (or by any driver) and
-//!   [`replay`](trace::replay)ed into a fresh machine, reporting the first divergence.
+//!   replayed ([`replay`]) into a fresh machine, reporting the first divergence.
 //! - [`stats`]: many seeded runs summarized ([`run_many`]).
+//! - [`compare`]: the outage experiment — rebound against the retry policies of other agent
+//!   stacks on the same seeded outages ([`compare::run_experiment`]).
 //!
 //! ```
 //! use rebound_sim::{run_many, simulate, Scenario, SimConfig};
@@ -26,13 +28,17 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod compare;
 pub mod driver;
 pub mod scenario;
 pub mod scripted;
 pub mod stats;
 pub mod trace;
 
-pub use driver::{simulate, simulate_fleet, FleetAgent, SimConfig, SimError, SimOutcome, SimStep};
+pub use driver::{
+    simulate, simulate_fleet, simulate_fleet_with, FleetAgent, SimConfig, SimError, SimOutcome,
+    SimStep,
+};
 pub use scenario::{Scenario, ScenarioError};
 pub use scripted::ScriptedTools;
 pub use stats::{run_many, Stats};

@@ -67,7 +67,8 @@
 //! | `name`, `description` | labels | `""` |
 //! | `provider` | `anthropic` or `openai`: shapes error bodies and classification | `anthropic` |
 //! | `user_message` | the message that starts the run | `"Fix the failing test."` |
-//! | `history` | `{"turns": N, "bytes": B}`: N earlier tool exchanges with B-byte results before the run, so compaction has something to shrink | none |
+//! | `history` | `{"turns": N, "bytes": B, "interrupted": false}`: N earlier tool exchanges with B-byte results before the run, so compaction has something to shrink; `interrupted` ends it with a tool call left unanswered (a crashed run) | none |
+//! | `resume` | start with `Resume` (continue the history) instead of the user message | `false` |
 //! | `tools` | `[{"name", "description"}]`: the tools the machine offers; a call to any other name is an *unknown tool* | `read`, `edit`, `bash` |
 //! | `turns` | the model's answers, in order (below); after the last, the model answers `"Done."` | `[]` |
 //! | `random` | a random fault model (below) | none |
@@ -104,11 +105,13 @@
 //! | `http` | `status`, `headers` (object), `error_type`, `message` | an HTTP error with a provider-shaped body |
 //! | `transport` | `fault`: `connect`, `reset`, `timeout`, `dns`, `tls` | no usable response |
 //! | `stream_cut` | `after_events` | the stream ends before the message completed |
+//! | `stream_cut_bytes` | `after_bytes` | the same, cut after this many bytes of the body (possibly inside an event) |
 //! | `stream_error` | `error_type`, `message` | an error event mid-stream (e.g. `overloaded_error`) |
 //! | `empty_message` | | the model answers with nothing |
 //! | `context_overflow` | | the provider's real "prompt is too long" 400 |
 //! | `malformed_stream` | | invalid SSE or JSON |
 //! | `stall` | `ms` | no bytes for `ms`: shorter than the client's idle timeout only delays the answer; longer fails as an idle timeout |
+//! | `slow_drip` | `interval_ms` | the next answer (or fault) is sent one event every `interval_ms`; the simulator counts it as a stall of `interval_ms` (one silent gap) |
 //!
 //! ## Random faults
 //!
@@ -119,6 +122,7 @@
 //! do not use up the script's faults. Draws come from the cursor's seeded RNG.
 
 use rebound_core::classify::{classify_error_body, classify_http};
+use rebound_core::wire;
 use rebound_core::{
     AssistantResponse, ContentBlock, Conversation, FailureKind, Headers, HostFailure,
     HostFailureKind, InputProblemKind, Message, Millis, ProviderFailure, ProviderKind, Role,
@@ -145,6 +149,9 @@ pub struct Scenario {
     /// Earlier tool exchanges to start from, so compaction has something to shrink.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub history: Option<History>,
+    /// Start by resuming the history instead of sending `user_message`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub resume: bool,
     /// The tools the machine offers.
     pub tools: Vec<ToolDef>,
     /// The model's answers, in order, each with the faults that come before it.
@@ -173,6 +180,7 @@ impl Default for Scenario {
             provider: ProviderKind::Anthropic,
             user_message: "Fix the failing test.".to_owned(),
             history: None,
+            resume: false,
             tools: ["read", "edit", "bash"].map(ToolDef::named).to_vec(),
             turns: Vec::new(),
             random: None,
@@ -192,7 +200,13 @@ pub struct History {
     pub turns: usize,
     /// Size of each earlier tool result, in bytes.
     pub bytes: usize,
+    /// End with an assistant tool call that was never answered, as a crashed run leaves it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
 }
+
+/// The id of the unanswered tool call an interrupted [`History`] ends with.
+pub const INTERRUPTED_CALL_ID: &str = "toolu_hist_interrupted";
 
 /// A tool offered to the model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -493,7 +507,10 @@ impl ToolError {
 }
 
 /// One failed request attempt.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// In JSON, the [`FaultKind`]'s fields and `after_ms` sit in one object:
+/// `{"type": "http", "status": 529, "after_ms": 40}`. Unknown fields are an error.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Fault {
     /// What fails.
     #[serde(flatten)]
@@ -501,6 +518,20 @@ pub struct Fault {
     /// When the failure surfaces after the request was sent, overriding [`Timing`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after_ms: Option<u64>,
+}
+
+impl<'de> Deserialize<'de> for Fault {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        // By hand rather than `flatten`, which would accept unknown fields silently.
+        let mut map = serde_json::Map::<String, Value>::deserialize(d)?;
+        let after_ms = match map.remove("after_ms") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(u64::deserialize(v).map_err(D::Error::custom)?),
+        };
+        let kind = FaultKind::deserialize(Value::Object(map)).map_err(D::Error::custom)?;
+        Ok(Fault { kind, after_ms })
+    }
 }
 
 impl From<FaultKind> for Fault {
@@ -568,6 +599,10 @@ impl Fault {
                 TransportFault::StreamCut,
                 Some(&format!("after {after_events} events")),
             ),
+            FaultKind::StreamCutBytes { after_bytes } => ProviderFailure::transport(
+                TransportFault::StreamCut,
+                Some(&format!("after {after_bytes} bytes")),
+            ),
             FaultKind::StreamError {
                 error_type,
                 message,
@@ -593,10 +628,25 @@ impl Fault {
             FaultKind::MalformedStream => {
                 ProviderFailure::transport(TransportFault::MalformedStream, None)
             }
-            FaultKind::Stall { ms } => ProviderFailure::transport(
+            FaultKind::Stall { ms }
+            | FaultKind::SlowDrip {
+                interval_ms: ms, ..
+            } => ProviderFailure::transport(
                 TransportFault::IdleTimeout,
                 Some(&format!("no bytes for {ms} ms")),
             ),
+        }
+    }
+
+    /// For faults that only slow the stream down (`stall`, `slow_drip`): the longest silence
+    /// the client sees, in ms. Shorter than the client's idle timeout, the fault delays what
+    /// comes next by this much; longer, it fails the attempt as an idle timeout.
+    #[must_use]
+    pub fn silence_ms(&self) -> Option<u64> {
+        match self.kind {
+            FaultKind::Stall { ms } => Some(ms),
+            FaultKind::SlowDrip { interval_ms } => Some(interval_ms),
+            _ => None,
         }
     }
 
@@ -618,18 +668,21 @@ impl Fault {
             FaultKind::StreamCut { after_events } => timing
                 .first_event_ms
                 .saturating_add(u64::from(*after_events).saturating_mul(timing.event_ms)),
+            FaultKind::StreamCutBytes { .. } => timing.first_event_ms,
             FaultKind::StreamError { .. } | FaultKind::MalformedStream => {
                 timing.first_event_ms.saturating_add(timing.event_ms)
             }
             FaultKind::EmptyMessage => timing.first_event_ms,
-            FaultKind::Stall { .. } => timing.first_event_ms.saturating_add(idle_timeout_ms),
+            FaultKind::Stall { .. } | FaultKind::SlowDrip { .. } => {
+                timing.first_event_ms.saturating_add(idle_timeout_ms)
+            }
         }
     }
 }
 
 /// What a [`Fault`] is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum FaultKind {
     /// An HTTP error response with a provider-shaped JSON error body.
     Http {
@@ -676,6 +729,17 @@ pub enum FaultKind {
         /// How long the stream is silent.
         ms: u64,
     },
+    /// The stream ends after `after_bytes` bytes of the body (possibly inside an event),
+    /// before the message completed.
+    StreamCutBytes {
+        /// Body bytes sent before the cut.
+        after_bytes: u64,
+    },
+    /// What comes next is sent slowly: one event every `interval_ms`.
+    SlowDrip {
+        /// The silence before each event.
+        interval_ms: u64,
+    },
 }
 
 fn overloaded_error() -> String {
@@ -687,7 +751,7 @@ fn overloaded() -> String {
 }
 
 /// The error body `provider` sends with `status`, with its usual error type and message
-/// unless given.
+/// unless given: [`rebound_core::wire::encode_error_body`] with [`default_error_message`].
 #[must_use]
 pub fn error_body(
     provider: ProviderKind,
@@ -695,105 +759,76 @@ pub fn error_body(
     error_type: Option<&str>,
     message: Option<&str>,
 ) -> String {
+    let message = message.unwrap_or_else(|| default_error_message(provider, status));
+    let body = wire::encode_error_body(provider, status, error_type, message);
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// The message `provider` usually sends with an error `status`.
+#[must_use]
+pub fn default_error_message(provider: ProviderKind, status: u16) -> &'static str {
     match provider {
-        ProviderKind::Anthropic => {
-            let (t, m) = match status {
-                400 => ("invalid_request_error", "Invalid request"),
-                401 => ("authentication_error", "invalid x-api-key"),
-                403 => ("permission_error", "Your API key does not have permission"),
-                404 => ("not_found_error", "model: not found"),
-                413 => (
-                    "request_too_large",
-                    "Request exceeds the maximum allowed size",
-                ),
-                429 => (
-                    "rate_limit_error",
-                    "Number of request tokens has exceeded your per-minute rate limit",
-                ),
-                529 => ("overloaded_error", "Overloaded"),
-                _ => ("api_error", "Internal server error"),
-            };
-            json!({"type": "error", "error": {
-                "type": error_type.unwrap_or(t), "message": message.unwrap_or(m)}})
-            .to_string()
-        }
-        ProviderKind::OpenAi => {
-            let (t, code, m) = match status {
-                400 => ("invalid_request_error", None, "Invalid request"),
-                401 => (
-                    "invalid_request_error",
-                    Some("invalid_api_key"),
-                    "Incorrect API key provided",
-                ),
-                403 => (
-                    "invalid_request_error",
-                    Some("unsupported_country_region_territory"),
-                    "Country, region, or territory not supported",
-                ),
-                404 => (
-                    "invalid_request_error",
-                    Some("model_not_found"),
-                    "The model does not exist or you do not have access to it.",
-                ),
-                429 => (
-                    "requests",
-                    Some("rate_limit_exceeded"),
-                    "Rate limit reached for requests",
-                ),
-                503 => (
-                    "server_error",
-                    None,
-                    "The server is overloaded or not ready yet.",
-                ),
-                _ => (
-                    "server_error",
-                    None,
-                    "The server had an error while processing your request.",
-                ),
-            };
-            let error_type = error_type.unwrap_or(t);
-            let code = if error_type == "insufficient_quota" {
-                Some("insufficient_quota")
-            } else {
-                code
-            };
-            json!({"error": {"message": message.unwrap_or(m), "type": error_type,
-                             "param": null, "code": code}})
-            .to_string()
-        }
+        ProviderKind::Anthropic => match status {
+            400 => "Invalid request",
+            401 => "invalid x-api-key",
+            403 => "Your API key does not have permission",
+            404 => "model: not found",
+            413 => "Request exceeds the maximum allowed size",
+            429 => "Number of request tokens has exceeded your per-minute rate limit",
+            529 => "Overloaded",
+            _ => "Internal server error",
+        },
+        ProviderKind::OpenAi => match status {
+            400 => "Invalid request",
+            401 => "Incorrect API key provided",
+            403 => "Country, region, or territory not supported",
+            404 => "The model does not exist or you do not have access to it.",
+            429 => "Rate limit reached for requests",
+            503 => "The server is overloaded or not ready yet.",
+            _ => "The server had an error while processing your request.",
+        },
     }
 }
 
-/// The body of a mid-stream error event.
+/// The body (the JSON of the `data:` line) of a mid-stream error event:
+/// [`rebound_core::wire::encode_stream_error_event`] without its SSE framing.
 #[must_use]
 pub fn stream_error_body(provider: ProviderKind, error_type: &str, message: &str) -> String {
+    let event = wire::encode_stream_error_event(provider, error_type, message);
+    let event = String::from_utf8_lossy(&event);
+    event
+        .lines()
+        .find_map(|line| line.strip_prefix("data: "))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Token counts in the scripted context overflow: (tokens sent, the model's limit).
+#[must_use]
+pub fn overflow_tokens(provider: ProviderKind) -> (u64, u64) {
     match provider {
-        ProviderKind::Anthropic => {
-            json!({"type": "error", "error": {"type": error_type, "message": message}}).to_string()
-        }
-        ProviderKind::OpenAi => {
-            json!({"error": {"message": message, "type": error_type, "param": null, "code": null}})
-                .to_string()
-        }
+        ProviderKind::Anthropic => (208_310, 200_000),
+        ProviderKind::OpenAi => (130_412, 128_000),
     }
 }
 
-/// The provider's real context-overflow 400 body.
+/// The provider's real context-overflow 400 body, for `tokens` over `limit`.
+#[must_use]
+pub fn overflow_body_for(provider: ProviderKind, tokens: u64, limit: u64) -> String {
+    let message = wire::context_overflow_message(provider, tokens, limit);
+    let error_type = match provider {
+        ProviderKind::Anthropic => "invalid_request_error",
+        ProviderKind::OpenAi => "context_length_exceeded",
+    };
+    let body = wire::encode_error_body(provider, 400, Some(error_type), &message);
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// The provider's real context-overflow 400 body (the scripted `context_overflow` fault).
 #[must_use]
 pub fn overflow_body(provider: ProviderKind) -> String {
-    match provider {
-        ProviderKind::Anthropic => json!({"type": "error", "error": {
-            "type": "invalid_request_error",
-            "message": "prompt is too long: 208310 tokens > 200000 maximum"}})
-        .to_string(),
-        ProviderKind::OpenAi => json!({"error": {
-            "message": "This model's maximum context length is 128000 tokens. However, your \
-                        messages resulted in 130412 tokens. Please reduce the length of the \
-                        messages.",
-            "type": "invalid_request_error", "param": "messages",
-            "code": "context_length_exceeded"}})
-        .to_string(),
-    }
+    let (tokens, limit) = overflow_tokens(provider);
+    overflow_body_for(provider, tokens, limit)
 }
 
 /// A random fault model: failures per attempt and outage windows, drawn from a seed.
@@ -834,6 +869,11 @@ pub struct Outage {
     pub rate: Option<f64>,
     /// The fault attempts in the window get.
     pub fault: Fault,
+    /// Only attempts sent to this target of the fallback chain (0 = the primary) are hit;
+    /// `None` hits every target. Models one provider or model being down while another
+    /// is healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<usize>,
 }
 
 impl Outage {
@@ -845,6 +885,7 @@ impl Outage {
             until_ms,
             rate: None,
             fault,
+            target: None,
         }
     }
 }
@@ -1047,7 +1088,21 @@ impl Scenario {
                 )],
             });
         }
-        c.push(Message::assistant_text("I have looked around."));
+        if h.interrupted {
+            c.push(Message {
+                role: Role::Assistant,
+                content: vec![
+                    ContentBlock::text("One more look."),
+                    ContentBlock::tool_use(
+                        INTERRUPTED_CALL_ID,
+                        "bash",
+                        json!({"command": "cargo test"}),
+                    ),
+                ],
+            });
+        } else {
+            c.push(Message::assistant_text("I have looked around."));
+        }
         Some(c)
     }
 
@@ -1138,12 +1193,26 @@ impl ScriptCursor {
         self.turn
     }
 
-    /// Decides what the request sent at `now` with `conversation` gets, and moves on.
+    /// Decides what the request sent at `now` with `conversation` gets, and moves on, for a
+    /// request to the primary target (see [`next_on`](Self::next_on)).
     pub fn next<'s>(
         &mut self,
         scenario: &'s Scenario,
         now: Millis,
         conversation: &Conversation,
+    ) -> Planned<'s> {
+        self.next_on(scenario, now, conversation, 0)
+    }
+
+    /// Decides what a request sent at `now` with `conversation` to target `target` of the
+    /// fallback chain gets, and moves on. Outages with a `target` hit only that target;
+    /// scripted turn faults and the random mix hit every target.
+    pub fn next_on<'s>(
+        &mut self,
+        scenario: &'s Scenario,
+        now: Millis,
+        conversation: &Conversation,
+        target: usize,
     ) -> Planned<'s> {
         if let Some(limit) = scenario.context_limit_bytes {
             let bytes = conversation.approx_bytes();
@@ -1153,7 +1222,8 @@ impl ScriptCursor {
         }
         if let Some(random) = &scenario.random {
             for o in &random.outages {
-                if (o.from_ms..o.until_ms).contains(&now.0) {
+                let aimed = o.target.map_or(true, |t| t == target);
+                if aimed && (o.from_ms..o.until_ms).contains(&now.0) {
                     let hit = match o.rate {
                         None => true,
                         Some(rate) => self.rng.f64() < rate,
@@ -1351,6 +1421,7 @@ impl Scenario {
                 s.history = Some(History {
                     turns: 8,
                     bytes: 8_000,
+                    interrupted: false,
                 });
                 s.context_limit_bytes = Some(40_000);
             }
@@ -1455,6 +1526,7 @@ fn demo() -> Scenario {
         history: Some(History {
             turns: 3,
             bytes: 3_000,
+            interrupted: false,
         }),
         turns,
         ..Scenario::default()
@@ -1475,6 +1547,20 @@ mod tests {
             Scenario::from_json(r#"{"turns": [{"faults": [{"type": "http", "status": 999}]}]}"#)
                 .unwrap_err();
         assert!(matches!(e, ScenarioError::Invalid(_)), "{e}");
+        let e = Scenario::from_json(
+            r#"{"turns": [{"faults": [{"type": "http", "status": 529, "statsu": 1}]}]}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("statsu"), "{e}");
+        let e =
+            Scenario::from_json(r#"{"turns": [{"faults": [{"type": "teapot"}]}]}"#).unwrap_err();
+        assert!(e.to_string().contains("teapot"), "{e}");
+        let timed = Scenario::from_json(
+            r#"{"turns": [{"faults": [{"type": "stream_cut", "after_events": 3, "after_ms": 40}]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(timed.turns[0].faults[0].after_ms, Some(40));
+        assert_eq!(Scenario::from_json(&timed.to_json()).unwrap(), timed);
         let e = Scenario::from_json(r#"{"random": {"failure_rate": 1.5}}"#).unwrap_err();
         assert!(matches!(e, ScenarioError::Invalid(_)), "{e}");
         let e = Scenario::from_json(

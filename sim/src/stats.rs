@@ -53,7 +53,7 @@ pub fn run_many(scenario: &Scenario, config: &SimConfig, first_seed: u64, runs: 
         match simulate(scenario, config, seed) {
             Ok(outcome) => {
                 stats.requests.push(outcome.requests());
-                stats.elapsed_ms.push(outcome.elapsed.0);
+                stats.elapsed_ms.push(outcome.duration_ms());
                 stats.retries += outcome.retry_notifications().count() as u64;
                 match &outcome.result {
                     Ok(_) => stats.succeeded += 1,

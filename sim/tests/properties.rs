@@ -17,13 +17,13 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, RngSeed};
 use rebound_core::trace::command_value;
 use rebound_core::{
-    BatchOutcome, Command, Event, FailureAction, FailureKind, GiveUp, HostFailureKind,
-    InputProblemKind, ProviderFailure, ProviderKind, RequestId, RunError, ToolFailure,
-    TransportFault,
+    BatchOutcome, BudgetConfig, BudgetUse, Command, Event, FailureAction, FailureKind, GiveUp,
+    HostFailureKind, InputProblemKind, ProviderFailure, ProviderKind, RequestId, RunError,
+    TargetSpec, ToolFailure, TransportFault,
 };
 use rebound_sim::scenario::{
     Answer, Cancel, Fault, FaultKind, History, InputProblem, Outage, RandomFaults, Scenario,
-    ScriptedCall, ToolError, ToolOutcome, Turn, WeightedFault,
+    ScriptedCall, ToolError, ToolOutcome, Turn, WeightedFault, INTERRUPTED_CALL_ID,
 };
 use rebound_sim::{replay, simulate, SimConfig, SimOutcome, Trace};
 use serde::{Deserialize, Serialize};
@@ -125,6 +125,8 @@ struct Mix {
     max_faults: Option<usize>,
     /// Fewer scripted faults per turn than the attempt budget (overrides `max_faults`).
     fit_budget: bool,
+    /// A fallback chain of up to three targets and a shared retry budget.
+    chain: bool,
 }
 
 const TOOLS: [&str; 3] = ["read", "edit", "bash"];
@@ -309,6 +311,7 @@ fn random_faults(mix: Mix, cap: u64) -> impl Strategy<Value = Option<RandomFault
                     until_ms: from + len,
                     rate,
                     fault,
+                    target: None,
                 })
                 .collect(),
         });
@@ -322,9 +325,13 @@ fn random_faults(mix: Mix, cap: u64) -> impl Strategy<Value = Option<RandomFault
 fn scenario(mix: Mix, cap: u64) -> impl Strategy<Value = Scenario> {
     let provider = prop::sample::select(vec![ProviderKind::Anthropic, ProviderKind::OpenAi]);
     let history = if mix.overflow {
-        prop::option::of(
-            (0usize..8, 0usize..4_000).prop_map(|(turns, bytes)| History { turns, bytes }),
-        )
+        prop::option::of((0usize..8, 0usize..4_000, any::<bool>()).prop_map(
+            |(turns, bytes, interrupted)| History {
+                turns,
+                bytes,
+                interrupted,
+            },
+        ))
         .boxed()
     } else {
         Just(None).boxed()
@@ -337,6 +344,11 @@ fn scenario(mix: Mix, cap: u64) -> impl Strategy<Value = Scenario> {
             .boxed()
     } else {
         Just((None, None)).boxed()
+    };
+    let resume = if mix.overflow {
+        prop_oneof![3 => Just(false), 1 => Just(true)].boxed()
+    } else {
+        Just(false).boxed()
     };
     let cancel = if mix.cancel {
         prop_oneof![
@@ -355,6 +367,7 @@ fn scenario(mix: Mix, cap: u64) -> impl Strategy<Value = Scenario> {
         overflow_extras,
         random_faults(mix, cap),
         cancel,
+        resume,
     )
         .prop_map(
             move |(
@@ -364,11 +377,13 @@ fn scenario(mix: Mix, cap: u64) -> impl Strategy<Value = Scenario> {
                 (context_limit_bytes, compaction_error),
                 random,
                 cancel,
+                resume,
             )| {
                 Scenario {
                     name: "generated".into(),
                     provider,
                     history,
+                    resume,
                     tools: TOOLS.map(rebound_sim::scenario::ToolDef::named).to_vec(),
                     turns,
                     random,
@@ -390,10 +405,21 @@ fn sim_config() -> impl Strategy<Value = SimConfig> {
         0u64..20_000,
         1_000u64..60_000,
         1u32..=3,
+        prop_oneof![3 => Just(None), 1 => (1u32..4).prop_map(Some)],
     )
         .prop_map(
-            |(max_attempts, jitter, initial, multiplier, max_delay, max_retry_after, empties)| {
+            |(
+                max_attempts,
+                jitter,
+                initial,
+                multiplier,
+                max_delay,
+                max_retry_after,
+                empties,
+                max_turns,
+            )| {
                 let mut c = SimConfig::default();
+                c.machine.max_turns = max_turns;
                 let r = &mut c.machine.retry;
                 r.max_attempts = max_attempts;
                 r.jitter = jitter;
@@ -407,23 +433,66 @@ fn sim_config() -> impl Strategy<Value = SimConfig> {
         )
 }
 
+/// A fallback chain of 1 to 3 targets and, sometimes, a small shared retry budget.
+fn chain() -> impl Strategy<Value = (Vec<TargetSpec>, Option<(BudgetUse, BudgetConfig)>)> {
+    let target = prop::sample::select(vec![
+        TargetSpec {
+            provider: ProviderKind::Anthropic,
+            model: "claude-sonnet-4-5".into(),
+        },
+        TargetSpec {
+            provider: ProviderKind::OpenAi,
+            model: "gpt-4.1".into(),
+        },
+    ]);
+    let budget = (0u64..5_000, 0.0f64..4.0, 0.0f64..0.5, 0.0f64..2.0).prop_map(
+        |(max_wait_ms, capacity, deposit, refill)| {
+            (
+                BudgetUse { max_wait_ms },
+                BudgetConfig {
+                    capacity,
+                    initial: capacity,
+                    deposit_per_request: deposit,
+                    refill_per_sec: refill,
+                },
+            )
+        },
+    );
+    (
+        prop::collection::vec(target, 1..=3),
+        prop::option::of(budget),
+    )
+}
+
 fn cases(mix: Mix) -> impl Strategy<Value = Case> {
-    (any::<u64>(), sim_config()).prop_flat_map(move |(seed, config)| {
-        let cap = config.machine.retry.max_retry_after_ms;
-        let mix = Mix {
-            max_faults: if mix.fit_budget {
-                Some(config.machine.retry.attempts() as usize - 1)
-            } else {
-                mix.max_faults
-            },
-            ..mix
-        };
-        scenario(mix, cap).prop_map(move |scenario| Case {
-            seed,
-            config: config.clone(),
-            scenario,
-        })
-    })
+    let chain = if mix.chain {
+        chain().boxed()
+    } else {
+        Just((Vec::new(), None)).boxed()
+    };
+    (any::<u64>(), sim_config(), chain).prop_flat_map(
+        move |(seed, mut config, (targets, budget))| {
+            config.machine.targets = targets;
+            if let Some((budget_use, budget)) = budget {
+                config.machine.retry_budget = Some(budget_use);
+                config.budget = Some(budget);
+            }
+            let cap = config.machine.retry.max_retry_after_ms;
+            let mix = Mix {
+                max_faults: if mix.fit_budget {
+                    Some(config.machine.retry.attempts() as usize - 1)
+                } else {
+                    mix.max_faults
+                },
+                ..mix
+            };
+            scenario(mix, cap).prop_map(move |scenario| Case {
+                seed,
+                config: config.clone(),
+                scenario,
+            })
+        },
+    )
 }
 
 /// Everything at once.
@@ -437,6 +506,7 @@ const EVERYTHING: Mix = Mix {
     cancel: true,
     max_faults: Some(4),
     fit_budget: false,
+    chain: true,
 };
 
 /// Faults that are retried and end in time: every turn's faults fit in its attempt budget.
@@ -450,6 +520,7 @@ const SURVIVABLE: Mix = Mix {
     cancel: false,
     max_faults: None,
     fit_budget: true,
+    chain: false,
 };
 
 // ----- reading an outcome ------------------------------------------------------------------
@@ -478,6 +549,17 @@ fn attempts(o: &SimOutcome) -> Vec<Attempt> {
         }
     }
     out
+}
+
+fn target_of(o: &SimOutcome, request: RequestId) -> usize {
+    o.commands()
+        .find_map(|(_, c)| match c {
+            Command::SendRequest {
+                request: r, target, ..
+            } if *r == request => Some(*target),
+            _ => None,
+        })
+        .unwrap_or(usize::MAX)
 }
 
 fn attempt_of(o: &SimOutcome, request: RequestId) -> Option<u32> {
@@ -650,7 +732,8 @@ fn retry_delays_follow_the_policy_or_the_capped_server_hint(case: &Case) -> Resu
                                 ..
                             }
                         }
-                    )) || n >= retry.attempts(),
+                    )) || n >= retry.attempts()
+                        || matches!(s.commands.first(), Some(Command::NotifyFallback { .. })),
                     "step {i}: a hint of {hint} ms over the cap {cap} did not end the run: {:?}",
                     s.commands
                 );
@@ -778,6 +861,33 @@ fn non_retryable_failures_are_never_retried(case: &Case) -> Result<(), String> {
             },
             _ => false,
         };
+        if let (true, Event::ProviderFailed { request, failure }) = (fatal, &s.event) {
+            let from = target_of(&o, *request);
+            if let [Command::NotifyFallback { info }, Command::SendRequest {
+                target, attempt: 1, ..
+            }] = s.commands.as_slice()
+            {
+                ensure!(
+                    matches!(
+                        failure.kind,
+                        FailureKind::QuotaExhausted | FailureKind::ModelNotFound
+                    ) && info.from == from
+                        && *target == from + 1,
+                    "step {i}: a non-retryable {:?} on target {from} fell back to {target}",
+                    failure.kind
+                );
+                // Never again to the target that refused.
+                let later = o.steps[i + 1..]
+                    .iter()
+                    .flat_map(|s| &s.commands)
+                    .any(|c| matches!(c, Command::SendRequest { target, .. } if *target == from));
+                ensure!(
+                    !later,
+                    "step {i}: target {from} was asked again after refusing"
+                );
+                continue;
+            }
+        }
         if fatal {
             ensure!(
                 matches!(s.commands.as_slice(), [Command::Fail { .. }]),
@@ -889,9 +999,8 @@ fn every_tool_use_gets_one_result_in_order(case: &Case) -> Result<(), String> {
     let o = case.run()?;
     let scripted = scripted_calls(&case.scenario);
     let messages = o.conversation.messages();
-    let start = case.scenario.initial_conversation().map_or(0, |c| c.len());
     let mut host_failure_expected = false;
-    for (i, m) in messages.iter().enumerate().skip(start) {
+    for (i, m) in messages.iter().enumerate() {
         let uses: Vec<_> = m.tool_uses().collect();
         if uses.is_empty() {
             continue;
@@ -918,6 +1027,16 @@ fn every_tool_use_gets_one_result_in_order(case: &Case) -> Result<(), String> {
                 "message {}: results out of order",
                 i + 1
             );
+            if *id == INTERRUPTED_CALL_ID {
+                ensure!(
+                    r.is_error,
+                    "the interrupted call {id} got a successful result"
+                );
+                continue;
+            }
+            if id.starts_with("toolu_hist_") {
+                continue; // answered in the history
+            }
             let (call, batch_error) = scripted
                 .get(*id)
                 .ok_or_else(|| format!("unknown call id {id}"))?;
@@ -956,7 +1075,6 @@ fn every_tool_use_gets_one_result_in_order(case: &Case) -> Result<(), String> {
     // The last assistant message's calls, if any host failure would run, fail the run.
     if let Some(m) = messages
         .iter()
-        .skip(start)
         .rev()
         .find(|m| m.role == rebound_core::Role::Assistant)
     {
@@ -1235,7 +1353,13 @@ proptest! {
 fn reproduce() {
     let path =
         std::env::var("REBOUND_SIM_CASE").expect("set REBOUND_SIM_CASE to a saved case file");
-    let text = std::fs::read_to_string(&path).expect("the case file is readable");
+    // Cargo runs tests in `sim/`; accept paths relative to the workspace root too.
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(&path);
+    let text = std::fs::read_to_string(&path)
+        .or_else(|_| std::fs::read_to_string(&workspace))
+        .expect("the case file is readable");
     let saved: Saved = serde_json::from_str(&text).expect("the file holds a saved case");
     let case = saved.case;
     let outcome = case.run().expect("the simulation runs");
@@ -1331,6 +1455,7 @@ fn generated_cases_reach_every_interesting_path() {
         let o = case.run().expect("the simulation runs");
         let mut hit = |what| *seen.entry(what).or_default() += 1;
         match &o.result {
+            Ok(rebound_core::FinishReason::MaxTurns) => hit("max turns"),
             Ok(_) => hit("finished"),
             Err(RunError::Canceled) => hit("canceled"),
             Err(RunError::Host { .. }) => hit("host failure"),
@@ -1341,7 +1466,8 @@ fn generated_cases_reach_every_interesting_path() {
                 GiveUp::RetryAfterTooLong { .. } => "hint too long",
                 GiveUp::OverflowAfterCompaction => "overflow after compaction",
                 GiveUp::CompactionFailed { .. } => "compaction failed",
-                GiveUp::BudgetExhausted | GiveUp::CompactionDisabled => "other",
+                GiveUp::BudgetExhausted => "budget exhausted",
+                GiveUp::CompactionDisabled => "other",
             }),
             Err(RunError::Invariant { .. }) => hit("invariant"),
         }
@@ -1355,12 +1481,33 @@ fn generated_cases_reach_every_interesting_path() {
         if commands.iter().any(|c| matches!(c, Command::Sleep { .. })) {
             hit("retried");
         }
+        if commands
+            .iter()
+            .any(|c| matches!(c, Command::NotifyFallback { .. }))
+        {
+            hit("fell back");
+        }
+        if commands
+            .iter()
+            .any(|c| matches!(c, Command::AcquirePermit { .. }))
+        {
+            hit("asked for a permit");
+        }
         if o.conversation
             .messages()
             .iter()
             .any(|m| m.tool_results().any(|r| r.is_error))
         {
             hit("tool error result");
+        }
+        if o.conversation.messages().iter().any(|m| {
+            m.tool_results()
+                .any(|r| r.tool_use_id == INTERRUPTED_CALL_ID)
+        }) {
+            hit("interrupted call answered");
+        }
+        if case.scenario.resume && o.requests() > 0 {
+            hit("resumed");
         }
         if o.conversation
             .messages()
@@ -1391,6 +1538,12 @@ fn generated_cases_reach_every_interesting_path() {
         "tool error result",
         "tool result",
         "server hint",
+        "fell back",
+        "max turns",
+        "interrupted call answered",
+        "resumed",
+        "asked for a permit",
+        "budget exhausted",
     ] {
         assert!(
             seen.get(path).copied().unwrap_or(0) >= 2,

@@ -226,3 +226,37 @@ fn a_scenario_file_drives_the_simulator() {
     // The stall lasted until the client's idle timeout.
     assert!(o.elapsed.0 > 60_000, "{}", o.elapsed);
 }
+
+#[test]
+fn rate_limit_window_is_survived_by_obeying_retry_after() {
+    let o = run("rate-limit-window", 10);
+    assert!(o.succeeded(), "{:?}", o.result);
+    let delays: Vec<u64> = o.retry_notifications().map(|(_, i)| i.delay_ms).collect();
+    assert!(delays.iter().all(|&d| d == 5_000), "{delays:?}");
+}
+
+#[test]
+fn a_caller_owned_budget_is_spent_by_the_fleet() {
+    let outage = Scenario::builtin("total-outage").expect("a built-in");
+    let agents: Vec<FleetAgent<'_>> = (0..20)
+        .map(|i| FleetAgent {
+            scenario: &outage,
+            seed: i,
+            start_ms: 0,
+        })
+        .collect();
+    let mut config = SimConfig::default();
+    config.machine.retry_budget = Some(BudgetUse { max_wait_ms: 0 });
+    let mut budget = rebound_core::RetryBudget::new(BudgetConfig {
+        capacity: 5.0,
+        initial: 5.0,
+        deposit_per_request: 0.0,
+        refill_per_sec: 0.0,
+    });
+    let outcomes =
+        rebound_sim::simulate_fleet_with(&agents, &config, &mut budget).expect("the fleet runs");
+    // 20 first attempts plus exactly the 5 retries the budget held.
+    let requests: u32 = outcomes.iter().map(|o| o.requests()).sum();
+    assert_eq!(requests, 25);
+    assert_eq!(budget.balance(rebound_core::Millis(1_000_000)), 0.0);
+}

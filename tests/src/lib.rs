@@ -1,1 +1,243 @@
-//! Cross-crate tests for rebound live in `tests/tests/`; this library is intentionally empty.
+//! A harness for cross-crate tests: plays a scenario through the real runner against the fake
+//! provider server on loopback, recording everything a test may want to check.
+
+#![warn(missing_docs)]
+
+use rebound_core::{Conversation, MachineConfig, ProviderKind, RetryConfig, RunError, TargetSpec};
+use rebound_effects::fake::{FakeServer, FakeServerConfig, RequestRecord};
+use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider};
+use rebound_effects::receiver::{Receiver, ReceiverError};
+use rebound_effects::runner::{
+    CancelHandle, RunInput, RunSummary, Runner, ToolExecutor, TraceRecorder,
+};
+use rebound_effects::tools::scripted::ScenarioTools;
+use rebound_sim::{replay, Scenario, Trace};
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Everything observed in one played run.
+#[derive(Debug)]
+pub struct Played {
+    /// How the run ended.
+    pub result: Result<RunSummary, RunError>,
+    /// The runner's conversation afterwards.
+    pub conversation: Conversation,
+    /// One line per receiver callback and per request the server saw, in order.
+    pub log: Vec<String>,
+    /// The server's request log.
+    pub requests: Vec<RequestRecord>,
+    /// The trace the runner recorded (JSON Lines).
+    pub trace: String,
+}
+
+impl Played {
+    /// Asserts that the recorded trace replays in the simulator without divergence.
+    pub fn assert_trace_replays(&self) {
+        let trace = Trace::parse(&self.trace).expect("the runner's trace parses");
+        if let Err(e) = replay(&trace) {
+            panic!("the runner's trace diverged in replay: {e}");
+        }
+    }
+
+    /// The log lines starting with `prefix`.
+    #[must_use]
+    pub fn lines(&self, prefix: &str) -> Vec<&str> {
+        self.log
+            .iter()
+            .filter(|l| l.starts_with(prefix))
+            .map(String::as_str)
+            .collect()
+    }
+}
+
+/// A `Write` into a shared buffer, for traces.
+#[derive(Clone, Default)]
+struct SharedBuf(Arc<Mutex<Vec<u8>>>);
+
+impl Write for SharedBuf {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .map_err(|_| std::io::Error::other("poisoned"))?
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Records receiver callbacks as log lines.
+struct LogReceiver(Arc<Mutex<Vec<String>>>);
+
+impl LogReceiver {
+    fn push(&self, line: String) {
+        if let Ok(mut log) = self.0.lock() {
+            log.push(line);
+        }
+    }
+}
+
+impl Receiver for LogReceiver {
+    fn stream_reset(&mut self, attempt: u32) -> Result<(), ReceiverError> {
+        self.push(format!("reset {attempt}"));
+        Ok(())
+    }
+    fn message(&mut self, message: &rebound_core::Message) -> Result<(), ReceiverError> {
+        self.push(format!("message {}", message.role));
+        Ok(())
+    }
+    fn provider_retry(
+        &mut self,
+        info: &rebound_core::ProviderRetryInfo,
+    ) -> Result<(), ReceiverError> {
+        self.push(format!(
+            "retry attempt={} kind={:?} delay={}",
+            info.attempt, info.kind, info.delay_ms
+        ));
+        Ok(())
+    }
+    fn fallback(&mut self, info: &rebound_core::FallbackInfo) -> Result<(), ReceiverError> {
+        self.push(format!("fallback {} -> {}", info.from_label, info.to_label));
+        Ok(())
+    }
+    fn compaction(&mut self, before: usize, after: usize) -> Result<(), ReceiverError> {
+        self.push(format!("compaction {before} -> {after}"));
+        Ok(())
+    }
+    fn tool_start(&mut self, call: &rebound_core::ToolCall) -> Result<(), ReceiverError> {
+        self.push(format!("tool_start {}", call.name));
+        Ok(())
+    }
+    fn tool_result(&mut self, r: &rebound_core::ToolResultBlock) -> Result<(), ReceiverError> {
+        self.push(format!(
+            "tool_result {} error={}",
+            r.tool_use_id, r.is_error
+        ));
+        Ok(())
+    }
+    fn finished(
+        &mut self,
+        reason: &rebound_core::FinishReason,
+        turns: u32,
+    ) -> Result<(), ReceiverError> {
+        self.push(format!("finished {reason} turns={turns}"));
+        Ok(())
+    }
+    fn error(&mut self, error: &RunError) {
+        self.push(format!("error {}", error.kind()));
+    }
+}
+
+/// How to play a scenario.
+pub struct Play {
+    /// The scenario the server (and the scripted tools) follow.
+    pub scenario: Scenario,
+    /// The wire format.
+    pub provider: ProviderKind,
+    /// The machine configuration (targets and tools are filled in).
+    pub config: MachineConfig,
+    /// The tools; `None` plays the scenario's scripted tools.
+    pub tools: Option<Arc<dyn ToolExecutor>>,
+    /// Called with a cancel handle once the run started.
+    pub cancel_after: Option<Duration>,
+}
+
+impl Play {
+    /// Plays `scenario` over `provider` with fast retries (20 ms doubling, no jitter).
+    #[must_use]
+    pub fn new(scenario: Scenario, provider: ProviderKind) -> Self {
+        Play {
+            scenario,
+            provider,
+            config: MachineConfig {
+                retry: RetryConfig {
+                    initial_delay_ms: 20,
+                    max_delay_ms: 200,
+                    jitter: false,
+                    ..RetryConfig::default()
+                },
+                ..MachineConfig::default()
+            },
+            tools: None,
+            cancel_after: None,
+        }
+    }
+
+    /// Runs it: starts a fake server, points an `HttpProvider` at it, runs the real runner.
+    pub async fn run(self) -> Played {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let mut server_config = FakeServerConfig::new(self.scenario.clone(), 1);
+        let hook_log = Arc::clone(&log);
+        server_config.on_request = Some(Arc::new(move |r: &RequestRecord| {
+            if let Ok(mut l) = hook_log.lock() {
+                l.push(format!("request {}", r.index));
+            }
+        }));
+        let server = FakeServer::start(server_config)
+            .await
+            .expect("the fake server starts on loopback");
+        let mut http =
+            HttpProviderConfig::new(self.provider, "test-model", ApiKey::new("test-key"));
+        http.base_url = server.base_url_for(self.provider);
+        http.idle_timeout = Duration::from_secs(5);
+        let provider = HttpProvider::new(http).expect("a valid provider config");
+        let mut config = self.config;
+        config.targets = vec![TargetSpec {
+            provider: self.provider,
+            model: "test-model".into(),
+        }];
+        let scenario = Arc::new(self.scenario);
+        let tools = self
+            .tools
+            .unwrap_or_else(|| Arc::new(ScenarioTools::new(Arc::clone(&scenario), 0.0)));
+        let trace = SharedBuf::default();
+        let providers: Vec<Box<dyn Provider>> = vec![Box::new(provider)];
+        let mut runner = Runner::new(config, providers)
+            .seed(3)
+            .tools(tools)
+            .receiver(LogReceiver(Arc::clone(&log)))
+            .trace(TraceRecorder::new(trace.clone()));
+        if let Some(history) = scenario.initial_conversation() {
+            runner = runner.conversation(history);
+        }
+        let cancel: CancelHandle = runner.canceler();
+        if let Some(after) = self.cancel_after {
+            tokio::spawn(async move {
+                tokio::time::sleep(after).await;
+                cancel.cancel();
+            });
+        }
+        let input = RunInput::text(scenario.user_message.clone());
+        let result = tokio::time::timeout(Duration::from_secs(60), runner.run(input))
+            .await
+            .expect("the run ends (no hang)");
+        let requests = server.requests();
+        server.shutdown().await;
+        let log = log.lock().map(|l| l.clone()).unwrap_or_default();
+        let trace = String::from_utf8(trace.0.lock().map(|b| b.clone()).unwrap_or_default())
+            .expect("traces are UTF-8");
+        Played {
+            result,
+            conversation: runner.current_conversation().clone(),
+            log,
+            requests,
+            trace,
+        }
+    }
+}
+
+/// Both wire formats, for tests that must hold for each.
+pub const PROVIDERS: [ProviderKind; 2] = [ProviderKind::Anthropic, ProviderKind::OpenAi];
+
+/// Parses a scenario written inline in a test.
+#[must_use]
+pub fn scenario(json: &str) -> Scenario {
+    Scenario::from_json(json).unwrap_or_else(|e| panic!("bad test scenario: {e}"))
+}
+
+/// The README's code blocks, compiled (and run where they can) as doc tests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeExamples;

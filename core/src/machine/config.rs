@@ -47,6 +47,16 @@ pub struct MachineConfig {
     /// The tools the model may call; a call to any other name gets an error result.
     pub tools: Vec<ToolSpec>,
     /// The fallback chain, primary first. Empty means one unnamed target (index 0).
+    ///
+    /// A request moves to the next target when the current one's attempts are spent on a
+    /// retryable failure (or its server asked to wait longer than `max_retry_after_ms`), and
+    /// at once on quota exhaustion or an unknown model — never on cancel, host failures, a
+    /// plain bad request, auth failures or a context overflow. Each target gets its own
+    /// attempt budget and the same conversation snapshot.
+    ///
+    /// **The choice is sticky for the run**: once a run has fallen back, its later requests
+    /// (after tool results) stay on the fallback target rather than probing an overloaded
+    /// primary again at every turn. A new run (a new machine) starts at the primary.
     pub targets: Vec<TargetSpec>,
     /// Stop (with `max_turns`) once this many assistant messages were appended in this run.
     pub max_turns: Option<u32>,
@@ -74,6 +84,38 @@ impl Default for MachineConfig {
 }
 
 impl MachineConfig {
+    /// The configuration for agents that share a process and a retry budget: up to 8
+    /// attempts per request (the default's 4 lose brownouts and stream cuts), with every
+    /// charged retry (one not obeying a server's `retry-after`) taking a token from the
+    /// shared budget and waiting up to 5 s for one when the bucket is empty.
+    ///
+    /// Pair it with one [`RetryBudget`](crate::RetryBudget) per process, built from
+    /// [`BudgetConfig::default`](crate::BudgetConfig::default) (10 tokens, 0.1 per first
+    /// attempt, 1 per second), owned by the driver and shared by every machine of the
+    /// process: then a total outage hitting 1,000 agents costs about 1.15 requests per
+    /// agent instead of 8, while a lone agent never waits for a token. `docs/outages.md`
+    /// shows what it buys against the retry policies of other agent stacks, and what it
+    /// costs when a short failure hits every agent of the process at once.
+    ///
+    /// ```
+    /// use rebound_core::MachineConfig;
+    ///
+    /// let config = MachineConfig::resilient();
+    /// assert_eq!(config.retry.max_attempts, 8);
+    /// assert_eq!(config.retry_budget.map(|b| b.max_wait_ms), Some(5_000));
+    /// ```
+    #[must_use]
+    pub fn resilient() -> Self {
+        MachineConfig {
+            retry: RetryConfig {
+                max_attempts: 8,
+                ..RetryConfig::default()
+            },
+            retry_budget: Some(BudgetUse { max_wait_ms: 5_000 }),
+            ..MachineConfig::default()
+        }
+    }
+
     /// Number of targets in the fallback chain (at least 1).
     #[must_use]
     pub fn target_count(&self) -> usize {

@@ -457,9 +457,18 @@ impl AgentMachine {
                 return self.give_up(failure, GiveUp::RetryAfterTooLong { hint_ms, cap_ms }, true);
             }
         };
+        self.notify_retry(failure, attempt + 1, delay_ms);
+        let timer = TimerId(self.next_id());
+        self.phase = Phase::BackingOff { timer, charged };
+        self.emit(Command::Sleep { timer, delay_ms });
+    }
+
+    /// Keeps `failure` as the request's last one and tells the UI that attempt `attempt`
+    /// follows in `delay_ms`.
+    fn notify_retry(&mut self, failure: ProviderFailure, attempt: u32, delay_ms: u64) {
         let info = ProviderRetryInfo {
-            attempt: attempt + 1,
-            max_attempts,
+            attempt,
+            max_attempts: self.config.retry.attempts(),
             delay_ms,
             kind: failure.kind,
             status: failure.status,
@@ -469,9 +478,6 @@ impl AgentMachine {
         };
         self.request.last_failure = Some(failure);
         self.emit(Command::NotifyRetry { info });
-        let timer = TimerId(self.next_id());
-        self.phase = Phase::BackingOff { timer, charged };
-        self.emit(Command::Sleep { timer, delay_ms });
     }
 
     fn on_overflow(&mut self, failure: ProviderFailure) {
@@ -482,18 +488,8 @@ impl AgentMachine {
             return self.give_up(failure, GiveUp::OverflowAfterCompaction, false);
         }
         self.request.compacted = true;
-        let info = ProviderRetryInfo {
-            attempt: self.request.attempt,
-            max_attempts: self.config.retry.attempts(),
-            delay_ms: 0,
-            kind: failure.kind,
-            status: failure.status,
-            retry_after_ms: failure.retry_after_ms,
-            message: failure.message.clone(),
-            target: self.target,
-        };
-        self.request.last_failure = Some(failure);
-        self.emit(Command::NotifyRetry { info });
+        // The compaction retry reuses the attempt number: it costs no attempt.
+        self.notify_retry(failure, self.request.attempt, 0);
         let compaction = CompactionId(self.next_id());
         self.phase = Phase::Compacting {
             compaction,

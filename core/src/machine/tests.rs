@@ -1061,3 +1061,44 @@ fn same_seed_and_events_give_identical_commands() {
     assert_eq!(run(9), run(9));
     assert_ne!(run(9), run(10), "jitter must depend on the seed");
 }
+
+#[test]
+fn after_a_fallback_later_turns_stay_on_the_fallback_target() {
+    let mut m = AgentMachine::new(fallback_config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: failure(FailureKind::QuotaExhausted, 429),
+        },
+    );
+    let (req, _, _) = sent(&out);
+    let out = m.step(
+        Millis(2),
+        Event::ProviderSucceeded {
+            request: req,
+            response: tool_response(&[("a", "read", json!({}))]),
+        },
+    );
+    let (batch, _) = run_tools(&out);
+    let out = m.step(
+        Millis(3),
+        Event::ToolsFinished {
+            batch,
+            outcome: BatchOutcome::PerCall(vec![CallOutcome {
+                tool_use_id: "a".into(),
+                result: Ok(ToolOutput::text("x")),
+            }]),
+        },
+    );
+    assert!(matches!(
+        out.last(),
+        Some(Command::SendRequest {
+            target: 1,
+            attempt: 1,
+            ..
+        })
+    ));
+    assert_eq!(m.target(), 1);
+}

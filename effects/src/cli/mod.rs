@@ -174,8 +174,12 @@ pub struct ServeArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimArgs {
     /// A built-in scenario name or a scenario JSON file.
-    #[arg(long)]
-    pub scenario: String,
+    #[arg(long, required_unless_present = "compare")]
+    pub scenario: Option<String>,
+    /// Run the outage experiment instead: rebound against models of the official SDKs',
+    /// Vercel AI's and Codex CLI's retry policies, 1,000 agents per outage model.
+    #[arg(long, conflicts_with = "scenario")]
+    pub compare: bool,
     /// Seed of the first run (run i uses seed + i).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,

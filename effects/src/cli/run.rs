@@ -1,14 +1,16 @@
 //! `rebound run`, `rebound demo` and `rebound serve`: the commands that need tokio.
 
 use super::{
-    advice, DemoArgs, EventsFormat, HumanView, JsonEvents, ProviderArg, RunArgs, ServeArgs,
-    EXIT_CANCELED, EXIT_FAILED, EXIT_OK, EXIT_USAGE,
+    DemoArgs, EventsFormat, HumanView, JsonEvents, RunArgs, ServeArgs, EXIT_CANCELED, EXIT_FAILED,
+    EXIT_OK, EXIT_USAGE,
 };
 use crate::config::ConfigError;
+use crate::fake::{FakeServer, FakeServerConfig};
 use crate::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider};
 use crate::receiver::Receiver;
 use crate::runner::{CancelHandle, RunInput, RunSummary, Runner, TraceRecorder};
 use crate::session::SessionStore;
+use crate::tools::scripted::ScenarioTools;
 use crate::tools::{files, ToolSet};
 use rebound_core::{
     BudgetConfig, BudgetUse, MachineConfig, ProviderKind, RetryBudget, RetryConfig, RunError,
@@ -254,22 +256,117 @@ pub async fn run(args: RunArgs) -> i32 {
     exit_code(&result)
 }
 
-/// `rebound demo`.
+/// `rebound demo`: the fake provider on loopback, the real runner over HTTP, a scripted
+/// outage, and a summary of what rebound did about it.
 pub async fn demo(args: DemoArgs) -> i32 {
-    let _ = (
-        args.scenario,
-        args.events,
-        args.seed,
-        ProviderArg::Anthropic,
-        advice,
-    );
-    usage_error("`rebound demo` needs the fake provider server, which is not merged yet")
+    let scenario = match super::load_scenario(&args.scenario) {
+        Ok(s) => s,
+        Err(e) => return usage_error(e),
+    };
+    let provider: ProviderKind = args.provider.into();
+    let server = match FakeServer::start(FakeServerConfig::new(scenario.clone(), args.seed)).await {
+        Ok(s) => s,
+        Err(e) => return usage_error(format!("cannot start the fake provider: {e}")),
+    };
+    let human = args.events == EventsFormat::Human;
+    if human {
+        eprintln!(
+            "rebound demo: scenario `{}` — {}\nfake {provider} provider at {} (offline, no API key)\n",
+            scenario.name,
+            scenario.description,
+            server.base_url_for(provider)
+        );
+    }
+    let mut http = HttpProviderConfig::new(provider, "rebound-demo", ApiKey::new("demo-key"));
+    http.base_url = server.base_url_for(provider);
+    http.idle_timeout = std::time::Duration::from_secs(10);
+    let http = match HttpProvider::new(http) {
+        Ok(p) => p,
+        Err(e) => return usage_error(e),
+    };
+    let config = MachineConfig {
+        targets: vec![TargetSpec {
+            provider,
+            model: "rebound-demo".into(),
+        }],
+        ..MachineConfig::default()
+    };
+    let scenario = Arc::new(scenario);
+    let mut runner = Runner::new(config, vec![Box::new(http)])
+        .seed(args.seed)
+        .tools(Arc::new(ScenarioTools::new(Arc::clone(&scenario), 1.0)))
+        .receiver_boxed(receiver_for(args.events));
+    if let Some(history) = scenario.initial_conversation() {
+        runner = runner.conversation(history);
+    }
+    cancel_on_signals(runner.canceler());
+    let started = std::time::Instant::now();
+    let result = runner
+        .run(RunInput::User(vec![rebound_core::ContentBlock::text(
+            scenario.user_message.clone(),
+        )]))
+        .await;
+    let requests = server.requests();
+    server.shutdown().await;
+    if human {
+        let stats = match &result {
+            Ok(summary) => summary.stats.clone(),
+            Err(_) => crate::runner::RunStats::default(),
+        };
+        let faults = requests
+            .iter()
+            .filter(|r| !matches!(r.outcome, crate::fake::Outcome::Answered { .. }))
+            .count();
+        eprintln!(
+            "\nsummary: {} requests ({faults} answered with a fault), {} retries waiting {:.1}s, \
+             {} stream resets, {} tool calls ({} errors), {} compactions — {:.1}s wall time",
+            requests.len(),
+            stats.retries,
+            stats.retry_wait_ms as f64 / 1000.0,
+            stats.stream_resets,
+            stats.tool_calls,
+            stats.tool_errors,
+            stats.compactions,
+            started.elapsed().as_secs_f64()
+        );
+        match &result {
+            Ok(summary) => eprintln!(
+                "outcome: finished ({}) after {} turns",
+                summary.reason, summary.turns
+            ),
+            Err(e) => eprintln!("outcome: failed: {e}"),
+        }
+    }
+    exit_code(&result)
 }
 
-/// `rebound serve`.
+/// `rebound serve`: the fake provider for other agents, until SIGINT/SIGTERM.
 pub async fn serve(args: ServeArgs) -> i32 {
-    let _ = (args.port, args.scenario, args.seed);
-    usage_error("`rebound serve` needs the fake provider server, which is not merged yet")
+    let mut config = match &args.scenario {
+        Some(name) => match super::load_scenario(name) {
+            Ok(s) => FakeServerConfig::new(s, args.seed),
+            Err(e) => return usage_error(e),
+        },
+        None => FakeServerConfig::healthy(),
+    };
+    config.addr = std::net::SocketAddr::from(([127, 0, 0, 1], args.port));
+    config.on_request = Some(Arc::new(|record: &crate::fake::RequestRecord| {
+        eprintln!("{record}");
+    }));
+    let server = match FakeServer::start(config).await {
+        Ok(s) => s,
+        Err(e) => return usage_error(e),
+    };
+    println!("http://{}", server.addr());
+    eprintln!(
+        "serving scenario `{}`: Anthropic base URL {} , OpenAI base URL {} ; stop with Ctrl-C",
+        server.scenario().name,
+        server.base_url(),
+        server.openai_base_url()
+    );
+    wait_for_signal().await;
+    server.shutdown().await;
+    EXIT_OK
 }
 
 #[cfg(test)]

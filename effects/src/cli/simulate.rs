@@ -7,7 +7,11 @@ use rebound_sim::{run_many, simulate, SimConfig, Stats};
 /// (a scenario may well make runs fail — that is a statistic), 1 when the simulator itself
 /// failed (a livelock or stall: a bug, printed with the command that reproduces it).
 pub fn sim(args: &SimArgs) -> i32 {
-    let scenario = match load_scenario(&args.scenario) {
+    if args.compare {
+        return compare(args.seed);
+    }
+    let name = args.scenario.clone().unwrap_or_default();
+    let scenario = match load_scenario(&name) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("rebound: {e}");
@@ -27,7 +31,7 @@ pub fn sim(args: &SimArgs) -> i32 {
             }
             Err(e) => {
                 eprintln!("rebound: {e}");
-                eprintln!("reproduce: {}", repro(&args.scenario, args.seed));
+                eprintln!("reproduce: {}", repro(&name, args.seed));
                 return EXIT_FAILED;
             }
         }
@@ -38,7 +42,7 @@ pub fn sim(args: &SimArgs) -> i32 {
     if let Some(error) = &stats.first_sim_error {
         eprintln!("rebound: the simulator failed: {error}");
         if let Some(seed) = error_seed(error) {
-            eprintln!("reproduce: {}", repro(&args.scenario, seed));
+            eprintln!("reproduce: {}", repro(&name, seed));
         }
         return EXIT_FAILED;
     }
@@ -53,5 +57,28 @@ fn error_seed(error: &rebound_sim::SimError) -> Option<u64> {
     match error {
         rebound_sim::SimError::StepLimit { seed, .. }
         | rebound_sim::SimError::Stalled { seed, .. } => Some(*seed),
+    }
+}
+
+/// `rebound sim --compare`: the outage experiment, as a Markdown table; exit 1 when rebound
+/// misses its bar (dominated by a peer, or over 1.2 requests per agent in the total outage).
+fn compare(seed: u64) -> i32 {
+    let config = rebound_sim::compare::ExperimentConfig {
+        seed,
+        ..rebound_sim::compare::ExperimentConfig::default()
+    };
+    match rebound_sim::compare::run_experiment(&config) {
+        Ok(report) => {
+            println!("{report}");
+            if report.verdict().met() {
+                EXIT_OK
+            } else {
+                EXIT_FAILED
+            }
+        }
+        Err(e) => {
+            eprintln!("rebound: the simulator failed: {e}");
+            EXIT_FAILED
+        }
     }
 }

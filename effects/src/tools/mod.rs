@@ -56,7 +56,8 @@ mod schema;
 pub mod scripted;
 mod set;
 
-use async_trait::async_trait;
+/// Re-exported so implementers of [`Tool`] and [`ToolSource`] need no extra dependency.
+pub use async_trait::async_trait;
 use rebound_core::{
     BatchOutcome, HostFailure, HostFailureKind, ToolCall, ToolFailure, ToolOutput, ToolSpec,
 };

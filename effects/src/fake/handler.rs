@@ -1,0 +1,715 @@
+//! Accepting connections, reading requests, deciding what the script does, and putting it on
+//! the wire.
+
+use super::body::{Cut, FakeBody};
+use super::reject::{self, Rejection};
+use super::{Outcome, RequestRecord, Shared};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::ext::ReasonPhrase;
+use hyper::header::{HeaderName, HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{HeaderMap, Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use rebound_core::wire::{self, ParsedRequest};
+use rebound_core::{
+    AssistantResponse, Conversation, Message, Millis, ProviderKind, Role, StopReason,
+    TransportFault, Usage,
+};
+use rebound_sim::scenario::{
+    final_answer, overflow_body, overflow_body_for, Fault, FaultKind, Planned, ScriptCursor,
+};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+/// The error a service returns to make hyper close the connection without a response.
+#[derive(Debug, thiserror::Error)]
+#[error("the fake provider closed the connection (scripted fault)")]
+pub(crate) struct Abort;
+
+/// How long a cut body waits before the cut, so the bytes before it reach the client.
+const FLUSH_BEFORE_CUT: Duration = Duration::from_millis(30);
+
+/// At most this many stalls and drips in a row are taken for one request.
+const MAX_SILENCES: usize = 32;
+
+/// Headers whose values never enter the request log.
+const SECRET_HEADERS: &[&str] = &[
+    "x-api-key",
+    "authorization",
+    "proxy-authorization",
+    "api-key",
+    "cookie",
+];
+
+/// Serves connections until `stopped` turns true, then closes them all.
+pub(super) async fn accept_loop(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stopped.changed() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let shared = Arc::clone(&shared);
+                    connections.spawn(async move {
+                        let service = service_fn(move |req| handle(Arc::clone(&shared), req));
+                        // Errors here are clients going away or scripted cuts.
+                        // The timer lets hyper drop clients that never finish their
+                        // request head (its default header read timeout, 30 s).
+                        let _ = http1::Builder::new()
+                            .timer(TokioTimer::new())
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    });
+                }
+                // Out of file descriptors and the like: back off briefly, keep serving.
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    connections.shutdown().await;
+}
+
+/// What the script decided, owned (no borrow of the scenario).
+#[derive(Debug, Clone)]
+enum Act {
+    Answer {
+        turn: usize,
+        alternate: bool,
+        response: AssistantResponse,
+    },
+    Fault(Fault),
+    Overflow {
+        bytes: usize,
+        limit: usize,
+    },
+}
+
+impl Act {
+    fn from_planned(planned: Planned<'_>) -> Act {
+        match planned {
+            Planned::Fault(f) => Act::Fault(f.clone()),
+            Planned::Overflow { bytes, limit } => Act::Overflow { bytes, limit },
+            Planned::Answer {
+                turn,
+                alternate,
+                answer,
+            } => Act::Answer {
+                turn,
+                alternate,
+                response: match answer {
+                    Some(a) => a.response(turn, alternate),
+                    None => final_answer().response(turn, false),
+                },
+            },
+        }
+    }
+
+    fn silence(&self) -> Option<&Fault> {
+        match self {
+            Act::Fault(f) if f.silence_ms().is_some() => Some(f),
+            _ => None,
+        }
+    }
+
+    fn outcome(&self) -> Outcome {
+        match self {
+            Act::Answer {
+                turn, alternate, ..
+            } => Outcome::Answered {
+                turn: *turn,
+                alternate: *alternate,
+            },
+            Act::Fault(fault) => Outcome::Fault {
+                fault: fault.clone(),
+            },
+            Act::Overflow { bytes, limit } => Outcome::Overflow {
+                bytes: *bytes,
+                limit: *limit,
+            },
+        }
+    }
+}
+
+/// A decision for one request: silences first, then the act; `commit` is the script
+/// position after the act, applied once the client has waited the silences out.
+struct Plan {
+    stall_ms: u64,
+    drip_ms: u64,
+    act: Act,
+    commit: Option<(ScriptCursor, u64)>,
+    /// The answer a cut or mid-stream error interrupts: the current turn's.
+    interrupted: AssistantResponse,
+}
+
+impl Shared {
+    fn plan(&self, at_ms: u64, conversation: &Conversation) -> Plan {
+        let scenario = &self.scenario;
+        let mut st = self.lock();
+        let first = Act::from_planned(st.cursor.next(scenario, Millis(at_ms), conversation));
+        st.generation += 1;
+        let turn = st.cursor.turn();
+        let interrupted = scenario.turns.get(turn).map_or_else(
+            || final_answer().response(turn, false),
+            |t| t.answer.response(turn, false),
+        );
+        let (mut stall_ms, mut drip_ms) = (0u64, 0u64);
+        let add = |f: &Fault, stall_ms: &mut u64, drip_ms: &mut u64| match f.kind {
+            FaultKind::SlowDrip { interval_ms } => *drip_ms = interval_ms,
+            _ => *stall_ms = stall_ms.saturating_add(f.silence_ms().unwrap_or(0)),
+        };
+        let Some(silence) = first.silence() else {
+            return Plan {
+                stall_ms,
+                drip_ms,
+                act: first,
+                commit: None,
+                interrupted,
+            };
+        };
+        add(silence, &mut stall_ms, &mut drip_ms);
+        let mut look = st.cursor.clone();
+        let mut last = first.clone();
+        for _ in 0..MAX_SILENCES {
+            let now = at_ms.saturating_add(stall_ms).saturating_add(drip_ms);
+            let next = Act::from_planned(look.next(scenario, Millis(now), conversation));
+            match next.silence() {
+                Some(s) => {
+                    add(s, &mut stall_ms, &mut drip_ms);
+                    last = next.clone();
+                }
+                None => {
+                    return Plan {
+                        stall_ms,
+                        drip_ms,
+                        act: next,
+                        commit: Some((look, st.generation)),
+                        interrupted,
+                    }
+                }
+            }
+        }
+        // Silence after silence: the client gets nothing at all.
+        Plan {
+            stall_ms,
+            drip_ms,
+            act: last,
+            commit: Some((look, st.generation)),
+            interrupted,
+        }
+    }
+
+    fn commit(&self, commit: Option<(ScriptCursor, u64)>) {
+        if let Some((cursor, generation)) = commit {
+            let mut st = self.lock();
+            if st.generation == generation {
+                st.cursor = cursor;
+                st.generation += 1;
+            }
+        }
+    }
+
+    fn log(&self, mut record: RequestRecord) {
+        {
+            let mut st = self.lock();
+            record.index = st.records.len();
+            st.records.push(record.clone());
+        }
+        // Outside the lock: the hook may be slow, or read the log itself.
+        if let Some(hook) = &self.on_request {
+            hook(&record);
+        }
+    }
+}
+
+/// Handles one request; `Err(Abort)` closes the connection without a response.
+async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<FakeBody>, Abort> {
+    let at_ms = shared.elapsed_ms();
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_owned();
+    let provider = match path.as_str() {
+        "/v1/messages" => Some(ProviderKind::Anthropic),
+        "/v1/chat/completions" | "/chat/completions" => Some(ProviderKind::OpenAi),
+        _ => None,
+    };
+    let id = shared.next_request_id.fetch_add(1, Ordering::Relaxed);
+    let request_id = format!("req_fake_{id:06}");
+    let mut record = RequestRecord {
+        index: 0,
+        at_ms,
+        method: parts.method.to_string(),
+        path,
+        headers: redacted(&parts.headers),
+        provider,
+        body: None,
+        request_id: request_id.clone(),
+        stalled_ms: 0,
+        outcome: Outcome::Rejected {
+            status: 0,
+            reason: String::new(),
+        },
+    };
+    let reply = Reply {
+        provider: provider.unwrap_or(ProviderKind::Anthropic),
+        request_id,
+    };
+    let Some(provider) = provider else {
+        let r = Rejection {
+            status: 404,
+            body: wire::encode_error_body(
+                ProviderKind::Anthropic,
+                404,
+                Some("not_found_error"),
+                "Not Found",
+            ),
+            reason: format!("no endpoint at {}", record.path),
+        };
+        return Ok(reply.reject(&shared, record, r));
+    };
+    if parts.method != Method::POST {
+        let r = Rejection {
+            status: 405,
+            body: wire::encode_error_body(
+                provider,
+                405,
+                Some("invalid_request_error"),
+                "Method Not Allowed",
+            ),
+            reason: format!("method {} not allowed", parts.method),
+        };
+        return Ok(reply.reject(&shared, record, r));
+    }
+    if let Err(r) = reject::check_headers(provider, &parts.headers, shared.api_key.as_deref()) {
+        return Ok(reply.reject(&shared, record, r));
+    }
+    let limit = shared.max_body_bytes;
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Ok(reply.reject(&shared, record, reject::too_large(provider, limit)));
+    }
+    let bytes = match Limited::new(body, limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<LengthLimitError>() => {
+            return Ok(reply.reject(&shared, record, reject::too_large(provider, limit)))
+        }
+        // The client went away or sent a broken body: nobody to answer.
+        Err(_) => return Err(Abort),
+    };
+    record.body = serde_json::from_slice(&bytes).ok();
+    let parsed = match wire::parse_request(provider, &bytes) {
+        Ok(p) => p,
+        Err(e) => return Ok(reply.reject(&shared, record, reject::bad_body(provider, &e))),
+    };
+    if parsed.conversation.is_empty() {
+        let e = wire::WireError::EmptyConversation;
+        return Ok(reply.reject(&shared, record, reject::bad_body(provider, &e)));
+    }
+    if let Err(e) = parsed.conversation.check_tool_pairing(false) {
+        let r = reject::pairing(provider, &e, &parsed.conversation);
+        return Ok(reply.reject(&shared, record, r));
+    }
+
+    let plan = shared.plan(at_ms, &parsed.conversation);
+    record.stalled_ms = plan.stall_ms;
+    record.outcome = plan.act.outcome();
+    shared.log(record);
+    reply.play(shared, plan, &parsed).await
+}
+
+/// Response headers shared by every answer to one request.
+struct Reply {
+    provider: ProviderKind,
+    request_id: String,
+}
+
+/// Where a streamed body stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    Clean,
+    Cut,
+}
+
+impl Reply {
+    fn base(&self, status: u16) -> hyper::http::response::Builder {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let id_header = match self.provider {
+            ProviderKind::Anthropic => "request-id",
+            ProviderKind::OpenAi => "x-request-id",
+        };
+        let builder = Response::builder()
+            .status(status)
+            .header(id_header, self.request_id.as_str());
+        match status.as_u16() {
+            // No standard phrase; without one hyper would write `<none>`.
+            529 => builder.extension(ReasonPhrase::from_static(b"Overloaded")),
+            _ if status.canonical_reason().is_none() => {
+                builder.extension(ReasonPhrase::from_static(b"Error"))
+            }
+            _ => builder,
+        }
+    }
+
+    fn json(
+        &self,
+        status: u16,
+        body: Vec<u8>,
+        extra: &BTreeMap<String, String>,
+    ) -> Response<FakeBody> {
+        let mut response = self
+            .base(status)
+            .header(CONTENT_TYPE, "application/json")
+            .body(FakeBody::full(body))
+            .unwrap_or_else(|_| Response::new(FakeBody::full(Bytes::new())));
+        let headers = response.headers_mut();
+        for (name, value) in extra {
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                headers.insert(n, v);
+            }
+        }
+        response
+    }
+
+    fn reject(
+        &self,
+        shared: &Shared,
+        mut record: RequestRecord,
+        r: Rejection,
+    ) -> Response<FakeBody> {
+        record.outcome = Outcome::Rejected {
+            status: r.status,
+            reason: r.reason,
+        };
+        shared.log(record);
+        self.json(r.status, r.body, &BTreeMap::new())
+    }
+
+    /// A chunked body fed by a task: `chunks` (the first at once, then the stall, then one
+    /// per `drip_ms`), then `end`. The script commit happens once the silence is over and
+    /// the client is still there.
+    fn chunked(
+        &self,
+        content_type: &str,
+        chunks: Vec<Vec<u8>>,
+        end: End,
+        plan: Plan,
+        shared: Arc<Shared>,
+    ) -> Response<FakeBody> {
+        let (tx, rx) = mpsc::channel::<Result<Bytes, Cut>>(4);
+        let Plan {
+            stall_ms,
+            drip_ms,
+            commit,
+            ..
+        } = plan;
+        tokio::spawn(async move {
+            let mut commit = commit;
+            let mut chunks = chunks.into_iter();
+            if let Some(first) = chunks.next() {
+                if tx.send(Ok(Bytes::from(first))).await.is_err() {
+                    return;
+                }
+            }
+            if stall_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(stall_ms)).await;
+                if tx.is_closed() {
+                    return;
+                }
+            }
+            for chunk in chunks {
+                if drip_ms > 0 {
+                    tokio::time::sleep(Duration::from_millis(drip_ms)).await;
+                }
+                if tx.is_closed() {
+                    return;
+                }
+                shared.commit(commit.take());
+                if tx.send(Ok(Bytes::from(chunk))).await.is_err() {
+                    return;
+                }
+            }
+            shared.commit(commit.take());
+            if end == End::Cut {
+                tokio::time::sleep(FLUSH_BEFORE_CUT).await;
+                let _ = tx.send(Err(Cut)).await;
+            }
+        });
+        self.base(200)
+            .header(CONTENT_TYPE, content_type)
+            .header("cache-control", "no-cache")
+            .body(FakeBody::Stream(rx))
+            .unwrap_or_else(|_| Response::new(FakeBody::full(Bytes::new())))
+    }
+
+    fn sse(
+        &self,
+        chunks: Vec<Vec<u8>>,
+        end: End,
+        plan: Plan,
+        shared: Arc<Shared>,
+    ) -> Response<FakeBody> {
+        self.chunked(
+            "text/event-stream; charset=utf-8",
+            chunks,
+            end,
+            plan,
+            shared,
+        )
+    }
+
+    /// Waits out the silences before the headers, then moves the script on.
+    async fn silence_first(&self, shared: &Shared, plan: &mut Plan) {
+        let ms = plan.stall_ms.saturating_add(plan.drip_ms);
+        if ms > 0 {
+            // When the client leaves, hyper drops this future here: no commit.
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+        shared.commit(plan.commit.take());
+    }
+
+    async fn play(
+        self,
+        shared: Arc<Shared>,
+        mut plan: Plan,
+        request: &ParsedRequest,
+    ) -> Result<Response<FakeBody>, Abort> {
+        let provider = self.provider;
+        let model = request.model.as_str();
+        let message_id = match provider {
+            ProviderKind::Anthropic => format!("msg_{}", self.request_id),
+            ProviderKind::OpenAi => format!("chatcmpl-{}", self.request_id),
+        };
+        let stream = request.stream;
+        let events = |r: &AssistantResponse| wire::encode_stream(provider, r, model, &message_id);
+        let json = |r: &AssistantResponse| {
+            wire::encode_response_json(provider, r, model, &message_id)
+                .to_string()
+                .into_bytes()
+        };
+        let none = BTreeMap::new();
+        let fault = match &plan.act {
+            Act::Answer { response, .. } => {
+                if stream {
+                    let chunks = events(response);
+                    return Ok(self.sse(chunks, End::Clean, plan, shared));
+                }
+                let body = json(response);
+                self.silence_first(&shared, &mut plan).await;
+                return Ok(self.json(200, body, &none));
+            }
+            Act::Overflow { bytes, limit } => {
+                // About four bytes a token; the count always exceeds the limit.
+                let limit_tokens = (*limit as u64 / 4).max(1);
+                let tokens = (*bytes as u64).div_ceil(4).max(limit_tokens + 1);
+                let body = overflow_body_for(provider, tokens, limit_tokens).into_bytes();
+                self.silence_first(&shared, &mut plan).await;
+                return Ok(self.json(400, body, &none));
+            }
+            Act::Fault(f) => f.clone(),
+        };
+        let interrupted = plan.interrupted.clone();
+        let kind = match fault.kind {
+            FaultKind::Transport {
+                fault: TransportFault::StreamCut,
+            } => FaultKind::StreamCut { after_events: 1 },
+            FaultKind::Transport {
+                fault: TransportFault::MalformedStream,
+            } => FaultKind::MalformedStream,
+            FaultKind::Transport {
+                fault: TransportFault::EmptyMessage,
+            } => FaultKind::EmptyMessage,
+            k => k,
+        };
+        match kind {
+            FaultKind::Http {
+                status,
+                headers,
+                error_type,
+                message,
+            } => {
+                let body = rebound_sim::scenario::error_body(
+                    provider,
+                    status,
+                    error_type.as_deref(),
+                    message.as_deref(),
+                );
+                self.silence_first(&shared, &mut plan).await;
+                Ok(self.json(status, body.into_bytes(), &headers))
+            }
+            FaultKind::ContextOverflow => {
+                self.silence_first(&shared, &mut plan).await;
+                Ok(self.json(400, overflow_body(provider).into_bytes(), &none))
+            }
+            FaultKind::Transport { fault: t } => {
+                self.silence_first(&shared, &mut plan).await;
+                if matches!(t, TransportFault::Timeout | TransportFault::IdleTimeout) {
+                    let hold = fault.after_ms.unwrap_or(shared.scenario.timing.timeout_ms);
+                    tokio::time::sleep(Duration::from_millis(hold)).await;
+                }
+                Err(Abort)
+            }
+            FaultKind::Stall { .. } | FaultKind::SlowDrip { .. } => {
+                // Only after too many silences in a row: nothing but silence, then a close.
+                self.silence_first(&shared, &mut plan).await;
+                Err(Abort)
+            }
+            FaultKind::StreamCut { after_events } => {
+                if stream {
+                    let mut chunks = events(&interrupted);
+                    chunks.truncate((after_events as usize).min(before_finish(provider, &chunks)));
+                    return Ok(self.sse(chunks, End::Cut, plan, shared));
+                }
+                let body = json(&interrupted);
+                let half = body.len() / 2;
+                Ok(self.cut_json(body, half, plan, shared))
+            }
+            FaultKind::StreamCutBytes { after_bytes } => {
+                let at = usize::try_from(after_bytes).unwrap_or(usize::MAX);
+                if stream {
+                    let chunks = events(&interrupted);
+                    let keep = before_finish(provider, &chunks);
+                    let max: usize = chunks[..keep].iter().map(Vec::len).sum();
+                    let chunks = cut_bytes(chunks, at.min(max));
+                    return Ok(self.sse(chunks, End::Cut, plan, shared));
+                }
+                let body = json(&interrupted);
+                let at = at.min(body.len().saturating_sub(1));
+                Ok(self.cut_json(body, at, plan, shared))
+            }
+            FaultKind::StreamError {
+                error_type,
+                message,
+            } => {
+                if stream {
+                    let mut chunks = events(&interrupted);
+                    let keep = before_finish(provider, &chunks) / 2;
+                    chunks.truncate(keep.max(1));
+                    chunks.push(wire::encode_stream_error_event(
+                        provider,
+                        &error_type,
+                        &message,
+                    ));
+                    return Ok(self.sse(chunks, End::Clean, plan, shared));
+                }
+                let status = match error_type.as_str() {
+                    "overloaded_error" => 529,
+                    "rate_limit_error" | "rate_limit_exceeded" => 429,
+                    _ => 500,
+                };
+                let body = wire::encode_error_body(provider, status, Some(&error_type), &message);
+                self.silence_first(&shared, &mut plan).await;
+                Ok(self.json(status, body, &none))
+            }
+            FaultKind::EmptyMessage => {
+                let empty = AssistantResponse {
+                    message: Message {
+                        role: Role::Assistant,
+                        content: Vec::new(),
+                    },
+                    stop_reason: StopReason::EndTurn,
+                    usage: Usage::default(),
+                    input_problems: Vec::new(),
+                };
+                if stream {
+                    return Ok(self.sse(events(&empty), End::Clean, plan, shared));
+                }
+                let body = json(&empty);
+                self.silence_first(&shared, &mut plan).await;
+                Ok(self.json(200, body, &none))
+            }
+            FaultKind::MalformedStream => {
+                if stream {
+                    let mut chunks = events(&interrupted);
+                    chunks.truncate(1);
+                    chunks.push(malformed_event(provider));
+                    return Ok(self.sse(chunks, End::Clean, plan, shared));
+                }
+                let mut body = json(&interrupted);
+                body.truncate(body.len() / 2);
+                self.silence_first(&shared, &mut plan).await;
+                Ok(self.json(200, body, &none))
+            }
+        }
+    }
+
+    /// A JSON body sent chunked and cut after `at` bytes.
+    fn cut_json(
+        &self,
+        body: Vec<u8>,
+        at: usize,
+        plan: Plan,
+        shared: Arc<Shared>,
+    ) -> Response<FakeBody> {
+        let chunks = cut_bytes(vec![body], at);
+        self.chunked("application/json", chunks, End::Cut, plan, shared)
+    }
+}
+
+/// How many events come before the one that finishes the message (Anthropic's
+/// `message_delta`; OpenAI's chunk with the `finish_reason`): a cut at or before it is
+/// always visible as a cut.
+fn before_finish(provider: ProviderKind, chunks: &[Vec<u8>]) -> usize {
+    let tail = match provider {
+        ProviderKind::Anthropic => 2,
+        ProviderKind::OpenAi => 3,
+    };
+    chunks.len().saturating_sub(tail)
+}
+
+/// The first `at` bytes of the concatenated chunks, keeping chunk boundaries.
+fn cut_bytes(chunks: Vec<Vec<u8>>, at: usize) -> Vec<Vec<u8>> {
+    let mut left = at;
+    let mut out = Vec::new();
+    for mut chunk in chunks {
+        if left == 0 {
+            break;
+        }
+        if chunk.len() > left {
+            chunk.truncate(left);
+        }
+        left -= chunk.len();
+        out.push(chunk);
+    }
+    out
+}
+
+/// An event whose JSON is broken off mid-object.
+fn malformed_event(provider: ProviderKind) -> Vec<u8> {
+    match provider {
+        ProviderKind::Anthropic => b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\n\n".to_vec(),
+        ProviderKind::OpenAi => b"data: {\"id\":\"chatcmpl-broken\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\n\n".to_vec(),
+    }
+}
+
+/// The headers for the log, secrets replaced by `<redacted>`.
+fn redacted(headers: &HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(|(name, value)| {
+            let name = name.as_str().to_owned();
+            let value = if SECRET_HEADERS.contains(&name.as_str()) {
+                "<redacted>".to_owned()
+            } else {
+                String::from_utf8_lossy(value.as_bytes()).into_owned()
+            };
+            (name, value)
+        })
+        .collect()
+}

@@ -1,0 +1,462 @@
+//! A fault-injecting fake provider server that speaks the real Anthropic Messages and OpenAI
+//! Chat Completions wire formats, driven by a [`Scenario`] — the same file, walked by the same
+//! [`ScriptCursor`], that the simulator plays.
+//!
+//! Start it on loopback, point any client at it (the rebound runner, the official SDKs, your
+//! own agent), and read back what it received:
+//!
+//! ```
+//! use rebound_effects::fake::{FakeServer, FakeServerConfig, Outcome};
+//! use rebound_sim::Scenario;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let scenario = Scenario::builtin("blip").expect("a built-in");
+//! let server = FakeServer::start(FakeServerConfig::new(scenario, 7)).await?;
+//! let url = format!("{}/v1/messages", server.base_url());
+//! let body = r#"{"model":"claude-test","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}"#;
+//! // A raw HTTP/1.1 request; any client works.
+//! let mut s = tokio::net::TcpStream::connect(server.addr()).await?;
+//! let req = format!(
+//!     "POST /v1/messages HTTP/1.1\r\nhost: x\r\nx-api-key: k\r\nanthropic-version: 2023-06-01\r\n\
+//!      content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+//!     body.len()
+//! );
+//! tokio::io::AsyncWriteExt::write_all(&mut s, req.as_bytes()).await?;
+//! let mut answer = String::new();
+//! tokio::io::AsyncReadExt::read_to_string(&mut s, &mut answer).await?;
+//! assert!(answer.starts_with("HTTP/1.1 529"), "{answer}");
+//! let log = server.requests();
+//! assert_eq!(log[0].path, "/v1/messages");
+//! assert!(matches!(log[0].outcome, Outcome::Fault { .. }));
+//! # let _ = url;
+//! server.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Endpoints
+//!
+//! - `POST /v1/messages` — Anthropic. Needs an API key (`x-api-key`, or `Authorization:
+//!   Bearer` as recent SDKs send) and the `anthropic-version` header; without them it
+//!   answers the API's real 401 / 400. Base URL for clients: [`FakeServer::base_url`].
+//! - `POST /v1/chat/completions` (and `/chat/completions`) — OpenAI. Needs `Authorization:
+//!   Bearer`. Base URL for clients: [`FakeServer::openai_base_url`].
+//!
+//! Streaming requests (`"stream": true`) get server-sent events encoded by
+//! [`rebound_core::wire::encode_stream`]; others get the JSON body of
+//! [`rebound_core::wire::encode_response_json`]. Every response carries a request id
+//! (`request-id` for Anthropic, `x-request-id` for OpenAI).
+//!
+//! # What it validates, like the real APIs
+//!
+//! A missing or wrong key (when [`FakeServerConfig::api_key`] is set), a missing
+//! `anthropic-version`, a body larger than [`FakeServerConfig::max_body_bytes`] (413), a
+//! body that is not JSON or not a request of the provider (400), and a conversation whose
+//! tool calls are not answered first, in order, in the very next message, or whose results
+//! answer an unknown `tool_use_id` (400, in each provider's own words). Refused requests do
+//! not move the script.
+//!
+//! # Faults on the wire
+//!
+//! | scenario fault | what the client receives |
+//! |---|---|
+//! | `http` | that status, the provider's error body (type and message as given, else its usual ones), the given headers (`retry-after`, `retry-after-ms`, `x-should-retry`, rate-limit resets, …) |
+//! | `transport` `reset`, `connect`, `dns`, `tls` | the connection is closed before any byte of a response |
+//! | `transport` `timeout`, `idle_timeout` | no byte for the fault's `after_ms` (default: the scenario's `timing.timeout_ms`), then the connection closes |
+//! | `transport` `stream_cut`, `malformed_stream`, `empty_message` | as the faults below |
+//! | `stream_cut` | a 200 event stream of the next answer, cut after `after_events` events (never after the finish): the connection closes without the terminating chunk |
+//! | `stream_cut_bytes` | the same, cut after `after_bytes` bytes of the body |
+//! | `stream_error` | half the events of the next answer, then the provider's error event, then a clean end |
+//! | `empty_message` | a complete response with no content |
+//! | `context_overflow` | the provider's real "prompt is too long" / `context_length_exceeded` 400; also whenever the conversation is over the scenario's `context_limit_bytes` |
+//! | `malformed_stream` | a stream whose second event holds invalid JSON (non-streaming: a truncated JSON body) |
+//! | `stall` | no byte for `ms`, then what the script says next, for this same request (after the headers and first event when that is a stream) |
+//! | `slow_drip` | what the script says next, one event every `interval_ms` |
+//!
+//! A request that does not stream gets the nearest JSON equivalent: a cut is a JSON body cut
+//! off mid-way, a mid-stream error is an HTTP error with the status of its type (`529` for
+//! `overloaded_error`, `429` for `rate_limit_error`, else `500`).
+//!
+//! The script moves as in the simulator: each request takes the next step of the
+//! [`ScriptCursor`], with the time since the server
+//! started as `now` (so outage windows are real milliseconds). A stall or drip takes the step
+//! after it for the same request, but only once the client has waited it out: a client that
+//! gives up during the silence leaves that step to its next request, as in the simulator.
+//! The simulator's latencies (`timing`, `after_ms` of most faults) are not played on the
+//! wire; stalls and drips are. What the scenario says about tools (outcomes, batch errors),
+//! `cancel` and `compaction_error` is for the simulator's side of the run: on the wire the
+//! client runs its own tools, and the server only answers.
+
+mod body;
+mod handler;
+mod reject;
+
+use rebound_core::ProviderKind;
+use rebound_sim::scenario::{Fault, ScriptCursor};
+use rebound_sim::Scenario;
+use serde::Serialize;
+use serde_json::Value;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// The largest request body accepted by default (32 MiB, Anthropic's limit for Messages).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 32 << 20;
+
+/// A callback that sees each request as soon as the server has decided what to do with it.
+pub type RequestHook = Arc<dyn Fn(&RequestRecord) + Send + Sync>;
+
+/// How to start a [`FakeServer`].
+#[derive(Clone)]
+pub struct FakeServerConfig {
+    /// What the fake model answers and which faults come first. [`FakeServerConfig::healthy`]
+    /// uses `Scenario::default()`: no faults, every request answered `"Done."`.
+    pub scenario: Scenario,
+    /// Seed of the scenario's random fault model.
+    pub seed: u64,
+    /// Where to listen; `127.0.0.1:0` (any free port) by default.
+    pub addr: SocketAddr,
+    /// When set, only this API key is accepted (others get the provider's 401); when `None`,
+    /// any non-empty key is.
+    pub api_key: Option<String>,
+    /// Request bodies larger than this get the provider's 413.
+    pub max_body_bytes: usize,
+    /// Overrides the scenario's `context_limit_bytes`: a conversation larger than this (by
+    /// `Conversation::approx_bytes`) gets the provider's context-overflow 400.
+    pub context_limit_bytes: Option<usize>,
+    /// Called with each request record as it is logged (e.g. to print it).
+    pub on_request: Option<RequestHook>,
+}
+
+impl fmt::Debug for FakeServerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FakeServerConfig")
+            .field("scenario", &self.scenario.name)
+            .field("seed", &self.seed)
+            .field("addr", &self.addr)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("context_limit_bytes", &self.context_limit_bytes)
+            .field("on_request", &self.on_request.as_ref().map(|_| "<fn>"))
+            .finish()
+    }
+}
+
+impl FakeServerConfig {
+    /// A server playing `scenario` with random faults drawn from `seed`, on `127.0.0.1:0`.
+    #[must_use]
+    pub fn new(scenario: Scenario, seed: u64) -> Self {
+        FakeServerConfig {
+            scenario,
+            seed,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            api_key: None,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            context_limit_bytes: None,
+            on_request: None,
+        }
+    }
+
+    /// A healthy model with no faults that answers every request with a short text.
+    #[must_use]
+    pub fn healthy() -> Self {
+        let scenario = Scenario {
+            name: "healthy".into(),
+            description: "No faults; every request is answered with a short text.".into(),
+            ..Scenario::default()
+        };
+        Self::new(scenario, 0)
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum FakeServerError {
+    /// The address could not be bound (in use, no permission, …).
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The system's error.
+        source: std::io::Error,
+    },
+    /// The scenario is invalid.
+    #[error(transparent)]
+    Scenario(#[from] rebound_sim::ScenarioError),
+}
+
+/// One request the server received, and what it did with it.
+///
+/// Secrets never enter the log: `x-api-key`, `authorization` and other credential headers
+/// are recorded as `<redacted>`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RequestRecord {
+    /// 0-based position in the log.
+    pub index: usize,
+    /// Milliseconds since the server started, when the request head arrived.
+    pub at_ms: u64,
+    /// The HTTP method.
+    pub method: String,
+    /// The path (without query).
+    pub path: String,
+    /// The request headers in arrival order, secrets redacted, names lower-case.
+    pub headers: Vec<(String, String)>,
+    /// Which API the path belongs to, if any.
+    pub provider: Option<ProviderKind>,
+    /// The body as JSON, when it was JSON.
+    pub body: Option<Value>,
+    /// The request id the response carries.
+    pub request_id: String,
+    /// Silence injected before the outcome (stalls and drips), in ms.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub stalled_ms: u64,
+    /// What the server did.
+    pub outcome: Outcome,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl RequestRecord {
+    /// The first value of header `name` (case-insensitive).
+    #[must_use]
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl fmt::Display for RequestRecord {
+    /// One line for a server log, e.g.
+    /// `#3 +1520ms POST /v1/messages [anthropic] -> fault: http 529 (req_fake_000004)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "#{} +{}ms {} {}",
+            self.index, self.at_ms, self.method, self.path
+        )?;
+        if let Some(p) = self.provider {
+            write!(f, " [{p}]")?;
+        }
+        f.write_str(" -> ")?;
+        if self.stalled_ms > 0 {
+            write!(f, "stalled {}ms, then ", self.stalled_ms)?;
+        }
+        match &self.outcome {
+            Outcome::Answered { turn, alternate } => {
+                write!(f, "answered turn {turn}")?;
+                if *alternate {
+                    f.write_str(" (after a tool error)")?;
+                }
+            }
+            Outcome::Fault { fault } => {
+                let kind = serde_json::to_value(fault).unwrap_or(Value::Null);
+                write!(f, "fault: {kind}")?;
+            }
+            Outcome::Overflow { bytes, limit } => {
+                write!(f, "context overflow ({bytes} bytes > {limit})")?;
+            }
+            Outcome::Rejected { status, reason } => write!(f, "rejected {status}: {reason}")?,
+        }
+        write!(f, " ({})", self.request_id)
+    }
+}
+
+/// What the server did with a request.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Outcome {
+    /// Answered from the script.
+    Answered {
+        /// The scenario turn (its `turns.len()` for the final `"Done."`).
+        turn: usize,
+        /// Whether it was the turn's `when_last_tool_error` answer.
+        alternate: bool,
+    },
+    /// A scripted or random fault was injected.
+    Fault {
+        /// The fault.
+        fault: Fault,
+    },
+    /// The conversation was over the context limit: the provider's overflow 400.
+    Overflow {
+        /// The conversation's size (`approx_bytes`).
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// Refused before the script was consulted (auth, size, JSON, tool pairing, route).
+    Rejected {
+        /// The status sent.
+        status: u16,
+        /// Why, in one line.
+        reason: String,
+    },
+}
+
+/// The mutable state shared by all connections.
+struct State {
+    cursor: ScriptCursor,
+    /// Bumped whenever the cursor moves; a deferred commit only applies on top of the state
+    /// it was planned from.
+    generation: u64,
+    records: Vec<RequestRecord>,
+}
+
+/// Everything a connection needs.
+struct Shared {
+    scenario: Scenario,
+    api_key: Option<String>,
+    max_body_bytes: usize,
+    started: Instant,
+    on_request: Option<RequestHook>,
+    /// Request ids count from 1 per server, so a run's ids are reproducible.
+    next_request_id: AtomicU64,
+    state: Mutex<State>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock is a bug in this module; the state stays usable.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// A running fake provider server. Dropping it stops it too (without waiting).
+pub struct FakeServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for FakeServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FakeServer")
+            .field("addr", &self.addr)
+            .field("scenario", &self.shared.scenario.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FakeServer {
+    /// Validates the scenario, binds `config.addr` and starts serving on the current tokio
+    /// runtime.
+    ///
+    /// # Errors
+    ///
+    /// [`FakeServerError::Scenario`] for an invalid scenario, [`FakeServerError::Bind`] when
+    /// the address cannot be bound.
+    pub async fn start(config: FakeServerConfig) -> Result<FakeServer, FakeServerError> {
+        let mut scenario = config.scenario;
+        if config.context_limit_bytes.is_some() {
+            scenario.context_limit_bytes = config.context_limit_bytes;
+        }
+        scenario.validate()?;
+        let listener =
+            TcpListener::bind(config.addr)
+                .await
+                .map_err(|source| FakeServerError::Bind {
+                    addr: config.addr,
+                    source,
+                })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| FakeServerError::Bind {
+                addr: config.addr,
+                source,
+            })?;
+        let shared = Arc::new(Shared {
+            scenario,
+            api_key: config.api_key,
+            max_body_bytes: config.max_body_bytes,
+            started: Instant::now(),
+            on_request: config.on_request,
+            next_request_id: AtomicU64::new(1),
+            state: Mutex::new(State {
+                cursor: ScriptCursor::new(config.seed),
+                generation: 0,
+                records: Vec::new(),
+            }),
+        });
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(handler::accept_loop(listener, Arc::clone(&shared), stopped));
+        Ok(FakeServer {
+            addr,
+            shared,
+            stop,
+            task: Some(task),
+        })
+    }
+
+    /// The bound address (`127.0.0.1:PORT`).
+    #[must_use]
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`: the base URL for Anthropic clients (which append
+    /// `/v1/messages`).
+    #[must_use]
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// `http://127.0.0.1:PORT/v1`: the base URL for OpenAI clients (which append
+    /// `/chat/completions`).
+    #[must_use]
+    pub fn openai_base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The base URL a client of `provider` takes.
+    #[must_use]
+    pub fn base_url_for(&self, provider: ProviderKind) -> String {
+        match provider {
+            ProviderKind::Anthropic => self.base_url(),
+            ProviderKind::OpenAi => self.openai_base_url(),
+        }
+    }
+
+    /// The scenario being played (with the configured context limit applied).
+    #[must_use]
+    pub fn scenario(&self) -> &Scenario {
+        &self.shared.scenario
+    }
+
+    /// The requests received so far, in arrival order.
+    #[must_use]
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.shared.lock().records.clone()
+    }
+
+    /// Stops accepting, closes every open connection (a stalled response is cut) and waits
+    /// for the server task to end.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for FakeServer {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}

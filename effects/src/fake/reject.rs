@@ -1,0 +1,287 @@
+//! Requests the real APIs refuse, refused with the providers' own status, body and wording:
+//! missing or wrong API key, missing `anthropic-version`, bodies that are too large or not
+//! JSON, and conversations that break tool-call pairing.
+
+use hyper::HeaderMap;
+use rebound_core::wire::{self, WireError};
+use rebound_core::{ContentBlock, Conversation, PairingError, ProviderKind};
+use serde_json::json;
+
+/// A refusal: status, body, and a one-line reason for the request log (never a secret).
+#[derive(Debug, Clone)]
+pub(crate) struct Rejection {
+    pub(crate) status: u16,
+    pub(crate) body: Vec<u8>,
+    pub(crate) reason: String,
+}
+
+impl Rejection {
+    fn new(provider: ProviderKind, status: u16, error_type: Option<&str>, message: &str) -> Self {
+        Rejection {
+            status,
+            body: wire::encode_error_body(provider, status, error_type, message),
+            reason: message.to_owned(),
+        }
+    }
+
+    /// An OpenAI error with a `param` (which `encode_error_body` does not take).
+    fn openai_param(status: u16, message: &str, param: &str) -> Self {
+        let body = json!({"error": {"message": message, "type": "invalid_request_error",
+                                    "param": param, "code": null}});
+        Rejection {
+            status,
+            body: body.to_string().into_bytes(),
+            reason: message.to_owned(),
+        }
+    }
+}
+
+/// The API key a request carries: `x-api-key`, else `Authorization: Bearer …`.
+fn api_key(provider: ProviderKind, headers: &HeaderMap) -> Option<String> {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+    };
+    let bearer = header("authorization").and_then(|v| {
+        let (scheme, token) = v.split_once(' ')?;
+        let token = token.trim();
+        (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then(|| token.to_owned())
+    });
+    match provider {
+        ProviderKind::Anthropic => header("x-api-key").or(bearer),
+        ProviderKind::OpenAi => bearer,
+    }
+}
+
+/// Checks the key (present, and equal to `expected` when one is configured) and, for
+/// Anthropic, the `anthropic-version` header.
+pub(crate) fn check_headers(
+    provider: ProviderKind,
+    headers: &HeaderMap,
+    expected: Option<&str>,
+) -> Result<(), Rejection> {
+    let key = api_key(provider, headers);
+    match provider {
+        ProviderKind::Anthropic => {
+            let Some(key) = key else {
+                return Err(Rejection::new(
+                    provider,
+                    401,
+                    Some("authentication_error"),
+                    "x-api-key header is required",
+                ));
+            };
+            if expected.is_some_and(|e| e != key) {
+                return Err(Rejection::new(
+                    provider,
+                    401,
+                    Some("authentication_error"),
+                    "invalid x-api-key",
+                ));
+            }
+            if headers.get("anthropic-version").is_none() {
+                return Err(Rejection::new(
+                    provider,
+                    400,
+                    Some("invalid_request_error"),
+                    "anthropic-version: header is required",
+                ));
+            }
+        }
+        ProviderKind::OpenAi => {
+            let Some(key) = key else {
+                return Err(Rejection::new(
+                    provider,
+                    401,
+                    Some("invalid_request_error"),
+                    "You didn't provide an API key. You need to provide your API key in an \
+                     Authorization header using Bearer auth (i.e. Authorization: Bearer \
+                     YOUR_KEY), or as the password field (with blank username) if you're \
+                     accessing the API from your browser and are prompted for a username. You \
+                     can obtain an API key from https://platform.openai.com/account/api-keys.",
+                ));
+            };
+            if expected.is_some_and(|e| e != key) {
+                let mut r = Rejection::new(
+                    provider,
+                    401,
+                    Some("invalid_api_key"),
+                    &format!(
+                        "Incorrect API key provided: {}. You can find your API key at \
+                         https://platform.openai.com/account/api-keys.",
+                        mask(&key)
+                    ),
+                );
+                r.reason = "Incorrect API key provided".to_owned();
+                return Err(r);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The key as OpenAI shows it back: the first 3 and last 4 characters (all stars if short).
+fn mask(key: &str) -> String {
+    let chars: Vec<char> = key.chars().collect();
+    if chars.len() <= 12 {
+        return "*".repeat(chars.len().max(4));
+    }
+    let head: String = chars[..3].iter().collect();
+    let tail: String = chars[chars.len() - 4..].iter().collect();
+    format!("{head}{}{tail}", "*".repeat(chars.len() - 7))
+}
+
+/// 413: the body is larger than the server accepts.
+pub(crate) fn too_large(provider: ProviderKind, limit: usize) -> Rejection {
+    let mut r = match provider {
+        ProviderKind::Anthropic => Rejection::new(
+            provider,
+            413,
+            Some("request_too_large"),
+            "Request exceeds the maximum allowed number of bytes.",
+        ),
+        ProviderKind::OpenAi => Rejection::new(
+            provider,
+            413,
+            Some("invalid_request_error"),
+            "Request too large: the request body exceeds the maximum allowed size.",
+        ),
+    };
+    r.reason = format!("{} (limit {limit} bytes)", r.reason);
+    r
+}
+
+/// 400: the body is not JSON, or not a request of this provider.
+pub(crate) fn bad_body(provider: ProviderKind, error: &WireError) -> Rejection {
+    match (provider, error) {
+        (ProviderKind::OpenAi, WireError::InvalidJson { .. }) => Rejection::new(
+            provider,
+            400,
+            Some("invalid_request_error"),
+            "We could not parse the JSON body of your request. (HINT: This likely means you \
+             aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, \
+             but what was sent was not valid JSON. If you have trouble figuring out how to fix \
+             this, please contact us through our help center at help.openai.com.)",
+        ),
+        (ProviderKind::Anthropic, WireError::InvalidJson { detail }) => Rejection::new(
+            provider,
+            400,
+            Some("invalid_request_error"),
+            &format!("There was an error parsing the body: {detail}"),
+        ),
+        (ProviderKind::Anthropic, WireError::EmptyConversation) => Rejection::new(
+            provider,
+            400,
+            Some("invalid_request_error"),
+            "messages: at least one message is required",
+        ),
+        (ProviderKind::OpenAi, WireError::EmptyConversation) => {
+            Rejection::openai_param(400, "[] is too short - 'messages'", "messages")
+        }
+        (_, WireError::InvalidRequest { detail }) => {
+            Rejection::new(provider, 400, Some("invalid_request_error"), detail)
+        }
+        (_, WireError::Pairing(e)) => pairing(provider, e, &Conversation::new()),
+    }
+}
+
+/// 400: the conversation breaks tool-call pairing, in the provider's own words.
+pub(crate) fn pairing(
+    provider: ProviderKind,
+    error: &PairingError,
+    conversation: &Conversation,
+) -> Rejection {
+    let block_index = |message: usize, id: &str| {
+        conversation
+            .messages()
+            .get(message)
+            .and_then(|m| {
+                m.content
+                    .iter()
+                    .position(|b| matches!(b, ContentBlock::ToolResult(r) if r.tool_use_id == id))
+            })
+            .unwrap_or(0)
+    };
+    match provider {
+        ProviderKind::Anthropic => {
+            let message = match error {
+                PairingError::MissingResult {
+                    message,
+                    tool_use_id,
+                } => format!(
+                    "messages.{message}: `tool_use` ids were found without `tool_result` blocks \
+                     immediately after: {tool_use_id}. Each `tool_use` block must have a \
+                     corresponding `tool_result` block in the next message."
+                ),
+                PairingError::UnknownResult {
+                    message,
+                    tool_use_id,
+                } => format!(
+                    "messages.{message}.content.{}: unexpected `tool_use_id` found in \
+                     `tool_result` blocks: {tool_use_id}. Each `tool_result` block must have a \
+                     corresponding `tool_use` block in the previous message.",
+                    block_index(*message, tool_use_id)
+                ),
+                PairingError::ResultsOutOfOrder { message } => format!(
+                    "messages.{message}: `tool_result` blocks must come first in the message \
+                     and in the order of the `tool_use` blocks they answer."
+                ),
+                PairingError::DuplicateToolUseId { message, .. } => {
+                    format!("messages.{message}: `tool_use` ids must be unique")
+                }
+            };
+            Rejection::new(provider, 400, Some("invalid_request_error"), &message)
+        }
+        ProviderKind::OpenAi => match error {
+            PairingError::MissingResult {
+                message,
+                tool_use_id,
+            } => Rejection::openai_param(
+                400,
+                &format!(
+                    "An assistant message with 'tool_calls' must be followed by tool messages \
+                     responding to each 'tool_call_id'. The following tool_call_ids did not \
+                     have response messages: {tool_use_id}"
+                ),
+                &format!("messages.[{message}].role"),
+            ),
+            PairingError::ResultsOutOfOrder { message } => Rejection::openai_param(
+                400,
+                "An assistant message with 'tool_calls' must be followed by tool messages \
+                 responding to each 'tool_call_id'. (insufficient tool messages following \
+                 tool_calls message)",
+                &format!("messages.[{message}].role"),
+            ),
+            PairingError::UnknownResult { message, .. } => Rejection::openai_param(
+                400,
+                "Invalid parameter: messages with role 'tool' must be a response to a \
+                 preceeding message with 'tool_calls'.",
+                &format!("messages.[{message}].role"),
+            ),
+            PairingError::DuplicateToolUseId { message, .. } => Rejection::openai_param(
+                400,
+                "Invalid parameter: duplicate tool call ids in 'tool_calls'.",
+                &format!("messages.[{message}].tool_calls"),
+            ),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masked_keys_never_show_the_middle() {
+        assert_eq!(mask("short"), "*****");
+        let m = mask("sk-proj-abcdefghijklmnop");
+        assert!(
+            m.starts_with("sk-") && m.ends_with("mnop") && !m.contains("abc"),
+            "{m}"
+        );
+    }
+}

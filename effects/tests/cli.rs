@@ -1,0 +1,349 @@
+//! The `rebound` binary's contract: exit codes, the JSON event stream, signals, demo, replay.
+//! Each test runs the built binary against the fake provider server on loopback.
+
+use rebound_effects::fake::{FakeServer, FakeServerConfig};
+use rebound_sim::Scenario;
+use serde_json::Value;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rebound");
+
+fn scenario(json: &str) -> Scenario {
+    Scenario::from_json(json).unwrap_or_else(|e| panic!("bad test scenario: {e}"))
+}
+
+async fn server(json: &str) -> FakeServer {
+    FakeServer::start(FakeServerConfig::new(scenario(json), 1))
+        .await
+        .expect("fake server starts")
+}
+
+/// `rebound run` against `server` with fast retries; extra args appended.
+fn run_cmd(server: &FakeServer, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", "hello", "--base-url", &server.base_url()])
+        .args(["--model", "test-model", "--no-jitter"]);
+    if !extra.contains(&"--initial-delay-ms") {
+        cmd.args(["--initial-delay-ms", "10"]);
+    }
+    cmd.args(extra)
+        .env("ANTHROPIC_API_KEY", "sk-ant-cli-test")
+        .stdin(Stdio::null());
+    cmd
+}
+
+async fn output(mut cmd: Command) -> Output {
+    tokio::task::spawn_blocking(move || cmd.output().expect("the binary runs"))
+        .await
+        .expect("join")
+}
+
+fn json_events(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect()
+}
+
+fn types(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or("?").to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_finished_run_exits_0_and_a_failed_one_exits_1_with_an_error_event() {
+    let ok = server(r#"{"turns": [{"answer": {"text": "Hi there."}}]}"#).await;
+    let out = output(run_cmd(&ok, &["--events", "json"])).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = json_events(&out);
+    assert_eq!(events.last().unwrap()["type"], "done");
+    assert_eq!(events.last().unwrap()["turns"], 1);
+    ok.shutdown().await;
+
+    let auth = server(r#"{"turns": [{"faults": [{"type": "http", "status": 401}]}]}"#).await;
+    let out = output(run_cmd(&auth, &["--events", "json"])).await;
+    assert_eq!(out.status.code(), Some(1));
+    let events = json_events(&out);
+    let error = events.last().unwrap();
+    assert_eq!(error["type"], "error");
+    assert_eq!(error["kind"], "auth_failed");
+    assert_eq!(error["status"], 401);
+    assert_eq!(auth.requests().len(), 1, "401 is not retried");
+    auth.shutdown().await;
+}
+
+#[tokio::test]
+async fn max_turns_is_a_finish_with_exit_0() {
+    let s = server(
+        r#"{"turns": [{"answer": {"tool_calls": [{"name": "read", "input": {"path": "a"}}]}},
+                      {"answer": {"text": "never reached"}}]}"#,
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::write(dir.path().join("a"), "contents").expect("write");
+    let root = dir.path().to_string_lossy().to_string();
+    let out = output(run_cmd(
+        &s,
+        &[
+            "--events",
+            "json",
+            "--max-turns",
+            "1",
+            "--tools-root",
+            &root,
+        ],
+    ))
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = json_events(&out);
+    let done = events.last().unwrap();
+    assert_eq!(done["type"], "done");
+    assert_eq!(done["stop_reason"], "max_turns");
+    assert_eq!(done["turns"], 1);
+    let result = events
+        .iter()
+        .find(|e| e["type"] == "tool_result")
+        .expect("a tool result");
+    assert_eq!(result["is_error"], false);
+    assert_eq!(result["text"], "contents");
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn usage_and_configuration_errors_exit_2_before_any_request() {
+    let s = server("{}").await;
+    let mut no_key = run_cmd(&s, &[]);
+    no_key.env_remove("ANTHROPIC_API_KEY");
+    let out = output(no_key).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ANTHROPIC_API_KEY"));
+
+    let mut empty_key = run_cmd(&s, &[]);
+    empty_key.env("ANTHROPIC_API_KEY", "");
+    assert_eq!(output(empty_key).await.status.code(), Some(2));
+
+    let out = output(run_cmd(&s, &["--base-url", "not a url"])).await;
+    assert_eq!(out.status.code(), Some(2));
+    let out = output(run_cmd(&s, &["--model", "@nonsense"])).await;
+    assert_eq!(out.status.code(), Some(2));
+    let mut bad_flag = Command::new(BIN);
+    bad_flag.args(["run", "--no-such-flag", "x"]);
+    assert_eq!(output(bad_flag).await.status.code(), Some(2));
+    assert!(
+        s.requests().is_empty(),
+        "no request on a configuration error"
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn json_events_of_a_fault_scenario_come_in_order() {
+    let s = server(
+        r#"{"turns": [
+             {"faults": [{"type": "http", "status": 529},
+                         {"type": "stream_cut", "after_events": 5}],
+              "answer": {"text": "Let me read it, in enough words to stream a while.",
+                         "tool_calls": [{"name": "read", "input": {"path": "missing.rs"}}]}},
+             {"answer": {"text": "The file is missing."}}]}"#,
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let root = dir.path().to_string_lossy().to_string();
+    let out = output(run_cmd(&s, &["--events", "json", "--tools-root", &root])).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = json_events(&out);
+    let mut kinds = types(&events);
+    kinds.dedup_by(|a, b| a == "text_delta" && b == "text_delta");
+    assert_eq!(
+        kinds,
+        [
+            "message",        // the user message
+            "provider_retry", // 529
+            "text_delta",     // the cut attempt streamed some text
+            "stream_reset",
+            "provider_retry", // stream cut
+            "text_delta",
+            "message", // the assistant message with the tool call
+            "tool_start",
+            "message", // the error tool result
+            "tool_result",
+            "text_delta",
+            "message",
+            "done"
+        ],
+        "{events:#?}"
+    );
+    let retries: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "provider_retry")
+        .collect();
+    assert_eq!(retries[0]["attempt"], 2);
+    assert_eq!(retries[0]["status"], 529);
+    assert_eq!(retries[0]["kind"], "unavailable");
+    assert_eq!(retries[1]["kind"], "stream_malformed");
+    let result = events.iter().find(|e| e["type"] == "tool_result").unwrap();
+    assert_eq!(result["is_error"], true);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn sigint_during_a_long_retry_delay_exits_130_promptly_and_the_session_keeps_complete_messages(
+) {
+    let s = server(r#"{"turns": [{"faults": [{"type": "http", "status": 529}]}]}"#).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let session = dir.path().join("session.json");
+    let session_arg = session.to_string_lossy().to_string();
+    let mut cmd = run_cmd(
+        &s,
+        &[
+            "--events",
+            "json",
+            "--initial-delay-ms",
+            "300000",
+            "--max-delay-ms",
+            "300000",
+            "--session",
+            &session_arg,
+        ],
+    );
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = cmd.spawn().expect("spawn");
+    // Wait until the retry was announced (the request failed and the long sleep began).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while s.requests().is_empty() {
+        if Instant::now() > deadline {
+            let out = child.wait_with_output().expect("wait");
+            panic!(
+                "the request never arrived: {:?} {} {}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let pid = child.id().to_string();
+    let killed = Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().expect("wait"))
+        .await
+        .expect("join");
+    // The backoff was five minutes; getting here at all shows the sleep was interrupted.
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(s.requests().len(), 1, "no request after cancel");
+    let saved = rebound_effects::session::decode_session(&std::fs::read(&session).expect("saved"))
+        .expect("the session loads");
+    assert_eq!(saved.len(), 1, "only the complete user message");
+    let events = json_events(&out);
+    assert_eq!(events.last().unwrap()["kind"], "canceled");
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn demo_completes_offline() {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["demo", "--events", "json"])
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY");
+    let out = output(cmd).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = json_events(&out);
+    let kinds = types(&events);
+    for expected in [
+        "provider_retry",
+        "stream_reset",
+        "compaction",
+        "tool_result",
+        "done",
+    ] {
+        assert!(
+            kinds.iter().any(|k| k == expected),
+            "missing {expected}: {kinds:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn replay_accepts_a_recorded_trace_and_rejects_an_altered_one() {
+    let s = server(
+        r#"{"turns": [{"faults": [{"type": "http", "status": 500}], "answer": {"text": "ok"}}]}"#,
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let trace = dir.path().join("run.trace");
+    let trace_arg = trace.to_string_lossy().to_string();
+    let out = output(run_cmd(&s, &["--trace", &trace_arg])).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    s.shutdown().await;
+
+    let replay = |path: &std::path::Path| {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("replay").arg(path);
+        cmd
+    };
+    let out = output(replay(&trace)).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+
+    // Alter the chosen retry delay: the replay must diverge at that step.
+    let text = std::fs::read_to_string(&trace).expect("trace");
+    assert!(text.contains("\"delay_ms\":10"), "{text}");
+    let altered = dir.path().join("altered.trace");
+    std::fs::write(
+        &altered,
+        text.replacen("\"delay_ms\":10", "\"delay_ms\":11", 1),
+    )
+    .expect("write");
+    let out = output(replay(&altered)).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("diverged"));
+
+    // Truncated and unknown-version traces are errors, exit 2.
+    let truncated = dir.path().join("truncated.trace");
+    std::fs::write(&truncated, &text[..text.len() / 2]).expect("write");
+    assert_eq!(output(replay(&truncated)).await.status.code(), Some(2));
+    let future = dir.path().join("future.trace");
+    std::fs::write(&future, text.replacen("\"version\":1", "\"version\":99", 1)).expect("write");
+    assert_eq!(output(replay(&future)).await.status.code(), Some(2));
+}

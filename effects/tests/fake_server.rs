@@ -1,0 +1,944 @@
+//! The fake provider server against raw HTTP clients on loopback: every fault as the bytes a
+//! client receives, what `rebound_core` makes of them, validation, auth, and the request log.
+
+use rebound_core::classify::classify_http;
+use rebound_core::wire::{self, StreamDecoder};
+use rebound_core::{
+    AssistantResponse, FailureKind, Headers, ProviderFailure, ProviderKind, TransportFault,
+};
+use rebound_effects::fake::{FakeServer, FakeServerConfig, Outcome};
+use rebound_sim::scenario::{Answer, Scenario};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const A: ProviderKind = ProviderKind::Anthropic;
+const O: ProviderKind = ProviderKind::OpenAi;
+
+/// What a raw HTTP/1.1 client received.
+#[derive(Debug)]
+struct Raw {
+    /// Status, or `None` when the connection closed before a status line.
+    status: Option<u16>,
+    headers: Headers,
+    /// The body, de-chunked.
+    body: Vec<u8>,
+    /// Whether the body ended properly (terminating chunk, or content-length reached).
+    complete: bool,
+    /// Every byte received.
+    bytes: Vec<u8>,
+}
+
+impl Raw {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name)
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).expect("a JSON body")
+    }
+
+    fn classify(&self, provider: ProviderKind) -> ProviderFailure {
+        classify_http(
+            provider,
+            self.status.expect("a status"),
+            &self.headers,
+            &self.body,
+            None,
+        )
+    }
+
+    /// Decodes the body as a stream, as the runner would; a body that did not end cleanly
+    /// is finished as it stands (the connection is gone).
+    fn decode(&self, provider: ProviderKind) -> Result<AssistantResponse, ProviderFailure> {
+        let mut d = StreamDecoder::new(provider);
+        // Feed in small pieces, as a network would.
+        for piece in self.body.chunks(7) {
+            if d.feed(piece).is_err() {
+                break;
+            }
+        }
+        d.finish()
+    }
+}
+
+fn parse_raw(bytes: Vec<u8>) -> Raw {
+    let Some(head_end) = bytes.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Raw {
+            status: None,
+            headers: Headers::new(),
+            body: Vec::new(),
+            complete: false,
+            bytes,
+        };
+    };
+    let head = String::from_utf8_lossy(&bytes[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok());
+    let headers: Headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let rest = &bytes[head_end + 4..];
+    let (body, complete) = if headers
+        .get("transfer-encoding")
+        .is_some_and(|v| v.contains("chunked"))
+    {
+        dechunk(rest)
+    } else if let Some(n) = headers
+        .get("content-length")
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        (rest[..rest.len().min(n)].to_vec(), rest.len() >= n)
+    } else {
+        (rest.to_vec(), true)
+    };
+    Raw {
+        status,
+        headers,
+        body,
+        complete,
+        bytes,
+    }
+}
+
+/// De-chunks a chunked body; `complete` only when the terminating zero chunk arrived.
+fn dechunk(mut rest: &[u8]) -> (Vec<u8>, bool) {
+    let mut body = Vec::new();
+    loop {
+        let Some(eol) = rest.windows(2).position(|w| w == b"\r\n") else {
+            return (body, false);
+        };
+        let Ok(size) = usize::from_str_radix(String::from_utf8_lossy(&rest[..eol]).trim(), 16)
+        else {
+            return (body, false);
+        };
+        rest = &rest[eol + 2..];
+        if size == 0 {
+            return (body, rest.starts_with(b"\r\n"));
+        }
+        if rest.len() < size {
+            body.extend_from_slice(rest);
+            return (body, false);
+        }
+        body.extend_from_slice(&rest[..size]);
+        rest = &rest[size..];
+        if rest.len() < 2 {
+            return (body, false);
+        }
+        rest = &rest[2..];
+    }
+}
+
+/// Sends one request with `connection: close` and reads until the server closes.
+async fn raw(addr: SocketAddr, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Raw {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    let mut req = format!("POST {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str(&format!("content-length: {}\r\n\r\n", body.len()));
+    s.write_all(req.as_bytes()).await.expect("write head");
+    // The server may answer (413) and close before reading all of a huge body.
+    let _ = s.write_all(body).await;
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => bytes.extend_from_slice(&buf[..n]),
+        }
+    }
+    parse_raw(bytes)
+}
+
+fn auth(provider: ProviderKind) -> Vec<(&'static str, &'static str)> {
+    match provider {
+        A => vec![
+            ("x-api-key", "sk-ant-test-key"),
+            ("anthropic-version", "2023-06-01"),
+            ("content-type", "application/json"),
+        ],
+        O => vec![
+            ("authorization", "Bearer sk-test-key"),
+            ("content-type", "application/json"),
+        ],
+    }
+}
+
+fn path(provider: ProviderKind) -> &'static str {
+    match provider {
+        A => "/v1/messages",
+        O => "/v1/chat/completions",
+    }
+}
+
+fn user_body(provider: ProviderKind, stream: bool) -> Vec<u8> {
+    let body = match provider {
+        A => json!({"model": "claude-test", "max_tokens": 256, "stream": stream,
+                    "messages": [{"role": "user", "content": "Fix the failing test."}]}),
+        O => json!({"model": "gpt-test", "stream": stream,
+                    "messages": [{"role": "user", "content": "Fix the failing test."}]}),
+    };
+    body.to_string().into_bytes()
+}
+
+async fn send(server: &FakeServer, provider: ProviderKind, stream: bool) -> Raw {
+    raw(
+        server.addr(),
+        path(provider),
+        &auth(provider),
+        &user_body(provider, stream),
+    )
+    .await
+}
+
+async fn start(scenario: Value) -> FakeServer {
+    let scenario = Scenario::from_json(&scenario.to_string()).expect("a valid scenario");
+    FakeServer::start(FakeServerConfig::new(scenario, 1))
+        .await
+        .expect("the server starts")
+}
+
+fn with_faults(faults: Value) -> Value {
+    json!({"turns": [{"faults": faults, "answer": {
+        "text": "Let me read the parser, it is where the failing test points.",
+        "tool_calls": [{"name": "read", "input": {"path": "src/parse.rs"}}]}}]})
+}
+
+fn expected_answer() -> AssistantResponse {
+    let s = Scenario::from_json(&with_faults(json!([])).to_string()).expect("scenario");
+    s.turns[0].answer.response(0, false)
+}
+
+#[tokio::test]
+async fn healthy_streams_decode_into_the_scripted_answer_for_both_providers() {
+    for provider in [A, O] {
+        let server = start(with_faults(json!([]))).await;
+        let r = send(&server, provider, true).await;
+        assert_eq!(r.status, Some(200));
+        assert!(r.complete, "a clean end: terminating chunk sent");
+        assert!(r
+            .header("content-type")
+            .is_some_and(|c| c.starts_with("text/event-stream")));
+        let id_header = if provider == A {
+            "request-id"
+        } else {
+            "x-request-id"
+        };
+        assert!(r.header(id_header).is_some_and(|v| v.starts_with("req_")));
+        assert_eq!(
+            r.decode(provider).expect("a complete answer"),
+            expected_answer()
+        );
+        // After the script: the final "Done.".
+        let r = send(&server, provider, true).await;
+        let done = r.decode(provider).expect("done");
+        assert_eq!(
+            done.message,
+            Answer::text("Done.").response(1, false).message
+        );
+        server.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn non_streaming_requests_get_json_answers() {
+    for provider in [A, O] {
+        let server = start(with_faults(json!([]))).await;
+        let r = send(&server, provider, false).await;
+        assert_eq!(r.status, Some(200));
+        assert_eq!(r.header("content-type"), Some("application/json"));
+        let got = wire::parse_response(provider, &r.body).expect("a response");
+        assert_eq!(got.message, expected_answer().message);
+        server.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn http_faults_carry_status_provider_body_and_headers() {
+    let server = start(with_faults(json!([
+        {"type": "http", "status": 429, "headers": {
+            "retry-after": "3", "retry-after-ms": "2500", "x-should-retry": "true",
+            "anthropic-ratelimit-requests-reset": "2030-01-01T00:00:00Z",
+            "request-id": "req_scripted"}},
+        {"type": "http", "status": 529},
+        {"type": "http", "status": 500, "headers": {"x-should-retry": "false"}},
+        {"type": "http", "status": 401}
+    ])))
+    .await;
+    let r = send(&server, A, true).await;
+    assert_eq!(r.status, Some(429));
+    assert_eq!(r.header("retry-after"), Some("3"));
+    assert_eq!(r.header("retry-after-ms"), Some("2500"));
+    assert_eq!(
+        r.header("anthropic-ratelimit-requests-reset"),
+        Some("2030-01-01T00:00:00Z")
+    );
+    assert_eq!(r.json()["error"]["type"], "rate_limit_error");
+    let f = r.classify(A);
+    assert_eq!(f.kind, FailureKind::RateLimited);
+    assert_eq!(f.retry_after_ms, Some(2_500));
+    assert_eq!(f.should_retry, Some(true));
+    assert_eq!(f.request_id.as_deref(), Some("req_scripted"));
+
+    let r = send(&server, A, true).await;
+    assert_eq!(r.status, Some(529));
+    assert_eq!(
+        r.body,
+        br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+    );
+    assert_eq!(r.classify(A).kind, FailureKind::Unavailable);
+    assert!(r.bytes.starts_with(b"HTTP/1.1 529 Overloaded\r\n"));
+
+    let r = send(&server, A, true).await;
+    assert_eq!(r.classify(A).should_retry, Some(false));
+    let r = send(&server, A, true).await;
+    assert_eq!(r.classify(A).kind, FailureKind::AuthFailed);
+    server.shutdown().await;
+
+    let server = start(with_faults(json!([{"type": "http", "status": 429}]))).await;
+    let r = send(&server, O, true).await;
+    assert_eq!(r.json()["error"]["code"], "rate_limit_exceeded");
+    assert_eq!(r.classify(O).kind, FailureKind::RateLimited);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_reset_closes_the_connection_before_any_header_then_the_answer_follows() {
+    let server = start(with_faults(
+        json!([{"type": "transport", "fault": "reset"}]),
+    ))
+    .await;
+    let r = send(&server, A, true).await;
+    assert_eq!(r.status, None);
+    assert!(r.bytes.is_empty(), "not one byte: {:?}", r.bytes);
+    let r = send(&server, A, true).await;
+    assert_eq!(r.decode(A).expect("answer"), expected_answer());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_timeout_holds_the_connection_silent_then_closes_it() {
+    let server = start(with_faults(json!([
+        {"type": "transport", "fault": "timeout", "after_ms": 300}
+    ])))
+    .await;
+    let t = Instant::now();
+    let r = send(&server, O, true).await;
+    assert!(t.elapsed() >= Duration::from_millis(300));
+    assert!(r.bytes.is_empty());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_stream_cut_after_events_ends_without_the_terminating_chunk() {
+    for provider in [A, O] {
+        let server = start(with_faults(
+            json!([{"type": "stream_cut", "after_events": 3}]),
+        ))
+        .await;
+        let r = send(&server, provider, true).await;
+        assert_eq!(r.status, Some(200));
+        assert!(!r.complete, "the client must see an incomplete body");
+        let events = r.body.windows(2).filter(|w| w == b"\n\n").count();
+        assert_eq!(events, 3, "{}", String::from_utf8_lossy(&r.body));
+        let f = r.decode(provider).expect_err("a cut stream");
+        assert_eq!(f.kind, FailureKind::StreamMalformed);
+        assert_eq!(f.transport, Some(TransportFault::StreamCut));
+        // The next request gets the whole answer.
+        let r = send(&server, provider, true).await;
+        assert_eq!(r.decode(provider).expect("answer"), expected_answer());
+        server.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_stream_cut_never_lets_the_message_complete() {
+    for provider in [A, O] {
+        let server = start(with_faults(
+            json!([{"type": "stream_cut", "after_events": 1000}]),
+        ))
+        .await;
+        let r = send(&server, provider, true).await;
+        assert!(!r.complete);
+        let f = r.decode(provider).expect_err("cut");
+        assert_eq!(f.transport, Some(TransportFault::StreamCut));
+        server.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_stream_cut_after_bytes_can_end_inside_an_event() {
+    for provider in [A, O] {
+        let server = start(with_faults(
+            json!([{"type": "stream_cut_bytes", "after_bytes": 250}]),
+        ))
+        .await;
+        let r = send(&server, provider, true).await;
+        assert!(!r.complete);
+        assert_eq!(r.body.len(), 250);
+        let f = r.decode(provider).expect_err("cut");
+        assert_eq!(f.kind, FailureKind::StreamMalformed);
+        server.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn a_non_streaming_cut_is_an_incomplete_json_body() {
+    let server = start(with_faults(
+        json!([{"type": "stream_cut", "after_events": 2}]),
+    ))
+    .await;
+    let r = send(&server, A, false).await;
+    assert_eq!(r.status, Some(200));
+    assert!(!r.complete);
+    assert!(wire::parse_response(A, &r.body).is_err());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_mid_stream_error_event_is_classified_by_its_type() {
+    for provider in [A, O] {
+        let server = start(with_faults(json!([
+            {"type": "stream_error", "error_type": "overloaded_error", "message": "Overloaded"}
+        ])))
+        .await;
+        let r = send(&server, provider, true).await;
+        assert_eq!(r.status, Some(200));
+        assert!(
+            r.complete,
+            "the provider ends the stream after its error event"
+        );
+        let f = r.decode(provider).expect_err("an error event");
+        assert_eq!(f.kind, FailureKind::Unavailable, "{f}");
+        server.shutdown().await;
+    }
+    // Without a stream: the HTTP error of that type.
+    let server = start(with_faults(json!([{"type": "stream_error"}]))).await;
+    let r = send(&server, A, false).await;
+    assert_eq!(r.status, Some(529));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn malformed_streams_and_bodies_fail_as_malformed() {
+    for provider in [A, O] {
+        let server = start(with_faults(json!([
+            {"type": "malformed_stream"}, {"type": "malformed_stream"}
+        ])))
+        .await;
+        let r = send(&server, provider, true).await;
+        let f = r.decode(provider).expect_err("malformed");
+        assert_eq!(f.transport, Some(TransportFault::MalformedStream), "{f}");
+        let r = send(&server, provider, false).await;
+        assert_eq!(r.status, Some(200));
+        let f = wire::parse_response(provider, &r.body).expect_err("not JSON");
+        assert_eq!(f.transport, Some(TransportFault::MalformedStream));
+        server.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn an_empty_message_is_an_empty_response() {
+    for provider in [A, O] {
+        let server = start(with_faults(json!([{"type": "empty_message"}]))).await;
+        let r = send(&server, provider, true).await;
+        assert!(r.complete);
+        let f = r.decode(provider).expect_err("empty");
+        assert_eq!(f.kind, FailureKind::EmptyResponse, "{f}");
+        server.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn scripted_context_overflow_uses_each_providers_real_text() {
+    let server = start(with_faults(json!([{"type": "context_overflow"}]))).await;
+    let r = send(&server, A, true).await;
+    assert_eq!(r.status, Some(400));
+    assert_eq!(
+        r.json()["error"]["message"],
+        "prompt is too long: 208310 tokens > 200000 maximum"
+    );
+    assert_eq!(r.classify(A).kind, FailureKind::ContextOverflow);
+    server.shutdown().await;
+
+    let server = start(with_faults(json!([{"type": "context_overflow"}]))).await;
+    let r = send(&server, O, true).await;
+    assert_eq!(r.json()["error"]["code"], "context_length_exceeded");
+    assert!(r.json()["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.starts_with("This model's maximum context length is 128000 tokens")));
+    assert_eq!(r.classify(O).kind, FailureKind::ContextOverflow);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_request_over_the_size_limit_overflows_without_moving_the_script() {
+    let mut config = FakeServerConfig::new(
+        Scenario::from_json(&with_faults(json!([])).to_string()).expect("scenario"),
+        1,
+    );
+    config.context_limit_bytes = Some(1_000);
+    let server = FakeServer::start(config).await.expect("start");
+    let big = "x".repeat(5_000);
+    let body = json!({"model": "m", "max_tokens": 10, "stream": true,
+                      "messages": [{"role": "user", "content": big}]});
+    let r = raw(
+        server.addr(),
+        path(A),
+        &auth(A),
+        body.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, Some(400));
+    assert_eq!(r.classify(A).kind, FailureKind::ContextOverflow);
+    assert_eq!(
+        server.requests()[0].outcome,
+        Outcome::Overflow {
+            bytes: 5_000,
+            limit: 1_000
+        }
+    );
+    let r = send(&server, A, true).await;
+    assert_eq!(r.decode(A).expect("answer"), expected_answer());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_stall_delays_the_stream_after_its_first_event() {
+    let server = start(with_faults(json!([{"type": "stall", "ms": 1000}]))).await;
+    let t = Instant::now();
+    let mut s = TcpStream::connect(server.addr()).await.expect("connect");
+    let body = user_body(A, true);
+    let mut req = format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (n, v) in auth(A) {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).await.expect("write");
+    s.write_all(&body).await.expect("write");
+    let mut buf = vec![0u8; 65536];
+    let n = s.read(&mut buf).await.expect("headers and first event");
+    assert!(n > 0);
+    let first_at = t.elapsed();
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).await.expect("rest");
+    let mut all = buf[..n].to_vec();
+    all.extend_from_slice(&rest);
+    let r = parse_raw(all);
+    assert!(first_at < Duration::from_millis(800), "{first_at:?}");
+    assert!(t.elapsed() >= Duration::from_millis(1000));
+    assert_eq!(
+        r.decode(A).expect("the answer after the stall"),
+        expected_answer()
+    );
+    assert_eq!(server.requests()[0].stalled_ms, 1000);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_that_gives_up_during_a_stall_leaves_the_next_step_to_its_retry() {
+    let server = start(with_faults(json!([
+        {"type": "stall", "ms": 600}, {"type": "http", "status": 529}
+    ])))
+    .await;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(150))
+        .build()
+        .expect("client");
+    let url = format!("{}/v1/messages", server.base_url());
+    let mut request = client.post(&url).body(user_body(A, true));
+    for (n, v) in auth(A) {
+        request = request.header(n, v);
+    }
+    let sent = request.send().await;
+    assert!(sent.is_err(), "the client times out before any header");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // The stall was used up; the 529 after it was not.
+    let r = send(&server, A, true).await;
+    assert_eq!(r.status, Some(529));
+    let r = send(&server, A, true).await;
+    assert_eq!(r.decode(A).expect("answer"), expected_answer());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_slow_drip_spaces_the_events_out() {
+    let server = start(with_faults(
+        json!([{"type": "slow_drip", "interval_ms": 20}]),
+    ))
+    .await;
+    let t = Instant::now();
+    let r = send(&server, O, true).await;
+    let events = wire::encode_stream(O, &expected_answer(), "m", "i").len() as u32;
+    assert!(t.elapsed() >= Duration::from_millis(20) * (events - 1));
+    assert_eq!(r.decode(O).expect("answer"), expected_answer());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn conditional_answers_follow_the_conversation_received() {
+    let scenario = json!({"turns": [
+        {"answer": {"tool_calls": [{"id": "toolu_1", "name": "read", "input": {"path": "a"}}]}},
+        {"answer": {"text": "It worked."},
+         "when_last_tool_error": {"text": "The read failed; trying another path."}}
+    ]});
+    let server = start(scenario).await;
+    let r = send(&server, A, true).await;
+    assert!(r.decode(A).is_ok());
+    let body = json!({"model": "m", "max_tokens": 10, "stream": true, "messages": [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "no such file", "is_error": true}]}
+    ]});
+    let r = raw(
+        server.addr(),
+        path(A),
+        &auth(A),
+        body.to_string().as_bytes(),
+    )
+    .await;
+    let got = r.decode(A).expect("answer");
+    assert_eq!(
+        got.message,
+        Answer::text("The read failed; trying another path.")
+            .response(1, true)
+            .message
+    );
+    assert_eq!(
+        server.requests()[1].outcome,
+        Outcome::Answered {
+            turn: 1,
+            alternate: true
+        }
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn broken_tool_pairing_gets_the_providers_real_400() {
+    let server = start(json!({})).await;
+    let missing = json!({"model": "m", "max_tokens": 10, "messages": [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}]},
+        {"role": "user", "content": "what happened?"}
+    ]});
+    let r = raw(
+        server.addr(),
+        path(A),
+        &auth(A),
+        missing.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, Some(400));
+    assert_eq!(r.json()["error"]["type"], "invalid_request_error");
+    assert_eq!(
+        r.json()["error"]["message"],
+        "messages.1: `tool_use` ids were found without `tool_result` blocks immediately after: \
+         toolu_1. Each `tool_use` block must have a corresponding `tool_result` block in the \
+         next message."
+    );
+    assert_eq!(r.classify(A).kind, FailureKind::BadRequest);
+
+    let unknown = json!({"model": "m", "max_tokens": 10, "messages": [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"},
+            {"type": "tool_result", "tool_use_id": "toolu_9", "content": "ok"}]}
+    ]});
+    let r = raw(
+        server.addr(),
+        path(A),
+        &auth(A),
+        unknown.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, Some(400));
+    let m = r.json()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        m.starts_with(
+            "messages.2.content.1: unexpected `tool_use_id` found in `tool_result` blocks: toolu_9"
+        ),
+        "{m}"
+    );
+
+    let out_of_order = json!({"model": "m", "max_tokens": 10, "messages": [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "a", "name": "read", "input": {}},
+            {"type": "tool_use", "id": "b", "name": "read", "input": {}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "b", "content": "ok"},
+            {"type": "tool_result", "tool_use_id": "a", "content": "ok"}]}
+    ]});
+    let r = raw(
+        server.addr(),
+        path(A),
+        &auth(A),
+        out_of_order.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, Some(400));
+
+    let openai_missing = json!({"model": "m", "messages": [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "read", "arguments": "{}"}}]},
+        {"role": "user", "content": "well?"}
+    ]});
+    let r = raw(
+        server.addr(),
+        path(O),
+        &auth(O),
+        openai_missing.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(r.status, Some(400));
+    assert!(r.json()["error"]["message"].as_str().is_some_and(|m| m
+        .starts_with("An assistant message with 'tool_calls' must be followed by tool messages")));
+    assert_eq!(r.json()["error"]["param"], "messages.[1].role");
+    // None of these moved the script.
+    assert!(server
+        .requests()
+        .iter()
+        .all(|r| matches!(r.outcome, Outcome::Rejected { status: 400, .. })));
+    let r = send(&server, A, true).await;
+    assert_eq!(
+        r.decode(A).expect("answer").message,
+        Answer::text("Done.").response(0, false).message
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn missing_keys_and_headers_get_the_real_401_and_400() {
+    let mut config = FakeServerConfig::healthy();
+    config.api_key = Some("sk-the-right-key-123456".into());
+    let server = FakeServer::start(config).await.expect("start");
+    let addr = server.addr();
+    let body = user_body(A, false);
+    let r = raw(addr, path(A), &[("anthropic-version", "2023-06-01")], &body).await;
+    assert_eq!(r.status, Some(401));
+    assert_eq!(
+        r.body,
+        br#"{"type":"error","error":{"type":"authentication_error","message":"x-api-key header is required"}}"#
+    );
+    let r = raw(
+        addr,
+        path(A),
+        &[("x-api-key", "sk-the-right-key-123456")],
+        &body,
+    )
+    .await;
+    assert_eq!(r.status, Some(400));
+    assert_eq!(
+        r.json()["error"]["message"],
+        "anthropic-version: header is required"
+    );
+    let wrong = [("x-api-key", "wrong"), ("anthropic-version", "2023-06-01")];
+    let r = raw(addr, path(A), &wrong, &body).await;
+    assert_eq!(r.status, Some(401));
+    // Recent SDKs send the key as a bearer token.
+    let bearer = [
+        ("authorization", "Bearer sk-the-right-key-123456"),
+        ("anthropic-version", "2023-06-01"),
+    ];
+    let r = raw(addr, path(A), &bearer, &body).await;
+    assert_eq!(r.status, Some(200));
+
+    let body = user_body(O, false);
+    let r = raw(addr, path(O), &[], &body).await;
+    assert_eq!(r.status, Some(401));
+    assert!(r.json()["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.starts_with("You didn't provide an API key.")));
+    let wrong = [("authorization", "Bearer sk-wrong-key-abcdefghijkl")];
+    let r = raw(addr, path(O), &wrong, &body).await;
+    assert_eq!(r.status, Some(401));
+    assert_eq!(r.json()["error"]["code"], "invalid_api_key");
+    assert!(
+        !String::from_utf8_lossy(&r.body).contains("abcdefgh"),
+        "the key is masked"
+    );
+    assert_eq!(r.classify(O).kind, FailureKind::AuthFailed);
+    let right = [("authorization", "Bearer sk-the-right-key-123456")];
+    let r = raw(addr, path(O), &right, &body).await;
+    assert_eq!(r.status, Some(200));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn bad_input_gets_provider_errors_never_a_panic() {
+    let mut config = FakeServerConfig::healthy();
+    config.max_body_bytes = 10_000;
+    let server = FakeServer::start(config).await.expect("start");
+    let addr = server.addr();
+    for provider in [A, O] {
+        let r = raw(addr, path(provider), &auth(provider), b"{not json").await;
+        assert_eq!(r.status, Some(400));
+        assert_eq!(r.classify(provider).kind, FailureKind::BadRequest);
+        let r = raw(addr, path(provider), &auth(provider), br#"{"messages": 3}"#).await;
+        assert_eq!(r.status, Some(400));
+        let empty = br#"{"model": "m", "messages": []}"#;
+        let r = raw(addr, path(provider), &auth(provider), empty).await;
+        assert_eq!(r.status, Some(400));
+        let huge = vec![b'x'; 20_000];
+        let r = raw(addr, path(provider), &auth(provider), &huge).await;
+        assert_eq!(r.status, Some(413));
+        assert_eq!(r.classify(provider).kind, FailureKind::ContextOverflow);
+    }
+    let r = raw(addr, "/v2/nothing", &[], b"").await;
+    assert_eq!(r.status, Some(404));
+    // Not HTTP at all.
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    s.write_all(b"\x00\x01garbage\r\n\r\n")
+        .await
+        .expect("write");
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out).await;
+    // The server is still serving.
+    let r = send(&server, A, true).await;
+    assert_eq!(r.status, Some(200));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_request_log_has_method_path_redacted_headers_body_and_outcome() {
+    let server = start(with_faults(json!([{"type": "http", "status": 529}]))).await;
+    send(&server, A, true).await;
+    send(&server, O, false).await;
+    let log = server.requests();
+    assert_eq!(log.len(), 2);
+    assert_eq!(log[0].method, "POST");
+    assert_eq!(log[0].path, "/v1/messages");
+    assert_eq!(log[0].provider, Some(A));
+    assert_eq!(log[0].header("x-api-key"), Some("<redacted>"));
+    assert_eq!(log[1].header("authorization"), Some("<redacted>"));
+    assert_eq!(log[0].header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(
+        log[0].body.as_ref().map(|b| b["model"].clone()),
+        Some(json!("claude-test"))
+    );
+    assert!(
+        matches!(&log[0].outcome, Outcome::Fault { fault } if fault.failure(A).status == Some(529))
+    );
+    assert_eq!(
+        log[1].outcome,
+        Outcome::Answered {
+            turn: 0,
+            alternate: false
+        }
+    );
+    assert!(log[1].at_ms >= log[0].at_ms);
+    assert_eq!(log[0].request_id, "req_fake_000001", "ids count per server");
+    let line = log[0].to_string();
+    assert!(
+        line.starts_with("#0 +")
+            && line.contains("POST /v1/messages [anthropic] -> fault: ")
+            && line.contains("529"),
+        "{line}"
+    );
+    let text = serde_json::to_string(&log).expect("serializable");
+    assert!(!text.contains("sk-ant-test-key") && !text.contains("sk-test-key"));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn reqwest_sees_the_same_faults_as_a_raw_client() {
+    let server = start(with_faults(json!([
+        {"type": "transport", "fault": "reset"},
+        {"type": "stream_cut", "after_events": 4}
+    ])))
+    .await;
+    let client = reqwest::Client::new();
+    let url = format!("{}/chat/completions", server.openai_base_url());
+    let post = || {
+        let mut r = client.post(&url).body(user_body(O, true));
+        for (n, v) in auth(O) {
+            r = r.header(n, v);
+        }
+        r
+    };
+    assert!(post().send().await.is_err(), "closed before headers");
+    let response = post().send().await.expect("headers arrive");
+    assert_eq!(response.status(), 200);
+    let body = response.bytes().await;
+    assert!(body.is_err(), "the body ends in an error, not a clean end");
+    let response = post().send().await.expect("headers");
+    let body = response.bytes().await.expect("a whole body");
+    let mut d = StreamDecoder::new(O);
+    d.feed(&body).expect("decodes");
+    assert_eq!(d.finish().expect("complete"), expected_answer());
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_random_outage_fails_requests_inside_its_window_only() {
+    let server = start(json!({"random": {"outages": [
+        {"from_ms": 0, "until_ms": 1000, "fault": {"type": "http", "status": 503}}]}}))
+    .await;
+    let r = send(&server, O, true).await;
+    assert_eq!(r.status, Some(503));
+    assert_eq!(r.classify(O).kind, FailureKind::Unavailable);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let r = send(&server, O, true).await;
+    assert_eq!(r.status, Some(200));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_closes_the_port_and_open_connections() {
+    let server = start(with_faults(json!([{"type": "stall", "ms": 60000}]))).await;
+    let addr = server.addr();
+    let pending =
+        tokio::spawn(async move { raw(addr, path(A), &auth(A), &user_body(A, false)).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let t = Instant::now();
+    server.shutdown().await;
+    let r = tokio::time::timeout(Duration::from_secs(2), pending)
+        .await
+        .expect("the stalled request ends with the server")
+        .expect("join");
+    assert_eq!(r.status, None);
+    assert!(t.elapsed() < Duration::from_secs(2));
+    assert!(TcpStream::connect(addr).await.is_err());
+}
+
+#[tokio::test]
+async fn a_client_that_gives_up_during_a_mid_stream_stall_gets_the_answer_on_its_retry() {
+    let server = start(with_faults(json!([{"type": "stall", "ms": 600}]))).await;
+    let mut s = TcpStream::connect(server.addr()).await.expect("connect");
+    let body = user_body(A, true);
+    let mut req = format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (n, v) in auth(A) {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).await.expect("write");
+    s.write_all(&body).await.expect("write");
+    let mut buf = vec![0u8; 65536];
+    let n = s.read(&mut buf).await.expect("headers and the first event");
+    assert!(String::from_utf8_lossy(&buf[..n]).contains("message_start"));
+    // The client's idle timeout fires: it hangs up mid-stream.
+    drop(s);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let r = send(&server, A, true).await;
+    assert_eq!(r.decode(A).expect("the answer"), expected_answer());
+    server.shutdown().await;
+}

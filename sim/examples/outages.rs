@@ -1,0 +1,177 @@
+//! The outage experiment: rebound against today's retry policies on the same seeded outages.
+//!
+//! ```text
+//! cargo run --release -p rebound-sim --example outages [-- --seed N --agents N --sweep]
+//! ```
+//!
+//! Prints a Markdown table (the one in `docs/outages.md`) and whether the bar is met (exit
+//! status 1 when it is not). `--sweep` instead prints one line per candidate configuration
+//! of rebound (attempt cap, budget parameters), the search behind
+//! [`MachineConfig::resilient`] and [`BudgetConfig::default`].
+
+use rebound_core::{BudgetConfig, BudgetUse, MachineConfig};
+use rebound_sim::compare::{run_experiment, ExperimentConfig, Policy, Report};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let mut config = ExperimentConfig::default();
+    let mut sweep = false;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == "--sweep" {
+            sweep = true;
+            continue;
+        }
+        let value = args.next().and_then(|v| v.parse::<u64>().ok());
+        match (arg.as_str(), value) {
+            ("--seed", Some(v)) => config.seed = v,
+            ("--agents", Some(v)) => config.agents = usize::try_from(v).unwrap_or(usize::MAX),
+            _ => {
+                eprintln!("usage: outages [--seed N] [--agents N] [--sweep]");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if sweep {
+        return run_sweep(config);
+    }
+    match run_experiment(&config) {
+        Ok(report) => {
+            print!("{report}");
+            if report.verdict().met() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("the simulator failed (a bug): {e}");
+            ExitCode::from(3)
+        }
+    }
+}
+
+fn run_sweep(base: ExperimentConfig) -> ExitCode {
+    let budget = BudgetConfig::default();
+    let with = |attempts: u32, budget: Option<BudgetConfig>, max_wait_ms: u64| {
+        let mut machine = MachineConfig::resilient();
+        machine.retry.max_attempts = attempts;
+        machine.retry_budget = budget.as_ref().map(|_| BudgetUse { max_wait_ms });
+        ExperimentConfig {
+            machine,
+            budget,
+            policies: Policy::all()
+                .into_iter()
+                .filter(|p| *p != Policy::ReboundWithoutBudget)
+                .collect(),
+            ..base.clone()
+        }
+    };
+    let variant = |label: &str, attempts: u32, b: BudgetConfig, max_wait_ms: u64| {
+        (label.to_owned(), with(attempts, Some(b), max_wait_ms))
+    };
+    let candidates: Vec<(String, ExperimentConfig)> = vec![
+        (
+            "4 attempts, no budget (`MachineConfig::default()`)".into(),
+            with(4, None, 0),
+        ),
+        ("8 attempts, no budget".into(), with(8, None, 0)),
+        variant("4 attempts, default budget", 4, budget.clone(), 5_000),
+        variant(
+            "**8 attempts, default budget (`resilient()`)**",
+            8,
+            budget.clone(),
+            5_000,
+        ),
+        variant("12 attempts, default budget", 12, budget.clone(), 5_000),
+        variant(
+            "8 attempts, default budget, max_wait 0 (refuse outright)",
+            8,
+            budget.clone(),
+            0,
+        ),
+        variant(
+            "8 attempts, default budget, max_wait 30 s",
+            8,
+            budget.clone(),
+            30_000,
+        ),
+        variant(
+            "8 attempts, initial 0 (start empty)",
+            8,
+            BudgetConfig {
+                initial: 0.0,
+                ..budget.clone()
+            },
+            5_000,
+        ),
+        variant(
+            "8 attempts, refill 2/s",
+            8,
+            BudgetConfig {
+                refill_per_sec: 2.0,
+                ..budget.clone()
+            },
+            5_000,
+        ),
+        variant(
+            "8 attempts, capacity = initial = 100",
+            8,
+            BudgetConfig {
+                capacity: 100.0,
+                initial: 100.0,
+                ..budget.clone()
+            },
+            5_000,
+        ),
+        variant(
+            "8 attempts, deposit 0.2",
+            8,
+            BudgetConfig {
+                deposit_per_request: 0.2,
+                ..budget.clone()
+            },
+            5_000,
+        ),
+    ];
+    println!("| rebound configuration | bar | total outage: requests / agent | brownout success | stream cuts success | blip-shared success | 3s-outage-shared success | brownout-shared success |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    for (label, config) in candidates {
+        let report = match run_experiment(&config) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("the simulator failed (a bug): {e}");
+                return ExitCode::from(3);
+            }
+        };
+        let cell = |model: &str, f: &dyn Fn(&rebound_sim::compare::Row) -> String| {
+            rebound_row(&report, model).map_or_else(|| "—".to_owned(), f)
+        };
+        let pct = |r: &rebound_sim::compare::Row| format!("{:.1} %", r.success_rate() * 100.0);
+        println!(
+            "| {label} | {} | {} | {} | {} | {} | {} | {} |",
+            if report.verdict().met() {
+                "met"
+            } else {
+                "**not met**"
+            },
+            cell("total-outage", &|r| format!(
+                "{:.2}",
+                r.requests_per_agent()
+            )),
+            cell("brownout", &pct),
+            cell("stream-cuts", &pct),
+            cell("blip-shared", &pct),
+            cell("3s-outage-shared", &pct),
+            cell("brownout-shared", &pct),
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+fn rebound_row<'r>(report: &'r Report, model: &str) -> Option<&'r rebound_sim::compare::Row> {
+    report
+        .rows
+        .iter()
+        .find(|r| r.model == model && r.policy == Policy::Rebound)
+}

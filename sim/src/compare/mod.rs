@@ -1,0 +1,407 @@
+//! The outage experiment: rebound's retry policy against the policies people use today, on
+//! the same seeded outages, in virtual time.
+//!
+//! An experiment runs every [`OutageModel`] under every [`Policy`]. A model is a population
+//! of agents — `agents` of them, starting evenly spread over the first `stagger_ms` of
+//! virtual time — and a fault process ([`Scenario`]) they all meet. Every agent takes one
+//! **turn**: one request to the provider, retried as its policy says, until it succeeds or
+//! the policy gives up. Agent `i` of a model has the same seed under every policy, so it
+//! meets the same fault draws for the same attempts.
+//!
+//! - **rebound** is the real [`AgentMachine`](rebound_core::AgentMachine), driven by
+//!   [`simulate_fleet`]: in a model whose agents share one process, one fleet with one
+//!   shared [`RetryBudget`](rebound_core::RetryBudget); otherwise every agent in its own
+//!   world (its own process, its own budget).
+//! - the **peers** are the modelled per-request retry loops of [`peers`].
+//!
+//! Metrics per (model, policy) are in [`Row`]; [`Report`] prints them as a Markdown table
+//! and checks [the bar](Verdict).
+//!
+//! ```
+//! use rebound_sim::compare::{run_experiment, ExperimentConfig};
+//!
+//! let config = ExperimentConfig { agents: 20, ..ExperimentConfig::default() };
+//! let report = run_experiment(&config).unwrap();
+//! println!("{report}");
+//! assert_eq!(report.rows.len(), config.models.len() * config.policies.len());
+//! ```
+
+pub mod peers;
+mod report;
+
+pub use peers::Peer;
+pub use report::{Report, Row, Verdict};
+
+use crate::driver::{simulate_fleet, FleetAgent, SimConfig, SimError, SimOutcome};
+use crate::scenario::{Answer, Fault, FaultKind, Outage, RandomFaults, Scenario, Turn};
+use rebound_core::{BudgetConfig, BudgetUse, Command, MachineConfig};
+use std::fmt;
+
+/// Who retries: rebound or a modelled peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Policy {
+    /// rebound's machine with [`ExperimentConfig::machine`] and, in shared-process models,
+    /// the shared [`ExperimentConfig::budget`].
+    Rebound,
+    /// The same machine and attempt cap without any retry budget: what the budget buys.
+    ReboundWithoutBudget,
+    /// A modelled peer.
+    Peer(Peer),
+}
+
+impl Policy {
+    /// Every policy, rebound first.
+    #[must_use]
+    pub fn all() -> Vec<Policy> {
+        let mut all = vec![Policy::Rebound, Policy::ReboundWithoutBudget];
+        all.extend(Peer::ALL.map(Policy::Peer));
+        all
+    }
+
+    /// Whether this is one of rebound's own rows.
+    #[must_use]
+    pub fn is_rebound(self) -> bool {
+        matches!(self, Policy::Rebound | Policy::ReboundWithoutBudget)
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Policy::Rebound => f.write_str("**rebound**"),
+            Policy::ReboundWithoutBudget => f.write_str("rebound, no budget"),
+            Policy::Peer(p) => write!(f, "{p}"),
+        }
+    }
+}
+
+/// One outage model: the faults, and whether its agents share one process.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutageModel {
+    /// A short name, e.g. `brownout`.
+    pub name: String,
+    /// One line on what it models.
+    pub description: String,
+    /// The fault process every agent meets (one turn answered `"Done."`).
+    pub scenario: Scenario,
+    /// Whether all agents run in one process, sharing rebound's retry budget. When false,
+    /// each agent is its own process with its own budget.
+    pub shared_process: bool,
+    /// The window `[from_ms, until_ms)` in which the peak request rate is measured; `None`
+    /// for the whole run.
+    pub window_ms: Option<(u64, u64)>,
+    /// The most requests per agent rebound may send in this model (the bar's amplification
+    /// limit), if any.
+    pub max_requests_per_agent: Option<f64>,
+    /// Whether the bar applies to this model (extra models only inform).
+    pub in_bar: bool,
+}
+
+impl OutageModel {
+    fn new(name: &str, description: &str, scenario: Scenario) -> Self {
+        OutageModel {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            scenario: Scenario {
+                name: name.to_owned(),
+                description: description.to_owned(),
+                ..scenario
+            },
+            shared_process: false,
+            window_ms: None,
+            max_requests_per_agent: None,
+            in_bar: true,
+        }
+    }
+
+    /// The five outage models of the issue, plus three extras (not in the bar) where a
+    /// short or partial failure hits all agents of one process and the shared budget binds:
+    /// the blip, a three-second total outage, and the brownout.
+    #[must_use]
+    pub fn standard() -> Vec<OutageModel> {
+        let one_turn = |faults: Vec<Fault>, random: Option<RandomFaults>| Scenario {
+            turns: vec![Turn {
+                faults,
+                answer: Answer::text("Done."),
+                ..Turn::default()
+            }],
+            random,
+            ..Scenario::default()
+        };
+        let window = |outage: Outage| {
+            Some(RandomFaults {
+                outages: vec![outage],
+                ..RandomFaults::default()
+            })
+        };
+        let brownout = window(Outage {
+            rate: Some(0.5),
+            ..Outage::total(0, 120_000, Fault::http(503))
+        });
+        vec![
+            OutageModel::new(
+                "blip",
+                "each agent's first two attempts get 529 overloaded",
+                one_turn(vec![Fault::http(529), Fault::http(529)], None),
+            ),
+            OutageModel {
+                window_ms: Some((0, 12_000)),
+                ..OutageModel::new(
+                    "rate-limit",
+                    "429 with `retry-after: 5` for every attempt in the first 12 s",
+                    one_turn(
+                        vec![],
+                        window(Outage::total(
+                            0,
+                            12_000,
+                            Fault::http_with(429, "retry-after", "5"),
+                        )),
+                    ),
+                )
+            },
+            OutageModel {
+                window_ms: Some((0, 60_000)),
+                ..OutageModel::new(
+                    "stream-cuts",
+                    "30 % of attempts in the first minute have their stream cut mid-message",
+                    one_turn(
+                        vec![],
+                        window(Outage {
+                            rate: Some(0.3),
+                            ..Outage::total(
+                                0,
+                                60_000,
+                                FaultKind::StreamCut { after_events: 25 }.into(),
+                            )
+                        }),
+                    ),
+                )
+            },
+            OutageModel {
+                window_ms: Some((0, 120_000)),
+                ..OutageModel::new(
+                    "brownout",
+                    "50 % of attempts in the first two minutes get 503",
+                    one_turn(vec![], brownout.clone()),
+                )
+            },
+            OutageModel {
+                shared_process: true,
+                window_ms: Some((0, 600_000)),
+                max_requests_per_agent: Some(1.2),
+                ..OutageModel::new(
+                    "total-outage",
+                    "every attempt in the first ten minutes gets 529; all agents in one process",
+                    one_turn(vec![], window(Outage::total(0, 600_000, Fault::http(529)))),
+                )
+            },
+            OutageModel {
+                shared_process: true,
+                in_bar: false,
+                ..OutageModel::new(
+                    "blip-shared",
+                    "the blip, all agents in one process (extra: not part of the bar)",
+                    one_turn(vec![Fault::http(529), Fault::http(529)], None),
+                )
+            },
+            OutageModel {
+                shared_process: true,
+                window_ms: Some((2_000, 5_000)),
+                in_bar: false,
+                ..OutageModel::new(
+                    "3s-outage-shared",
+                    "every attempt from 2 s to 5 s gets 529, all agents in one process (extra)",
+                    one_turn(
+                        vec![],
+                        window(Outage::total(2_000, 5_000, Fault::http(529))),
+                    ),
+                )
+            },
+            OutageModel {
+                shared_process: true,
+                window_ms: Some((0, 120_000)),
+                in_bar: false,
+                ..OutageModel::new(
+                    "brownout-shared",
+                    "the brownout, all agents in one process (extra: not part of the bar)",
+                    one_turn(vec![], brownout),
+                )
+            },
+        ]
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExperimentConfig {
+    /// Seeds every agent's fault draws and jitter.
+    pub seed: u64,
+    /// Agents per model.
+    pub agents: usize,
+    /// Agents start evenly spread over `[0, stagger_ms)`: agent `i` at
+    /// `i * stagger_ms / agents`.
+    pub stagger_ms: u64,
+    /// rebound's machine configuration (its `retry_budget` is cleared for
+    /// [`Policy::ReboundWithoutBudget`]).
+    pub machine: MachineConfig,
+    /// The retry budget each rebound process holds (shared by all agents of a
+    /// shared-process model).
+    pub budget: Option<BudgetConfig>,
+    /// The simulated client's stream idle timeout, in ms.
+    pub idle_timeout_ms: u64,
+    /// The models to run.
+    pub models: Vec<OutageModel>,
+    /// The policies to run, in table order.
+    pub policies: Vec<Policy>,
+}
+
+impl Default for ExperimentConfig {
+    /// 1,000 agents per model starting over the first 10 s, every standard model and
+    /// policy, rebound with [`MachineConfig::resilient`] and
+    /// [`BudgetConfig::default`].
+    fn default() -> Self {
+        ExperimentConfig {
+            seed: 1,
+            agents: 1_000,
+            stagger_ms: 10_000,
+            machine: MachineConfig::resilient(),
+            budget: Some(BudgetConfig::default()),
+            idle_timeout_ms: 60_000,
+            models: OutageModel::standard(),
+            policies: Policy::all(),
+        }
+    }
+}
+
+impl ExperimentConfig {
+    /// When agent `index` sends its request.
+    #[must_use]
+    pub fn start_ms(&self, index: usize) -> u64 {
+        if self.agents == 0 {
+            return 0;
+        }
+        (index as u64).saturating_mul(self.stagger_ms) / self.agents as u64
+    }
+
+    /// The seed of agent `index` in model `model` (the same under every policy).
+    #[must_use]
+    pub fn agent_seed(&self, model: usize, index: usize) -> u64 {
+        splitmix(self.seed ^ splitmix(((model as u64) << 32) | index as u64))
+    }
+}
+
+fn splitmix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// What one agent's turn did, whoever drove it.
+#[derive(Debug, Clone, PartialEq)]
+struct AgentTurn {
+    start_ms: u64,
+    requests: Vec<u64>,
+    completed_at: Option<u64>,
+}
+
+/// Runs every model under every policy.
+///
+/// # Errors
+///
+/// A [`SimError`] when rebound's machine livelocks or stalls in the simulator (a bug).
+pub fn run_experiment(config: &ExperimentConfig) -> Result<Report, SimError> {
+    let mut rows = Vec::new();
+    for (m, model) in config.models.iter().enumerate() {
+        for &policy in &config.policies {
+            let turns = match policy {
+                Policy::Rebound => run_rebound(config, m, model, true)?,
+                Policy::ReboundWithoutBudget => run_rebound(config, m, model, false)?,
+                Policy::Peer(peer) => (0..config.agents)
+                    .map(|i| {
+                        let start_ms = config.start_ms(i);
+                        let record = peers::run_peer_turn(
+                            peer,
+                            &model.scenario,
+                            config.agent_seed(m, i),
+                            start_ms,
+                            config.idle_timeout_ms,
+                        );
+                        AgentTurn {
+                            start_ms,
+                            requests: record.requests,
+                            completed_at: record.completed_at,
+                        }
+                    })
+                    .collect(),
+            };
+            rows.push(Row::summarize(model, policy, &turns_view(&turns)));
+        }
+    }
+    Ok(Report::new(config, rows))
+}
+
+fn turns_view(turns: &[AgentTurn]) -> Vec<report::TurnView<'_>> {
+    turns
+        .iter()
+        .map(|t| report::TurnView {
+            start_ms: t.start_ms,
+            requests: &t.requests,
+            completed_at: t.completed_at,
+        })
+        .collect()
+}
+
+fn run_rebound(
+    config: &ExperimentConfig,
+    m: usize,
+    model: &OutageModel,
+    budgeted: bool,
+) -> Result<Vec<AgentTurn>, SimError> {
+    let mut machine = config.machine.clone();
+    let budget = if budgeted {
+        if machine.retry_budget.is_none() && config.budget.is_some() {
+            machine.retry_budget = Some(BudgetUse::default());
+        }
+        config.budget.clone()
+    } else {
+        machine.retry_budget = None;
+        None
+    };
+    let sim = SimConfig {
+        machine,
+        max_steps: 10_000,
+        idle_timeout_ms: config.idle_timeout_ms,
+        budget,
+    };
+    let agents: Vec<FleetAgent<'_>> = (0..config.agents)
+        .map(|i| FleetAgent {
+            scenario: &model.scenario,
+            seed: config.agent_seed(m, i),
+            start_ms: config.start_ms(i),
+        })
+        .collect();
+    let outcomes: Vec<SimOutcome> = if model.shared_process {
+        simulate_fleet(&agents, &sim)?
+    } else {
+        let mut all = Vec::with_capacity(agents.len());
+        for agent in &agents {
+            all.extend(simulate_fleet(std::slice::from_ref(agent), &sim)?);
+        }
+        all
+    };
+    Ok(agents
+        .iter()
+        .zip(outcomes)
+        .map(|(agent, outcome)| AgentTurn {
+            start_ms: agent.start_ms,
+            requests: outcome
+                .commands()
+                .filter(|(_, c)| matches!(c, Command::SendRequest { .. }))
+                .map(|(t, _)| t.0)
+                .collect(),
+            completed_at: outcome.succeeded().then_some(outcome.elapsed.0),
+        })
+        .collect())
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The real-client test: the official `anthropic` and `openai` Python SDKs (pinned in
+# requirements.txt, installed in a virtualenv under target/) against the fake provider server.
+#
+#   bash tests/python/run.sh
+#
+# Builds the `fake_server` example once, then runs test_fake_server.py with unittest.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+PYTHON="${PYTHON:-python3}"
+VENV="target/python-venv"
+REQ="tests/python/requirements.txt"
+
+if [ ! -x "$VENV/bin/python" ] || ! cmp -s "$REQ" "$VENV/requirements.txt"; then
+    rm -rf "$VENV"
+    "$PYTHON" -m venv "$VENV"
+    timeout 600 "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQ"
+    cp "$REQ" "$VENV/requirements.txt"
+fi
+
+cargo build --quiet -p rebound-effects --example fake_server
+export REBOUND_FAKE_SERVER="$PWD/target/debug/examples/fake_server"
+
+# Loopback only: no proxy, and no provider settings from the environment.
+NO_PROXY="127.0.0.1,localhost" no_proxy="127.0.0.1,localhost" \
+    timeout 600 env -u HTTP_PROXY -u HTTPS_PROXY -u ALL_PROXY -u http_proxy -u https_proxy \
+    -u all_proxy -u ANTHROPIC_API_KEY -u ANTHROPIC_BASE_URL -u ANTHROPIC_AUTH_TOKEN \
+    -u OPENAI_API_KEY -u OPENAI_BASE_URL \
+    "$VENV/bin/python" tests/python/test_fake_server.py -v

@@ -1,0 +1,288 @@
+"""The fake provider server, checked by the official Anthropic and OpenAI Python SDKs.
+
+Each test starts the `fake_server` example (path in $REBOUND_FAKE_SERVER) with a scenario,
+reads its address from the first line of its output and its request log from the JSON
+lines after it, and talks to it with the real SDKs:
+
+- normal streams (and non-streaming calls) parse into the expected text and tool calls;
+- with retries off, each fault raises the SDK's own exception class;
+- with the SDKs' default retries on, the log shows 429 and 529 retried, 401 not.
+"""
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+import anthropic
+import httpx2
+import openai
+
+SERVER = os.environ.get("REBOUND_FAKE_SERVER", "target/debug/examples/fake_server")
+KEY = "sk-fake-test-key-0123456789"
+
+ANSWER_TEXT = "Let me read the parser first."
+ANSWER_CALL = {"name": "read", "input": {"path": "src/parse.rs"}}
+
+
+def scenario(faults=(), answer=None, **extra):
+    """A one-turn scenario: `faults` first, then `answer` (text + a tool call)."""
+    answer = answer or {"text": ANSWER_TEXT, "tool_calls": [dict(ANSWER_CALL, id="toolu_01")]}
+    return dict({"turns": [{"faults": list(faults), "answer": answer}]}, **extra)
+
+
+class FakeServer:
+    """The example binary as a subprocess, with its request log read in the background."""
+
+    def __init__(self, scenario_json):
+        self.proc = subprocess.Popen(
+            [SERVER, "--scenario", json.dumps(scenario_json), "--api-key", KEY],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        first = self.proc.stdout.readline().strip()
+        if not first.startswith("http://"):
+            raise RuntimeError(f"fake server did not start: {first!r}")
+        self.url = first
+        self.lines = queue.Queue()
+        self.log = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.put(json.loads(line))
+
+    def requests(self, at_least=0, timeout=5.0):
+        """The log so far; waits (bounded) until it has `at_least` entries."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                while True:
+                    self.log.append(self.lines.get_nowait())
+            except queue.Empty:
+                pass
+            if len(self.log) >= at_least or time.monotonic() > deadline:
+                return list(self.log)
+            time.sleep(0.02)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+
+
+class ServerTest(unittest.TestCase):
+    def serve(self, scenario_json):
+        server = FakeServer(scenario_json)
+        self.addCleanup(server.stop)
+        return server
+
+    def anthropic(self, server, **kw):
+        kw.setdefault("max_retries", 0)
+        return anthropic.Anthropic(api_key=KEY, base_url=server.url, timeout=10.0, **kw)
+
+    def openai(self, server, **kw):
+        kw.setdefault("max_retries", 0)
+        return openai.OpenAI(api_key=KEY, base_url=server.url + "/v1", timeout=10.0, **kw)
+
+
+MESSAGES = [{"role": "user", "content": "Fix the failing test."}]
+TOOLS_A = [{"name": "read", "description": "Read a file.",
+            "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]
+TOOLS_O = [{"type": "function", "function": {
+    "name": "read", "description": "Read a file.",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
+
+
+class AnthropicSdk(ServerTest):
+    def stream(self, client):
+        with client.messages.stream(model="claude-test", max_tokens=256,
+                                    messages=MESSAGES, tools=TOOLS_A) as s:
+            for _ in s:
+                pass
+            return s.get_final_message()
+
+    def test_stream_parses_into_text_and_tool_call(self):
+        server = self.serve(scenario())
+        message = self.stream(self.anthropic(server))
+        self.assertEqual(message.content[0].type, "text")
+        self.assertEqual(message.content[0].text, ANSWER_TEXT)
+        call = message.content[1]
+        self.assertEqual((call.type, call.id, call.name), ("tool_use", "toolu_01", "read"))
+        self.assertEqual(call.input, ANSWER_CALL["input"])
+        self.assertEqual(message.stop_reason, "tool_use")
+
+    def test_non_streaming_create_parses(self):
+        server = self.serve(scenario())
+        message = self.anthropic(server).messages.create(
+            model="claude-test", max_tokens=256, messages=MESSAGES)
+        self.assertEqual(message.content[0].text, ANSWER_TEXT)
+        self.assertEqual(message.content[1].input, ANSWER_CALL["input"])
+
+    def test_529_is_the_overloaded_server_error(self):
+        server = self.serve(scenario([{"type": "http", "status": 529}]))
+        with self.assertRaises(anthropic.InternalServerError) as cm:
+            self.stream(self.anthropic(server))
+        self.assertEqual(cm.exception.status_code, 529)
+        self.assertIsInstance(cm.exception, anthropic.OverloadedError)
+
+    def test_429_is_a_rate_limit_error_with_its_header(self):
+        server = self.serve(scenario([{"type": "http", "status": 429,
+                                       "headers": {"retry-after": "7"}}]))
+        with self.assertRaises(anthropic.RateLimitError) as cm:
+            self.stream(self.anthropic(server))
+        self.assertEqual(cm.exception.response.headers.get("retry-after"), "7")
+        self.assertTrue(cm.exception.response.headers.get("request-id", "").startswith("req_"))
+
+    def test_mid_stream_error_event_raises_the_stream_error(self):
+        server = self.serve(scenario([{"type": "stream_error",
+                                       "error_type": "overloaded_error",
+                                       "message": "Overloaded"}]))
+        with self.assertRaises(anthropic.APIStatusError) as cm:
+            self.stream(self.anthropic(server))
+        self.assertIn("overloaded_error", str(cm.exception))
+
+    def test_cut_stream_raises_instead_of_returning_a_partial_message(self):
+        server = self.serve(scenario([{"type": "stream_cut", "after_events": 4}]))
+        # The Anthropic SDK lets the transport's own error through while iterating: the
+        # chunked body ended without its terminating chunk.
+        with self.assertRaises((anthropic.APIConnectionError, httpx2.RemoteProtocolError)) as cm:
+            self.stream(self.anthropic(server))
+        self.assertIn("incomplete chunked read", str(cm.exception))
+
+    def test_missing_key_and_context_overflow_are_the_real_errors(self):
+        server = self.serve(scenario([{"type": "context_overflow"}]))
+        bad = anthropic.Anthropic(api_key="wrong-key", base_url=server.url, max_retries=0)
+        with self.assertRaises(anthropic.AuthenticationError):
+            self.stream(bad)
+        with self.assertRaises(anthropic.BadRequestError) as cm:
+            self.stream(self.anthropic(server))
+        self.assertIn("prompt is too long", str(cm.exception))
+
+    def test_default_retries_retry_429_and_529_but_not_401(self):
+        server = self.serve(scenario([
+            {"type": "http", "status": 429, "headers": {"retry-after-ms": "50"}},
+            {"type": "http", "status": 529, "headers": {"retry-after-ms": "50"}},
+        ]))
+        message = self.stream(self.anthropic(server, max_retries=2))
+        self.assertEqual(message.content[0].text, ANSWER_TEXT)
+        log = server.requests(at_least=3)
+        self.assertEqual([r["outcome"]["type"] for r in log], ["fault", "fault", "answered"])
+        self.assertEqual([r["outcome"].get("fault", {}).get("status") for r in log[:2]], [429, 529])
+        retry_counts = [dict(r["headers"]).get("x-stainless-retry-count") for r in log]
+        self.assertEqual(retry_counts, ["0", "1", "2"])
+        # The key went as `x-api-key` or `authorization`; the log holds neither.
+        for r in log:
+            headers = dict(r["headers"])
+            self.assertTrue("x-api-key" in headers or "authorization" in headers, headers)
+            self.assertNotIn(KEY, json.dumps(r))
+
+        server = self.serve(scenario([{"type": "http", "status": 401}]))
+        with self.assertRaises(anthropic.AuthenticationError):
+            self.stream(self.anthropic(server, max_retries=2))
+        time.sleep(0.3)
+        self.assertEqual(len(server.requests()), 1, "401 is not retried")
+
+
+class OpenAiSdk(ServerTest):
+    def stream(self, client):
+        text, calls = "", {}
+        stream = client.chat.completions.create(model="gpt-test", messages=MESSAGES,
+                                                tools=TOOLS_O, stream=True)
+        finish = None
+        for chunk in stream:
+            for choice in chunk.choices:
+                delta = choice.delta
+                text += delta.content or ""
+                for tc in delta.tool_calls or []:
+                    c = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+                    c["id"] = tc.id or c["id"]
+                    if tc.function:
+                        c["name"] += tc.function.name or ""
+                        c["arguments"] += tc.function.arguments or ""
+                finish = choice.finish_reason or finish
+        return text, [calls[i] for i in sorted(calls)], finish
+
+    def test_stream_parses_into_text_and_tool_call(self):
+        server = self.serve(scenario())
+        text, calls, finish = self.stream(self.openai(server))
+        self.assertEqual(text, ANSWER_TEXT)
+        self.assertEqual(len(calls), 1)
+        self.assertEqual((calls[0]["id"], calls[0]["name"]), ("toolu_01", "read"))
+        self.assertEqual(json.loads(calls[0]["arguments"]), ANSWER_CALL["input"])
+        self.assertEqual(finish, "tool_calls")
+
+    def test_non_streaming_create_parses(self):
+        server = self.serve(scenario())
+        r = self.openai(server).chat.completions.create(model="gpt-test", messages=MESSAGES)
+        message = r.choices[0].message
+        self.assertEqual(message.content, ANSWER_TEXT)
+        self.assertEqual(json.loads(message.tool_calls[0].function.arguments),
+                         ANSWER_CALL["input"])
+
+    def test_529_is_an_internal_server_error(self):
+        server = self.serve(scenario([{"type": "http", "status": 529}]))
+        with self.assertRaises(openai.InternalServerError) as cm:
+            self.stream(self.openai(server))
+        self.assertEqual(cm.exception.status_code, 529)
+
+    def test_429_is_a_rate_limit_error_with_its_header(self):
+        server = self.serve(scenario([{"type": "http", "status": 429,
+                                       "headers": {"retry-after": "7"}}]))
+        with self.assertRaises(openai.RateLimitError) as cm:
+            self.stream(self.openai(server))
+        self.assertEqual(cm.exception.response.headers.get("retry-after"), "7")
+        self.assertEqual(cm.exception.code, "rate_limit_exceeded")
+
+    def test_mid_stream_error_raises_the_stream_error(self):
+        server = self.serve(scenario([{"type": "stream_error", "error_type": "server_error",
+                                       "message": "The server had an error"}]))
+        with self.assertRaises(openai.APIError) as cm:
+            self.stream(self.openai(server))
+        self.assertIn("The server had an error", str(cm.exception))
+
+    def test_cut_stream_is_a_connection_error(self):
+        server = self.serve(scenario([{"type": "stream_cut", "after_events": 3}]))
+        with self.assertRaises(openai.APIConnectionError):
+            self.stream(self.openai(server))
+
+    def test_context_overflow_is_a_bad_request_with_its_code(self):
+        server = self.serve(scenario([{"type": "context_overflow"}]))
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.stream(self.openai(server))
+        self.assertEqual(cm.exception.code, "context_length_exceeded")
+
+    def test_default_retries_retry_429_and_529_but_not_401(self):
+        server = self.serve(scenario([
+            {"type": "http", "status": 429, "headers": {"retry-after-ms": "50"}},
+            {"type": "http", "status": 529, "headers": {"retry-after-ms": "50"}},
+        ]))
+        text, _, _ = self.stream(self.openai(server, max_retries=2))
+        self.assertEqual(text, ANSWER_TEXT)
+        log = server.requests(at_least=3)
+        self.assertEqual([r["outcome"]["type"] for r in log], ["fault", "fault", "answered"])
+        retry_counts = [dict(r["headers"]).get("x-stainless-retry-count") for r in log]
+        self.assertEqual(retry_counts, ["0", "1", "2"])
+        self.assertTrue(all(dict(r["headers"]).get("authorization") == "<redacted>" for r in log))
+        self.assertNotIn(KEY, json.dumps(log))
+
+        server = self.serve(scenario([{"type": "http", "status": 401}]))
+        with self.assertRaises(openai.AuthenticationError):
+            self.stream(self.openai(server, max_retries=2))
+        time.sleep(0.3)
+        self.assertEqual(len(server.requests()), 1, "401 is not retried")
+
+
+if __name__ == "__main__":
+    if not os.path.exists(SERVER):
+        sys.exit(f"fake server binary not found at {SERVER}; run tests/python/run.sh")
+    unittest.main()
