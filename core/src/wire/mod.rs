@@ -443,12 +443,22 @@ impl StreamDecoder {
         let state = &mut self.state;
         let complete = &mut self.complete;
         let result = self.sse.feed_with(bytes, |event| {
-            if !*complete && state.on_event(event, deltas)? {
+            if state.on_event(event, deltas).map_err(Halt::Failed)? {
                 *complete = true;
+                // Stop decoding here: what follows the terminal event in the same chunk is
+                // ignored, exactly as it is when it arrives in a later chunk (a limit broken
+                // by trailing bytes must not fail a complete message).
+                return Err(Halt::Complete);
             }
-            Ok::<(), ProviderFailure>(())
+            Ok(())
         });
-        result.inspect_err(|f| self.failure = Some(f.clone()))
+        match result {
+            Ok(()) | Err(Halt::Complete) => Ok(()),
+            Err(Halt::Failed(f)) => {
+                self.failure = Some(f.clone());
+                Err(f)
+            }
+        }
     }
 
     /// Whether the terminal event (`message_stop`, `data: [DONE]`) has arrived.
@@ -492,6 +502,20 @@ impl StreamDecoder {
             ProviderState::Anthropic(s) => s.finish(self.complete),
             ProviderState::OpenAi(s) => s.finish(self.complete),
         }
+    }
+}
+
+/// Why [`StreamDecoder::feed_into`] stopped decoding a chunk early.
+enum Halt {
+    /// The terminal event arrived; the rest of the chunk is ignored.
+    Complete,
+    /// The stream failed.
+    Failed(ProviderFailure),
+}
+
+impl From<SseError> for Halt {
+    fn from(e: SseError) -> Self {
+        Halt::Failed(e.into())
     }
 }
 

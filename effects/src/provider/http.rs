@@ -39,6 +39,11 @@ pub struct HttpProviderConfig {
     /// How long the response may stay silent (before headers, or between stream chunks)
     /// before the attempt counts as a transport fault.
     pub idle_timeout: Duration,
+    /// How long a response may go without *content*: a streamed response that only sends
+    /// keep-alives (pings, comments, empty deltas) for this long, or a non-streamed or error
+    /// body still not complete after it, fails as an idle timeout. Bytes alone do not reset
+    /// it, so a server dripping keep-alives cannot hold a request open forever.
+    pub progress_timeout: Duration,
 }
 
 impl HttpProviderConfig {
@@ -54,6 +59,7 @@ impl HttpProviderConfig {
             max_tokens: 8_192,
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(90),
+            progress_timeout: Duration::from_secs(600),
         }
     }
 }
@@ -83,6 +89,14 @@ impl HttpProvider {
             return Err(ConfigError::EmptyApiKey {
                 provider: config.provider,
             });
+        }
+        if reqwest::header::HeaderValue::from_str(config.api_key.expose()).is_err() {
+            // Never echo the key: it may be a real one with a stray control character.
+            return Err(ConfigError::Invalid(format!(
+                "the {} API key contains characters not allowed in an HTTP header \
+                 (a newline or another control character)",
+                config.provider
+            )));
         }
         if config.model.trim().is_empty() {
             return Err(ConfigError::EmptyModel);
@@ -149,7 +163,7 @@ impl HttpProvider {
         let status = response.status().as_u16();
         let headers = to_headers(response.headers());
         if !response.status().is_success() {
-            let body = read_bounded(&mut response, self.config.idle_timeout).await;
+            let body = read_bounded(&mut response, &self.config).await;
             return Err(classify_http(kind, status, &headers, &body, now_unix_ms()));
         }
         let is_json = headers
@@ -157,7 +171,7 @@ impl HttpProvider {
             .is_some_and(|ct| ct.starts_with("application/json"));
         if is_json {
             // A server that ignored `stream: true` (some compatible servers do).
-            let body = read_bounded(&mut response, self.config.idle_timeout).await;
+            let body = read_bounded(&mut response, &self.config).await;
             return wire::parse_response(kind, &body).map_err(|mut f| {
                 if f.request_id.is_none() {
                     f.request_id = request_id(&headers);
@@ -166,9 +180,22 @@ impl HttpProvider {
             });
         }
         let mut decoder = StreamDecoder::new(kind);
+        let mut last_progress = tokio::time::Instant::now();
         loop {
-            let chunk = match tokio::time::timeout(self.config.idle_timeout, response.chunk()).await
-            {
+            let idle = self
+                .config
+                .idle_timeout
+                .min(remaining(last_progress, self.config.progress_timeout));
+            let chunk = match tokio::time::timeout(idle, response.chunk()).await {
+                Err(_) if last_progress.elapsed() >= self.config.progress_timeout => {
+                    return Err(with_request_id(
+                        transport(
+                            TransportFault::IdleTimeout,
+                            "no content received in time (only keep-alives)",
+                        ),
+                        &headers,
+                    ))
+                }
                 Err(_) => {
                     return Err(with_request_id(
                         transport(TransportFault::IdleTimeout, "no bytes received in time"),
@@ -182,6 +209,7 @@ impl HttpProvider {
             let pieces = decoder
                 .feed(&chunk)
                 .map_err(|f| with_request_id(f, &headers))?;
+            let progressed = pieces.iter().any(has_content);
             for piece in pieces {
                 if !deltas(piece) {
                     return Err(ProviderFailure::new(
@@ -192,6 +220,17 @@ impl HttpProvider {
             }
             if decoder.is_complete() {
                 break;
+            }
+            if progressed {
+                last_progress = tokio::time::Instant::now();
+            } else if last_progress.elapsed() >= self.config.progress_timeout {
+                return Err(with_request_id(
+                    transport(
+                        TransportFault::IdleTimeout,
+                        "no content received in time (only keep-alives)",
+                    ),
+                    &headers,
+                ));
             }
         }
         decoder.finish().map_err(|f| with_request_id(f, &headers))
@@ -209,8 +248,34 @@ impl Provider for HttpProvider {
         tools: &'a [ToolSpec],
         deltas: DeltaSink<'a>,
     ) -> BoxFuture<'a, Result<AssistantResponse, ProviderFailure>> {
-        Box::pin(self.send_inner(conversation, tools, deltas))
+        Box::pin(async move {
+            self.send_inner(conversation, tools, deltas)
+                .await
+                .map_err(|f| scrub_key(f, self.config.api_key.expose()))
+        })
     }
+}
+
+/// Removes the key from everything a failure carries: a proxy or a compatible server may echo
+/// it back in an error message or header, and failures reach logs, traces and the terminal.
+/// (Keys starting with `sk-` are also masked by classification; this covers any key.)
+fn scrub_key(mut failure: ProviderFailure, key: &str) -> ProviderFailure {
+    if key.len() < 4 {
+        return failure;
+    }
+    let scrub = |text: &mut String| {
+        if text.contains(key) {
+            *text = text.replace(key, "***");
+        }
+    };
+    scrub(&mut failure.message);
+    for text in [&mut failure.error_type, &mut failure.request_id]
+        .into_iter()
+        .flatten()
+    {
+        scrub(text);
+    }
+    failure
 }
 
 /// `base` + the provider's request path, checked to be an http(s) URL.
@@ -277,11 +342,30 @@ fn now_unix_ms() -> Option<u64> {
         .and_then(|d| u64::try_from(d.as_millis()).ok())
 }
 
-/// Reads at most [`MAX_ERROR_BODY`] bytes of a body; a slow or broken body yields what was
-/// read so far.
-async fn read_bounded(response: &mut reqwest::Response, idle: Duration) -> Vec<u8> {
+/// What is left of `limit` since `since` (zero when spent).
+fn remaining(since: tokio::time::Instant, limit: Duration) -> Duration {
+    limit.saturating_sub(since.elapsed())
+}
+
+/// Whether a streamed piece carries content (keep-alives and empty deltas do not).
+fn has_content(piece: &wire::StreamDelta) -> bool {
+    match piece {
+        wire::StreamDelta::Text { text, .. } => !text.is_empty(),
+        wire::StreamDelta::Thinking { thinking, .. } => !thinking.is_empty(),
+        wire::StreamDelta::ToolCallStart { .. } => true,
+        wire::StreamDelta::ToolInputJson { partial_json, .. } => !partial_json.is_empty(),
+    }
+}
+
+/// Reads at most [`MAX_ERROR_BODY`] bytes of a body, within the idle timeout per chunk and
+/// the progress timeout in all; a slow, endless or broken body yields what was read so far.
+async fn read_bounded(response: &mut reqwest::Response, config: &HttpProviderConfig) -> Vec<u8> {
+    let started = tokio::time::Instant::now();
     let mut body = Vec::new();
     while body.len() < MAX_ERROR_BODY {
+        let idle = config
+            .idle_timeout
+            .min(remaining(started, config.progress_timeout));
         match tokio::time::timeout(idle, response.chunk()).await {
             Ok(Ok(Some(chunk))) => {
                 let room = MAX_ERROR_BODY - body.len();

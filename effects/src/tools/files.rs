@@ -179,6 +179,13 @@ fn relative_names(given: &str) -> Result<Vec<String>, ToolError> {
     if given.contains('\0') {
         return Err(ToolError::model("the path contains a NUL byte"));
     }
+    if given.len() > MAX_PATH_BYTES {
+        // Refused before any error message can echo it back in full.
+        return Err(ToolError::model(format!(
+            "the path is {} bytes long; paths are limited to {MAX_PATH_BYTES} bytes",
+            given.len()
+        )));
+    }
     let mut names = Vec::new();
     for component in Path::new(given).components() {
         match component {
@@ -203,12 +210,16 @@ fn relative_names(given: &str) -> Result<Vec<String>, ToolError> {
     Ok(names)
 }
 
+/// The longest path accepted from the model (Linux's `PATH_MAX`).
+const MAX_PATH_BYTES: usize = 4096;
+
 fn shorten(text: &str) -> String {
     super::schema::bounded(text, 200)
 }
 
 /// A model-readable refusal for an I/O error on `shown`.
 fn io_refusal(shown: &str, e: &io::Error) -> ToolError {
+    let shown = shorten(shown);
     match e.kind() {
         io::ErrorKind::PermissionDenied => ToolError::model(format!("permission denied: {shown}")),
         io::ErrorKind::NotFound => ToolError::model(format!("not found: {shown}")),

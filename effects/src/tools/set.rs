@@ -418,10 +418,17 @@ impl ToolSet {
                     owners.remove(&id);
                     for (index, result) in answered {
                         let max = self.config.max_output_bytes;
-                        results[index] = Some(result.map(|output| {
-                            let output = super::media::screen(output, &Default::default());
-                            cap_output(output, max)
-                        }));
+                        results[index] = Some(match result {
+                            Ok(output) => Ok(cap_output(
+                                super::media::screen(output, &Default::default()),
+                                max,
+                            )),
+                            // Error text reaches the model too: the same cap applies.
+                            Err(ToolFailure::Model { message }) if message.len() > max => {
+                                Err(ToolFailure::model(bounded(&message, max)))
+                            }
+                            Err(failure) => Err(failure),
+                        });
                     }
                 }
                 Some(Err(error)) => {
