@@ -144,12 +144,12 @@ async fn kill_9_at_random_points_never_tears_the_session_and_resume_completes() 
         // A whole run takes about (CALLS_PER_TURN + 1) requests × 7 events × DRIP.
         let after = Duration::from_millis(rng.u64(0..900));
         std::thread::sleep(after);
-        let exited_early = child.try_wait().expect("try_wait").is_some();
         let _ = child.kill(); // SIGKILL
         let status = child.wait().expect("wait");
+        // Killed, or (when the kill came late) finished cleanly on its own.
         assert!(
-            exited_early || status.code().is_none(),
-            "run {i} (seed {seed}) ended on its own: {status:?}"
+            matches!(status.code(), None | Some(0)),
+            "run {i} (seed {seed}) failed on its own: {status:?}"
         );
         if let Some(conversation) = load(&session) {
             conversation
