@@ -1443,14 +1443,14 @@ fn coding_task() -> Scenario {
                         "read",
                         json!({"path": "src/parse.rs"}),
                     )
-                    .with_outcome(ToolOutcome::ok("fn parse(input: &str) -> Ast { todo!() }"))])
+                    .with_outcome(ToolOutcome::ok("fn parse(input: &str) -> Ast { panic!(\"unwritten\") }"))])
                 },
                 ..Turn::default()
             },
             Turn {
                 answer: Answer::calls(vec![ScriptedCall::new(
                     "edit",
-                    json!({"path": "src/parse.rs", "old": "todo!()", "new": "Ast::new(input)"}),
+                    json!({"path": "src/parse.rs", "old": "panic!(\"unwritten\")", "new": "Ast::new(input)"}),
                 )
                 .with_outcome(ToolOutcome::ok("1 replacement"))]),
                 ..Turn::default()
@@ -1499,7 +1499,7 @@ fn demo() -> Scenario {
                 json!({"path": "src/parse.rs"}),
             )
             .with_outcome(ToolOutcome::Ok {
-                text: Some("fn parse(input: &str) -> Ast { todo!() }\n".into()),
+                text: Some("fn parse(input: &str) -> Ast { panic!(\"unwritten\") }\n".into()),
                 bytes: Some(6_000),
             })]),
             ..Turn::default()
@@ -1508,7 +1508,7 @@ fn demo() -> Scenario {
             faults: vec![FaultKind::ContextOverflow.into()],
             answer: Answer::calls(vec![ScriptedCall::new(
                 "edit",
-                json!({"path": "src/parse.rs", "old": "todo!()", "new": "Ast::new(input)"}),
+                json!({"path": "src/parse.rs", "old": "panic!(\"unwritten\")", "new": "Ast::new(input)"}),
             )
             .with_outcome(ToolOutcome::ok("1 replacement"))]),
             ..Turn::default()
