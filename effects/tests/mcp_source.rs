@@ -1,6 +1,8 @@
 //! The MCP tool source against a real MCP server: `tests/fixtures/mcp/server.py`, written with
-//! the official `mcp` Python SDK, in the venv that `tests/fixtures/mcp/install.sh` makes (and
-//! `.ci/run` runs). Without that venv these tests fail, saying how to make it.
+//! the official `mcp` Python SDK. Its venv is made on first use by
+//! `tests/fixtures/mcp/install.sh` (once, under a lock shared by every test process), so
+//! `cargo test --workspace` needs nothing run before it; `REBOUND_MCP_PYTHON` names another
+//! Python that has the SDK instead.
 #![cfg(feature = "mcp")]
 
 use rebound_core::{
@@ -11,6 +13,7 @@ use rebound_effects::tools::mcp::{McpConfig, McpError, McpSource};
 use rebound_effects::tools::{ToolContext, ToolSet, ToolSource};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -18,24 +21,45 @@ fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp")
 }
 
-/// The Python of the test venv: `$REBOUND_MCP_PYTHON`, or `target/mcp-venv/bin/python`.
+/// The Python of the test venv: `$REBOUND_MCP_PYTHON`, or the venv that `install.sh` makes
+/// (under `$CARGO_TARGET_DIR`, else the workspace's `target/`), made here on first use.
 fn python() -> PathBuf {
-    let python = match std::env::var_os("REBOUND_MCP_PYTHON") {
-        Some(path) => PathBuf::from(path),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/mcp-venv/bin/python"),
-    };
-    let ok = std::process::Command::new(&python)
-        .args(["-c", "import mcp.server.mcpserver"])
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(provision_python).clone()
+}
+
+fn provision_python() -> PathBuf {
+    if let Some(path) = std::env::var_os("REBOUND_MCP_PYTHON") {
+        return PathBuf::from(path);
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|dir| {
+            if dir.is_absolute() {
+                dir
+            } else {
+                workspace.join(dir)
+            }
+        })
+        .unwrap_or_else(|| workspace.join("target"));
+    let venv = target.join("mcp-venv");
+    let out = std::process::Command::new("bash")
+        .arg(fixtures().join("install.sh"))
+        .arg(&venv)
         .output()
-        .is_ok_and(|out| out.status.success());
+        .expect("bash runs");
     assert!(
-        ok,
-        "the MCP test server needs Python with the `mcp` SDK at `{}`, which is missing.\n\
-         Make it with `bash effects/tests/fixtures/mcp/install.sh` (from the repository root; \
-         `.ci/run` does this), or point REBOUND_MCP_PYTHON at a Python that has `mcp==2.3.0`.",
-        python.display()
+        out.status.success(),
+        "could not make the MCP test server's Python venv at `{}` (exit {:?}).\n\
+         The tests install the official `mcp` SDK from PyPI on first use; with no registry, set \
+         REBOUND_MCP_PYTHON to a Python that has `mcp==2.3.0`.\n{}{}",
+        venv.display(),
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
     );
-    python
+    venv.join("bin/python")
 }
 
 fn quoted(path: &Path) -> String {
@@ -466,7 +490,7 @@ async fn process_is_gone(pid: u32) -> bool {
 }
 
 /// Against the reference server `@modelcontextprotocol/server-everything` (Node): opt-in,
-/// since `.ci/run` installs only the Python server. Run with
+/// since the tests provision only the Python server. Run with
 /// `REBOUND_MCP_EVERYTHING='path/to/mcp-server-everything' cargo test -p rebound-effects
 /// --test mcp_source -- --ignored` after `npm install @modelcontextprotocol/server-everything`.
 #[tokio::test]
