@@ -1,13 +1,35 @@
-//! A shared retry budget: a pure token bucket that stops many agents from multiplying an outage.
+//! A shared retry budget: a pure token bucket, funded by successes, with a first-come,
+//! first-served queue of waiting retries and the provider's shared rate-limit state.
+//!
+//! One budget is shared by every machine of a fleet (a process, or a simulation). It tells a
+//! partial failure from a total outage by the only signal that differs between them:
+//! **successes**. While some requests succeed, their deposits keep retries funded; when
+//! nothing succeeds, only first attempts and the slow refill fund them, so a total outage
+//! costs a bounded number of retries however many agents share the budget.
 
 use crate::time::Millis;
 use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
 
 /// Parameters of a [`RetryBudget`].
 ///
-/// Tokens are counted in thousandths so the arithmetic is exact and deterministic. Every first
-/// attempt of a request deposits `deposit_per_request` tokens; time adds `refill_per_sec`;
-/// every charged retry withdraws one token; the balance never exceeds `capacity`.
+/// Tokens are counted in thousandths so the arithmetic is exact and deterministic. One charged
+/// retry (a retry on the policy's own backoff) costs one token; what each source of tokens
+/// buys:
+///
+/// - `initial` and `capacity`: the burst a quiet fleet may spend at once. A lone agent never
+///   waits for a token (its eight attempts cost seven); a total outage hitting the whole fleet
+///   spends at most `capacity` at once.
+/// - `deposit_per_request`: every first attempt pays this much towards future retries, so a
+///   busy fleet can afford retries in proportion to its traffic (0.1: about one retry per ten
+///   requests) even when nothing has succeeded yet.
+/// - `deposit_per_success`: every successful response pays this much. This is what keeps a
+///   partial failure funded (a brownout where half the attempts work, a blip every agent must
+///   retry through twice) while a total outage, where nothing succeeds, still starves. Above
+///   the retries a success needs (two in the blip), the supply grows with the recovery.
+/// - `refill_per_sec`: time alone pays this much, whatever the traffic, so a fleet that
+///   exhausted its budget in an outage can probe again later. It is the only source that
+///   funds retries during a long total outage: keep it small.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct BudgetConfig {
@@ -15,8 +37,10 @@ pub struct BudgetConfig {
     pub capacity: f64,
     /// Tokens in the bucket at the start.
     pub initial: f64,
-    /// Tokens each first attempt deposits (0.1 lets retries add at most ~10 % load).
+    /// Tokens each first attempt deposits.
     pub deposit_per_request: f64,
+    /// Tokens each successful response deposits.
+    pub deposit_per_success: f64,
     /// Tokens added per second of elapsed time, whatever the traffic.
     pub refill_per_sec: f64,
 }
@@ -27,52 +51,152 @@ impl Default for BudgetConfig {
             capacity: 10.0,
             initial: 10.0,
             deposit_per_request: 0.1,
-            refill_per_sec: 1.0,
+            deposit_per_success: 3.0,
+            refill_per_sec: 0.5,
         }
     }
 }
 
-/// The budget's answer to a request for a retry permit.
+/// What a permit is asked for. Only [`Charged`](PermitKind::Charged) permits cost a token;
+/// every kind waits while the target is rate-limited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermitKind {
+    /// The first attempt of a request: deposits `deposit_per_request`, never refused, only
+    /// delayed while the target is rate-limited.
+    FirstAttempt,
+    /// A retry that waited out a server-given delay (or a compaction retry): not charged.
+    Hinted,
+    /// A retry on the policy's own backoff: costs one token, waits for one (first come,
+    /// first served) until its deadline.
+    #[default]
+    Charged,
+}
+
+/// The budget's answer to a permit request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PermitDecision {
-    /// A token was withdrawn: retry now.
+    /// Go ahead now (for a charged permit, a token was withdrawn).
     Granted,
-    /// No token now, but refill will provide one at this time, before the asker's deadline:
-    /// ask again then.
+    /// The target told an agent of this budget to wait until this time (a 429 with a
+    /// server delay): wait until then, then ask again.
     WaitUntil(Millis),
-    /// No token before the deadline: do not retry.
+    /// No token before the asker's deadline: do not retry.
     Denied,
 }
 
-/// A token bucket of retries, shared by every machine in a process (or a simulation).
+/// Something a machine tells its budget, in [`Command::NoteBudget`](crate::Command::NoteBudget).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "note")]
+pub enum BudgetNote {
+    /// A request to `target` succeeded: deposits `deposit_per_success`.
+    Succeeded {
+        /// Index of the target in the fallback chain.
+        target: usize,
+    },
+    /// `target` answered 429 with a delay: every agent of the budget waits until `until`
+    /// before its next request to that target.
+    RateLimited {
+        /// Index of the target in the fallback chain.
+        target: usize,
+        /// When the server said it is ready again.
+        until: Millis,
+    },
+}
+
+/// One permit request: what for, to which target, and how long the asker will wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PermitAsk {
+    /// What the permit is for.
+    pub kind: PermitKind,
+    /// Index of the target the request goes to.
+    pub target: usize,
+    /// The latest time a charged permit may be granted; ignored for the other kinds.
+    pub deadline: Millis,
+    /// When the request being retried first asked (its turn's start): the queue serves the
+    /// oldest request first, so tokens finish turns instead of spreading over many.
+    pub since: Millis,
+}
+
+/// Names one permit request while it waits in a budget's queue. The driver chooses it, unique
+/// among the requests waiting in one budget, and maps it back to the machine that asked.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct Ticket(pub u64);
+
+/// Counters of what a budget did, for reports and invariant checks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetStats {
+    /// Charged permits granted (tokens withdrawn).
+    pub granted: u64,
+    /// Charged permits denied.
+    pub denied: u64,
+    /// Charged permits that waited in the queue before their answer.
+    pub queued: u64,
+    /// Milli-tokens deposited by first attempts and successes (before the capacity cap).
+    pub deposited_milli: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Waiter {
+    since: Millis,
+    ticket: Ticket,
+    target: usize,
+    deadline: Millis,
+}
+
+/// A token bucket of retries, shared by every machine of a fleet, as plain data fed with
+/// `now`.
 ///
-/// It is plain data fed with `now`; the driver owns it and answers the machine's
-/// [`Command::AcquirePermit`](crate::Command::AcquirePermit) with
-/// [`RetryBudget::try_acquire`], and calls [`RetryBudget::record_request`] for every
-/// first attempt it sends. Modelled on gRPC retry throttling and Finagle's `RetryBudget`.
+/// The driver owns it and forwards what the machines say: each
+/// [`Command::AcquirePermit`](crate::Command::AcquirePermit) goes to
+/// [`request`](Self::request), each [`Command::NoteBudget`](crate::Command::NoteBudget) to
+/// [`record`](Self::record). A charged permit that finds no token waits in a first-come,
+/// first-served queue, ordered by when each waiter's *request* arrived (its
+/// [`PermitAsk::since`]), so the oldest turns are finished first: deposits (first attempts,
+/// successes) and refill grant waiters in that order, and a waiter still unserved at its
+/// deadline is denied. The driver collects those
+/// later answers with [`poll_decision`](Self::poll_decision) after every call, and calls
+/// [`tick`](Self::tick) at [`next_wakeup`](Self::next_wakeup) so refill and deadlines take
+/// effect when nothing else happens. Time must not go backwards: an earlier `now` counts as
+/// the latest one seen. Modelled on gRPC retry throttling (successes fund retries), the AWS
+/// SDKs' retry quota and Finagle's `RetryBudget` (traffic funds retries).
 ///
 /// ```
-/// use rebound_core::{BudgetConfig, Millis, PermitDecision, RetryBudget};
+/// use rebound_core::budget::{BudgetConfig, BudgetNote, PermitAsk, PermitDecision, PermitKind, RetryBudget, Ticket};
+/// use rebound_core::Millis;
 ///
 /// let mut budget = RetryBudget::new(BudgetConfig {
 ///     capacity: 1.0,
 ///     initial: 1.0,
 ///     deposit_per_request: 0.0,
-///     refill_per_sec: 0.5,
+///     deposit_per_success: 1.0,
+///     refill_per_sec: 0.0,
 /// });
-/// assert_eq!(budget.try_acquire(Millis(0), Millis(0)), PermitDecision::Granted);
-/// // Empty: refill brings the next token two seconds later.
-/// assert_eq!(budget.try_acquire(Millis(0), Millis(5_000)), PermitDecision::WaitUntil(Millis(2_000)));
-/// assert_eq!(budget.try_acquire(Millis(0), Millis(1_000)), PermitDecision::Denied);
+/// let retry = PermitAsk { kind: PermitKind::Charged, target: 0, deadline: Millis(5_000), since: Millis(0) };
+/// assert_eq!(budget.request(Millis(0), Ticket(1), retry), Some(PermitDecision::Granted));
+/// // Empty: the next retry waits in the queue...
+/// assert_eq!(budget.request(Millis(10), Ticket(2), retry), None);
+/// // ...until a success pays for it.
+/// budget.record(Millis(700), BudgetNote::Succeeded { target: 0 });
+/// assert_eq!(budget.poll_decision(), Some((Ticket(2), PermitDecision::Granted)));
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RetryBudget {
     capacity: u64,
-    deposit: u64,
+    deposit_request: u64,
+    deposit_success: u64,
     refill_per_sec: u64,
     balance: u64,
     last: Millis,
+    now: Millis,
+    waiting: VecDeque<Waiter>,
+    decided: VecDeque<(Ticket, PermitDecision)>,
+    rate_limited: BTreeMap<usize, Millis>,
+    stats: BudgetStats,
 }
 
 const ONE: u64 = 1_000;
@@ -93,30 +217,182 @@ impl RetryBudget {
         let capacity = milli_tokens(config.capacity);
         RetryBudget {
             capacity,
-            deposit: milli_tokens(config.deposit_per_request),
+            deposit_request: milli_tokens(config.deposit_per_request),
+            deposit_success: milli_tokens(config.deposit_per_success),
             refill_per_sec: milli_tokens(config.refill_per_sec),
             balance: milli_tokens(config.initial).min(capacity),
             last: Millis::ZERO,
+            now: Millis::ZERO,
+            waiting: VecDeque::new(),
+            decided: VecDeque::new(),
+            rate_limited: BTreeMap::new(),
+            stats: BudgetStats::default(),
         }
     }
 
     /// Tokens available now (after refilling up to `now`).
     pub fn balance(&mut self, now: Millis) -> f64 {
-        self.refill(now);
+        self.tick(now);
         self.balance as f64 / ONE as f64
     }
 
-    fn refill(&mut self, now: Millis) {
-        if now <= self.last {
+    /// What the budget did so far.
+    #[must_use]
+    pub fn stats(&self) -> BudgetStats {
+        self.stats
+    }
+
+    /// Charged permits waiting in the queue.
+    #[must_use]
+    pub fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Until when `target` is rate-limited, if it is at `now`.
+    #[must_use]
+    pub fn rate_limited_until(&self, target: usize, now: Millis) -> Option<Millis> {
+        self.rate_limited
+            .get(&target)
+            .copied()
+            .filter(|until| *until > now.max(self.now))
+    }
+
+    /// Asks for a permit at `now`. Returns the decision when it is known at once; `None` when
+    /// the request waits in the queue under `ticket`: its answer comes later from
+    /// [`poll_decision`](Self::poll_decision). Drain `poll_decision` after every call: a first
+    /// attempt's deposit may grant earlier waiters.
+    pub fn request(
+        &mut self,
+        now: Millis,
+        ticket: Ticket,
+        ask: PermitAsk,
+    ) -> Option<PermitDecision> {
+        self.advance(now);
+        if let Some(until) = self.rate_limited_until(ask.target, self.now) {
+            return Some(PermitDecision::WaitUntil(until));
+        }
+        let decision = match ask.kind {
+            PermitKind::FirstAttempt => {
+                self.deposit(self.deposit_request);
+                Some(PermitDecision::Granted)
+            }
+            PermitKind::Hinted => Some(PermitDecision::Granted),
+            PermitKind::Charged => {
+                if self.waiting.is_empty() && self.balance >= ONE {
+                    self.balance -= ONE;
+                    self.stats.granted += 1;
+                    Some(PermitDecision::Granted)
+                } else if ask.deadline <= self.now || !self.can_ever_pay() {
+                    self.stats.denied += 1;
+                    Some(PermitDecision::Denied)
+                } else {
+                    self.stats.queued += 1;
+                    // First come, first served by the request's own arrival: behind every
+                    // waiter whose request is as old or older.
+                    let at = self.waiting.partition_point(|w| w.since <= ask.since);
+                    self.waiting.insert(
+                        at,
+                        Waiter {
+                            since: ask.since,
+                            ticket,
+                            target: ask.target,
+                            deadline: ask.deadline,
+                        },
+                    );
+                    None
+                }
+            }
+        };
+        self.settle();
+        decision
+    }
+
+    /// Takes what a machine noted: a success deposits, a rate limit delays every request to
+    /// that target (waiting charged permits for it are answered `WaitUntil` and leave the
+    /// queue). Drain [`poll_decision`](Self::poll_decision) afterwards.
+    pub fn record(&mut self, now: Millis, note: BudgetNote) {
+        self.advance(now);
+        match note {
+            BudgetNote::Succeeded { .. } => self.deposit(self.deposit_success),
+            BudgetNote::RateLimited { target, until } => {
+                if until > self.now {
+                    let entry = self.rate_limited.entry(target).or_insert(until);
+                    *entry = (*entry).max(until);
+                    let until = *entry;
+                    let decided = &mut self.decided;
+                    self.waiting.retain(|w| {
+                        let keep = w.target != target;
+                        if !keep {
+                            decided.push_back((w.ticket, PermitDecision::WaitUntil(until)));
+                        }
+                        keep
+                    });
+                }
+            }
+        }
+        self.settle();
+    }
+
+    /// Lets time pass: refill, grants it pays for, and denials of waiters whose deadline came.
+    /// Drain [`poll_decision`](Self::poll_decision) afterwards.
+    pub fn tick(&mut self, now: Millis) {
+        self.advance(now);
+        self.settle();
+    }
+
+    /// Forgets a waiting request (its machine stopped waiting: canceled or ended). Returns
+    /// whether it was waiting.
+    pub fn cancel(&mut self, ticket: Ticket) -> bool {
+        let before = self.waiting.len();
+        self.waiting.retain(|w| w.ticket != ticket);
+        self.waiting.len() != before
+    }
+
+    /// The next answer decided for a waiting request, in the order decided.
+    pub fn poll_decision(&mut self) -> Option<(Ticket, PermitDecision)> {
+        self.decided.pop_front()
+    }
+
+    /// When [`tick`](Self::tick) next changes something without any other input: refill
+    /// paying the head of the queue, or the earliest waiter's deadline. `None` when nobody
+    /// waits.
+    #[must_use]
+    pub fn next_wakeup(&self) -> Option<Millis> {
+        let deadline = self.waiting.iter().map(|w| w.deadline).min()?;
+        let refill = (self.refill_per_sec > 0).then(|| {
+            let missing = ONE.saturating_sub(self.balance);
+            let ms = missing.saturating_mul(1_000).div_ceil(self.refill_per_sec);
+            self.last.plus(ms).max(self.now)
+        });
+        Some(refill.map_or(deadline, |at| at.min(deadline)))
+    }
+
+    fn can_ever_pay(&self) -> bool {
+        self.capacity >= ONE
+            && (self.refill_per_sec > 0 || self.deposit_request > 0 || self.deposit_success > 0)
+    }
+
+    fn deposit(&mut self, milli: u64) {
+        self.stats.deposited_milli = self.stats.deposited_milli.saturating_add(milli);
+        self.balance = self.balance.saturating_add(milli).min(self.capacity);
+    }
+
+    /// Moves the clock to `now` (never back) and refills.
+    fn advance(&mut self, now: Millis) {
+        if now <= self.now {
+            return;
+        }
+        self.now = now;
+        self.rate_limited.retain(|_, until| *until > now);
+        if self.refill_per_sec == 0 {
+            self.last = now;
             return;
         }
         let elapsed = now.since(self.last);
         let added = elapsed.saturating_mul(self.refill_per_sec) / 1_000;
         // Keep the remainder of partial milli-tokens by advancing `last` only as far as the
         // whole milli-tokens account for.
-        if self.refill_per_sec == 0 {
-            self.last = now;
-        } else if added > 0 {
+        if added > 0 {
             let used_ms = added.saturating_mul(1_000) / self.refill_per_sec;
             self.last = self.last.plus(used_ms).min(now);
         }
@@ -126,30 +402,35 @@ impl RetryBudget {
         }
     }
 
-    /// Records a first attempt: deposits `deposit_per_request` tokens.
-    pub fn record_request(&mut self, now: Millis) {
-        self.refill(now);
-        self.balance = self.balance.saturating_add(self.deposit).min(self.capacity);
+    /// Grants waiters in order while tokens last, then denies those whose deadline came. A
+    /// waiter whose deadline passed before `now` is denied first: time may have jumped past
+    /// it, and a token that is here now was not necessarily here then.
+    fn settle(&mut self) {
+        self.expire(|deadline, now| deadline < now);
+        while self.balance >= ONE {
+            let Some(head) = self.waiting.pop_front() else {
+                break;
+            };
+            self.balance -= ONE;
+            self.stats.granted += 1;
+            self.decided
+                .push_back((head.ticket, PermitDecision::Granted));
+        }
+        self.expire(|deadline, now| deadline <= now);
     }
 
-    /// Asks for one retry token at `now`, willing to wait until `deadline`.
-    pub fn try_acquire(&mut self, now: Millis, deadline: Millis) -> PermitDecision {
-        self.refill(now);
-        if self.balance >= ONE {
-            self.balance -= ONE;
-            return PermitDecision::Granted;
-        }
-        if self.refill_per_sec == 0 || ONE > self.capacity {
-            return PermitDecision::Denied;
-        }
-        let missing = ONE - self.balance;
-        let wait = missing.saturating_mul(1_000).div_ceil(self.refill_per_sec);
-        let at = now.plus(wait);
-        if at <= deadline {
-            PermitDecision::WaitUntil(at)
-        } else {
-            PermitDecision::Denied
-        }
+    fn expire(&mut self, expired: impl Fn(Millis, Millis) -> bool) {
+        let now = self.now;
+        let decided = &mut self.decided;
+        let stats = &mut self.stats;
+        self.waiting.retain(|w| {
+            let gone = expired(w.deadline, now);
+            if gone {
+                stats.denied += 1;
+                decided.push_back((w.ticket, PermitDecision::Denied));
+            }
+            !gone
+        });
     }
 }
 
@@ -157,59 +438,253 @@ impl RetryBudget {
 mod tests {
     use super::*;
 
-    fn budget(capacity: f64, deposit: f64, refill: f64) -> RetryBudget {
+    fn budget(capacity: f64, deposit: f64, success: f64, refill: f64) -> RetryBudget {
         RetryBudget::new(BudgetConfig {
             capacity,
             initial: capacity,
             deposit_per_request: deposit,
+            deposit_per_success: success,
             refill_per_sec: refill,
         })
     }
 
+    fn charged(deadline: u64) -> PermitAsk {
+        PermitAsk {
+            kind: PermitKind::Charged,
+            target: 0,
+            deadline: Millis(deadline),
+            since: Millis(0),
+        }
+    }
+
+    fn first() -> PermitAsk {
+        PermitAsk {
+            kind: PermitKind::FirstAttempt,
+            target: 0,
+            deadline: Millis(0),
+            since: Millis(0),
+        }
+    }
+
+    fn drain(b: &mut RetryBudget) -> Vec<(Ticket, PermitDecision)> {
+        std::iter::from_fn(|| b.poll_decision()).collect()
+    }
+
     #[test]
     fn withdrawals_stop_when_the_bucket_is_empty() {
-        let mut b = budget(3.0, 0.0, 0.0);
+        let mut b = budget(3.0, 0.0, 0.0, 0.0);
         let granted = (0..10)
-            .filter(|_| b.try_acquire(Millis(0), Millis(0)) == PermitDecision::Granted)
+            .filter(|i| {
+                b.request(Millis(0), Ticket(*i), charged(0)) == Some(PermitDecision::Granted)
+            })
             .count();
         assert_eq!(granted, 3);
     }
 
     #[test]
     fn first_attempts_deposit_fractions_of_a_token() {
-        let mut b = budget(5.0, 0.25, 0.0);
-        while b.try_acquire(Millis(0), Millis(0)) == PermitDecision::Granted {}
+        let mut b = budget(5.0, 0.25, 0.0, 0.0);
+        while b.request(Millis(0), Ticket(0), charged(0)) == Some(PermitDecision::Granted) {}
         for _ in 0..4 {
-            b.record_request(Millis(1));
+            assert_eq!(
+                b.request(Millis(1), Ticket(0), first()),
+                Some(PermitDecision::Granted)
+            );
         }
-        assert_eq!(b.try_acquire(Millis(1), Millis(1)), PermitDecision::Granted);
-        assert_eq!(b.try_acquire(Millis(1), Millis(1)), PermitDecision::Denied);
+        assert_eq!(
+            b.request(Millis(1), Ticket(1), charged(1)),
+            Some(PermitDecision::Granted)
+        );
+        assert_eq!(
+            b.request(Millis(1), Ticket(2), charged(1)),
+            Some(PermitDecision::Denied)
+        );
+    }
+
+    #[test]
+    fn successes_grant_waiting_retries_first_come_first_served() {
+        let mut b = budget(2.0, 0.0, 1.0, 0.0);
+        for i in 0..2 {
+            assert_eq!(
+                b.request(Millis(0), Ticket(i), charged(100)),
+                Some(PermitDecision::Granted)
+            );
+        }
+        for i in 10..13 {
+            assert_eq!(b.request(Millis(1), Ticket(i), charged(1_000)), None);
+        }
+        b.record(Millis(50), BudgetNote::Succeeded { target: 0 });
+        b.record(Millis(60), BudgetNote::Succeeded { target: 0 });
+        assert_eq!(
+            drain(&mut b),
+            [
+                (Ticket(10), PermitDecision::Granted),
+                (Ticket(11), PermitDecision::Granted)
+            ]
+        );
+        // The third waits on; its deadline comes and it is denied, never granted after it.
+        assert_eq!(b.next_wakeup(), Some(Millis(1_000)));
+        b.tick(Millis(1_000));
+        assert_eq!(drain(&mut b), [(Ticket(12), PermitDecision::Denied)]);
+        b.record(Millis(1_001), BudgetNote::Succeeded { target: 0 });
+        assert!(drain(&mut b).is_empty());
+    }
+
+    #[test]
+    fn a_newcomer_does_not_jump_the_queue() {
+        let mut b = budget(1.0, 0.0, 0.0, 1.0);
+        assert_eq!(
+            b.request(Millis(0), Ticket(1), charged(0)),
+            Some(PermitDecision::Granted)
+        );
+        assert_eq!(b.request(Millis(0), Ticket(2), charged(5_000)), None);
+        assert_eq!(b.next_wakeup(), Some(Millis(1_000)));
+        // At 1 s refill has paid a token: it goes to the waiter, not to a newcomer.
+        assert_eq!(b.request(Millis(1_000), Ticket(3), charged(5_000)), None);
+        assert_eq!(drain(&mut b), [(Ticket(2), PermitDecision::Granted)]);
+        b.tick(Millis(2_000));
+        assert_eq!(drain(&mut b), [(Ticket(3), PermitDecision::Granted)]);
+    }
+
+    #[test]
+    fn the_oldest_request_is_served_first() {
+        let mut b = budget(1.0, 0.0, 1.0, 0.0);
+        b.request(Millis(0), Ticket(1), charged(0));
+        let ask = |since| PermitAsk {
+            since: Millis(since),
+            ..charged(9_000)
+        };
+        assert_eq!(b.request(Millis(10), Ticket(2), ask(8)), None);
+        assert_eq!(b.request(Millis(20), Ticket(3), ask(1)), None);
+        assert_eq!(b.request(Millis(30), Ticket(4), ask(8)), None);
+        for t in [100, 200, 300] {
+            b.record(Millis(t), BudgetNote::Succeeded { target: 0 });
+        }
+        let order: Vec<Ticket> = drain(&mut b).into_iter().map(|(t, _)| t).collect();
+        assert_eq!(order, [Ticket(3), Ticket(2), Ticket(4)]);
+    }
+
+    #[test]
+    fn a_rate_limit_delays_every_kind_of_request_to_its_target_only() {
+        let mut b = budget(10.0, 0.1, 1.0, 0.0);
+        b.record(
+            Millis(100),
+            BudgetNote::RateLimited {
+                target: 0,
+                until: Millis(5_100),
+            },
+        );
+        for kind in [
+            PermitKind::FirstAttempt,
+            PermitKind::Hinted,
+            PermitKind::Charged,
+        ] {
+            let ask = PermitAsk {
+                kind,
+                target: 0,
+                deadline: Millis(9_000),
+                since: Millis(0),
+            };
+            assert_eq!(
+                b.request(Millis(200), Ticket(1), ask),
+                Some(PermitDecision::WaitUntil(Millis(5_100)))
+            );
+        }
+        let other = PermitAsk {
+            kind: PermitKind::FirstAttempt,
+            target: 1,
+            deadline: Millis(0),
+            since: Millis(0),
+        };
+        assert_eq!(
+            b.request(Millis(200), Ticket(2), other),
+            Some(PermitDecision::Granted)
+        );
+        assert_eq!(
+            b.request(Millis(5_100), Ticket(3), first()),
+            Some(PermitDecision::Granted)
+        );
+    }
+
+    #[test]
+    fn a_rate_limit_sends_waiting_retries_for_that_target_to_wait() {
+        let mut b = budget(1.0, 0.0, 0.0, 0.1);
+        b.request(Millis(0), Ticket(1), charged(0));
+        assert_eq!(b.request(Millis(0), Ticket(2), charged(9_000)), None);
+        b.record(
+            Millis(10),
+            BudgetNote::RateLimited {
+                target: 0,
+                until: Millis(3_000),
+            },
+        );
+        assert_eq!(
+            drain(&mut b),
+            [(Ticket(2), PermitDecision::WaitUntil(Millis(3_000)))]
+        );
+        assert_eq!(b.waiting(), 0);
     }
 
     #[test]
     fn refill_is_exact_over_many_small_steps() {
-        let mut b = budget(100.0, 0.0, 3.0);
-        while b.try_acquire(Millis(0), Millis(0)) == PermitDecision::Granted {}
+        let mut b = budget(100.0, 0.0, 0.0, 3.0);
+        while b.request(Millis(0), Ticket(0), charged(0)) == Some(PermitDecision::Granted) {}
         // 3 tokens/s over 10 s in 1 ms steps must add 30 tokens, not lose remainders.
         for t in 1..=10_000 {
-            b.refill(Millis(t));
+            b.tick(Millis(t));
         }
         assert!((b.balance(Millis(10_000)) - 30.0).abs() < 0.01);
     }
 
     #[test]
     fn capacity_bounds_the_balance() {
-        let mut b = budget(2.0, 5.0, 1000.0);
-        b.record_request(Millis(10_000));
+        let mut b = budget(2.0, 5.0, 5.0, 1000.0);
+        b.request(Millis(10_000), Ticket(0), first());
+        b.record(Millis(10_000), BudgetNote::Succeeded { target: 0 });
         assert!((b.balance(Millis(20_000)) - 2.0).abs() < f64::EPSILON);
+    }
+
+    #[test]
+    fn a_budget_that_can_never_pay_denies_at_once() {
+        let mut b = budget(0.5, 1.0, 1.0, 1.0);
+        assert_eq!(
+            b.request(Millis(0), Ticket(0), charged(10_000)),
+            Some(PermitDecision::Denied)
+        );
+        let mut b = budget(1.0, 0.0, 0.0, 0.0);
+        b.request(Millis(0), Ticket(0), charged(0));
+        assert_eq!(
+            b.request(Millis(0), Ticket(1), charged(10_000)),
+            Some(PermitDecision::Denied)
+        );
+    }
+
+    #[test]
+    fn a_canceled_waiter_gets_no_token() {
+        let mut b = budget(1.0, 0.0, 1.0, 0.0);
+        b.request(Millis(0), Ticket(1), charged(0));
+        assert_eq!(b.request(Millis(0), Ticket(2), charged(9_000)), None);
+        assert!(b.cancel(Ticket(2)));
+        b.record(Millis(5), BudgetNote::Succeeded { target: 0 });
+        assert!(drain(&mut b).is_empty());
+        assert!((b.balance(Millis(5)) - 1.0).abs() < f64::EPSILON);
     }
 
     #[test]
     fn hostile_parameters_do_not_panic() {
         for v in [f64::NAN, f64::INFINITY, -1.0, 0.0, 1e300] {
-            let mut b = budget(v, v, v);
-            b.record_request(Millis(u64::MAX));
-            let _ = b.try_acquire(Millis(u64::MAX), Millis(u64::MAX));
+            let mut b = budget(v, v, v, v);
+            b.request(Millis(u64::MAX), Ticket(0), first());
+            let _ = b.request(Millis(u64::MAX), Ticket(1), charged(u64::MAX));
+            b.record(Millis(u64::MAX), BudgetNote::Succeeded { target: 0 });
+            b.record(
+                Millis(u64::MAX),
+                BudgetNote::RateLimited {
+                    target: 0,
+                    until: Millis(u64::MAX),
+                },
+            );
+            let _ = b.next_wakeup();
             let _ = b.balance(Millis(0));
         }
     }

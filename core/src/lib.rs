@@ -25,7 +25,10 @@ pub mod tool;
 pub mod trace;
 pub mod wire;
 
-pub use budget::{BudgetConfig, PermitDecision, RetryBudget};
+pub use budget::{
+    BudgetConfig, BudgetNote, BudgetStats, PermitAsk, PermitDecision, PermitKind, RetryBudget,
+    Ticket,
+};
 pub use compaction::{compact, CompactionError, CompactionPolicy};
 pub use conversation::{
     ContentBlock, Conversation, MediaSource, Message, PairingError, Role, ToolResultBlock,

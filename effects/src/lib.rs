@@ -5,6 +5,7 @@
 
 #![warn(missing_docs)]
 
+pub mod budget;
 pub mod cli;
 pub mod config;
 pub mod fake;

@@ -1,16 +1,17 @@
 //! The tokio runner: executes an [`AgentMachine`]'s commands for real.
 
+use crate::budget::SharedBudget;
 use crate::provider::{BoxFuture, Provider};
 use crate::receiver::{NullReceiver, Receiver, ReceiverError};
 use rebound_core::trace::{TraceHeader, TraceStep};
 use rebound_core::{
     compact, AgentMachine, BatchOutcome, Command, ContentBlock, Conversation, Event, FinishReason,
-    HostFailure, HostFailureKind, MachineConfig, Millis, RetryBudget, RunError, ToolCall,
+    HostFailure, HostFailureKind, MachineConfig, Millis, PermitAsk, RunError, ToolCall,
     ToolFailure, ToolSpec,
 };
 use rebound_sim::TraceWriter;
 use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -215,7 +216,7 @@ pub struct Runner {
     persist: Option<Box<dyn Persist>>,
     compactor: Option<Arc<dyn Compactor>>,
     trace: Option<TraceRecorder>,
-    budget: Option<Arc<Mutex<RetryBudget>>>,
+    budget: Option<SharedBudget>,
     conversation: Conversation,
     cancel: CancelHandle,
     trace_meta: Vec<(String, String)>,
@@ -305,9 +306,10 @@ impl Runner {
         self
     }
 
-    /// Shares a retry budget with other runners in this process.
+    /// Shares a retry budget with other runners in this process. The machine then runs on
+    /// the budget's clock, so every runner sharing it agrees on time.
     #[must_use]
-    pub fn budget(mut self, budget: Arc<Mutex<RetryBudget>>) -> Self {
+    pub fn budget(mut self, budget: SharedBudget) -> Self {
         self.budget = Some(budget);
         self
     }
@@ -340,7 +342,11 @@ impl Runner {
 
     /// Runs until the machine finishes or fails. The conversation is kept for the next run.
     pub async fn run(&mut self, input: RunInput) -> Result<RunSummary, RunError> {
-        let start = Instant::now();
+        // With a shared budget, time is the budget's: every runner sharing it agrees.
+        let start = self
+            .budget
+            .as_ref()
+            .map_or_else(Instant::now, SharedBudget::origin);
         let mut machine = AgentMachine::with_conversation(
             self.config.clone(),
             self.seed,
@@ -368,10 +374,7 @@ impl Runner {
                     continue;
                 }
             }
-            match self
-                .execute(&machine, commands, now, start, &mut stats)
-                .await
-            {
+            match self.execute(&machine, commands, &mut stats).await {
                 Flow::Next(event) => next = Some(event),
                 Flow::Done(done) => {
                     result = done;
@@ -425,8 +428,6 @@ impl Runner {
         &mut self,
         machine: &AgentMachine,
         commands: Vec<Command>,
-        now: Millis,
-        start: Instant,
         stats: &mut RunStats,
     ) -> Flow {
         for command in commands {
@@ -480,7 +481,7 @@ impl Runner {
                 } => {
                     stats.requests += 1;
                     Ok(Some(
-                        self.send(request, target, attempt, &conversation, start, stats)
+                        self.send(request, target, attempt, &conversation, stats)
                             .await,
                     ))
                 }
@@ -525,15 +526,35 @@ impl Runner {
                     };
                     Ok(Some(Event::CompactionFinished { compaction, result }))
                 }
-                Command::AcquirePermit { permit, deadline } => {
+                Command::AcquirePermit {
+                    permit,
+                    kind,
+                    target,
+                    deadline,
+                    since,
+                } => {
                     let decision = match &self.budget {
-                        Some(b) => match b.lock() {
-                            Ok(mut b) => b.try_acquire(now, deadline),
-                            Err(poisoned) => poisoned.into_inner().try_acquire(now, deadline),
-                        },
+                        Some(budget) => {
+                            let ask = PermitAsk {
+                                kind,
+                                target,
+                                deadline,
+                                since,
+                            };
+                            tokio::select! {
+                                decision = budget.acquire(ask) => decision,
+                                () = self.cancel.0.cancelled() => return Flow::Next(Event::Cancel),
+                            }
+                        }
                         None => rebound_core::PermitDecision::Granted,
                     };
                     Ok(Some(Event::PermitAnswered { permit, decision }))
+                }
+                Command::NoteBudget { note } => {
+                    if let Some(budget) = &self.budget {
+                        budget.record(note);
+                    }
+                    Ok(None)
                 }
                 Command::Finish { reason, turns } => {
                     return match self.receiver.finished(&reason, turns) {
@@ -573,20 +594,10 @@ impl Runner {
         target: usize,
         attempt: u32,
         conversation: &Conversation,
-        _start: Instant,
         stats: &mut RunStats,
     ) -> Event {
         if self.cancel.is_canceled() {
             return Event::Cancel;
-        }
-        if attempt == 1 {
-            if let Some(b) = &self.budget {
-                let now = Millis(u64::try_from(_start.elapsed().as_millis()).unwrap_or(u64::MAX));
-                match b.lock() {
-                    Ok(mut b) => b.record_request(now),
-                    Err(poisoned) => poisoned.into_inner().record_request(now),
-                }
-            }
         }
         let Some(provider) = self.providers.get(target) else {
             return host_event(

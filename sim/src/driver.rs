@@ -24,13 +24,13 @@ use crate::scripted::ScriptedTools;
 use crate::trace::Trace;
 use rebound_core::trace::{TraceHeader, TraceStep};
 use rebound_core::{
-    compact, AgentMachine, AssistantResponse, BudgetConfig, Command, Conversation, Event,
-    FallbackInfo, FinishReason, MachineConfig, Millis, PermitDecision, ProviderFailure,
-    ProviderRetryInfo, RetryBudget, RunError,
+    compact, AgentMachine, AssistantResponse, BudgetConfig, BudgetNote, Command, Conversation,
+    Event, FallbackInfo, FinishReason, MachineConfig, Millis, PermitAsk, PermitDecision, PermitId,
+    ProviderFailure, ProviderRetryInfo, RetryBudget, RunError, Ticket,
 };
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 
 /// How the simulated world is set up, beyond the scenario.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -271,6 +271,9 @@ fn run_world(
         queue: BinaryHeap::new(),
         seq: 0,
         budget,
+        tickets: BTreeMap::new(),
+        next_ticket: 0,
+        tick_at: None,
         idle_timeout_ms: config.idle_timeout_ms,
     };
     let mut states: Vec<Agent<'_>> = agents
@@ -281,10 +284,7 @@ fn run_world(
     let mut live = states.len();
     let mut now = Millis::ZERO;
     while live > 0 {
-        let Some(Pending {
-            at, agent, event, ..
-        }) = world.queue.pop()
-        else {
+        let Some(Pending { at, due, .. }) = world.queue.pop() else {
             let (agent, state) = states
                 .iter()
                 .enumerate()
@@ -306,6 +306,13 @@ fn run_world(
             });
         };
         now = at;
+        let (agent, event) = match due {
+            Due::Agent { agent, event } => (agent, event),
+            Due::BudgetTick => {
+                world.budget_tick(at);
+                continue;
+            }
+        };
         let state = &mut states[agent];
         if state.machine.is_terminal() {
             continue; // an answer that arrives after the run ended
@@ -336,6 +343,7 @@ fn run_world(
         if state.machine.is_terminal() {
             state.elapsed = at;
             live -= 1;
+            world.forget_agent(agent);
         }
     }
     Ok(states.into_iter().map(Agent::into_outcome).collect())
@@ -346,8 +354,13 @@ struct Pending {
     /// 0 for events that must come before everything else due at the same time.
     order: u8,
     seq: u64,
-    agent: usize,
-    event: Event,
+    due: Due,
+}
+
+/// What comes due: an event for one agent, or the shared budget's next refill or deadline.
+enum Due {
+    Agent { agent: usize, event: Event },
+    BudgetTick,
 }
 
 impl PartialEq for Pending {
@@ -375,27 +388,107 @@ struct World<'b> {
     queue: BinaryHeap<Pending>,
     seq: u64,
     budget: Option<&'b mut RetryBudget>,
+    /// Who holds each ticket waiting in the budget.
+    tickets: BTreeMap<Ticket, (usize, PermitId)>,
+    next_ticket: u64,
+    /// The budget tick already in the queue, if any.
+    tick_at: Option<Millis>,
     idle_timeout_ms: u64,
 }
 
 impl World<'_> {
     fn push(&mut self, at: Millis, agent: usize, event: Event) {
-        self.enqueue(at, 1, agent, event);
+        self.enqueue(at, 1, Due::Agent { agent, event });
     }
 
     fn push_urgent(&mut self, at: Millis, agent: usize, event: Event) {
-        self.enqueue(at, 0, agent, event);
+        self.enqueue(at, 0, Due::Agent { agent, event });
     }
 
-    fn enqueue(&mut self, at: Millis, order: u8, agent: usize, event: Event) {
+    fn enqueue(&mut self, at: Millis, order: u8, due: Due) {
         self.seq += 1;
         self.queue.push(Pending {
             at,
             order,
             seq: self.seq,
-            agent,
-            event,
+            due,
         });
+    }
+
+    /// Forwards a machine's permit request to the budget (granted at once without one).
+    fn ask(&mut self, now: Millis, agent: usize, permit: PermitId, ask: PermitAsk) {
+        let decision = match self.budget.as_deref_mut() {
+            Some(budget) => {
+                self.next_ticket += 1;
+                let ticket = Ticket(self.next_ticket);
+                let decision = budget.request(now, ticket, ask);
+                if decision.is_none() {
+                    self.tickets.insert(ticket, (agent, permit));
+                }
+                decision
+            }
+            None => Some(PermitDecision::Granted),
+        };
+        if let Some(decision) = decision {
+            self.push(now, agent, Event::PermitAnswered { permit, decision });
+        }
+        self.settle(now);
+    }
+
+    fn note(&mut self, now: Millis, note: BudgetNote) {
+        if let Some(budget) = self.budget.as_deref_mut() {
+            budget.record(now, note);
+        }
+        self.settle(now);
+    }
+
+    fn budget_tick(&mut self, at: Millis) {
+        if self.tick_at != Some(at) {
+            return; // superseded by an earlier tick
+        }
+        self.tick_at = None;
+        if let Some(budget) = self.budget.as_deref_mut() {
+            budget.tick(at);
+        }
+        self.settle(at);
+    }
+
+    /// An agent that ended waits for nothing: its tickets leave the queue.
+    fn forget_agent(&mut self, agent: usize) {
+        let Some(budget) = self.budget.as_deref_mut() else {
+            return;
+        };
+        self.tickets.retain(|ticket, (a, _)| {
+            let mine = *a == agent;
+            if mine {
+                budget.cancel(*ticket);
+            }
+            !mine
+        });
+    }
+
+    /// Delivers the budget's decisions for waiting permits, and schedules its next tick.
+    fn settle(&mut self, now: Millis) {
+        let Some(budget) = self.budget.as_deref_mut() else {
+            return;
+        };
+        let mut answers = Vec::new();
+        while let Some((ticket, decision)) = budget.poll_decision() {
+            if let Some((agent, permit)) = self.tickets.remove(&ticket) {
+                answers.push((agent, Event::PermitAnswered { permit, decision }));
+            }
+        }
+        let wakeup = budget.next_wakeup();
+        for (agent, event) in answers {
+            self.push(now, agent, event);
+        }
+        if let Some(at) = wakeup {
+            let at = at.max(now);
+            if self.tick_at.map_or(true, |t| at < t) {
+                self.tick_at = Some(at);
+                self.enqueue(at, 1, Due::BudgetTick);
+            }
+        }
     }
 }
 
@@ -468,18 +561,13 @@ impl<'s> Agent<'s> {
             Command::SendRequest {
                 request,
                 target,
-                attempt,
                 conversation,
+                ..
             } => {
                 if *target >= self.requests.len() {
                     self.requests.resize(target + 1, 0);
                 }
                 self.requests[*target] += 1;
-                if *attempt == 1 {
-                    if let Some(budget) = world.budget.as_deref_mut() {
-                        budget.record_request(now);
-                    }
-                }
                 let (delay, result) = self.reply(now, *target, conversation, world.idle_timeout_ms);
                 let event = match result {
                     Ok(response) => Event::ProviderSucceeded {
@@ -530,20 +618,22 @@ impl<'s> Agent<'s> {
                     },
                 );
             }
-            Command::AcquirePermit { permit, deadline } => {
-                let decision = match world.budget.as_deref_mut() {
-                    Some(budget) => budget.try_acquire(now, *deadline),
-                    None => PermitDecision::Granted,
+            Command::AcquirePermit {
+                permit,
+                kind,
+                target,
+                deadline,
+                since,
+            } => {
+                let ask = PermitAsk {
+                    kind: *kind,
+                    target: *target,
+                    deadline: *deadline,
+                    since: *since,
                 };
-                world.push(
-                    now,
-                    self.index,
-                    Event::PermitAnswered {
-                        permit: *permit,
-                        decision,
-                    },
-                );
+                world.ask(now, self.index, *permit, ask);
             }
+            Command::NoteBudget { note } => world.note(now, *note),
             Command::AppendMessage { .. }
             | Command::ReplaceConversation { .. }
             | Command::NotifyRetry { .. }

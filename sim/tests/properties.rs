@@ -18,8 +18,8 @@ use proptest::test_runner::{Config as ProptestConfig, RngSeed};
 use rebound_core::trace::command_value;
 use rebound_core::{
     BatchOutcome, BudgetConfig, BudgetUse, Command, Event, FailureAction, FailureKind, GiveUp,
-    HostFailureKind, InputProblemKind, ProviderFailure, ProviderKind, RequestId, RunError,
-    TargetSpec, ToolFailure, TransportFault,
+    HostFailureKind, InputProblemKind, PermitKind, ProviderFailure, ProviderKind, RequestId,
+    RunError, TargetSpec, ToolFailure, TransportFault,
 };
 use rebound_sim::scenario::{
     Answer, Cancel, Fault, FaultKind, History, InputProblem, Outage, RandomFaults, Scenario,
@@ -445,19 +445,25 @@ fn chain() -> impl Strategy<Value = (Vec<TargetSpec>, Option<(BudgetUse, BudgetC
             model: "gpt-4.1".into(),
         },
     ]);
-    let budget = (0u64..5_000, 0.0f64..4.0, 0.0f64..0.5, 0.0f64..2.0).prop_map(
-        |(max_wait_ms, capacity, deposit, refill)| {
+    let budget = (
+        0u64..20_000,
+        0.0f64..4.0,
+        0.0f64..0.5,
+        0.0f64..4.0,
+        0.0f64..2.0,
+    )
+        .prop_map(|(max_wait_ms, capacity, deposit, success, refill)| {
             (
                 BudgetUse { max_wait_ms },
                 BudgetConfig {
                     capacity,
                     initial: capacity,
                     deposit_per_request: deposit,
+                    deposit_per_success: success,
                     refill_per_sec: refill,
                 },
             )
-        },
-    );
+        });
     (
         prop::collection::vec(target, 1..=3),
         prop::option::of(budget),
@@ -863,10 +869,20 @@ fn non_retryable_failures_are_never_retried(case: &Case) -> Result<(), String> {
         };
         if let (true, Event::ProviderFailed { request, failure }) = (fatal, &s.event) {
             let from = target_of(&o, *request);
-            if let [Command::NotifyFallback { info }, Command::SendRequest {
-                target, attempt: 1, ..
-            }] = s.commands.as_slice()
-            {
+            // The first attempt on the next target: sent at once, or (with a budget) asked
+            // for first.
+            let next = match s.commands.as_slice() {
+                [Command::NotifyFallback { info }, Command::SendRequest {
+                    target, attempt: 1, ..
+                }]
+                | [Command::NotifyFallback { info }, Command::AcquirePermit {
+                    target,
+                    kind: PermitKind::FirstAttempt,
+                    ..
+                }] => Some((info, target)),
+                _ => None,
+            };
+            if let Some((info, target)) = next {
                 ensure!(
                     matches!(
                         failure.kind,

@@ -251,6 +251,7 @@ fn a_caller_owned_budget_is_spent_by_the_fleet() {
         capacity: 5.0,
         initial: 5.0,
         deposit_per_request: 0.0,
+        deposit_per_success: 0.0,
         refill_per_sec: 0.0,
     });
     let outcomes =

@@ -2,6 +2,7 @@
 
 use super::error::RunError;
 use super::ids::{BatchId, CompactionId, PermitId, RequestId, TimerId};
+use crate::budget::{BudgetNote, PermitKind};
 use crate::conversation::{Conversation, Message};
 use crate::failure::FailureKind;
 use crate::response::StopReason;
@@ -212,12 +213,32 @@ pub enum Command {
         /// The calls, in the order the model made them.
         calls: Vec<ToolCall>,
     },
-    /// Ask the shared retry budget for a permit; answer with `PermitAnswered`.
+    /// Ask the shared retry budget for a permit ([`RetryBudget::request`]); answer with
+    /// `PermitAnswered`, now or whenever the budget decides. Only emitted when
+    /// [`MachineConfig::retry_budget`](crate::MachineConfig::retry_budget) is set: then every
+    /// request asks first.
+    ///
+    /// [`RetryBudget::request`]: crate::RetryBudget::request
     AcquirePermit {
         /// The id to answer with.
         permit: PermitId,
+        /// What the permit is for.
+        kind: PermitKind,
+        /// Index of the target the request will go to.
+        target: usize,
         /// The latest time the machine is willing to wait until for a token.
         deadline: Millis,
+        /// When the request being retried started (the budget serves the oldest first).
+        since: Millis,
+    },
+    /// Tell the shared retry budget what happened ([`RetryBudget::record`]); no answer.
+    /// Only emitted when [`MachineConfig::retry_budget`](crate::MachineConfig::retry_budget)
+    /// is set.
+    ///
+    /// [`RetryBudget::record`]: crate::RetryBudget::record
+    NoteBudget {
+        /// A success, or a rate limit every agent of the budget should wait out.
+        note: BudgetNote,
     },
     /// The run finished. Terminal.
     Finish {

@@ -24,16 +24,26 @@ impl fmt::Display for TargetSpec {
 }
 
 /// How the machine uses a shared [`RetryBudget`](crate::RetryBudget).
+///
+/// With it, every attempt asks the budget first ([`Command::AcquirePermit`](crate::Command)):
+/// first attempts and retries obeying a server delay are never refused (only delayed while the
+/// provider is rate-limited), charged retries wait for a token, and the machine tells the
+/// budget of every success and every 429 with a delay ([`Command::NoteBudget`](crate::Command)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct BudgetUse {
-    /// How long a retry short of tokens may wait for one, in ms, after its backoff ended.
+    /// How long a charged retry may wait for a token, in ms, after its backoff ended. Tokens
+    /// arrive with successes, so waiting is what lets a fleet ride out a short failure that
+    /// hits every agent at once (the first successes after it pay for the waiting retries);
+    /// in a total outage nothing pays, and the wait ends in a denial.
     pub max_wait_ms: u64,
 }
 
 impl Default for BudgetUse {
     fn default() -> Self {
-        BudgetUse { max_wait_ms: 5_000 }
+        BudgetUse {
+            max_wait_ms: 15_000,
+        }
     }
 }
 
@@ -87,22 +97,23 @@ impl MachineConfig {
     /// The configuration for agents that share a process and a retry budget: up to 8
     /// attempts per request (the default's 4 lose brownouts and stream cuts), with every
     /// charged retry (one not obeying a server's `retry-after`) taking a token from the
-    /// shared budget and waiting up to 5 s for one when the bucket is empty.
+    /// shared budget and waiting up to 15 s for one when the bucket is empty.
     ///
     /// Pair it with one [`RetryBudget`](crate::RetryBudget) per process, built from
-    /// [`BudgetConfig::default`](crate::BudgetConfig::default) (10 tokens, 0.1 per first
-    /// attempt, 1 per second), owned by the driver and shared by every machine of the
-    /// process: then a total outage hitting 1,000 agents costs about 1.15 requests per
-    /// agent instead of 8, while a lone agent never waits for a token. `docs/outages.md`
-    /// shows what it buys against the retry policies of other agent stacks, and what it
-    /// costs when a short failure hits every agent of the process at once.
+    /// [`BudgetConfig::default`](crate::BudgetConfig::default) (10 tokens; 0.1 per first
+    /// attempt, 3 per success, 0.5 per second), owned by the driver and shared by every
+    /// machine of the process: then a total outage hitting 1,000 agents costs about 1.12
+    /// requests per agent instead of 8, while a blip, a short outage or a brownout hitting
+    /// all of them at once stays funded by the successes around it, and a lone agent never
+    /// waits for a token. `docs/outages.md` shows what it buys against the retry policies
+    /// and budgets of other stacks.
     ///
     /// ```
     /// use rebound_core::MachineConfig;
     ///
     /// let config = MachineConfig::resilient();
     /// assert_eq!(config.retry.max_attempts, 8);
-    /// assert_eq!(config.retry_budget.map(|b| b.max_wait_ms), Some(5_000));
+    /// assert_eq!(config.retry_budget.map(|b| b.max_wait_ms), Some(15_000));
     /// ```
     #[must_use]
     pub fn resilient() -> Self {
@@ -111,7 +122,9 @@ impl MachineConfig {
                 max_attempts: 8,
                 ..RetryConfig::default()
             },
-            retry_budget: Some(BudgetUse { max_wait_ms: 5_000 }),
+            retry_budget: Some(BudgetUse {
+                max_wait_ms: 15_000,
+            }),
             ..MachineConfig::default()
         }
     }

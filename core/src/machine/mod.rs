@@ -12,7 +12,7 @@ pub use error::{GiveUp, RunError, TargetFailure};
 pub use event::{Event, Handled, IgnoreReason};
 pub use ids::{BatchId, CompactionId, PermitId, RequestId, TimerId};
 
-use crate::budget::PermitDecision;
+use crate::budget::{BudgetNote, PermitDecision, PermitKind};
 use crate::conversation::{ContentBlock, Conversation, Message, Role, ToolResultPart};
 use crate::failure::{FailureAction, FailureKind, ProviderFailure, TransportFault};
 use crate::response::{AssistantResponse, InputProblemKind, StopReason, ToolInputProblem};
@@ -118,6 +118,8 @@ pub struct AgentMachine {
 #[derive(Debug, Clone, Default)]
 struct RequestState {
     attempt: u32,
+    /// When the request first asked to be sent (its place in the budget's queue).
+    since: Millis,
     compacted: bool,
     empty_responses: u32,
     last_failure: Option<ProviderFailure>,
@@ -129,17 +131,20 @@ enum Phase {
     Requesting {
         request: RequestId,
     },
+    /// Waiting out a retry delay; then the attempt asks for a permit of `kind` (or is sent,
+    /// without a budget).
     BackingOff {
         timer: TimerId,
-        charged: bool,
+        kind: PermitKind,
     },
     AwaitingPermit {
         permit: PermitId,
-        deadline: Millis,
+        kind: PermitKind,
     },
-    WaitingForToken {
+    /// Waiting out a rate limit the budget shared; then asks again.
+    WaitingForProvider {
         timer: TimerId,
-        deadline: Millis,
+        kind: PermitKind,
     },
     Compacting {
         compaction: CompactionId,
@@ -266,10 +271,9 @@ impl AgentMachine {
             }
             Event::TimerFired { timer } => return self.on_timer(timer),
             Event::PermitAnswered { permit, decision } => match self.phase {
-                Phase::AwaitingPermit {
-                    permit: p,
-                    deadline,
-                } if p == permit => self.on_permit(decision, deadline),
+                Phase::AwaitingPermit { permit: p, kind } if p == permit => {
+                    self.on_permit(decision, kind);
+                }
                 _ => return Handled::Ignored(IgnoreReason::Stale),
             },
             Event::CompactionFinished { compaction, result } => match self.phase {
@@ -397,8 +401,34 @@ impl AgentMachine {
 
     /// Starts a request for the conversation as it now stands.
     fn start_request(&mut self) {
-        self.request = RequestState::default();
-        self.send();
+        self.request = RequestState {
+            since: self.now,
+            ..RequestState::default()
+        };
+        self.attempt_next(PermitKind::FirstAttempt);
+    }
+
+    /// Makes the next attempt: with a shared budget, after asking it for a permit of `kind`;
+    /// without one, at once.
+    fn attempt_next(&mut self, kind: PermitKind) {
+        match self.config.retry_budget {
+            Some(budget) => {
+                let deadline = match kind {
+                    PermitKind::Charged => self.now.plus(budget.max_wait_ms),
+                    PermitKind::FirstAttempt | PermitKind::Hinted => self.now,
+                };
+                let permit = PermitId(self.next_id());
+                self.phase = Phase::AwaitingPermit { permit, kind };
+                self.emit(Command::AcquirePermit {
+                    permit,
+                    kind,
+                    target: self.target,
+                    deadline,
+                    since: self.request.since,
+                });
+            }
+            None => self.send(),
+        }
     }
 
     fn send(&mut self) {
@@ -449,9 +479,20 @@ impl AgentMachine {
             );
         }
         let delay = retry.delay_for(attempt, &failure, &mut self.rng);
-        let (delay_ms, charged) = match delay {
-            RetryDelay::Backoff(ms) => (ms, self.config.retry_budget.is_some()),
-            RetryDelay::ServerHint(ms) => (ms, false),
+        let (delay_ms, kind) = match delay {
+            RetryDelay::Backoff(ms) => (ms, PermitKind::Charged),
+            RetryDelay::ServerHint(ms) => {
+                if failure.kind == FailureKind::RateLimited && self.config.retry_budget.is_some() {
+                    // The fleet learns the provider's delay instead of each agent spending a
+                    // request to hear it.
+                    let note = BudgetNote::RateLimited {
+                        target: self.target,
+                        until: self.now.plus(ms),
+                    };
+                    self.emit(Command::NoteBudget { note });
+                }
+                (ms, PermitKind::Hinted)
+            }
             RetryDelay::HintTooLong(hint_ms) => {
                 let cap_ms = self.config.retry.max_retry_after_ms;
                 return self.give_up(failure, GiveUp::RetryAfterTooLong { hint_ms, cap_ms }, true);
@@ -459,7 +500,7 @@ impl AgentMachine {
         };
         self.notify_retry(failure, attempt + 1, delay_ms);
         let timer = TimerId(self.next_id());
-        self.phase = Phase::BackingOff { timer, charged };
+        self.phase = Phase::BackingOff { timer, kind };
         self.emit(Command::Sleep { timer, delay_ms });
     }
 
@@ -535,7 +576,7 @@ impl AgentMachine {
                 });
                 // The compaction retry costs no attempt.
                 self.request.attempt -= 1;
-                self.send();
+                self.attempt_next(PermitKind::Hinted);
             }
             Err(message) => {
                 let failure = self.last_failure("context overflow");
@@ -573,12 +614,12 @@ impl AgentMachine {
                 reason,
             });
             self.emit(Command::NotifyFallback { info });
-            let compacted = self.request.compacted;
             self.request = RequestState {
-                compacted,
+                compacted: self.request.compacted,
+                since: self.request.since,
                 ..RequestState::default()
             };
-            self.send();
+            self.attempt_next(PermitKind::FirstAttempt);
         } else {
             self.fail(RunError::Provider {
                 failure,
@@ -592,45 +633,50 @@ impl AgentMachine {
 
     fn on_timer(&mut self, timer: TimerId) -> Handled {
         match self.phase {
-            Phase::BackingOff { timer: t, charged } if t == timer => {
-                if charged {
-                    let max_wait = self.config.retry_budget.unwrap_or_default().max_wait_ms;
-                    let deadline = self.now.plus(max_wait);
-                    self.ask_permit(deadline);
-                } else {
-                    self.send();
-                }
-            }
-            Phase::WaitingForToken { timer: t, deadline } if t == timer => {
-                self.ask_permit(deadline);
+            Phase::BackingOff { timer: t, kind } | Phase::WaitingForProvider { timer: t, kind }
+                if t == timer =>
+            {
+                self.attempt_next(kind);
             }
             _ => return Handled::Ignored(IgnoreReason::Stale),
         }
         Handled::Accepted
     }
 
-    fn ask_permit(&mut self, deadline: Millis) {
-        let permit = PermitId(self.next_id());
-        self.phase = Phase::AwaitingPermit { permit, deadline };
-        self.emit(Command::AcquirePermit { permit, deadline });
-    }
-
-    fn on_permit(&mut self, decision: PermitDecision, deadline: Millis) {
+    fn on_permit(&mut self, decision: PermitDecision, kind: PermitKind) {
         match decision {
             PermitDecision::Granted => self.send(),
-            PermitDecision::WaitUntil(at) if at <= deadline => {
-                let timer = TimerId(self.next_id());
-                self.phase = Phase::WaitingForToken { timer, deadline };
-                self.emit(Command::Sleep {
-                    timer,
-                    delay_ms: at.since(self.now),
-                });
-            }
-            PermitDecision::WaitUntil(_) | PermitDecision::Denied => {
+            PermitDecision::WaitUntil(until) => self.wait_for_provider(until, kind),
+            PermitDecision::Denied => {
                 let failure = self.last_failure("retry budget exhausted");
                 self.give_up(failure, GiveUp::BudgetExhausted, false);
             }
         }
+    }
+
+    /// Another agent of the budget was told to wait until `until`: wait too (visibly, with a
+    /// little jitter so the fleet does not return in one burst), then ask again.
+    fn wait_for_provider(&mut self, until: Millis, kind: PermitKind) {
+        let hint_ms = until.since(self.now);
+        let cap_ms = self.config.retry.max_retry_after_ms;
+        let mut failure = ProviderFailure::new(
+            FailureKind::RateLimited,
+            "the provider asked an agent sharing this retry budget to wait",
+        )
+        .with_status(429);
+        failure.retry_after_ms = Some(hint_ms);
+        if hint_ms > cap_ms {
+            return self.give_up(failure, GiveUp::RetryAfterTooLong { hint_ms, cap_ms }, true);
+        }
+        // Up to a quarter more (at most the backoff cap): the first to return learns whether
+        // the limit was extended before the rest follow.
+        let spread = (hint_ms / 4).min(self.config.retry.max_delay_ms);
+        let delay_ms = hint_ms + self.rng.u64(0..=spread);
+        let attempt = self.request.attempt + 1;
+        self.notify_retry(failure, attempt, delay_ms);
+        let timer = TimerId(self.next_id());
+        self.phase = Phase::WaitingForProvider { timer, kind };
+        self.emit(Command::Sleep { timer, delay_ms });
     }
 
     fn on_response(&mut self, response: AssistantResponse) {
@@ -646,6 +692,12 @@ impl AgentMachine {
                 TransportFault::EmptyMessage,
                 None,
             ));
+        }
+        if self.config.retry_budget.is_some() {
+            let note = BudgetNote::Succeeded {
+                target: self.target,
+            };
+            self.emit(Command::NoteBudget { note });
         }
         let problems = unique_tool_ids(&mut message, input_problems, self.next_id);
         self.turns += 1;

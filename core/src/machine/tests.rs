@@ -1,7 +1,7 @@
 //! Machine behaviour, including the spec's "Phase 6" list at the machine level.
 
 use super::*;
-use crate::budget::{BudgetConfig, RetryBudget};
+use crate::budget::{BudgetConfig, BudgetNote, PermitAsk, PermitKind, RetryBudget, Ticket};
 use crate::compaction::compact;
 use crate::response::Usage;
 use crate::retry::RetryConfig;
@@ -952,20 +952,54 @@ fn overflow_and_bad_requests_never_fall_back() {
     ));
 }
 
-#[test]
-fn charged_retries_wait_for_a_budget_permit_and_fail_when_denied() {
-    let cfg = MachineConfig {
-        retry_budget: Some(BudgetUse { max_wait_ms: 500 }),
+fn budgeted(max_wait_ms: u64) -> MachineConfig {
+    MachineConfig {
+        retry_budget: Some(BudgetUse { max_wait_ms }),
         ..config()
-    };
-    let mut budget = RetryBudget::new(BudgetConfig {
-        capacity: 1.0,
-        initial: 1.0,
-        deposit_per_request: 0.0,
-        refill_per_sec: 0.5,
-    });
-    let mut m = AgentMachine::new(cfg, 1);
-    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    }
+}
+
+/// The permit request among `commands`: (id, kind, target, deadline).
+fn permit(commands: &[Command]) -> (PermitId, PermitKind, usize, Millis) {
+    commands
+        .iter()
+        .find_map(|c| match c {
+            Command::AcquirePermit {
+                permit,
+                kind,
+                target,
+                deadline,
+                ..
+            } => Some((*permit, *kind, *target, *deadline)),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no AcquirePermit in {commands:#?}"))
+}
+
+fn notes(commands: &[Command]) -> Vec<BudgetNote> {
+    commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::NoteBudget { note } => Some(*note),
+            _ => None,
+        })
+        .collect()
+}
+
+fn granted(permit: PermitId) -> Event {
+    Event::PermitAnswered {
+        permit,
+        decision: PermitDecision::Granted,
+    }
+}
+
+#[test]
+fn with_a_budget_every_attempt_asks_first_and_a_denied_retry_fails() {
+    let mut m = AgentMachine::new(budgeted(500), 1);
+    let (p, kind, target, _) = permit(&m.step(Millis(0), user("hi")));
+    assert_eq!((kind, target), (PermitKind::FirstAttempt, 0));
+    let (req, attempt, _) = sent(&m.step(Millis(0), granted(p)));
+    assert_eq!(attempt, 1);
     let (timer, d) = sleep(&m.step(
         Millis(0),
         Event::ProviderFailed {
@@ -973,18 +1007,12 @@ fn charged_retries_wait_for_a_budget_permit_and_fail_when_denied() {
             failure: failure(FailureKind::Unavailable, 529),
         },
     ));
-    let out = m.step(Millis(d), Event::TimerFired { timer });
-    let Command::AcquirePermit { permit, deadline } = out[0] else {
-        panic!("{out:#?}")
-    };
+    let (p, kind, _, deadline) = permit(&m.step(Millis(d), Event::TimerFired { timer }));
+    assert_eq!(kind, PermitKind::Charged);
     assert_eq!(deadline, Millis(d + 500));
-    let decision = budget.try_acquire(Millis(d), deadline);
-    assert_eq!(decision, PermitDecision::Granted);
-    let (req, attempt, _) = sent(&m.step(Millis(d), Event::PermitAnswered { permit, decision }));
+    let (req, attempt, _) = sent(&m.step(Millis(d + 100), granted(p)));
     assert_eq!(attempt, 2);
-    // The bucket is empty now; half a token refills by the next ask, the other half would
-    // take another second, past the 0.5 s wait allowed.
-    let now = Millis(d + 10);
+    let now = Millis(d + 200);
     let (timer, d2) = sleep(&m.step(
         now,
         Event::ProviderFailed {
@@ -993,13 +1021,14 @@ fn charged_retries_wait_for_a_budget_permit_and_fail_when_denied() {
         },
     ));
     let now = now.plus(d2);
-    let out = m.step(now, Event::TimerFired { timer });
-    let Command::AcquirePermit { permit, deadline } = out[0] else {
-        panic!("{out:#?}")
-    };
-    let decision = budget.try_acquire(now, deadline);
-    assert_eq!(decision, PermitDecision::Denied);
-    let out = m.step(now, Event::PermitAnswered { permit, decision });
+    let (p, _, _, _) = permit(&m.step(now, Event::TimerFired { timer }));
+    let out = m.step(
+        now.plus(500),
+        Event::PermitAnswered {
+            permit: p,
+            decision: PermitDecision::Denied,
+        },
+    );
     let error = fail_error(&out);
     assert!(matches!(
         error,
@@ -1015,23 +1044,229 @@ fn charged_retries_wait_for_a_budget_permit_and_fail_when_denied() {
 }
 
 #[test]
-fn retries_obeying_a_server_hint_need_no_permit() {
-    let cfg = MachineConfig {
-        retry_budget: Some(BudgetUse::default()),
-        ..config()
-    };
-    let mut m = AgentMachine::new(cfg, 1);
-    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+fn a_permit_answered_late_or_twice_is_handled_once() {
+    let mut m = AgentMachine::new(budgeted(5_000), 1);
+    let (p, _, _, _) = permit(&m.step(Millis(0), user("hi")));
+    // The machine waits as long as the budget takes; a timer or stale answer changes nothing.
+    assert_eq!(
+        m.handle(Millis(1), Event::TimerFired { timer: TimerId(99) }),
+        Handled::Ignored(IgnoreReason::Stale)
+    );
+    sent(&m.step(Millis(3_000), granted(p)));
+    assert_eq!(
+        m.handle(Millis(3_001), granted(p)),
+        Handled::Ignored(IgnoreReason::Stale)
+    );
+}
+
+#[test]
+fn a_rate_limited_retry_tells_the_budget_and_costs_no_token() {
+    let mut m = AgentMachine::new(budgeted(5_000), 1);
+    let (p, _, _, _) = permit(&m.step(Millis(0), user("hi")));
+    let (req, _, _) = sent(&m.step(Millis(0), granted(p)));
     let mut f = failure(FailureKind::RateLimited, 429);
     f.retry_after_ms = Some(2_000);
-    let (timer, _) = sleep(&m.step(
-        Millis(0),
+    let out = m.step(
+        Millis(300),
         Event::ProviderFailed {
             request: req,
             failure: f,
         },
+    );
+    assert_eq!(
+        notes(&out),
+        [BudgetNote::RateLimited {
+            target: 0,
+            until: Millis(2_300)
+        }]
+    );
+    let (timer, delay) = sleep(&out);
+    assert_eq!(delay, 2_000);
+    let (p, kind, _, _) = permit(&m.step(Millis(2_300), Event::TimerFired { timer }));
+    assert_eq!(kind, PermitKind::Hinted);
+    sent(&m.step(Millis(2_300), granted(p)));
+}
+
+#[test]
+fn a_success_is_noted_to_the_budget_before_the_message_is_appended() {
+    let mut m = AgentMachine::new(budgeted(5_000), 1);
+    let (p, _, _, _) = permit(&m.step(Millis(0), user("hi")));
+    let (request, _, _) = sent(&m.step(Millis(0), granted(p)));
+    let out = m.step(
+        Millis(900),
+        Event::ProviderSucceeded {
+            request,
+            response: text_response("hello"),
+        },
+    );
+    assert!(matches!(
+        out[0],
+        Command::NoteBudget {
+            note: BudgetNote::Succeeded { target: 0 }
+        }
     ));
-    sent(&m.step(Millis(2_000), Event::TimerFired { timer }));
+    assert!(matches!(out[1], Command::AppendMessage { .. }));
+    // Without a budget, nothing is noted.
+    let mut m = AgentMachine::new(config(), 1);
+    let (request, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(900),
+        Event::ProviderSucceeded {
+            request,
+            response: text_response("hello"),
+        },
+    );
+    assert!(notes(&out).is_empty());
+}
+
+#[test]
+fn a_shared_rate_limit_delays_even_a_first_attempt_visibly() {
+    let mut m = AgentMachine::new(budgeted(5_000), 1);
+    let (p, _, _, _) = permit(&m.step(Millis(100), user("hi")));
+    let out = m.step(
+        Millis(100),
+        Event::PermitAnswered {
+            permit: p,
+            decision: PermitDecision::WaitUntil(Millis(5_100)),
+        },
+    );
+    let info = out
+        .iter()
+        .find_map(|c| match c {
+            Command::NotifyRetry { info } => Some(info.clone()),
+            _ => None,
+        })
+        .expect("the wait is told to the UI");
+    let (timer, delay) = sleep(&out);
+    assert_eq!(info.kind, FailureKind::RateLimited);
+    assert_eq!(info.attempt, 1);
+    assert_eq!(info.delay_ms, delay);
+    assert_eq!(info.retry_after_ms, Some(5_000));
+    assert!((5_000..=6_250).contains(&delay), "{delay}");
+    let now = Millis(100 + delay);
+    let (p, kind, _, _) = permit(&m.step(now, Event::TimerFired { timer }));
+    assert_eq!(kind, PermitKind::FirstAttempt);
+    let (_, attempt, _) = sent(&m.step(now, granted(p)));
+    assert_eq!(attempt, 1);
+}
+
+#[test]
+fn a_shared_rate_limit_above_the_cap_gives_up_the_target() {
+    let mut m = AgentMachine::new(budgeted(5_000), 1);
+    let (p, _, _, _) = permit(&m.step(Millis(0), user("hi")));
+    let cap = m.config().retry.max_retry_after_ms;
+    let out = m.step(
+        Millis(0),
+        Event::PermitAnswered {
+            permit: p,
+            decision: PermitDecision::WaitUntil(Millis(cap + 1)),
+        },
+    );
+    assert!(matches!(
+        fail_error(&out),
+        RunError::Provider {
+            reason: GiveUp::RetryAfterTooLong { .. },
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_budgeted_fleet_on_one_budget_completes_a_blip_that_drains_the_bucket() {
+    // Ten agents on a one-token budget, every first attempt failing once: successes pay for
+    // the retries that wait.
+    let mut budget = RetryBudget::new(BudgetConfig {
+        capacity: 1.0,
+        initial: 1.0,
+        deposit_per_request: 0.0,
+        deposit_per_success: 1.0,
+        refill_per_sec: 0.0,
+    });
+    let mut machines: Vec<AgentMachine> = (0..10)
+        .map(|i| AgentMachine::new(budgeted(60_000), i))
+        .collect();
+    // (time, agent, event) in arrival order.
+    let mut inbox: std::collections::BTreeMap<(u64, u64), (usize, Event)> = Default::default();
+    let mut seq = 0u64;
+    let mut push = |inbox: &mut std::collections::BTreeMap<(u64, u64), (usize, Event)>,
+                    at: u64,
+                    agent: usize,
+                    event: Event| {
+        seq += 1;
+        inbox.insert((at, seq), (agent, event));
+    };
+    for agent in 0..10 {
+        push(&mut inbox, 0, agent, user("hi"));
+    }
+    let mut tickets: std::collections::BTreeMap<Ticket, (usize, PermitId)> = Default::default();
+    let mut failed_once = [false; 10];
+    while let Some(((at, _), (agent, event))) = inbox.pop_first() {
+        let now = Millis(at);
+        for command in machines[agent].step(now, event) {
+            match command {
+                Command::AcquirePermit {
+                    permit,
+                    kind,
+                    target,
+                    deadline,
+                    since,
+                } => {
+                    let ticket = Ticket(permit.0 * 100 + agent as u64);
+                    tickets.insert(ticket, (agent, permit));
+                    let ask = PermitAsk {
+                        kind,
+                        target,
+                        deadline,
+                        since,
+                    };
+                    if let Some(decision) = budget.request(now, ticket, ask) {
+                        push(
+                            &mut inbox,
+                            at,
+                            agent,
+                            Event::PermitAnswered { permit, decision },
+                        );
+                    }
+                }
+                Command::NoteBudget { note } => budget.record(now, note),
+                Command::SendRequest { request, .. } => {
+                    let event = if failed_once[agent] {
+                        Event::ProviderSucceeded {
+                            request,
+                            response: text_response("ok"),
+                        }
+                    } else {
+                        failed_once[agent] = true;
+                        Event::ProviderFailed {
+                            request,
+                            failure: failure(FailureKind::Unavailable, 529),
+                        }
+                    };
+                    push(&mut inbox, at + 100, agent, event);
+                }
+                Command::Sleep { timer, delay_ms } => {
+                    push(
+                        &mut inbox,
+                        at + delay_ms,
+                        agent,
+                        Event::TimerFired { timer },
+                    );
+                }
+                _ => {}
+            }
+            while let Some((ticket, decision)) = budget.poll_decision() {
+                let (agent, permit) = tickets[&ticket];
+                push(
+                    &mut inbox,
+                    at,
+                    agent,
+                    Event::PermitAnswered { permit, decision },
+                );
+            }
+        }
+    }
+    assert!(machines.iter().all(|m| matches!(m.outcome(), Some(Ok(_)))));
+    assert_eq!(budget.stats().granted, 10);
 }
 
 #[test]

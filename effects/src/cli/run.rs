@@ -4,6 +4,7 @@ use super::{
     DemoArgs, EventsFormat, HumanView, JsonEvents, RunArgs, ServeArgs, EXIT_CANCELED, EXIT_FAILED,
     EXIT_OK, EXIT_USAGE,
 };
+use crate::budget::SharedBudget;
 use crate::config::ConfigError;
 use crate::fake::{FakeServer, FakeServerConfig};
 use crate::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider};
@@ -13,10 +14,9 @@ use crate::session::SessionStore;
 use crate::tools::scripted::ScenarioTools;
 use crate::tools::{files, ToolSet};
 use rebound_core::{
-    BudgetConfig, BudgetUse, MachineConfig, ProviderKind, RetryBudget, RetryConfig, RunError,
-    TargetSpec,
+    BudgetConfig, BudgetUse, MachineConfig, ProviderKind, RetryConfig, RunError, TargetSpec,
 };
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Model aliases accepted as `@name`.
 const ALIASES: &[(&str, &str)] = &[
@@ -261,9 +261,7 @@ pub async fn run(args: RunArgs) -> i32 {
     };
     let mut runner = Runner::new(config, providers).seed(args.seed);
     if args.retry_budget {
-        runner = runner.budget(Arc::new(Mutex::new(RetryBudget::new(
-            BudgetConfig::default(),
-        ))));
+        runner = runner.budget(SharedBudget::new(BudgetConfig::default()));
     }
     match build_tools(&args).await {
         Ok(Some(set)) => runner = runner.tools(Arc::new(set)),
