@@ -536,7 +536,6 @@ fn aws_standard(
     quota: &mut RetryQuota,
 ) -> Option<u64> {
     const MAX_ATTEMPTS: u32 = 3;
-    const MAX_BACKOFF_S: f64 = 20.0;
     let cost = match seen {
         // An event stream that fails after the response raises while it is read.
         Seen::MidStream => return None,
@@ -552,9 +551,16 @@ fn aws_standard(
         return None;
     }
     state.quota_acquired = Some(cost);
-    let exponent = i32::try_from(state.attempts.saturating_sub(1)).unwrap_or(i32::MAX);
+    Some(aws_backoff_ms(state.attempts, rng))
+}
+
+/// botocore's `ExponentialBackoff.delay_amount` after the failure of attempt
+/// `attempt_number` (1-based): `rand(0, 1) * min(2 ** (attempt_number - 1), 20)` seconds.
+fn aws_backoff_ms(attempt_number: u32, rng: &mut fastrand::Rng) -> u64 {
+    const MAX_BACKOFF_S: f64 = 20.0;
+    let exponent = i32::try_from(attempt_number.saturating_sub(1)).unwrap_or(i32::MAX);
     let ceiling_s = 2f64.powi(exponent).min(MAX_BACKOFF_S);
-    Some(seconds_to_ms(rng.f64() * ceiling_s))
+    seconds_to_ms(rng.f64() * ceiling_s)
 }
 
 /// gRPC's client retries (gRFC A6) under the channel's [`RetryThrottle`], as grpc-go
@@ -580,9 +586,10 @@ fn aws_standard(
 ///
 /// The faults are HTTP statuses, which a gRPC client maps as grpc/grpc's
 /// doc/http-grpc-status-mapping.md and grpc-go's `HTTPStatusConvTab`
-/// (internal/transport/http_util.go) say: 429, 502, 503 and 504 are UNAVAILABLE, any other
-/// status UNKNOWN (not retried). 529, which that table does not list, is read as the
-/// UNAVAILABLE it means (overloaded); a failure before any response is UNAVAILABLE.
+/// (internal/transport/http_util.go) say: 429, 502, 503 and 504 are UNAVAILABLE; every
+/// other status maps to a code the policy does not retry (400 INTERNAL, 500 UNKNOWN, …).
+/// 529, which that table does not list, is read as the UNAVAILABLE it means (overloaded);
+/// a failure before any response is UNAVAILABLE.
 fn grpc_a6(
     seen: &Seen,
     state: &mut PeerState,
@@ -590,9 +597,6 @@ fn grpc_a6(
     throttle: &mut RetryThrottle,
 ) -> Option<u64> {
     const MAX_ATTEMPTS: u32 = 4;
-    const INITIAL_BACKOFF_MS: f64 = 100.0;
-    const MAX_BACKOFF_MS: f64 = 1_000.0;
-    const MULTIPLIER: f64 = 2.0;
     let pushback_ms = match seen {
         Seen::MidStream => return None,
         Seen::NoResponse { .. } => None,
@@ -622,10 +626,21 @@ fn grpc_a6(
         state.retries_since_pushback = 0;
         return Some(ms);
     }
-    let exponent = i32::try_from(state.retries_since_pushback).unwrap_or(i32::MAX);
-    let backoff = (INITIAL_BACKOFF_MS * MULTIPLIER.powi(exponent)).min(MAX_BACKOFF_MS);
+    let delay = grpc_backoff_ms(state.retries_since_pushback, rng);
     state.retries_since_pushback += 1;
-    Some((backoff * (0.8 + 0.4 * rng.f64())).round() as u64)
+    Some(delay)
+}
+
+/// A6's backoff after `retries` retries since the last pushback:
+/// `min(initialBackoff * backoffMultiplier^retries, maxBackoff) * random(0.8, 1.2)`, with
+/// A6's example `initialBackoff = 0.1 s`, `backoffMultiplier = 2`, `maxBackoff = 1 s`.
+fn grpc_backoff_ms(retries: u32, rng: &mut fastrand::Rng) -> u64 {
+    const INITIAL_BACKOFF_MS: f64 = 100.0;
+    const MAX_BACKOFF_MS: f64 = 1_000.0;
+    const MULTIPLIER: f64 = 2.0;
+    let exponent = i32::try_from(retries).unwrap_or(i32::MAX);
+    let backoff = (INITIAL_BACKOFF_MS * MULTIPLIER.powi(exponent)).min(MAX_BACKOFF_MS);
+    (backoff * (0.8 + 0.4 * rng.f64())).round() as u64
 }
 
 /// A Finagle HTTP client's method retries for 429, 5xx and failed connections, under the
@@ -961,6 +976,22 @@ mod tests {
         let mut process = Peer::GrpcThrottled.new_process(0);
         assert!(delays_in(Peer::GrpcThrottled, &http(503, Some("-1")), &mut process).is_empty());
         assert_eq!(grpc_tokens(&process), 9_000);
+    }
+
+    #[test]
+    fn aws_and_grpc_backoffs_stop_growing_at_their_caps() {
+        // Beyond the attempts the default loops make: AWS caps at 20 s, gRPC at 1 s.
+        let mut rng = fastrand::Rng::with_seed(5);
+        let aws: Vec<u64> = (0..2_000).map(|_| aws_backoff_ms(6, &mut rng)).collect();
+        let grpc: Vec<u64> = (0..2_000).map(|_| grpc_backoff_ms(6, &mut rng)).collect();
+        let aws_max = aws.iter().max().copied().unwrap_or(0);
+        assert!((19_000..20_000).contains(&aws_max), "{aws_max}");
+        let (lo, hi) = (grpc.iter().min(), grpc.iter().max());
+        assert!(
+            lo.is_some_and(|&l| (800..850).contains(&l))
+                && hi.is_some_and(|&h| (1_150..=1_200).contains(&h)),
+            "{lo:?}..{hi:?}"
+        );
     }
 
     #[test]
