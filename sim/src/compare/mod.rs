@@ -12,7 +12,10 @@
 //!   [`simulate_fleet`]: in a model whose agents share one process, one fleet with one
 //!   shared [`RetryBudget`](rebound_core::RetryBudget); otherwise every agent in its own
 //!   world (its own process, its own budget).
-//! - the **peers** are the modelled per-request retry loops of [`peers`].
+//! - the **peers** are the modelled retry loops of [`peers`]: per-request loops, and
+//!   *budgeted* peers whose retry budget (module `budgets`) every request of a process
+//!   shares. They run as a fleet in virtual time (module `fleet`): in a model whose agents share
+//!   one process, one budget for all agents; otherwise one per agent.
 //!
 //! Metrics per (model, policy) are in [`Row`]; [`Report`] prints them as a Markdown table
 //! and checks [the bar](Verdict).
@@ -26,11 +29,13 @@
 //! assert_eq!(report.rows.len(), config.models.len() * config.policies.len());
 //! ```
 
+mod budgets;
+mod fleet;
 pub mod peers;
 mod report;
 
 pub use peers::Peer;
-pub use report::{Report, Row, Verdict};
+pub use report::{Miss, Report, Row, Verdict};
 
 use crate::driver::{simulate_fleet, FleetAgent, SimConfig, SimError, SimOutcome};
 use crate::scenario::{Answer, Fault, FaultKind, Outage, RandomFaults, Scenario, Turn};
@@ -84,8 +89,8 @@ pub struct OutageModel {
     pub description: String,
     /// The fault process every agent meets (one turn answered `"Done."`).
     pub scenario: Scenario,
-    /// Whether all agents run in one process, sharing rebound's retry budget. When false,
-    /// each agent is its own process with its own budget.
+    /// Whether all agents run in one process, sharing rebound's retry budget and each
+    /// budgeted peer's. When false, each agent is its own process with its own budget.
     pub shared_process: bool,
     /// The window `[from_ms, until_ms)` in which the peak request rate is measured; `None`
     /// for the whole run.
@@ -93,6 +98,14 @@ pub struct OutageModel {
     /// The most requests per agent rebound may send in this model (the bar's amplification
     /// limit), if any.
     pub max_requests_per_agent: Option<f64>,
+    /// The most requests per completed turn rebound may send in this model, if any (a row
+    /// that completed nothing exceeds every limit).
+    pub max_requests_per_turn: Option<f64>,
+    /// The least share of turns (0 to 1) rebound must complete in this model, if any.
+    pub min_success: Option<f64>,
+    /// The least share of "rebound, no budget"'s success rebound must reach in this model,
+    /// if any (`0.99`: 99 % of it): what the budget may cost when the failure is short.
+    pub min_success_of_unbudgeted: Option<f64>,
     /// Whether the bar applies to this model (extra models only inform).
     pub in_bar: bool,
 }
@@ -110,13 +123,17 @@ impl OutageModel {
             shared_process: false,
             window_ms: None,
             max_requests_per_agent: None,
+            max_requests_per_turn: None,
+            min_success: None,
+            min_success_of_unbudgeted: None,
             in_bar: true,
         }
     }
 
-    /// The five outage models of the issue, plus three extras (not in the bar) where a
-    /// short or partial failure hits all agents of one process and the shared budget binds:
-    /// the blip, a three-second total outage, and the brownout.
+    /// The five outage models of the issue, then four where a failure hits all agents of
+    /// one process and a shared budget binds: the blip, a three-second total outage, the
+    /// brownout and the rate limit. All are in the bar; the limits each adds are on the
+    /// model.
     #[must_use]
     pub fn standard() -> Vec<OutageModel> {
         let one_turn = |faults: Vec<Fault>, random: Option<RandomFaults>| Scenario {
@@ -138,6 +155,11 @@ impl OutageModel {
             rate: Some(0.5),
             ..Outage::total(0, 120_000, Fault::http(503))
         });
+        let rate_limit = window(Outage::total(
+            0,
+            12_000,
+            Fault::http_with(429, "retry-after", "5"),
+        ));
         vec![
             OutageModel::new(
                 "blip",
@@ -149,14 +171,7 @@ impl OutageModel {
                 ..OutageModel::new(
                     "rate-limit",
                     "429 with `retry-after: 5` for every attempt in the first 12 s",
-                    one_turn(
-                        vec![],
-                        window(Outage::total(
-                            0,
-                            12_000,
-                            Fault::http_with(429, "retry-after", "5"),
-                        )),
-                    ),
+                    one_turn(vec![], rate_limit.clone()),
                 )
             },
             OutageModel {
@@ -197,20 +212,20 @@ impl OutageModel {
             },
             OutageModel {
                 shared_process: true,
-                in_bar: false,
+                min_success_of_unbudgeted: Some(0.99),
                 ..OutageModel::new(
                     "blip-shared",
-                    "the blip, all agents in one process (extra: not part of the bar)",
+                    "the blip, all agents in one process",
                     one_turn(vec![Fault::http(529), Fault::http(529)], None),
                 )
             },
             OutageModel {
                 shared_process: true,
                 window_ms: Some((2_000, 5_000)),
-                in_bar: false,
+                min_success_of_unbudgeted: Some(0.99),
                 ..OutageModel::new(
                     "3s-outage-shared",
-                    "every attempt from 2 s to 5 s gets 529, all agents in one process (extra)",
+                    "every attempt from 2 s to 5 s gets 529, all agents in one process",
                     one_turn(
                         vec![],
                         window(Outage::total(2_000, 5_000, Fault::http(529))),
@@ -220,11 +235,23 @@ impl OutageModel {
             OutageModel {
                 shared_process: true,
                 window_ms: Some((0, 120_000)),
-                in_bar: false,
+                min_success_of_unbudgeted: Some(0.99),
                 ..OutageModel::new(
                     "brownout-shared",
-                    "the brownout, all agents in one process (extra: not part of the bar)",
+                    "the brownout, all agents in one process",
                     one_turn(vec![], brownout),
+                )
+            },
+            // Last, so that adding it left every other model's agent seeds as they were.
+            OutageModel {
+                shared_process: true,
+                window_ms: Some((0, 12_000)),
+                min_success: Some(1.0),
+                max_requests_per_turn: Some(1.5),
+                ..OutageModel::new(
+                    "rate-limit-shared",
+                    "the rate limit, all agents in one process",
+                    one_turn(vec![], rate_limit),
                 )
             },
         ]
@@ -318,23 +345,7 @@ pub fn run_experiment(config: &ExperimentConfig) -> Result<Report, SimError> {
             let turns = match policy {
                 Policy::Rebound => run_rebound(config, m, model, true)?,
                 Policy::ReboundWithoutBudget => run_rebound(config, m, model, false)?,
-                Policy::Peer(peer) => (0..config.agents)
-                    .map(|i| {
-                        let start_ms = config.start_ms(i);
-                        let record = peers::run_peer_turn(
-                            peer,
-                            &model.scenario,
-                            config.agent_seed(m, i),
-                            start_ms,
-                            config.idle_timeout_ms,
-                        );
-                        AgentTurn {
-                            start_ms,
-                            requests: record.requests,
-                            completed_at: record.completed_at,
-                        }
-                    })
-                    .collect(),
+                Policy::Peer(peer) => run_peer(config, m, model, peer),
             };
             rows.push(Row::summarize(model, policy, &turns_view(&turns)));
         }
@@ -349,6 +360,36 @@ fn turns_view(turns: &[AgentTurn]) -> Vec<report::TurnView<'_>> {
             start_ms: t.start_ms,
             requests: &t.requests,
             completed_at: t.completed_at,
+        })
+        .collect()
+}
+
+fn run_peer(
+    config: &ExperimentConfig,
+    m: usize,
+    model: &OutageModel,
+    peer: Peer,
+) -> Vec<AgentTurn> {
+    let members: Vec<fleet::Member> = (0..config.agents)
+        .map(|i| fleet::Member {
+            seed: config.agent_seed(m, i),
+            start_ms: config.start_ms(i),
+        })
+        .collect();
+    let records = fleet::run_peer_fleet(
+        peer,
+        &model.scenario,
+        &members,
+        model.shared_process,
+        config.idle_timeout_ms,
+    );
+    members
+        .iter()
+        .zip(records)
+        .map(|(member, record)| AgentTurn {
+            start_ms: member.start_ms,
+            requests: record.requests,
+            completed_at: record.completed_at,
         })
         .collect()
 }
@@ -404,4 +445,28 @@ fn run_rebound(
             completed_at: outcome.succeeded().then_some(outcome.elapsed.0),
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgeted_peers_give_the_same_rows_for_a_seed_and_other_rows_for_another() {
+        let config = |seed: u64| ExperimentConfig {
+            seed,
+            agents: 200,
+            policies: Peer::ALL
+                .into_iter()
+                .filter(|p| p.is_budgeted())
+                .map(Policy::Peer)
+                .collect(),
+            ..ExperimentConfig::default()
+        };
+        let run = |seed| run_experiment(&config(seed)).expect("peers never fail");
+        let first = run(1);
+        assert_eq!(first.rows, run(1).rows);
+        assert_eq!(first.rows.len(), 4 * OutageModel::standard().len());
+        assert_ne!(first.rows, run(2).rows);
+    }
 }

@@ -1,20 +1,33 @@
-//! Models of the retry policies other agent stacks use today.
+//! Models of the retry policies other agent stacks and RPC libraries use today.
 //!
-//! Each model is a plain per-request retry loop, written from the source of the library it
-//! models (cited beside each one), and played against the same fault process as rebound:
-//! the same [`ScriptCursor`] seeded the same way, the same [`Timing`], the same virtual
-//! clock. The models are simple on purpose — they are what a default-configured client does
-//! with one request, not an agent loop around it.
+//! Each model is a retry loop written from the source of the library it models (cited
+//! beside each one), and played against the same fault process as rebound: the same
+//! [`ScriptCursor`](crate::scenario::ScriptCursor) seeded the same way, the same
+//! [`Timing`](crate::scenario::Timing), the same virtual clock (see the `fleet` module). The
+//! models are simple on purpose — they are what a default-configured client does with one
+//! request, not an agent loop around it.
+//!
+//! There are two kinds:
+//!
+//! - **per-request loops** (the Python SDKs, the Vercel AI SDK, Codex, no retries): each
+//!   request decides alone, from what it saw and how often it retried;
+//! - **budgeted peers** (the AWS SDKs' standard mode, gRPC's retry throttling, Finagle's
+//!   `RetryBudget`, the SRE book's adaptive throttling): a per-request loop that also
+//!   spends a budget every request of the *process* shares (the `budgets` module). In a model
+//!   whose agents share one process, all agents spend one budget; otherwise each agent
+//!   has its own.
 //!
 //! What a client can see of a fault decides everything, so each fault is first reduced to a
-//! [`Seen`]: an HTTP error (status and `retry-after`), a failure before any response
-//! (connect, reset, timeout), or a failure *after* the response started streaming. The
-//! Python SDKs and the Vercel AI SDK retry only inside the request call, which returns as
-//! soon as the response headers arrive; a stream that breaks later raises from the iterator,
-//! outside every retry loop.
+//! `Seen`: an HTTP error (status and `retry-after`), a failure before any response
+//! (connect, reset, timeout), or a failure *after* the response started streaming. Every
+//! library here retries only inside the request call, which returns as soon as the
+//! response headers arrive; a stream that breaks later raises from the iterator, outside
+//! every retry loop (gRPC calls such an RPC *committed*). Codex alone retries a broken
+//! stream, in its turn loop.
 
-use crate::scenario::{FaultKind, Planned, Scenario, ScriptCursor, Timing};
-use rebound_core::{Conversation, Message, Millis, TransportFault};
+use super::budgets::{AdaptiveThrottle, FinagleRetryBudget, RetryQuota, RetryThrottle};
+use crate::scenario::FaultKind;
+use rebound_core::TransportFault;
 use std::fmt;
 
 /// A retry policy of another stack, modelled.
@@ -28,17 +41,32 @@ pub enum Peer {
     VercelAi,
     /// OpenAI's Codex CLI (`codex-rs`), default provider settings.
     CodexCli,
+    /// The AWS SDKs' standard retry mode with its retry quota (botocore's, which the other
+    /// SDKs share), one quota per client.
+    AwsStandard,
+    /// gRPC's retry policy and retry throttling (gRFC A6's example configuration), one
+    /// throttle per channel.
+    GrpcThrottled,
+    /// A Finagle HTTP client's method retries under its default `RetryBudget`.
+    FinagleBudget,
+    /// Client-side adaptive throttling from Google's SRE book in front of an SDK retry
+    /// loop.
+    SreAdaptive,
     /// One attempt, no retry.
     NoRetries,
 }
 
 impl Peer {
     /// Every modelled peer, in table order.
-    pub const ALL: [Peer; 5] = [
+    pub const ALL: [Peer; 9] = [
         Peer::AnthropicPython,
         Peer::OpenAiPython,
         Peer::VercelAi,
         Peer::CodexCli,
+        Peer::AwsStandard,
+        Peer::GrpcThrottled,
+        Peer::FinagleBudget,
+        Peer::SreAdaptive,
         Peer::NoRetries,
     ];
 
@@ -50,29 +78,114 @@ impl Peer {
             Peer::OpenAiPython => "openai-python",
             Peer::VercelAi => "vercel-ai",
             Peer::CodexCli => "codex-cli",
+            Peer::AwsStandard => "aws-sdk standard (retry quota)",
+            Peer::GrpcThrottled => "grpc (A6 retry throttling)",
+            Peer::FinagleBudget => "finagle (RetryBudget)",
+            Peer::SreAdaptive => "sre adaptive throttling",
             Peer::NoRetries => "no retries",
         }
     }
 
+    /// Whether the peer keeps a budget shared by every request of a process.
+    #[must_use]
+    pub fn is_budgeted(self) -> bool {
+        matches!(
+            self,
+            Peer::AwsStandard | Peer::GrpcThrottled | Peer::FinagleBudget | Peer::SreAdaptive
+        )
+    }
+
     /// A salt that gives each peer its own jitter stream for the same agent seed.
-    fn salt(self) -> u64 {
+    pub(crate) fn salt(self) -> u64 {
         match self {
             Peer::AnthropicPython => 0xa1,
             Peer::OpenAiPython => 0xb2,
             Peer::VercelAi => 0xc3,
             Peer::CodexCli => 0xd4,
             Peer::NoRetries => 0xe5,
+            Peer::AwsStandard => 0xf6,
+            Peer::GrpcThrottled => 0x107,
+            Peer::FinagleBudget => 0x118,
+            Peer::SreAdaptive => 0x129,
         }
     }
 
-    /// How long to wait before retrying after `seen`, or `None` to give up. `state` counts
-    /// what was retried so far in this turn.
-    fn decide(self, seen: &Seen, state: &mut PeerState, rng: &mut fastrand::Rng) -> Option<u64> {
+    /// The state one process of this peer shares among its requests, for a process whose
+    /// first request starts at `now`.
+    pub(crate) fn new_process(self, now: u64) -> Process {
+        match self {
+            Peer::AwsStandard => Process::Aws(RetryQuota::new()),
+            Peer::GrpcThrottled => Process::Grpc(RetryThrottle::new()),
+            Peer::FinagleBudget => Process::Finagle(FinagleRetryBudget::new(now)),
+            Peer::SreAdaptive => Process::Sre(AdaptiveThrottle::new()),
+            Peer::AnthropicPython
+            | Peer::OpenAiPython
+            | Peer::VercelAi
+            | Peer::CodexCli
+            | Peer::NoRetries => Process::Stateless,
+        }
+    }
+
+    /// Called when the turn is about to make its next attempt at `now` (`state.attempts`
+    /// attempts were made before it): whether the attempt may go out (`false`: it was
+    /// rejected locally and fails at once like [`Seen::LOCAL_REJECTION`]).
+    pub(crate) fn admit(
+        self,
+        process: &mut Process,
+        state: &PeerState,
+        rng: &mut fastrand::Rng,
+        now: u64,
+    ) -> bool {
+        match self {
+            // `RetryFilter.apply` deposits once per request, before its first attempt.
+            Peer::FinagleBudget => {
+                if state.attempts == 0 {
+                    process.finagle().deposit(now);
+                }
+                true
+            }
+            Peer::SreAdaptive => process.sre().admit(now, rng),
+            _ => true,
+        }
+    }
+
+    /// Called when an attempt succeeded, at `now`.
+    pub(crate) fn on_success(self, process: &mut Process, state: &PeerState, now: u64) {
+        match self {
+            Peer::AwsStandard => process.aws().release(
+                state
+                    .quota_acquired
+                    .unwrap_or(RetryQuota::NO_RETRY_INCREMENT),
+            ),
+            Peer::GrpcThrottled => process.grpc().success(),
+            // The stack's `RequeueFilter` deposits for every response its classifier calls
+            // a success (see `finagle_method_retries`).
+            Peer::FinagleBudget => process.finagle().deposit(now),
+            Peer::SreAdaptive => process.sre().record(now, true),
+            _ => {}
+        }
+    }
+
+    /// How long to wait before retrying after `seen`, at `now`, or `None` to give up.
+    /// `state` counts what was tried so far in this turn (`state.attempts` includes the
+    /// attempt that just failed); `process` is the budget the turn's process shares.
+    pub(crate) fn decide(
+        self,
+        seen: &Seen,
+        state: &mut PeerState,
+        rng: &mut fastrand::Rng,
+        process: &mut Process,
+        now: u64,
+    ) -> Option<u64> {
         match self {
             Peer::AnthropicPython => stainless_python(seen, state, rng, StainlessCaps::ANTHROPIC),
             Peer::OpenAiPython => stainless_python(seen, state, rng, StainlessCaps::OPENAI),
             Peer::VercelAi => vercel_ai(seen, state),
             Peer::CodexCli => codex_cli(seen, state, rng),
+            Peer::AwsStandard => aws_standard(seen, state, rng, process.aws()),
+            Peer::GrpcThrottled => grpc_a6(seen, state, rng, process.grpc()),
+            Peer::FinagleBudget => finagle_method_retries(seen, state, rng, process.finagle(), now),
+            Peer::SreAdaptive => sre_adaptive(seen, state, rng, process.sre(), now),
             Peer::NoRetries => None,
         }
     }
@@ -81,6 +194,53 @@ impl Peer {
 impl fmt::Display for Peer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.label())
+    }
+}
+
+/// What one process of a peer shares among its requests.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Process {
+    /// A per-request loop: nothing shared.
+    Stateless,
+    /// [`Peer::AwsStandard`]'s retry quota.
+    Aws(RetryQuota),
+    /// [`Peer::GrpcThrottled`]'s retry throttle.
+    Grpc(RetryThrottle),
+    /// [`Peer::FinagleBudget`]'s retry budget.
+    Finagle(FinagleRetryBudget),
+    /// [`Peer::SreAdaptive`]'s request and accept history.
+    Sre(AdaptiveThrottle),
+}
+
+impl Process {
+    fn aws(&mut self) -> &mut RetryQuota {
+        match self {
+            Process::Aws(q) => q,
+            other => panic!("invariant: an AWS peer runs in an AWS process, not {other:?}"),
+        }
+    }
+
+    fn grpc(&mut self) -> &mut RetryThrottle {
+        match self {
+            Process::Grpc(t) => t,
+            other => panic!("invariant: a gRPC peer runs in a gRPC process, not {other:?}"),
+        }
+    }
+
+    fn finagle(&mut self) -> &mut FinagleRetryBudget {
+        match self {
+            Process::Finagle(b) => b,
+            other => panic!("invariant: a Finagle peer runs in a Finagle process, not {other:?}"),
+        }
+    }
+
+    fn sre(&mut self) -> &mut AdaptiveThrottle {
+        match self {
+            Process::Sre(t) => t,
+            other => panic!(
+                "invariant: an SRE-throttled peer runs in its own kind of process, not {other:?}"
+            ),
+        }
     }
 }
 
@@ -93,14 +253,22 @@ pub(crate) enum Seen {
         retry_after_s: Option<f64>,
         should_retry: Option<bool>,
     },
-    /// No response at all: connect, DNS, TLS, reset or timeout.
-    NoResponse,
+    /// No response at all: connect, DNS, TLS, reset or timeout (`timeout`: the last).
+    NoResponse { timeout: bool },
     /// The response started (200) and its stream then failed: cut, error event, malformed,
     /// idle, or empty.
     MidStream,
 }
 
 impl Seen {
+    /// What a request rejected by the client's own throttle ([`Peer::SreAdaptive`]) fails
+    /// with: like a backend rejection (503, no hint), but never sent.
+    pub(crate) const LOCAL_REJECTION: Seen = Seen::Http {
+        status: 503,
+        retry_after_s: None,
+        should_retry: None,
+    };
+
     pub(crate) fn of(kind: &FaultKind) -> Seen {
         match kind {
             FaultKind::Http {
@@ -132,8 +300,8 @@ impl Seen {
                 TransportFault::Connect
                 | TransportFault::Dns
                 | TransportFault::Tls
-                | TransportFault::Reset
-                | TransportFault::Timeout => Seen::NoResponse,
+                | TransportFault::Reset => Seen::NoResponse { timeout: false },
+                TransportFault::Timeout => Seen::NoResponse { timeout: true },
                 _ => Seen::MidStream,
             },
             // A 400 the client does not retry; modelled as a non-retryable status.
@@ -153,13 +321,22 @@ impl Seen {
     }
 }
 
-/// Retries taken in the current turn.
+/// What the current turn tried so far.
 #[derive(Debug, Default)]
 pub(crate) struct PeerState {
+    /// Attempts made, sent or rejected locally (kept by the fleet loop).
+    pub(crate) attempts: u32,
     /// Retries of the HTTP request (reset by Codex's stream-level retry).
     request_retries: u32,
     /// Codex's turn-level retries of a dropped stream.
     stream_retries: u32,
+    /// [`Peer::AwsStandard`]: the retry quota taken for the latest retry, given back if it
+    /// succeeds.
+    quota_acquired: Option<u32>,
+    /// [`Peer::GrpcThrottled`]: retries since the last server pushback (backoff resets).
+    retries_since_pushback: u32,
+    /// [`Peer::FinagleBudget`]: the latest backoff of the decorrelated-jitter stream, in µs.
+    finagle_backoff_us: Option<u64>,
 }
 
 /// The constants that differ between the two Stainless-generated Python SDKs.
@@ -215,7 +392,7 @@ fn stainless_python(
     }
     let hint = match seen {
         Seen::MidStream => return None,
-        Seen::NoResponse => None,
+        Seen::NoResponse { .. } => None,
         Seen::Http {
             status,
             retry_after_s,
@@ -264,7 +441,7 @@ fn vercel_ai(seen: &Seen, state: &mut PeerState) -> Option<u64> {
     let backoff_ms = 2_000.0 * 2f64.powi(state.request_retries as i32);
     let delay_ms = match seen {
         Seen::MidStream => return None,
-        Seen::NoResponse => backoff_ms,
+        Seen::NoResponse { .. } => backoff_ms,
         Seen::Http {
             status,
             retry_after_s,
@@ -313,7 +490,7 @@ fn codex_cli(seen: &Seen, state: &mut PeerState, rng: &mut fastrand::Rng) -> Opt
             Some((base * jitter(rng)) as u64)
         }
         Seen::Http { status, .. } if *status < 500 => None,
-        Seen::Http { .. } | Seen::NoResponse => {
+        Seen::Http { .. } | Seen::NoResponse { .. } => {
             if state.request_retries >= REQUEST_MAX_RETRIES {
                 return None;
             }
@@ -332,78 +509,236 @@ fn seconds_to_ms(s: f64) -> u64 {
     }
 }
 
-/// What one modelled turn did.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct TurnRecord {
-    /// When each attempt was sent, in virtual ms.
-    pub(crate) requests: Vec<u64>,
-    /// When the turn completed, if it did.
-    pub(crate) completed_at: Option<u64>,
+/// The AWS SDKs' standard retry mode, spending the client's [`RetryQuota`].
+///
+/// boto/botocore, botocore/retries/standard.py (commit 0719e795), with its default
+/// `STANDARD_RETRY_MODE_VERSION = "2.0"`:
+/// - `DEFAULT_MAX_ATTEMPTS = 3`: `MaxAttemptsChecker` retries while `attempt_number < 3`;
+/// - `StandardRetryConditions`: retryable are statuses 500, 502, 503 and 504 and the
+///   `ConnectionError` / `HTTPClientError` exceptions (`TransientRetryableChecker`), and the
+///   throttling error codes such as `ThrottlingException` (`ThrottledRetryableChecker`),
+///   which is what Bedrock's 429 carries. 529 is no AWS status; it is read as the 503 it
+///   means;
+/// - only a retryable failure asks the quota (`RetryHandler.needs_retry`); a refused quota
+///   fails the call;
+/// - `ExponentialBackoff.delay_amount`: `rand(0, 1) * min(2 ** (attempt_number - 1), 20)`
+///   seconds with `attempt_number` 1-based — "we want the first delay to just be
+///   `rand(0, 1)`" — so 0–1 s, then 0–2 s. `retry-after` is not read (the opt-in version
+///   2.1 reads `x-amz-retry-after`).
+///
+/// aws/aws-sdk-go-v2 (aws/retry/jitter_backoff.go, middleware.go) differs in two details:
+/// its backoff is `rand * 2^attempt` with the 1-based attempt (0–2 s, then 0–4 s), and it
+/// adds `NoRetryIncrement` after every successful attempt, retried or not.
+fn aws_standard(
+    seen: &Seen,
+    state: &mut PeerState,
+    rng: &mut fastrand::Rng,
+    quota: &mut RetryQuota,
+) -> Option<u64> {
+    const MAX_ATTEMPTS: u32 = 3;
+    let cost = match seen {
+        // An event stream that fails after the response raises while it is read.
+        Seen::MidStream => return None,
+        Seen::NoResponse { timeout: true } => RetryQuota::TIMEOUT_RETRY_COST,
+        Seen::NoResponse { timeout: false } => RetryQuota::RETRY_COST,
+        Seen::Http {
+            status: 429 | 500 | 502 | 503 | 504 | 529,
+            ..
+        } => RetryQuota::RETRY_COST,
+        Seen::Http { .. } => return None,
+    };
+    if state.attempts >= MAX_ATTEMPTS || !quota.acquire(cost) {
+        return None;
+    }
+    state.quota_acquired = Some(cost);
+    Some(aws_backoff_ms(state.attempts, rng))
 }
 
-/// Plays one turn of `scenario` under `peer`: the agent sends its request at `start_ms`
-/// and retries as the peer would, against the fault process seeded by `seed`.
-pub(crate) fn run_peer_turn(
-    peer: Peer,
-    scenario: &Scenario,
-    seed: u64,
-    start_ms: u64,
-    idle_timeout_ms: u64,
-) -> TurnRecord {
-    let mut cursor = ScriptCursor::new(seed);
-    let mut rng = fastrand::Rng::with_seed(seed ^ peer.salt().wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    let mut conversation = Conversation::new();
-    conversation.push(Message::user_text(scenario.user_message.clone()));
-    let timing: &Timing = &scenario.timing;
-    let mut state = PeerState::default();
-    let mut requests = Vec::new();
-    let mut sent = start_ms;
-    loop {
-        requests.push(sent);
-        // As the simulator's driver does: a stall shorter than the idle timeout only
-        // delays what the same request gets next.
-        let mut stalled = 0u64;
-        let (seen, failed_at) = loop {
-            match cursor.next(
-                scenario,
-                Millis(sent.saturating_add(stalled)),
-                &conversation,
-            ) {
-                Planned::Answer { answer, .. } => {
-                    let latency = answer
-                        .and_then(|a| a.latency_ms)
-                        .unwrap_or(timing.answer_ms);
-                    return TurnRecord {
-                        requests,
-                        completed_at: Some(sent + stalled + latency),
-                    };
+/// botocore's `ExponentialBackoff.delay_amount` after the failure of attempt
+/// `attempt_number` (1-based): `rand(0, 1) * min(2 ** (attempt_number - 1), 20)` seconds.
+fn aws_backoff_ms(attempt_number: u32, rng: &mut fastrand::Rng) -> u64 {
+    const MAX_BACKOFF_S: f64 = 20.0;
+    let exponent = i32::try_from(attempt_number.saturating_sub(1)).unwrap_or(i32::MAX);
+    let ceiling_s = 2f64.powi(exponent).min(MAX_BACKOFF_S);
+    seconds_to_ms(rng.f64() * ceiling_s)
+}
+
+/// gRPC's client retries (gRFC A6) under the channel's [`RetryThrottle`], as grpc-go
+/// implements them.
+///
+/// grpc/proposal, A6-client-retries.md (commit 1fd061ad). The retry policy is A6's example
+/// — `"maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "1s",
+/// "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]` — with A6's example
+/// `retryThrottling` (10 tokens, ratio 0.1). The backoff is A6's as amended in 2024 (commit
+/// dc9fd4f, "change specification of backoff behavior to make sense"): the n-th retry
+/// waits `min(initialBackoff * backoffMultiplier^(n-1), maxBackoff) * random(0.8, 1.2)`,
+/// no longer the original `random(0, min(...))`; grpc-go does so since commit 4c07bca2.
+/// Pushback: `grpc-retry-pushback-ms: n` with `n >= 0` means retry after exactly `n` ms
+/// and restart the backoff at `initialBackoff`; a negative value means do not retry, and
+/// counts as a failure for throttling. The server's `retry-after` plays that trailer here.
+///
+/// grpc/grpc-go, stream.go (commit 4793ad04), `csAttempt.shouldRetry`, in this order: a
+/// committed RPC (response headers received: here, a stream that broke mid-message) is
+/// neither retried nor counted; pushback is read; a status outside `retryableStatusCodes`
+/// is neither retried nor counted; `retryThrottler.throttle()` counts the failure and may
+/// refuse; `numRetries + 1 >= maxAttempts` refuses; then the delay. A successful RPC calls
+/// `successfulRPC()` (`clientStream.finish`).
+///
+/// The faults are HTTP statuses, which a gRPC client maps as grpc/grpc's
+/// doc/http-grpc-status-mapping.md and grpc-go's `HTTPStatusConvTab`
+/// (internal/transport/http_util.go) say: 429, 502, 503 and 504 are UNAVAILABLE; every
+/// other status maps to a code the policy does not retry (400 INTERNAL, 500 UNKNOWN, …).
+/// 529, which that table does not list, is read as the UNAVAILABLE it means (overloaded);
+/// a failure before any response is UNAVAILABLE.
+fn grpc_a6(
+    seen: &Seen,
+    state: &mut PeerState,
+    rng: &mut fastrand::Rng,
+    throttle: &mut RetryThrottle,
+) -> Option<u64> {
+    const MAX_ATTEMPTS: u32 = 4;
+    let pushback_ms = match seen {
+        Seen::MidStream => return None,
+        Seen::NoResponse { .. } => None,
+        Seen::Http {
+            status,
+            retry_after_s,
+            ..
+        } => {
+            let pushback_ms = match retry_after_s {
+                Some(s) if !(s.is_finite() && *s >= 0.0) => {
+                    throttle.throttle();
+                    return None;
                 }
-                Planned::Overflow { .. } => {
-                    let seen = Seen::of(&FaultKind::ContextOverflow);
-                    break (seen, sent + stalled + timing.error_ms);
-                }
-                Planned::Fault(fault) => {
-                    if let FaultKind::Stall { ms } = fault.kind {
-                        if ms < idle_timeout_ms {
-                            stalled = stalled.saturating_add(ms);
-                            continue;
-                        }
-                    }
-                    let delay = fault.delay_ms(timing, idle_timeout_ms);
-                    break (Seen::of(&fault.kind), sent + stalled + delay);
-                }
+                Some(s) => Some(seconds_to_ms(*s)),
+                None => None,
+            };
+            if !matches!(status, 429 | 502 | 503 | 504 | 529) {
+                return None;
             }
-        };
-        match peer.decide(&seen, &mut state, &mut rng) {
-            Some(wait) => sent = failed_at + wait,
-            None => {
-                return TurnRecord {
-                    requests,
-                    completed_at: None,
-                }
+            pushback_ms
+        }
+    };
+    if throttle.throttle() || state.attempts >= MAX_ATTEMPTS {
+        return None;
+    }
+    if let Some(ms) = pushback_ms {
+        state.retries_since_pushback = 0;
+        return Some(ms);
+    }
+    let delay = grpc_backoff_ms(state.retries_since_pushback, rng);
+    state.retries_since_pushback += 1;
+    Some(delay)
+}
+
+/// A6's backoff after `retries` retries since the last pushback:
+/// `min(initialBackoff * backoffMultiplier^retries, maxBackoff) * random(0.8, 1.2)`, with
+/// A6's example `initialBackoff = 0.1 s`, `backoffMultiplier = 2`, `maxBackoff = 1 s`.
+fn grpc_backoff_ms(retries: u32, rng: &mut fastrand::Rng) -> u64 {
+    const INITIAL_BACKOFF_MS: f64 = 100.0;
+    const MAX_BACKOFF_MS: f64 = 1_000.0;
+    const MULTIPLIER: f64 = 2.0;
+    let exponent = i32::try_from(retries).unwrap_or(i32::MAX);
+    let backoff = (INITIAL_BACKOFF_MS * MULTIPLIER.powi(exponent)).min(MAX_BACKOFF_MS);
+    (backoff * (0.8 + 0.4 * rng.f64())).round() as u64
+}
+
+/// A Finagle HTTP client's method retries for 429, 5xx and failed connections, under the
+/// client's default [`FinagleRetryBudget`].
+///
+/// twitter/finagle (commit 4feb34cb). Finagle retries an HTTP *response* only when a
+/// `ResponseClassifier` calls it a `RetryableFailure`, which by default none does (the
+/// stack's `RequeueFilter` requeues only requests that could not be written). What people
+/// deploy against an overloaded backend is a `MethodBuilder` with
+/// `withRetryForClassifier` marking 429 and 5xx `RetryableFailure`; its loop, as the
+/// source says:
+/// - finagle-core/src/main/scala/com/twitter/finagle/client/MethodBuilderRetry.scala:
+///   `DefaultMaxRetries = 2`, policy `RetryPolicy.tries(maxRetries + 1, shouldRetry)`;
+/// - service/RetryPolicy.scala, `tries`: backoffs
+///   `Backoff.decorrelatedJittered(5.millis, 200.millis).take(numTries - 1)`; Backoff.scala,
+///   `DecorrelatedJittered`: first `start` (5 ms), then
+///   `start + random(0, min(3 * start, maximum) - start)` (5–15 ms);
+/// - service/RetryFilter.scala: `apply` deposits once per request; after a failure the
+///   policy must want a retry *and* `retryBudget.tryWithdraw()` must succeed, else the
+///   failure is returned. `retry-after` is not read;
+/// - service/Retries.scala (`moduleRequeueable`, `withdrawsOnly = false`) and
+///   service/RequeueFilter.scala: the stack's `RequeueFilter`, below the method's filter,
+///   sees every attempt and deposits into the same budget for each response the *client's*
+///   classifier calls a success; finagle-http's `Http.scala` makes that
+///   `ToggledServerErrorsAsFailures` (on by default): a 5xx is a failure, any other
+///   response — 200, 429, or a 200 whose stream breaks later — a success.
+///
+/// A failed connection is retried here by the method's policy from the same budget
+/// (Finagle would requeue it at once through the `RequeueFilter`, also from the budget; no
+/// model here has one).
+fn finagle_method_retries(
+    seen: &Seen,
+    state: &mut PeerState,
+    rng: &mut fastrand::Rng,
+    budget: &mut FinagleRetryBudget,
+    now: u64,
+) -> Option<u64> {
+    const TRIES: u32 = 3;
+    const START_US: u64 = 5_000;
+    const MAXIMUM_US: u64 = 200_000;
+    let (retryable, classified_successful) = match seen {
+        Seen::MidStream => (false, true),
+        Seen::NoResponse { .. } => (true, false),
+        Seen::Http { status, .. } => (*status == 429 || *status >= 500, *status < 500),
+    };
+    if classified_successful {
+        budget.deposit(now);
+    }
+    if !retryable || state.attempts >= TRIES || !budget.try_withdraw(now) {
+        return None;
+    }
+    let backoff_us = match state.finagle_backoff_us {
+        None => START_US,
+        Some(start) => {
+            let upper = if start >= MAXIMUM_US / 3 {
+                MAXIMUM_US
+            } else {
+                start * 3
+            };
+            let range = upper.abs_diff(start);
+            if range == 0 {
+                start
+            } else {
+                start + rng.u64(0..range)
             }
         }
-    }
+    };
+    state.finagle_backoff_us = Some(backoff_us);
+    Some((backoff_us + 500) / 1_000)
+}
+
+/// An SDK retry loop behind the SRE book's client-side adaptive throttling
+/// ([`AdaptiveThrottle`]: `K = 2`, the last two minutes, one per process).
+///
+/// The retry loop is the Anthropic Python SDK's ([`StainlessCaps::ANTHROPIC`]): 3 attempts,
+/// 0.5 s doubling (to at most 8 s) times `1 - 0.25 * U`, `retry-after` honoured up to
+/// 60 s, 408, 409, 424, 429 and 5xx retried, a broken stream not. The throttle sits below
+/// it, so every attempt, retries included, asks it first (the book throttles "requests
+/// attempted by the application layer"; the SDK's retries are such requests). An attempt
+/// rejected locally is not sent, counts as a request, and fails at once like a 503
+/// without a hint ([`Seen::LOCAL_REJECTION`]), which the loop retries while it has
+/// attempts left. A request is counted when its outcome is known (see
+/// [`AdaptiveThrottle`]), as accepted when the backend answered it with anything but 429
+/// or 5xx — a 200 whose stream broke later included.
+fn sre_adaptive(
+    seen: &Seen,
+    state: &mut PeerState,
+    rng: &mut fastrand::Rng,
+    throttle: &mut AdaptiveThrottle,
+    now: u64,
+) -> Option<u64> {
+    let accepted = match seen {
+        Seen::MidStream => true,
+        Seen::NoResponse { .. } => false,
+        Seen::Http { status, .. } => !(*status == 429 || *status >= 500),
+    };
+    throttle.record(now, accepted);
+    stainless_python(seen, state, rng, StainlessCaps::ANTHROPIC)
 }
 
 #[cfg(test)]
@@ -419,12 +754,59 @@ mod tests {
         Seen::of(&fault.kind)
     }
 
+    /// The delays one turn waits when every attempt fails with `seen`, in a fresh process.
     fn delays(peer: Peer, seen: &Seen) -> Vec<u64> {
+        let mut process = peer.new_process(0);
+        delays_in(peer, seen, &mut process)
+    }
+
+    /// The same, in `process` (which keeps what the turn spent).
+    fn delays_in(peer: Peer, seen: &Seen, process: &mut Process) -> Vec<u64> {
+        failing_turn(peer, &vec![seen.clone(); 20], process)
+    }
+
+    /// The delays one turn waits when its attempts fail with `seen`, in order, at time 0;
+    /// stops when the peer gives up or `seen` runs out.
+    fn failing_turn(peer: Peer, seen: &[Seen], process: &mut Process) -> Vec<u64> {
         let mut state = PeerState::default();
         let mut rng = fastrand::Rng::with_seed(1);
-        std::iter::from_fn(|| peer.decide(seen, &mut state, &mut rng))
-            .take(20)
-            .collect()
+        let mut out = Vec::new();
+        for s in seen {
+            state.attempts += 1;
+            match peer.decide(s, &mut state, &mut rng, process, 0) {
+                Some(d) => out.push(d),
+                None => break,
+            }
+        }
+        out
+    }
+
+    /// A turn whose attempts fail with `seen` and then succeed; returns the turn's state.
+    fn turn_succeeding_after(peer: Peer, seen: &[Seen], process: &mut Process) -> PeerState {
+        let mut state = PeerState::default();
+        let mut rng = fastrand::Rng::with_seed(1);
+        for s in seen {
+            state.attempts += 1;
+            peer.decide(s, &mut state, &mut rng, process, 0)
+                .expect("the failure is retried");
+        }
+        state.attempts += 1;
+        peer.on_success(process, &state, 0);
+        state
+    }
+
+    fn quota(process: &Process) -> u32 {
+        match process {
+            Process::Aws(q) => q.available(),
+            other => panic!("not an AWS process: {other:?}"),
+        }
+    }
+
+    fn grpc_tokens(process: &Process) -> u32 {
+        match process {
+            Process::Grpc(t) => t.milli_tokens(),
+            other => panic!("not a gRPC process: {other:?}"),
+        }
     }
 
     #[test]
@@ -478,5 +860,221 @@ mod tests {
         assert!(delays(Peer::CodexCli, &http(429, Some("5"))).is_empty());
         assert_eq!(delays(Peer::CodexCli, &Seen::MidStream).len(), 5);
         assert!(delays(Peer::NoRetries, &http(503, None)).is_empty());
+    }
+
+    #[test]
+    fn aws_retries_twice_with_full_jitter_below_one_then_two_seconds() {
+        for status in [503, 529, 429, 500, 502, 504] {
+            let d = delays(Peer::AwsStandard, &http(status, None));
+            assert_eq!(d.len(), 2, "{status}: {d:?}");
+            assert!(d[0] < 1_000 && d[1] < 2_000, "{status}: {d:?}");
+        }
+        // Full jitter: over many turns the first delay spans [0, 1 s), the second [0, 2 s).
+        let (mut max0, mut max1) = (0, 0);
+        for seed in 0..200 {
+            let mut process = Peer::AwsStandard.new_process(0);
+            let mut state = PeerState::default();
+            let mut rng = fastrand::Rng::with_seed(seed);
+            for max in [&mut max0, &mut max1] {
+                state.attempts += 1;
+                let d = Peer::AwsStandard
+                    .decide(&http(503, None), &mut state, &mut rng, &mut process, 0)
+                    .expect("retried");
+                *max = (*max).max(d);
+            }
+        }
+        assert!((900..1_000).contains(&max0) && (1_800..2_000).contains(&max1));
+        // `retry-after` is not read; other statuses and broken streams are not retried.
+        assert!(delays(Peer::AwsStandard, &http(429, Some("5")))[0] < 1_000);
+        assert!(delays(Peer::AwsStandard, &http(400, None)).is_empty());
+        assert!(delays(Peer::AwsStandard, &Seen::MidStream).is_empty());
+    }
+
+    #[test]
+    fn aws_quota_costs_five_per_retry_ten_after_a_timeout_and_refunds_on_success() {
+        let mut process = Peer::AwsStandard.new_process(0);
+        assert_eq!(
+            delays_in(Peer::AwsStandard, &http(503, None), &mut process).len(),
+            2
+        );
+        assert_eq!(quota(&process), 490, "two retries at 5, none refunded");
+        let timeout = Seen::NoResponse { timeout: true };
+        assert_eq!(
+            delays_in(Peer::AwsStandard, &timeout, &mut process).len(),
+            2
+        );
+        assert_eq!(quota(&process), 470, "two retries at 10");
+        // A retried success gives back its last retry's cost; a first-try success, 1.
+        turn_succeeding_after(Peer::AwsStandard, &[http(503, None), timeout], &mut process);
+        assert_eq!(quota(&process), 470 - 15 + 10);
+        turn_succeeding_after(Peer::AwsStandard, &[], &mut process);
+        assert_eq!(quota(&process), 466);
+    }
+
+    #[test]
+    fn aws_refuses_a_retry_the_quota_cannot_pay() {
+        let mut process = Peer::AwsStandard.new_process(0);
+        // 50 failed turns of three attempts spend 2 * 5 each: 500 tokens.
+        for _ in 0..50 {
+            delays_in(Peer::AwsStandard, &http(503, None), &mut process);
+        }
+        assert_eq!(quota(&process), 0);
+        assert!(delays_in(Peer::AwsStandard, &http(503, None), &mut process).is_empty());
+        // Five first-try successes pay for one retry again.
+        for _ in 0..5 {
+            turn_succeeding_after(Peer::AwsStandard, &[], &mut process);
+        }
+        assert_eq!(
+            delays_in(Peer::AwsStandard, &http(503, None), &mut process).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn grpc_retries_three_times_with_a6_backoff_and_counts_every_retryable_failure() {
+        let mut process = Peer::GrpcThrottled.new_process(0);
+        let d = delays_in(Peer::GrpcThrottled, &http(503, None), &mut process);
+        assert_eq!(d.len(), 3, "maxAttempts 4: {d:?}");
+        for (i, ms) in d.iter().enumerate() {
+            let base = 100.0 * 2f64.powi(i as i32);
+            assert!(
+                (*ms as f64) >= base * 0.8 - 0.5 && (*ms as f64) <= base * 1.2 + 0.5,
+                "{d:?}"
+            );
+        }
+        assert_eq!(grpc_tokens(&process), 6_000, "four failures counted");
+        // 500 maps to UNKNOWN: neither retried nor counted; nor is a committed stream.
+        assert!(delays_in(Peer::GrpcThrottled, &http(500, None), &mut process).is_empty());
+        assert!(delays_in(Peer::GrpcThrottled, &Seen::MidStream, &mut process).is_empty());
+        assert_eq!(grpc_tokens(&process), 6_000);
+        // 6 - 1 = 5 <= maxTokens / 2: throttled, and the failure still counts.
+        assert!(delays_in(Peer::GrpcThrottled, &http(429, None), &mut process).is_empty());
+        assert_eq!(grpc_tokens(&process), 5_000);
+        // A success adds 0.1; 5.1 is above the threshold, but the next failure counts first.
+        turn_succeeding_after(Peer::GrpcThrottled, &[], &mut process);
+        assert!(delays_in(Peer::GrpcThrottled, &http(503, None), &mut process).is_empty());
+    }
+
+    #[test]
+    fn grpc_honours_pushback_exactly_and_then_restarts_its_backoff() {
+        let seen = [
+            http(503, None),
+            http(429, Some("5")),
+            http(503, None),
+            http(503, None),
+        ];
+        let mut process = Peer::GrpcThrottled.new_process(0);
+        let d = failing_turn(Peer::GrpcThrottled, &seen, &mut process);
+        assert_eq!(d.len(), 3, "{d:?}");
+        assert!((80..=120).contains(&d[0]), "{d:?}");
+        assert_eq!(d[1], 5_000);
+        assert!(
+            (80..=120).contains(&d[2]),
+            "backoff restarts after pushback: {d:?}"
+        );
+        // A negative pushback means "do not retry", and counts as a failure.
+        let mut process = Peer::GrpcThrottled.new_process(0);
+        assert!(delays_in(Peer::GrpcThrottled, &http(503, Some("-1")), &mut process).is_empty());
+        assert_eq!(grpc_tokens(&process), 9_000);
+    }
+
+    #[test]
+    fn aws_and_grpc_backoffs_stop_growing_at_their_caps() {
+        // Beyond the attempts the default loops make: AWS caps at 20 s, gRPC at 1 s.
+        let mut rng = fastrand::Rng::with_seed(5);
+        let aws: Vec<u64> = (0..2_000).map(|_| aws_backoff_ms(6, &mut rng)).collect();
+        let grpc: Vec<u64> = (0..2_000).map(|_| grpc_backoff_ms(6, &mut rng)).collect();
+        let aws_max = aws.iter().max().copied().unwrap_or(0);
+        assert!((19_000..20_000).contains(&aws_max), "{aws_max}");
+        let (lo, hi) = (grpc.iter().min(), grpc.iter().max());
+        assert!(
+            lo.is_some_and(|&l| (800..850).contains(&l))
+                && hi.is_some_and(|&h| (1_150..=1_200).contains(&h)),
+            "{lo:?}..{hi:?}"
+        );
+    }
+
+    #[test]
+    fn finagle_retries_twice_after_5_then_5_to_15_ms() {
+        for status in [503, 529, 500, 429] {
+            let d = delays(Peer::FinagleBudget, &http(status, Some("5")));
+            assert_eq!(d.len(), 2, "{status}: {d:?}");
+            assert_eq!(d[0], 5, "{status}: {d:?}");
+            assert!((5..=15).contains(&d[1]), "{status}: {d:?}");
+        }
+        assert!(delays(Peer::FinagleBudget, &http(400, None)).is_empty());
+        assert!(delays(Peer::FinagleBudget, &Seen::MidStream).is_empty());
+    }
+
+    #[test]
+    fn finagle_budget_funds_a_hundred_retries_plus_a_fifth_of_its_deposits() {
+        let mut process = Peer::FinagleBudget.new_process(0);
+        // 503s deposit nothing (the client calls 5xx failures): the reserve alone pays.
+        for _ in 0..50 {
+            assert_eq!(
+                delays_in(Peer::FinagleBudget, &http(503, None), &mut process).len(),
+                2
+            );
+        }
+        assert!(delays_in(Peer::FinagleBudget, &http(503, None), &mut process).is_empty());
+        // A 429 is a "successful" response to the stack's RequeueFilter: five of them pay
+        // for one retry.
+        let mut state = PeerState::default();
+        let mut rng = fastrand::Rng::with_seed(1);
+        let mut granted = 0;
+        for _ in 0..20 {
+            state.attempts = 1;
+            state.finagle_backoff_us = None;
+            if Peer::FinagleBudget
+                .decide(&http(429, None), &mut state, &mut rng, &mut process, 0)
+                .is_some()
+            {
+                granted += 1;
+            }
+        }
+        assert_eq!(granted, 4);
+        // Requests deposit when they start: five new requests, one more retry.
+        for _ in 0..5 {
+            let state = PeerState::default();
+            assert!(Peer::FinagleBudget.admit(&mut process, &state, &mut rng, 0));
+        }
+        assert_eq!(
+            delays_in(Peer::FinagleBudget, &http(503, None), &mut process).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn sre_throttle_rejects_locally_counts_the_rejection_and_the_loop_retries_it() {
+        let mut process = Peer::SreAdaptive.new_process(0);
+        let mut rng = fastrand::Rng::with_seed(3);
+        let state = PeerState::default();
+        // 429s are not accepts: after a hundred failed turns most attempts are rejected.
+        for _ in 0..100 {
+            failing_turn(Peer::SreAdaptive, &[http(429, None)], &mut process);
+        }
+        let rejected = (0..100)
+            .filter(|_| !Peer::SreAdaptive.admit(&mut process, &state, &mut rng, 0))
+            .count();
+        assert!(rejected > 90, "{rejected}");
+        // The rejection fails like a 503 without a hint: retried after 0.5 s backoff, and
+        // counted as a request that was not accepted.
+        let d = delays(Peer::SreAdaptive, &Seen::LOCAL_REJECTION);
+        assert_eq!(d.len(), 2);
+        assert!((375..=500).contains(&d[0]), "{d:?}");
+        failing_turn(Peer::SreAdaptive, &[Seen::LOCAL_REJECTION], &mut process);
+        // Successes and answered-but-broken streams are accepts; 5xx are not.
+        turn_succeeding_after(Peer::SreAdaptive, &[], &mut process);
+        failing_turn(Peer::SreAdaptive, &[Seen::MidStream], &mut process);
+        failing_turn(Peer::SreAdaptive, &[http(503, None)], &mut process);
+        let Process::Sre(throttle) = &mut process else {
+            unreachable!("an SRE process")
+        };
+        assert_eq!(throttle.counts(0), (104, 2));
+        assert_eq!(
+            throttle.counts(120_000),
+            (0, 0),
+            "two minutes later: forgotten"
+        );
     }
 }

@@ -113,22 +113,169 @@ impl Row {
     }
 }
 
+/// One rule of the bar that rebound's budgeted row broke, with the numbers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Miss {
+    /// A policy (a peer, budgeted or not) has both strictly higher success and strictly
+    /// fewer requests per completed turn than rebound.
+    Dominated {
+        /// The model.
+        model: String,
+        /// The dominating policy, as the table names it.
+        policy: String,
+        /// rebound's success (0 to 1).
+        rebound_success: f64,
+        /// rebound's requests per completed turn (`None`: no turn completed).
+        rebound_per_turn: Option<f64>,
+        /// The policy's success.
+        success: f64,
+        /// The policy's requests per completed turn.
+        per_turn: Option<f64>,
+    },
+    /// More requests per agent than the model's [`OutageModel::max_requests_per_agent`].
+    RequestsPerAgent {
+        /// The model.
+        model: String,
+        /// rebound's requests per agent.
+        got: f64,
+        /// The limit.
+        limit: f64,
+    },
+    /// More requests per completed turn than the model's
+    /// [`OutageModel::max_requests_per_turn`].
+    RequestsPerTurn {
+        /// The model.
+        model: String,
+        /// rebound's requests per completed turn (`None`: no turn completed).
+        got: Option<f64>,
+        /// The limit.
+        limit: f64,
+    },
+    /// Less success than the model's [`OutageModel::min_success`].
+    Success {
+        /// The model.
+        model: String,
+        /// rebound's success (0 to 1).
+        got: f64,
+        /// The least allowed.
+        min: f64,
+    },
+    /// Less success than the model's [`OutageModel::min_success_of_unbudgeted`] share of
+    /// "rebound, no budget"'s.
+    SuccessOfUnbudgeted {
+        /// The model.
+        model: String,
+        /// rebound's success (0 to 1).
+        got: f64,
+        /// "rebound, no budget"'s success.
+        unbudgeted: f64,
+        /// The share of it required.
+        min_share: f64,
+    },
+    /// A rule of the model that needs "rebound, no budget", which did not run.
+    Unchecked {
+        /// The model.
+        model: String,
+    },
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1} %", x * 100.0)
+}
+
+fn per_turn(x: Option<f64>) -> String {
+    x.map_or_else(|| "no completed turn".to_owned(), |x| format!("{x:.2}"))
+}
+
+impl fmt::Display for Miss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Miss::Dominated {
+                model,
+                policy,
+                rebound_success,
+                rebound_per_turn,
+                success,
+                per_turn: theirs,
+            } => write!(
+                f,
+                "{model}: dominated by {policy}: {} success at {} requests per completed turn, \
+                 against rebound's {} at {}",
+                pct(*success),
+                per_turn(*theirs),
+                pct(*rebound_success),
+                per_turn(*rebound_per_turn),
+            ),
+            Miss::RequestsPerAgent { model, got, limit } => write!(
+                f,
+                "{model}: {got:.3} requests per agent, more than the limit of {limit}"
+            ),
+            Miss::RequestsPerTurn {
+                model,
+                got: Some(got),
+                limit,
+            } => write!(
+                f,
+                "{model}: {got:.2} requests per completed turn, more than the limit of {limit}"
+            ),
+            Miss::RequestsPerTurn {
+                model,
+                got: None,
+                limit,
+            } => write!(
+                f,
+                "{model}: no turn completed, so requests per completed turn exceed the limit \
+                 of {limit}"
+            ),
+            Miss::Success { model, got, min } => write!(
+                f,
+                "{model}: {} success, less than the required {}",
+                pct(*got),
+                pct(*min)
+            ),
+            Miss::SuccessOfUnbudgeted {
+                model,
+                got,
+                unbudgeted,
+                min_share,
+            } => write!(
+                f,
+                "{model}: {} success, less than {:.0} % of rebound without a budget's {} \
+                 (at least {})",
+                pct(*got),
+                min_share * 100.0,
+                pct(*unbudgeted),
+                pct(min_share * unbudgeted),
+            ),
+            Miss::Unchecked { model } => write!(
+                f,
+                "{model}: not checked: its limit compares rebound with \"rebound, no budget\", \
+                 which did not run"
+            ),
+        }
+    }
+}
+
 /// Whether rebound (with its budget) met the bar.
+///
+/// The bar, in every model of the bar ([`OutageModel::in_bar`]): no policy other than
+/// rebound's own rows has both strictly higher success and strictly fewer requests per
+/// completed turn than rebound ([`Row::dominates`]); and the model's own limits hold —
+/// [`OutageModel::max_requests_per_agent`], [`OutageModel::max_requests_per_turn`],
+/// [`OutageModel::min_success`], [`OutageModel::min_success_of_unbudgeted`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verdict {
-    /// `(model, peer)` pairs where the peer Pareto-dominates rebound, in models of the bar.
-    pub dominated_by: Vec<(String, String)>,
-    /// `(model, requests per agent, limit)` where rebound sent more than the model allows.
-    pub over_limit: Vec<(String, f64, f64)>,
+    /// Every rule broken, model by model in table order.
+    pub misses: Vec<Miss>,
     /// Whether rebound ran at all (the bar needs its rows).
     pub rebound_ran: bool,
 }
 
 impl Verdict {
-    /// No domination, no limit exceeded, and rebound ran.
+    /// No rule broken, and rebound ran.
     #[must_use]
     pub fn met(&self) -> bool {
-        self.rebound_ran && self.dominated_by.is_empty() && self.over_limit.is_empty()
+        self.rebound_ran && self.misses.is_empty()
     }
 }
 
@@ -153,38 +300,126 @@ impl Report {
     #[must_use]
     pub fn verdict(&self) -> Verdict {
         let mut verdict = Verdict {
-            dominated_by: Vec::new(),
-            over_limit: Vec::new(),
+            misses: Vec::new(),
             rebound_ran: false,
         };
         for rebound in self.rows.iter().filter(|r| r.policy == Policy::Rebound) {
             verdict.rebound_ran = true;
-            if !rebound.in_bar {
+            let Some(model) = self.config.models.iter().find(|m| m.name == rebound.model) else {
+                panic!(
+                    "invariant: every row belongs to a model of the report's configuration, \
+                     but {:?} does not",
+                    rebound.model
+                );
+            };
+            if !model.in_bar {
                 continue;
             }
-            for peer in self
-                .rows
-                .iter()
-                .filter(|r| r.model == rebound.model && !r.policy.is_rebound())
-            {
-                if peer.dominates(rebound) {
-                    verdict
-                        .dominated_by
-                        .push((rebound.model.clone(), peer.policy.to_string()));
-                }
-            }
-            if let Some(limit) = rebound.max_requests_per_agent {
-                if rebound.requests_per_agent() > limit {
-                    verdict.over_limit.push((
-                        rebound.model.clone(),
-                        rebound.requests_per_agent(),
-                        limit,
-                    ));
-                }
-            }
+            verdict
+                .misses
+                .extend(model_misses(model, rebound, &self.rows));
         }
         verdict
     }
+}
+
+/// The rules `rebound` (its row in `model`) breaks, given every row of the report.
+fn model_misses(model: &OutageModel, rebound: &Row, rows: &[Row]) -> Vec<Miss> {
+    let name = || model.name.clone();
+    let mut misses = Vec::new();
+    for other in rows
+        .iter()
+        .filter(|r| r.model == rebound.model && !r.policy.is_rebound())
+    {
+        if other.dominates(rebound) {
+            misses.push(Miss::Dominated {
+                model: name(),
+                policy: other.policy.to_string(),
+                rebound_success: rebound.success_rate(),
+                rebound_per_turn: rebound.requests_per_turn(),
+                success: other.success_rate(),
+                per_turn: other.requests_per_turn(),
+            });
+        }
+    }
+    if let Some(limit) = model.max_requests_per_agent {
+        if rebound.requests_per_agent() > limit {
+            misses.push(Miss::RequestsPerAgent {
+                model: name(),
+                got: rebound.requests_per_agent(),
+                limit,
+            });
+        }
+    }
+    if let Some(limit) = model.max_requests_per_turn {
+        let got = rebound.requests_per_turn();
+        if got.map_or(true, |x| x > limit) {
+            misses.push(Miss::RequestsPerTurn {
+                model: name(),
+                got,
+                limit,
+            });
+        }
+    }
+    if let Some(min) = model.min_success {
+        if rebound.success_rate() < min {
+            misses.push(Miss::Success {
+                model: name(),
+                got: rebound.success_rate(),
+                min,
+            });
+        }
+    }
+    if let Some(min_share) = model.min_success_of_unbudgeted {
+        match rows
+            .iter()
+            .find(|r| r.model == rebound.model && r.policy == Policy::ReboundWithoutBudget)
+        {
+            Some(unbudgeted) => {
+                if rebound.success_rate() < min_share * unbudgeted.success_rate() {
+                    misses.push(Miss::SuccessOfUnbudgeted {
+                        model: name(),
+                        got: rebound.success_rate(),
+                        unbudgeted: unbudgeted.success_rate(),
+                        min_share,
+                    });
+                }
+            }
+            None => misses.push(Miss::Unchecked { model: name() }),
+        }
+    }
+    misses
+}
+
+/// The bar in words, from the models' limits.
+fn bar_in_words(models: &[OutageModel]) -> String {
+    let mut rules = vec![
+        "in every model of the bar, no peer has both higher success and fewer requests per \
+         completed turn than rebound"
+            .to_owned(),
+    ];
+    for m in models.iter().filter(|m| m.in_bar) {
+        let mut limits = Vec::new();
+        if let Some(x) = m.max_requests_per_agent {
+            limits.push(format!("at most {x} requests per agent"));
+        }
+        if let Some(x) = m.min_success {
+            limits.push(format!("at least {} success", pct(x)));
+        }
+        if let Some(x) = m.max_requests_per_turn {
+            limits.push(format!("at most {x} requests per completed turn"));
+        }
+        if let Some(x) = m.min_success_of_unbudgeted {
+            limits.push(format!(
+                "at least {:.0} % of \"rebound, no budget\"'s success",
+                x * 100.0
+            ));
+        }
+        if !limits.is_empty() {
+            rules.push(format!("{}: {}", m.name, limits.join(" and ")));
+        }
+    }
+    rules.join("; ")
 }
 
 fn secs(ms: Option<u64>) -> String {
@@ -249,20 +484,114 @@ impl fmt::Display for Report {
         }
         writeln!(
             f,
-            "The bar (no peer has both higher success and fewer requests per completed turn \
-             than rebound in any model of the bar; at most the model's limit of requests per \
-             agent): **{}**.",
+            "The bar ({}): **{}**.",
+            bar_in_words(&c.models),
             if v.met() { "met" } else { "not met" }
         )?;
-        for (model, peer) in &v.dominated_by {
-            writeln!(f, "- {model}: dominated by {peer}")?;
-        }
-        for (model, got, limit) in &v.over_limit {
-            writeln!(
-                f,
-                "- {model}: {got:.3} requests per agent, more than {limit}"
-            )?;
+        for miss in &v.misses {
+            writeln!(f, "- {miss}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::Peer;
+
+    fn row(model: &str, policy: Policy, completed: usize, requests: u64) -> Row {
+        Row {
+            model: model.to_owned(),
+            policy,
+            agents: 100,
+            completed,
+            requests,
+            p50_ms: None,
+            p99_ms: None,
+            peak_per_sec: 0,
+            in_bar: true,
+            max_requests_per_agent: None,
+        }
+    }
+
+    fn report(rows: Vec<Row>) -> Report {
+        Report::new(&ExperimentConfig::default(), rows)
+    }
+
+    #[test]
+    fn a_budgeted_peer_that_dominates_rebound_is_named_with_both_rows_numbers() {
+        let v = report(vec![
+            row("blip", Policy::Rebound, 50, 300),
+            row("blip", Policy::ReboundWithoutBudget, 100, 200),
+            row("blip", Policy::Peer(Peer::GrpcThrottled), 60, 240),
+            row("blip", Policy::Peer(Peer::NoRetries), 40, 100),
+        ])
+        .verdict();
+        assert!(!v.met());
+        assert_eq!(v.misses.len(), 1, "{:?}", v.misses);
+        assert_eq!(
+            v.misses[0].to_string(),
+            "blip: dominated by grpc (A6 retry throttling): 60.0 % success at 4.00 requests \
+             per completed turn, against rebound's 50.0 % at 6.00"
+        );
+    }
+
+    #[test]
+    fn the_shared_rate_limit_needs_every_turn_done_in_at_most_one_and_a_half_requests() {
+        let v = report(vec![row("rate-limit-shared", Policy::Rebound, 90, 180)]).verdict();
+        let text: Vec<String> = v.misses.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                "rate-limit-shared: 2.00 requests per completed turn, more than the limit of 1.5",
+                "rate-limit-shared: 90.0 % success, less than the required 100.0 %",
+            ]
+        );
+        assert!(
+            report(vec![row("rate-limit-shared", Policy::Rebound, 100, 150)])
+                .verdict()
+                .met()
+        );
+    }
+
+    #[test]
+    fn shared_short_failures_compare_rebound_with_itself_without_a_budget() {
+        let v = report(vec![
+            row("3s-outage-shared", Policy::Rebound, 98, 100),
+            row("3s-outage-shared", Policy::ReboundWithoutBudget, 100, 200),
+        ])
+        .verdict();
+        assert_eq!(
+            v.misses,
+            [Miss::SuccessOfUnbudgeted {
+                model: "3s-outage-shared".to_owned(),
+                got: 0.98,
+                unbudgeted: 1.0,
+                min_share: 0.99,
+            }]
+        );
+        assert_eq!(
+            v.misses[0].to_string(),
+            "3s-outage-shared: 98.0 % success, less than 99 % of rebound without a budget's \
+             100.0 % (at least 99.0 %)"
+        );
+        // 99 % of it is enough; and without the row the rule cannot pass.
+        let enough = report(vec![
+            row("3s-outage-shared", Policy::Rebound, 99, 100),
+            row("3s-outage-shared", Policy::ReboundWithoutBudget, 100, 200),
+        ]);
+        assert!(enough.verdict().met());
+        let alone = report(vec![row("3s-outage-shared", Policy::Rebound, 99, 100)]).verdict();
+        assert!(matches!(alone.misses[..], [Miss::Unchecked { .. }]));
+    }
+
+    #[test]
+    fn the_total_outage_still_limits_requests_per_agent() {
+        let v = report(vec![row("total-outage", Policy::Rebound, 0, 121)]).verdict();
+        assert_eq!(
+            v.misses[0].to_string(),
+            "total-outage: 1.210 requests per agent, more than the limit of 1.2"
+        );
     }
 }

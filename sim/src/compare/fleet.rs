@@ -1,0 +1,281 @@
+//! The peers as a fleet in virtual time: every agent of a model takes its turn under one
+//! [`Peer`], and the agents of one process spend one budget.
+//!
+//! A small discrete-event loop: a heap of due events ordered by `(time, sequence)`, where
+//! the sequence number is the order in which events were scheduled, so that two events
+//! due at the same millisecond are handled in a fixed order. Nothing here iterates a hash
+//! map or reads a clock; the same members, scenario and seeds give the same records.
+//!
+//! Each agent meets the fault process exactly as rebound's simulated agent does: its own
+//! [`ScriptCursor`] seeded with the agent's seed, asked at the moment each attempt is sent,
+//! the scenario's [`Timing`](crate::scenario::Timing) for how long the attempt takes, and a
+//! stall shorter than the idle timeout only delaying what the same attempt gets next (as
+//! the driver does). So every policy meets the same faults for the same attempts. A
+//! budget only changes *whether and when* an agent makes its next attempt.
+
+use super::peers::{Peer, PeerState, Process, Seen};
+use crate::scenario::{FaultKind, Planned, Scenario, ScriptCursor};
+use rebound_core::{Conversation, Message, Millis};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// One agent of a fleet: its seed and when its turn starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Member {
+    /// Seeds the agent's fault draws and (salted per peer) its jitter.
+    pub(crate) seed: u64,
+    /// When the agent attempts its request first, in virtual ms.
+    pub(crate) start_ms: u64,
+}
+
+/// What one agent's turn did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TurnRecord {
+    /// When each attempt was sent to the provider, in virtual ms (attempts the client
+    /// rejected locally are not sent, and not here).
+    pub(crate) requests: Vec<u64>,
+    /// When the turn completed, if it did.
+    pub(crate) completed_at: Option<u64>,
+}
+
+/// What an agent does when its next event is due.
+#[derive(Debug)]
+enum Next {
+    /// Make an attempt.
+    Attempt,
+    /// The attempt in flight succeeds.
+    Answered,
+    /// The attempt in flight fails with this.
+    Failed(Seen),
+}
+
+struct Agent {
+    cursor: ScriptCursor,
+    rng: fastrand::Rng,
+    state: PeerState,
+    /// Index of the agent's process.
+    process: usize,
+    next: Next,
+    record: TurnRecord,
+}
+
+/// The most events one agent may cause: far above any peer's attempt cap (Codex's, the
+/// largest, is 6 stream attempts of 5 requests each, two events per attempt).
+const EVENTS_PER_AGENT: usize = 100;
+
+/// Plays one turn of `scenario` for every member under `peer`. With `shared_process`, all
+/// members run in one process and spend one budget; otherwise each has its own. Records
+/// come back in member order.
+///
+/// # Panics
+///
+/// If the fleet causes more than [`EVENTS_PER_AGENT`] events per member: a peer that
+/// retries without end, which is a bug in its model.
+pub(crate) fn run_peer_fleet(
+    peer: Peer,
+    scenario: &Scenario,
+    members: &[Member],
+    shared_process: bool,
+    idle_timeout_ms: u64,
+) -> Vec<TurnRecord> {
+    let mut conversation = Conversation::new();
+    conversation.push(Message::user_text(scenario.user_message.clone()));
+    let mut processes: Vec<Process> = if shared_process {
+        let first = members.iter().map(|m| m.start_ms).min().unwrap_or(0);
+        vec![peer.new_process(first)]
+    } else {
+        members
+            .iter()
+            .map(|m| peer.new_process(m.start_ms))
+            .collect()
+    };
+    let mut agents: Vec<Agent> = members
+        .iter()
+        .enumerate()
+        .map(|(i, m)| Agent {
+            cursor: ScriptCursor::new(m.seed),
+            rng: fastrand::Rng::with_seed(m.seed ^ peer.salt().wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            state: PeerState::default(),
+            process: if shared_process { 0 } else { i },
+            next: Next::Attempt,
+            record: TurnRecord {
+                requests: Vec::new(),
+                completed_at: None,
+            },
+        })
+        .collect();
+    let mut due: BinaryHeap<Reverse<(u64, u64, usize)>> = BinaryHeap::new();
+    let mut sequence = 0u64;
+    let mut schedule = |due: &mut BinaryHeap<_>, at: u64, agent: usize| {
+        due.push(Reverse((at, sequence, agent)));
+        sequence += 1;
+    };
+    for (i, m) in members.iter().enumerate() {
+        schedule(&mut due, m.start_ms, i);
+    }
+    let bound = members.len().saturating_mul(EVENTS_PER_AGENT);
+    let mut events = 0usize;
+    while let Some(Reverse((now, _, i))) = due.pop() {
+        events += 1;
+        assert!(
+            events <= bound,
+            "invariant: a peer's turn ends within {EVENTS_PER_AGENT} events per agent, but \
+             {peer} passed {bound} for {} agents (a retry loop without end in its model)",
+            members.len()
+        );
+        let agent = &mut agents[i];
+        let process = &mut processes[agent.process];
+        let failed = match std::mem::replace(&mut agent.next, Next::Attempt) {
+            Next::Attempt => {
+                let admitted = peer.admit(process, &agent.state, &mut agent.rng, now);
+                agent.state.attempts += 1;
+                if admitted {
+                    agent.record.requests.push(now);
+                    let (next, at) = play_attempt(
+                        &mut agent.cursor,
+                        scenario,
+                        &conversation,
+                        now,
+                        idle_timeout_ms,
+                    );
+                    agent.next = next;
+                    schedule(&mut due, at, i);
+                    continue;
+                }
+                Seen::LOCAL_REJECTION
+            }
+            Next::Answered => {
+                peer.on_success(process, &agent.state, now);
+                agent.record.completed_at = Some(now);
+                continue;
+            }
+            Next::Failed(seen) => seen,
+        };
+        if let Some(wait) = peer.decide(&failed, &mut agent.state, &mut agent.rng, process, now) {
+            agent.next = Next::Attempt;
+            schedule(&mut due, now.saturating_add(wait), i);
+        }
+    }
+    agents.into_iter().map(|a| a.record).collect()
+}
+
+/// Sends one attempt at `sent`: what it gets, and when the client learns it.
+fn play_attempt(
+    cursor: &mut ScriptCursor,
+    scenario: &Scenario,
+    conversation: &Conversation,
+    sent: u64,
+    idle_timeout_ms: u64,
+) -> (Next, u64) {
+    let timing = &scenario.timing;
+    // As the simulator's driver does: a stall shorter than the idle timeout only delays
+    // what the same request gets next.
+    let mut stalled = 0u64;
+    loop {
+        match cursor.next(scenario, Millis(sent.saturating_add(stalled)), conversation) {
+            Planned::Answer { answer, .. } => {
+                let latency = answer
+                    .and_then(|a| a.latency_ms)
+                    .unwrap_or(timing.answer_ms);
+                return (Next::Answered, sent + stalled + latency);
+            }
+            Planned::Overflow { .. } => {
+                let seen = Seen::of(&FaultKind::ContextOverflow);
+                return (Next::Failed(seen), sent + stalled + timing.error_ms);
+            }
+            Planned::Fault(fault) => {
+                if let FaultKind::Stall { ms } = fault.kind {
+                    if ms < idle_timeout_ms {
+                        stalled = stalled.saturating_add(ms);
+                        continue;
+                    }
+                }
+                let delay = fault.delay_ms(timing, idle_timeout_ms);
+                return (Next::Failed(Seen::of(&fault.kind)), sent + stalled + delay);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::{Answer, Fault, Outage, RandomFaults, Turn};
+
+    fn members(n: u64) -> Vec<Member> {
+        (0..n)
+            .map(|i| Member {
+                seed: i * 7919 + 3,
+                start_ms: i * 10,
+            })
+            .collect()
+    }
+
+    fn outage(until_ms: u64, fault: Fault) -> Scenario {
+        Scenario {
+            turns: vec![Turn {
+                answer: Answer::text("Done."),
+                ..Turn::default()
+            }],
+            random: Some(RandomFaults {
+                outages: vec![Outage::total(0, until_ms, fault)],
+                ..RandomFaults::default()
+            }),
+            ..Scenario::default()
+        }
+    }
+
+    #[test]
+    fn the_same_members_give_the_same_records_for_every_peer() {
+        let scenario = Scenario {
+            random: Some(RandomFaults {
+                outages: vec![Outage {
+                    rate: Some(0.5),
+                    ..Outage::total(0, 5_000, Fault::http(503))
+                }],
+                ..RandomFaults::default()
+            }),
+            ..outage(0, Fault::http(503))
+        };
+        for peer in Peer::ALL {
+            for shared in [false, true] {
+                let first = run_peer_fleet(peer, &scenario, &members(300), shared, 60_000);
+                let second = run_peer_fleet(peer, &scenario, &members(300), shared, 60_000);
+                assert_eq!(first, second, "{peer}, shared {shared}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_shared_quota_runs_dry_where_per_agent_quotas_do_not() {
+        // Every attempt fails for a minute: 300 agents want 2 retries each, 600 in all.
+        let scenario = outage(60_000, Fault::http(503));
+        let sent = |shared: bool| -> usize {
+            run_peer_fleet(Peer::AwsStandard, &scenario, &members(300), shared, 60_000)
+                .iter()
+                .map(|r| r.requests.len())
+                .sum()
+        };
+        assert_eq!(
+            sent(false),
+            900,
+            "each agent's own 500 tokens pay both retries"
+        );
+        // One process: 500 tokens pay 100 retries of 5, then every retry is refused.
+        assert_eq!(sent(true), 300 + 100);
+    }
+
+    #[test]
+    fn a_locally_rejected_attempt_is_not_sent_and_is_retried() {
+        // Nothing is accepted for 20 s: the shared throttle soon rejects most attempts.
+        let scenario = outage(20_000, Fault::http(503));
+        let records = run_peer_fleet(Peer::SreAdaptive, &scenario, &members(300), true, 60_000);
+        let sent: usize = records.iter().map(|r| r.requests.len()).sum();
+        assert!(sent < 300 * 3 / 2, "{sent} requests sent");
+        assert!(records.iter().all(|r| r.completed_at.is_none()));
+        assert!(records.iter().all(|r| r.requests.len() <= 3));
+        // Per agent, a lone client's history is its own: it sends its first attempt.
+        let alone = run_peer_fleet(Peer::SreAdaptive, &scenario, &members(300), false, 60_000);
+        assert!(alone.iter().all(|r| !r.requests.is_empty()));
+    }
+}
