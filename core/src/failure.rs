@@ -189,6 +189,8 @@ pub struct ProviderFailure {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_ms: Option<u64>,
     /// Time until the provider's rate-limit window resets, from its reset headers, in ms.
+    /// Recorded for every failure that carried the headers; the retry policy uses it for a
+    /// rate limit only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate_limit_reset_ms: Option<u64>,
     /// The server's `x-should-retry` verdict, when it sent one.
@@ -252,11 +254,14 @@ impl ProviderFailure {
         }
     }
 
-    /// The server's preferred delay before a retry: the explicit `retry-after` hint, else the
-    /// rate-limit reset time.
+    /// The server's preferred delay before a retry: the explicit `retry-after` hint, else, for
+    /// a rate limit only, the rate-limit reset time (OpenAI sends reset headers on every
+    /// response; on a 5xx or a transport failure they say nothing about when to retry).
     #[must_use]
     pub fn server_delay_hint_ms(&self) -> Option<u64> {
-        self.retry_after_ms.or(self.rate_limit_reset_ms)
+        self.retry_after_ms.or(self
+            .rate_limit_reset_ms
+            .filter(|_| self.kind == FailureKind::RateLimited))
     }
 }
 

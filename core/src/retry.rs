@@ -1,6 +1,6 @@
 //! Retry policy: how many attempts, how long to wait between them, and how server hints win.
 
-use crate::failure::ProviderFailure;
+use crate::failure::{FailureKind, ProviderFailure};
 use serde::{Deserialize, Serialize};
 
 /// How provider failures are retried.
@@ -13,13 +13,39 @@ use serde::{Deserialize, Serialize};
 ///
 /// A server hint wins over the computed delay:
 /// - an explicit `retry-after` / `retry-after-ms` is used as it is when it is at most
-///   `max_retry_after_ms`. **Above the cap the machine does not retry this target at all**:
-///   retrying sooner than the server asked only earns another refusal, and waiting longer than
-///   the cap is what the cap forbids, so the failure goes to the fallback target or to the
-///   embedder at once ([`RetryDelay::HintTooLong`]).
-/// - a rate-limit reset time (a weaker hint: the window's full reset, not the earliest moment a
-///   request can succeed) is used when at most the cap, and ignored in favour of the computed
-///   delay when above it.
+///   `max_retry_after_ms`. **Above the cap the machine does not retry this target at all**,
+///   whatever the hint's size (an hour, a day, year 9999): retrying sooner than the server
+///   asked only earns another refusal, and waiting longer than the cap is what the cap
+///   forbids, so the failure goes to the fallback target or to the embedder at once
+///   ([`RetryDelay::HintTooLong`]). Only an unreadable or negative header is no hint.
+/// - a rate-limit reset time (`x-ratelimit-reset-*`, `anthropic-ratelimit-*-reset`) shapes
+///   the delay of a **rate-limited failure (429) only**. OpenAI sends these headers on every
+///   response, so on a 5xx, a transport failure or a cut stream they describe a quota that was
+///   not the problem, and the computed backoff is used. On a 429 the reset is a **lower
+///   bound**, not a replacement: the delay is `max(reset, jittered backoff)`. A reset of a
+///   few milliseconds (the requests window of a busy key) would otherwise turn the backoff
+///   into an immediate, unjittered retry by every agent that hit the limit together; a reset
+///   longer than the backoff is waited out ([`RetryDelay::ServerHint`]). A reset above the cap
+///   is a weaker hint than `retry-after` (the window's full reset, not the earliest moment a
+///   request can succeed) and is ignored in favour of the backoff.
+///
+/// ```
+/// use rebound_core::{FailureKind, ProviderFailure, RetryConfig, RetryDelay};
+///
+/// let policy = RetryConfig { jitter: false, ..RetryConfig::default() };
+/// let mut rng = fastrand::Rng::with_seed(1);
+/// let mut limited = ProviderFailure::new(FailureKind::RateLimited, "slow down").with_status(429);
+/// limited.rate_limit_reset_ms = Some(3);
+/// // A 3 ms reset does not undercut the 500 ms backoff of the first retry…
+/// assert_eq!(policy.delay_for(1, &limited, &mut rng), RetryDelay::Backoff(500));
+/// // …a 6 s one is waited out…
+/// limited.rate_limit_reset_ms = Some(6_000);
+/// assert_eq!(policy.delay_for(1, &limited, &mut rng), RetryDelay::ServerHint(6_000));
+/// // …and on a 503 the reset headers say nothing about the outage.
+/// let mut down = ProviderFailure::new(FailureKind::Unavailable, "down").with_status(503);
+/// down.rate_limit_reset_ms = Some(6_000);
+/// assert_eq!(policy.delay_for(1, &down, &mut rng), RetryDelay::Backoff(500));
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RetryConfig {
@@ -129,9 +155,23 @@ impl RetryConfig {
                 RetryDelay::HintTooLong(hint)
             };
         }
-        match failure.rate_limit_reset_ms {
-            Some(reset) if reset <= self.max_retry_after_ms => RetryDelay::ServerHint(reset),
-            _ => RetryDelay::Backoff(self.backoff_ms(retry, rng)),
+        let reset = failure
+            .rate_limit_reset_ms
+            .filter(|_| failure.kind == FailureKind::RateLimited)
+            .filter(|reset| *reset <= self.max_retry_after_ms);
+        match reset {
+            // At or above the un-jittered delay the reset wins whatever the jitter draws; the
+            // RNG is left alone, so the draws of later retries do not depend on this hint.
+            Some(reset) if reset >= self.base_delay_ms(retry) => RetryDelay::ServerHint(reset),
+            Some(reset) => {
+                let backoff = self.backoff_ms(retry, rng);
+                if reset > backoff {
+                    RetryDelay::ServerHint(reset)
+                } else {
+                    RetryDelay::Backoff(backoff)
+                }
+            }
+            None => RetryDelay::Backoff(self.backoff_ms(retry, rng)),
         }
     }
 }
@@ -221,17 +261,77 @@ mod tests {
         assert_eq!(d.wait_ms(), None);
     }
 
+    fn rate_limited() -> ProviderFailure {
+        ProviderFailure::new(FailureKind::RateLimited, "Too many requests").with_status(429)
+    }
+
     #[test]
     fn rate_limit_reset_above_the_cap_falls_back_to_backoff() {
         let c = RetryConfig {
             jitter: false,
             ..RetryConfig::default()
         };
-        let mut f = failure();
+        let mut f = rate_limited();
         f.rate_limit_reset_ms = Some(120_000);
         let mut rng = fastrand::Rng::with_seed(1);
         assert_eq!(c.delay_for(2, &f, &mut rng), RetryDelay::Backoff(1_000));
         f.rate_limit_reset_ms = Some(2_500);
         assert_eq!(c.delay_for(2, &f, &mut rng), RetryDelay::ServerHint(2_500));
+    }
+
+    #[test]
+    fn rate_limit_reset_is_a_lower_bound_under_the_jittered_backoff() {
+        let c = RetryConfig::default();
+        let mut f = rate_limited();
+        // Between the lowest jittered delay (250 ms) and the un-jittered one (500 ms).
+        f.rate_limit_reset_ms = Some(400);
+        let (mut hinted, mut backed_off) = (0, 0);
+        for seed in 0..200 {
+            let backoff = c.backoff_ms(1, &mut fastrand::Rng::with_seed(seed));
+            let delay = c.delay_for(1, &f, &mut fastrand::Rng::with_seed(seed));
+            if backoff < 400 {
+                assert_eq!(delay, RetryDelay::ServerHint(400), "seed {seed}");
+                hinted += 1;
+            } else {
+                assert_eq!(delay, RetryDelay::Backoff(backoff), "seed {seed}");
+                backed_off += 1;
+            }
+        }
+        assert!(hinted > 0 && backed_off > 0, "{hinted} / {backed_off}");
+    }
+
+    #[test]
+    fn rate_limit_reset_is_ignored_for_every_failure_but_a_rate_limit() {
+        let c = RetryConfig {
+            jitter: false,
+            ..RetryConfig::default()
+        };
+        let mut rng = fastrand::Rng::with_seed(1);
+        for kind in [
+            FailureKind::Unavailable,
+            FailureKind::ServerError,
+            FailureKind::Transport,
+            FailureKind::StreamMalformed,
+            FailureKind::EmptyResponse,
+        ] {
+            let mut f = ProviderFailure::new(kind, "x");
+            f.rate_limit_reset_ms = Some(2_500);
+            assert_eq!(
+                c.delay_for(2, &f, &mut rng),
+                RetryDelay::Backoff(1_000),
+                "{kind:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_long_rate_limit_reset_leaves_the_jitter_rng_untouched() {
+        // Old traces replay: a reset at or above the un-jittered delay draws nothing.
+        let c = RetryConfig::default();
+        let mut f = rate_limited();
+        f.rate_limit_reset_ms = Some(500);
+        let mut rng = fastrand::Rng::with_seed(9);
+        assert_eq!(c.delay_for(1, &f, &mut rng), RetryDelay::ServerHint(500));
+        assert_eq!(rng.u64(..), fastrand::Rng::with_seed(9).u64(..));
     }
 }

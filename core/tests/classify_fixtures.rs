@@ -362,6 +362,14 @@ fn delay_hints_are_attached_to_the_failure() {
     assert_eq!(f.retry_after_ms, Some(17_000));
     assert_eq!(f.rate_limit_reset_ms, Some(30_000));
     assert_eq!(f.server_delay_hint_ms(), Some(17_000));
+    let reset_only = Headers::new()
+        .with("x-ratelimit-remaining-requests", "0")
+        .with("x-ratelimit-reset-requests", "3ms");
+    let limited = classify_http(OpenAi, 429, &reset_only, b"{}", None);
+    assert_eq!(limited.server_delay_hint_ms(), Some(3));
+    let down = classify_http(OpenAi, 503, &reset_only, b"{}", None);
+    assert_eq!(down.rate_limit_reset_ms, Some(3));
+    assert_eq!(down.server_delay_hint_ms(), None);
 }
 
 #[test]

@@ -1,13 +1,22 @@
 //! Whatever a server sends, classification returns a failure: it never panics, keeps the
-//! message one bounded line, and never reports an absurd delay hint.
+//! message one bounded line, and reads delay hints only from delay headers, keeping huge ones.
 
 use proptest::prelude::*;
-use rebound_core::classify::{classify_error_body, classify_http, delay_hints, MAX_HINT_MS};
+use rebound_core::classify::{classify_error_body, classify_http, delay_hints};
 use rebound_core::{Headers, ProviderKind};
 
-const HINT_HEADERS: [&str; 13] = [
+const RETRY_AFTER_HEADERS: [&str; 4] = [
     "retry-after",
     "retry-after-ms",
+    "llm_provider-retry-after",
+    "llm_provider-retry-after-ms",
+];
+
+const HINT_HEADERS: [&str; 15] = [
+    "retry-after",
+    "retry-after-ms",
+    "llm_provider-retry-after",
+    "llm_provider-retry-after-ms",
     "x-should-retry",
     "request-id",
     "x-request-id",
@@ -80,8 +89,9 @@ proptest! {
         prop_assert_eq!(f.status, Some(status));
         prop_assert!(f.message.chars().count() <= 2001);
         prop_assert!(!f.message.chars().any(char::is_control));
-        prop_assert!(f.retry_after_ms.map_or(true, |ms| ms <= MAX_HINT_MS));
-        prop_assert!(f.rate_limit_reset_ms.map_or(true, |ms| ms <= MAX_HINT_MS));
+        let hints = delay_hints(&headers, now);
+        prop_assert_eq!(f.retry_after_ms, hints.retry_after_ms);
+        prop_assert_eq!(f.rate_limit_reset_ms, hints.rate_limit_reset_ms);
         if let Some(id) = &f.request_id {
             prop_assert!(!id.chars().any(char::is_control));
         }
@@ -99,12 +109,28 @@ proptest! {
     }
 
     #[test]
-    fn delay_hints_never_exceed_the_absurdity_bound(
+    fn delay_hints_come_only_from_delay_headers(
         headers in headers(),
         now in prop::option::of(any::<u64>()),
     ) {
         let hints = delay_hints(&headers, now);
-        prop_assert!(hints.retry_after_ms.map_or(true, |ms| ms <= MAX_HINT_MS));
-        prop_assert!(hints.rate_limit_reset_ms.map_or(true, |ms| ms <= MAX_HINT_MS));
+        if RETRY_AFTER_HEADERS.iter().all(|h| headers.get(h).is_none()) {
+            prop_assert_eq!(hints.retry_after_ms, None);
+        }
+        if HINT_HEADERS.iter().filter(|h| h.ends_with("-reset") || h.contains("-reset-")).all(|h| headers.get(h).is_none()) {
+            prop_assert_eq!(hints.rate_limit_reset_ms, None);
+        }
+    }
+
+    #[test]
+    fn a_whole_number_of_seconds_is_kept_however_large(seconds in "[0-9]{1,45}") {
+        let expected = seconds
+            .parse::<u128>()
+            .ok()
+            .and_then(|s| s.checked_mul(1000))
+            .and_then(|ms| u64::try_from(ms).ok())
+            .unwrap_or(u64::MAX);
+        let hints = delay_hints(&Headers::new().with("retry-after", seconds.as_str()), None);
+        prop_assert_eq!(hints.retry_after_ms, Some(expected));
     }
 }

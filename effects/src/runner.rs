@@ -193,6 +193,11 @@ impl TraceRecorder {
 /// It is the only place that reads the clock (a monotonic `Instant`, turned into the
 /// machine's `Millis`).
 ///
+/// Each runner draws its jitter seed from the operating system unless one is given with
+/// [`Runner::seed`], so a fleet of agents spreads its retries instead of retrying in
+/// lockstep; the seed is written in the trace header and [`Runner::jitter_seed`] tells it, so
+/// a run can be replayed or reproduced.
+///
 /// ```no_run
 /// use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig};
 /// use rebound_effects::runner::{RunInput, Runner};
@@ -227,6 +232,22 @@ enum Flow {
     Done(Result<(FinishReason, u32), RunError>),
 }
 
+/// A fresh jitter seed from the operating system's entropy, below 2^53 so that every JSON
+/// reader (JavaScript, jq) reads it back exactly from a trace header or an event.
+///
+/// Should the OS refuse (no entropy source in a sandbox), std's `RandomState`, whose keys
+/// also come from the OS once per thread, still gives each call a different value: jitter
+/// needs seeds that differ between agents, not secrets.
+fn entropy_seed() -> u64 {
+    let random = getrandom::u64().unwrap_or_else(|_| {
+        use std::hash::{BuildHasher, Hasher};
+        std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish()
+    });
+    random >> 11
+}
+
 impl Runner {
     /// A runner for `config` sending to `providers` (index = target index; one per target of
     /// the fallback chain). The tool specs of `config` are replaced by the executor's when
@@ -235,7 +256,7 @@ impl Runner {
     pub fn new(config: MachineConfig, providers: Vec<Box<dyn Provider>>) -> Self {
         Runner {
             config,
-            seed: 0,
+            seed: entropy_seed(),
             providers,
             tools: Arc::new(NoTools),
             receiver: Box::new(NullReceiver),
@@ -249,11 +270,20 @@ impl Runner {
         }
     }
 
-    /// Sets the jitter seed (default 0).
+    /// Sets the jitter seed, to reproduce a run exactly (default: drawn from the operating
+    /// system for this runner).
     #[must_use]
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = seed;
         self
+    }
+
+    /// The jitter seed of this runner's runs: the one given to [`Runner::seed`], or the one
+    /// drawn for it. Log it to reproduce a run with `Runner::seed` (it is also in the trace
+    /// header).
+    #[must_use]
+    pub fn jitter_seed(&self) -> u64 {
+        self.seed
     }
 
     /// Sets the tools; their specs become the machine's tool list.

@@ -175,6 +175,7 @@ async fn json_events_of_a_fault_scenario_come_in_order() {
     assert_eq!(
         kinds,
         [
+            "start",          // the jitter seed
             "message",        // the user message
             "provider_retry", // 529
             "text_delta",     // the cut attempt streamed some text
@@ -383,4 +384,95 @@ async fn a_lua_tool_error_is_shown_to_the_model_which_then_calls_it_correctly() 
     assert_eq!(results[1], (false, "3".to_owned()));
     assert_eq!(events.last().unwrap()["type"], "done");
     s.shutdown().await;
+}
+
+#[tokio::test]
+async fn each_run_without_seed_draws_its_own_and_json_events_start_with_it() {
+    let s = server(r#"{"turns": [{"answer": {"text": "Hi there."}}]}"#).await;
+    let mut seeds = Vec::new();
+    for _ in 0..4 {
+        let out = output(run_cmd(&s, &["--events", "json"])).await;
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let events = json_events(&out);
+        assert_eq!(events[0]["type"], "start", "{events:#?}");
+        seeds.push(events[0]["seed"].as_u64().expect("a numeric seed"));
+    }
+    let mut distinct = seeds.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 4, "four processes, four seeds: {seeds:?}");
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_seed_shown_is_the_one_in_the_trace_and_seed_reproduces_it() {
+    const ONE_529: &str =
+        r#"{"turns": [{"faults": [{"type": "http", "status": 529}], "answer": {"text": "ok"}}]}"#;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let trace_seed = |path: &std::path::Path| -> u64 {
+        let text = std::fs::read_to_string(path).expect("trace");
+        let header: Value =
+            serde_json::from_str(text.lines().next().expect("a header")).expect("a JSON header");
+        header["seed"].as_u64().expect("a numeric seed")
+    };
+    // A fresh server per run (each plays its script once), jittered retries so the seed
+    // decides the delay.
+    let jittered_run = |trace: std::path::PathBuf, seed: Option<u64>| async move {
+        let s = server(ONE_529).await;
+        let mut cmd = Command::new(BIN);
+        cmd.args(["run", "hello", "--base-url", &s.base_url()])
+            .args(["--model", "test-model", "--initial-delay-ms", "40"])
+            .args(["--events", "json", "--trace"])
+            .arg(&trace)
+            .env("ANTHROPIC_API_KEY", "sk-ant-cli-test")
+            .stdin(Stdio::null());
+        if let Some(seed) = seed {
+            cmd.args(["--seed", &seed.to_string()]);
+        }
+        let out = output(cmd).await;
+        s.shutdown().await;
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        json_events(&out)
+    };
+    let retry_delay = |events: &[Value]| {
+        events
+            .iter()
+            .find(|e| e["type"] == "provider_retry")
+            .map(|e| e["delay_ms"].as_u64().expect("a delay"))
+            .expect("a retry")
+    };
+
+    let first = dir.path().join("first.trace");
+    let events = jittered_run(first.clone(), None).await;
+    assert_eq!(events[0]["type"], "start", "{events:#?}");
+    let seed = events[0]["seed"].as_u64().expect("a numeric seed");
+    assert_eq!(trace_seed(&first), seed);
+
+    // `--seed` with the shown seed makes the same choices.
+    let again = dir.path().join("again.trace");
+    let reproduced = jittered_run(again.clone(), Some(seed)).await;
+    assert_eq!(reproduced[0]["seed"], seed);
+    assert_eq!(trace_seed(&again), seed);
+    assert_eq!(retry_delay(&reproduced), retry_delay(&events));
+
+    // And the trace recorded with the drawn seed replays exactly.
+    let mut replay = Command::new(BIN);
+    replay.arg("replay").arg(&first);
+    let out = output(replay).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }

@@ -5,18 +5,22 @@
 //! bare `0` is zero (as in Go). A bare decimal number without a unit is read as seconds,
 //! because some OpenAI-compatible servers send that. Signs are rejected (a negative reset is
 //! meaningless). The result is rounded up to whole milliseconds so a wait never ends early.
+//!
+//! A well-formed value too large to represent saturates (at `u64::MAX` ms) instead of being
+//! rejected: a server that asks for an absurdly long wait still asks for a long wait, and the
+//! retry policy, not the parser, decides what a wait beyond its cap means.
 
-/// Parses a duration into milliseconds; `None` for garbage or overflow.
+/// Parses a duration into milliseconds, saturating at `u64::MAX`; `None` only for garbage.
 pub(crate) fn parse_go_duration_ms(value: &str) -> Option<u64> {
     let value = value.trim();
-    if value.is_empty() || value.len() > 64 {
+    if value.is_empty() {
         return None;
     }
     if value == "0" {
         return Some(0);
     }
     if value.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-        return decimal_scaled(value, 9).and_then(ns_to_ms_ceil);
+        return decimal_scaled(value, 9).map(ns_to_ms_ceil);
     }
 
     let mut total_ns: u128 = 0;
@@ -37,30 +41,27 @@ pub(crate) fn parse_go_duration_ms(value: &str) -> Option<u64> {
             .map_or(rest.len(), |(i, _)| i);
         let unit = rest.get(..unit_len)?;
         rest = rest.get(unit_len..)?;
-        // Scale each unit to nanoseconds: 10^digits.
-        let scale = match unit {
-            "ns" => 0,
-            "us" | "µs" | "μs" => 3,
-            "ms" => 6,
-            "s" => 9,
-            "m" => {
-                total_ns = total_ns.checked_add(decimal_scaled(number, 9)?.checked_mul(60)?)?;
-                continue;
-            }
-            "h" => {
-                total_ns = total_ns.checked_add(decimal_scaled(number, 9)?.checked_mul(3600)?)?;
-                continue;
-            }
+        // Each unit in nanoseconds: 10^digits, times 60 or 3600 for minutes and hours.
+        let (digits, factor) = match unit {
+            "ns" => (0, 1),
+            "us" | "µs" | "μs" => (3, 1),
+            "ms" => (6, 1),
+            "s" => (9, 1),
+            "m" => (9, 60),
+            "h" => (9, 3600),
             _ => return None,
         };
-        total_ns = total_ns.checked_add(decimal_scaled(number, scale)?)?;
+        let ns = decimal_scaled(number, digits)?.saturating_mul(factor);
+        total_ns = total_ns.saturating_add(ns);
     }
-    ns_to_ms_ceil(total_ns)
+    Some(ns_to_ms_ceil(total_ns))
 }
 
 /// `ceil(number * 10^scale)` for an unsigned decimal like `12`, `0.5` or `3.25`, exactly and
-/// without floating point. `None` for an empty part, two dots, or a value beyond `u128`.
+/// without floating point, saturating at `u128::MAX`. `None` for an empty number, two dots
+/// or anything but ASCII digits. `scale` is at most 9.
 pub(crate) fn decimal_scaled(number: &str, scale: u32) -> Option<u128> {
+    debug_assert!(scale <= 9, "decimal_scaled is used for at most nanoseconds");
     let (int_part, frac_part) = match number.split_once('.') {
         Some((i, f)) => (i, f),
         None => (number, ""),
@@ -70,15 +71,16 @@ pub(crate) fn decimal_scaled(number: &str, scale: u32) -> Option<u128> {
     }
     if !int_part.bytes().all(|b| b.is_ascii_digit())
         || !frac_part.bytes().all(|b| b.is_ascii_digit())
-        || int_part.len() > 30
     {
         return None;
     }
     let mut value: u128 = 0;
     for d in int_part.bytes() {
-        value = value.checked_mul(10)?.checked_add(u128::from(d - b'0'))?;
+        value = value
+            .saturating_mul(10)
+            .saturating_add(u128::from(d - b'0'));
     }
-    value = value.checked_mul(10u128.checked_pow(scale)?)?;
+    value = value.saturating_mul(10u128.pow(scale));
     let mut round_up = false;
     let mut place = scale;
     for d in frac_part.bytes() {
@@ -87,17 +89,18 @@ pub(crate) fn decimal_scaled(number: &str, scale: u32) -> Option<u128> {
             round_up |= d != 0;
         } else {
             place -= 1;
-            value = value.checked_add(d.checked_mul(10u128.checked_pow(place)?)?)?;
+            value = value.saturating_add(d * 10u128.pow(place));
         }
     }
     if round_up {
-        value = value.checked_add(1)?;
+        value = value.saturating_add(1);
     }
     Some(value)
 }
 
-fn ns_to_ms_ceil(ns: u128) -> Option<u64> {
-    u64::try_from(ns.div_ceil(1_000_000)).ok()
+/// Whole milliseconds, rounded up, saturating at `u64::MAX`.
+fn ns_to_ms_ceil(ns: u128) -> u64 {
+    u64::try_from(ns.div_ceil(1_000_000)).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
@@ -130,20 +133,22 @@ mod tests {
     #[test]
     fn garbage_durations_are_rejected() {
         for bad in [
-            "",
-            "-1s",
-            "+1s",
-            "s",
-            "1x",
-            "1.2.3s",
-            "..s",
-            "1 s",
-            "NaN",
-            "infs",
-            "99999999999999999999999999999999999h",
-            "1e3s",
+            "", "-1s", "+1s", "s", "1x", "1.2.3s", "..s", "1 s", "NaN", "infs", "1e3s",
         ] {
             assert_eq!(parse_go_duration_ms(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn huge_durations_saturate_instead_of_being_rejected() {
+        assert_eq!(parse_go_duration_ms("99999999h"), Some(359_999_996_400_000));
+        for huge in [
+            "99999999999999999999999999999999999h",
+            "18446744073709551616ms",
+            "9999999999999999999999999999999999999999999999999999s",
+            "1h99999999999999999999999999999999999999999m",
+        ] {
+            assert_eq!(parse_go_duration_ms(huge), Some(u64::MAX), "{huge}");
         }
     }
 
@@ -156,5 +161,6 @@ mod tests {
         assert_eq!(decimal_scaled("5.", 3), Some(5000));
         assert_eq!(decimal_scaled(".", 3), None);
         assert_eq!(decimal_scaled("1..2", 3), None);
+        assert_eq!(decimal_scaled(&"9".repeat(60), 3), Some(u128::MAX));
     }
 }

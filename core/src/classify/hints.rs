@@ -1,28 +1,28 @@
-//! Server delay hints from response headers: `retry-after-ms`, `retry-after`, and the
-//! providers' rate-limit reset headers.
+//! Server delay hints from response headers: `retry-after-ms`, `retry-after` (also as
+//! forwarded by the LiteLLM proxy), and the providers' rate-limit reset headers.
 
 use super::go_duration::{decimal_scaled, parse_go_duration_ms};
 use super::http_date::parse_http_date;
 use super::rfc3339::parse_rfc3339;
 use crate::headers::Headers;
 
-/// Hints longer than this (one day, in ms) are ignored as absurd rather than clamped.
-///
-/// A value that large is far more likely a misread (a Unix timestamp sent as seconds, a year
-/// 9999 date) than a real request to wait a day, and obeying it would stall the loop; the
-/// retry policy then falls back to the next hint or its own backoff. Sane but long hints are
-/// capped separately by the policy's `max_retry_after_ms`.
-pub const MAX_HINT_MS: u64 = 86_400_000;
-
 /// Server delay hints read from response headers.
 ///
-/// Every value is a delay from now in milliseconds, already checked: garbage, negative,
-/// NaN, overflowing, past or absurd (over [`MAX_HINT_MS`]) values leave the field `None`.
+/// Every value is a delay from now in milliseconds, already checked: garbage, negative, NaN
+/// or past values leave the field `None`.
+///
+/// A well-formed value is kept however large (saturating at `u64::MAX` ms): a server that
+/// asks for 25 hours asks for a wait longer than any sane cap, which is a clear answer ("not
+/// this target, not now"), not noise. Dropping it would turn the longest waits into no hint at
+/// all and a retry within a second; the retry policy's `max_retry_after_ms` decides instead
+/// (see [`RetryConfig`](crate::RetryConfig)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DelayHints {
     /// The first valid of `retry-after-ms` (milliseconds, fractions allowed), `retry-after`
     /// as seconds (fractions allowed, e.g. `1.5`), or `retry-after` as an HTTP date relative
-    /// to the wall time passed in. Fractions are rounded up to the next millisecond.
+    /// to the wall time passed in; then the same two as forwarded by the LiteLLM proxy,
+    /// `llm_provider-retry-after-ms` and `llm_provider-retry-after` (the answering server's
+    /// own word comes first). Fractions are rounded up to the next millisecond.
     pub retry_after_ms: Option<u64>,
     /// The provider's rate-limit reset headers, as ms from now.
     ///
@@ -61,16 +61,30 @@ pub fn delay_hints(headers: &Headers, now_unix_ms: Option<u64>) -> DelayHints {
     }
 }
 
+/// `(milliseconds header, seconds-or-date header)`, in the order they are believed.
+///
+/// The LiteLLM proxy forwards every header of the provider's response prefixed with
+/// `llm_provider-` (`_get_llm_provider_headers` in BerriAI/litellm,
+/// `litellm/litellm_core_utils/llm_response_utils/get_headers.py`), so a provider's
+/// `retry-after` reaches the client as `llm_provider-retry-after`. A plain `retry-after` is
+/// the proxy's own (its rate limiter, its cooldowns) and wins.
+const RETRY_AFTER_HEADERS: [(&str, &str); 2] = [
+    ("retry-after-ms", "retry-after"),
+    ("llm_provider-retry-after-ms", "llm_provider-retry-after"),
+];
+
 fn retry_after_ms(headers: &Headers, now_unix_ms: Option<u64>) -> Option<u64> {
-    let from_ms = headers
-        .get("retry-after-ms")
-        .and_then(|v| decimal_scaled(v, 0))
-        .and_then(plausible);
-    from_ms.or_else(|| {
-        let value = headers.get("retry-after")?;
-        decimal_scaled(value, 3)
-            .and_then(plausible)
-            .or_else(|| until(parse_http_date(value)?, now_unix_ms?))
+    RETRY_AFTER_HEADERS.iter().find_map(|(ms_header, header)| {
+        let from_ms = headers
+            .get(ms_header)
+            .and_then(|v| decimal_scaled(v, 0))
+            .map(saturating_ms);
+        from_ms.or_else(|| {
+            let value = headers.get(header)?;
+            decimal_scaled(value, 3)
+                .map(saturating_ms)
+                .or_else(|| until(parse_http_date(value)?, now_unix_ms?))
+        })
     })
 }
 
@@ -124,11 +138,7 @@ fn rate_limit_reset_ms(headers: &Headers, now_unix_ms: Option<u64>) -> Option<u6
         }
     }
     for (reset, remaining) in OPENAI_WINDOWS {
-        if let Some(delay) = headers
-            .get(reset)
-            .and_then(parse_go_duration_ms)
-            .and_then(|ms| plausible(u128::from(ms)))
-        {
+        if let Some(delay) = headers.get(reset).and_then(parse_go_duration_ms) {
             windows.push((delay, exhausted(remaining)));
         }
     }
@@ -140,18 +150,15 @@ fn rate_limit_reset_ms(headers: &Headers, now_unix_ms: Option<u64>) -> Option<u6
     latest_exhausted.or_else(|| windows.iter().map(|(delay, _)| *delay).min())
 }
 
-/// The delay from `now_unix_ms` until `at_unix_ms`; `None` if it is in the past or absurd.
+/// The delay from `now_unix_ms` until `at_unix_ms`; `None` if it is in the past.
 fn until(at_unix_ms: i64, now_unix_ms: u64) -> Option<u64> {
     let delta = i128::from(at_unix_ms) - i128::from(now_unix_ms);
-    if delta < 0 {
-        return None;
-    }
-    plausible(u128::try_from(delta).ok()?)
+    u128::try_from(delta).ok().map(saturating_ms)
 }
 
-/// A delay in ms if it is at most [`MAX_HINT_MS`].
-fn plausible(ms: u128) -> Option<u64> {
-    u64::try_from(ms).ok().filter(|ms| *ms <= MAX_HINT_MS)
+/// A delay in ms, `u64::MAX` if it is longer than that.
+fn saturating_ms(ms: u128) -> u64 {
+    u64::try_from(ms).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
@@ -167,8 +174,9 @@ mod tests {
 
     #[test]
     fn retry_after_values_from_the_official_sdk_tests_parse_or_are_ignored() {
-        // The table of openai-python's test_parse_retry_after_header, minus its 60 s cap
-        // (the retry policy caps hints; here only absurd values are dropped).
+        // The table of openai-python's test_parse_retry_after_header, minus its 60 s cap:
+        // the retry policy caps hints; here only garbage, negative and past values are
+        // dropped, and a huge number is kept (saturated), not taken for "no hint".
         for (value, expected) in [
             ("20", Some(20_000)),
             ("0", Some(0)),
@@ -180,7 +188,7 @@ mod tests {
             ("Fri, 29 Sep 2023 16:26:27 GMT", None),
             ("Fri, 29 Sep 2023 16:27:37 GMT", Some(60_000)),
             ("Fri, 29 Sep 2023 16:27:38 GMT", Some(61_000)),
-            ("99999999999999999999999999999999999", None),
+            ("99999999999999999999999999999999999", Some(u64::MAX)),
             ("Zun, 29 Sep 2023 16:26:27 GMT", None),
             ("", None),
         ] {
@@ -231,18 +239,51 @@ mod tests {
             "5,5",
             "١٢",
             "５",
-            "99999999999999999999",
-            "86400.001",
-            "Fri, 31 Dec 9999 23:59:59 GMT",
             "Thu, 01 Jan 1970 00:00:00 GMT",
             "\u{0}",
             "🙂",
         ] {
             assert_eq!(retry_after(value), None, "{value:?}");
         }
-        assert_eq!(retry_after("86400"), Some(MAX_HINT_MS));
-        let h = Headers::new().with("retry-after-ms", "86400001");
-        assert_eq!(delay_hints(&h, None).retry_after_ms, None);
+    }
+
+    #[test]
+    fn huge_well_formed_retry_after_values_are_kept_not_dropped() {
+        // 25 hours is a real "wait longer than any cap", not garbage.
+        assert_eq!(retry_after("90000"), Some(90_000_000));
+        assert_eq!(retry_after("86400.001"), Some(86_400_001));
+        assert_eq!(retry_after("99999999999999999999"), Some(u64::MAX));
+        assert_eq!(
+            retry_after("Fri, 31 Dec 9999 23:59:59 GMT"),
+            Some(253_402_300_799_000 - NOW)
+        );
+        for value in ["86400001", "18446744073709551616", &"9".repeat(100)] {
+            let h = Headers::new().with("retry-after-ms", value);
+            assert!(
+                delay_hints(&h, None).retry_after_ms >= Some(86_400_001),
+                "{value}"
+            );
+        }
+    }
+
+    #[test]
+    fn retry_after_forwarded_by_litellm_is_read_after_the_servers_own() {
+        let forwarded = Headers::new().with("llm_provider-retry-after", "7");
+        assert_eq!(delay_hints(&forwarded, None).retry_after_ms, Some(7_000));
+        let forwarded_ms = Headers::new()
+            .with("llm_provider-retry-after", "7")
+            .with("llm_provider-retry-after-ms", "1500");
+        assert_eq!(delay_hints(&forwarded_ms, None).retry_after_ms, Some(1_500));
+        let date = Headers::new().with("llm_provider-retry-after", "Fri, 29 Sep 2023 16:26:57 GMT");
+        assert_eq!(delay_hints(&date, Some(NOW)).retry_after_ms, Some(20_000));
+        let both = Headers::new()
+            .with("llm_provider-retry-after", "7")
+            .with("retry-after", "2");
+        assert_eq!(delay_hints(&both, None).retry_after_ms, Some(2_000));
+        let garbage_own = Headers::new()
+            .with("retry-after", "soon")
+            .with("llm_provider-retry-after", "7");
+        assert_eq!(delay_hints(&garbage_own, None).retry_after_ms, Some(7_000));
     }
 
     #[test]
@@ -299,16 +340,31 @@ mod tests {
     fn hostile_reset_headers_are_ignored() {
         let h = Headers::new()
             .with("anthropic-ratelimit-tokens-remaining", "-1")
-            .with("anthropic-ratelimit-tokens-reset", "9999-12-31T23:59:59Z")
-            .with("anthropic-ratelimit-requests-reset", "not a date")
+            .with("anthropic-ratelimit-tokens-reset", "not a date")
+            .with("anthropic-ratelimit-requests-reset", "2023-09-29T16:26:42")
             .with(
                 "anthropic-ratelimit-input-tokens-reset",
                 "0000-01-01T00:00:00Z",
             )
             .with("x-ratelimit-reset-requests", "-6m0s")
-            .with("x-ratelimit-reset-tokens", "99999999999999999999h");
+            .with("x-ratelimit-reset-tokens", "1e9h");
         assert_eq!(delay_hints(&h, Some(NOW)), DelayHints::default());
         assert_eq!(delay_hints(&h, Some(u64::MAX)), DelayHints::default());
         assert_eq!(delay_hints(&h, Some(0)).rate_limit_reset_ms, None);
+    }
+
+    #[test]
+    fn huge_well_formed_reset_headers_are_kept_not_dropped() {
+        let h = Headers::new()
+            .with("anthropic-ratelimit-tokens-remaining", "0")
+            .with("anthropic-ratelimit-tokens-reset", "9999-12-31T23:59:59Z");
+        assert_eq!(
+            delay_hints(&h, Some(NOW)).rate_limit_reset_ms,
+            Some(253_402_300_799_000 - NOW)
+        );
+        let h = Headers::new()
+            .with("x-ratelimit-remaining-tokens", "0")
+            .with("x-ratelimit-reset-tokens", "99999999999999999999h");
+        assert_eq!(delay_hints(&h, None).rate_limit_reset_ms, Some(u64::MAX));
     }
 }

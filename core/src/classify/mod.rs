@@ -5,8 +5,9 @@
 //! headers need the current wall time, which the caller passes in as `now_unix_ms` (`None`
 //! when unknown; those hints are then ignored). Nothing here panics on what a server sends:
 //! bodies that are empty, HTML, truncated, not UTF-8 or nested absurdly deep fall back to the
-//! status and a short, sanitized excerpt; header values that are garbage, negative, NaN,
-//! overflowing, past or absurdly far ahead are ignored.
+//! status and a short, sanitized excerpt; header values that are garbage, negative, NaN or
+//! past are ignored, and well-formed delays too large to represent saturate at `u64::MAX` ms
+//! (the retry policy's cap, not the parser, decides what an absurdly long wait means).
 //!
 //! What decides the [`FailureKind`](crate::FailureKind) (first match wins; details in the `kind` module source):
 //!
@@ -44,7 +45,7 @@ mod markers;
 mod rfc3339;
 mod sanitize;
 
-pub use hints::{delay_hints, DelayHints, MAX_HINT_MS};
+pub use hints::{delay_hints, DelayHints};
 pub use markers::is_context_overflow_message;
 
 use crate::failure::{ProviderFailure, ProviderKind, TransportFault};

@@ -28,6 +28,14 @@ impl JsonEvents {
     }
 }
 
+impl JsonEvents {
+    /// Writes the first event of a run: `{"type": "start", "seed": …}`, the jitter seed, so
+    /// the run can be reproduced with `--seed` (it is also in the trace header).
+    pub fn start(&mut self, seed: u64) -> Result<(), ReceiverError> {
+        self.emit(json!({"type": "start", "seed": seed}))
+    }
+}
+
 /// The JSON form of `error`, as printed for every hard failure.
 #[must_use]
 pub fn error_event(error: &RunError) -> Value {

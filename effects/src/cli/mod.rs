@@ -122,9 +122,10 @@ pub struct RunArgs {
     /// Do not jitter backoff delays.
     #[arg(long)]
     pub no_jitter: bool,
-    /// Seed of the retry jitter.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    /// Seed of the retry jitter, to reproduce a run (default: drawn from the operating
+    /// system, shown in the `start` event of `--events json` and in the trace header).
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// Stop after this many assistant messages.
     #[arg(long)]
     pub max_turns: Option<u32>,

@@ -132,6 +132,18 @@ fn receiver_for(events: EventsFormat) -> Box<dyn Receiver> {
     }
 }
 
+/// With `--events json`, the `start` event that shows the run's jitter seed; the exit code
+/// when stdout cannot take it.
+fn announce_seed(events: EventsFormat, runner: &Runner) -> Result<(), i32> {
+    if events != EventsFormat::Json {
+        return Ok(());
+    }
+    JsonEvents.start(runner.jitter_seed()).map_err(|e| {
+        eprintln!("rebound: {}", e.0);
+        EXIT_FAILED
+    })
+}
+
 /// The first SIGINT/SIGTERM cancels the run cleanly; a second one exits at once.
 fn cancel_on_signals(cancel: CancelHandle) {
     tokio::spawn(async move {
@@ -259,7 +271,10 @@ pub async fn run(args: RunArgs) -> i32 {
         retry_budget: args.retry_budget.then(BudgetUse::default),
         ..MachineConfig::default()
     };
-    let mut runner = Runner::new(config, providers).seed(args.seed);
+    let mut runner = Runner::new(config, providers);
+    if let Some(seed) = args.seed {
+        runner = runner.seed(seed);
+    }
     if args.retry_budget {
         runner = runner.budget(SharedBudget::new(BudgetConfig::default()));
     }
@@ -283,6 +298,9 @@ pub async fn run(args: RunArgs) -> i32 {
         }
     }
     runner = runner.receiver_boxed(receiver_for(args.events));
+    if let Err(code) = announce_seed(args.events, &runner) {
+        return code;
+    }
     cancel_on_signals(runner.canceler());
     let result = runner.run(RunInput::text(args.prompt)).await;
     exit_code(&result)
@@ -330,6 +348,9 @@ pub async fn demo(args: DemoArgs) -> i32 {
         .receiver_boxed(receiver_for(args.events));
     if let Some(history) = scenario.initial_conversation() {
         runner = runner.conversation(history);
+    }
+    if let Err(code) = announce_seed(args.events, &runner) {
+        return code;
     }
     cancel_on_signals(runner.canceler());
     let started = std::time::Instant::now();
