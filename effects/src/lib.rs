@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod config;
 pub mod fake;
+pub mod private_file;
 pub mod provider;
 pub mod receiver;
 pub mod runner;
