@@ -9,6 +9,7 @@ pub mod budget;
 pub mod cli;
 pub mod config;
 pub mod fake;
+pub mod private_file;
 pub mod provider;
 pub mod receiver;
 pub mod runner;

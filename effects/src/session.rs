@@ -19,7 +19,10 @@
 //! Saving is atomic: the new content goes to a temporary file in the same folder, which is
 //! fsynced, renamed over the session file, and then the folder is fsynced. A crash at any
 //! point leaves either the old or the new complete file (and at worst a stray
-//! `.NAME.*.tmp` file beside it). A file that cannot be loaded is never written:
+//! `.NAME.*.tmp` file beside it). A new session file (and every temporary file) is created
+//! readable and writable by its owner only (0600, see [`private_file`](crate::private_file));
+//! a session file that exists keeps its mode across saves. A file that cannot be loaded is
+//! never written:
 //! [`SessionStore::open`] refuses it, so there is no store to save with.
 //!
 //! ```
@@ -428,14 +431,9 @@ fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
 }
 
 fn create_temp(dir: &Path, name: &str) -> io::Result<(PathBuf, std::fs::File)> {
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        // A conversation is private: a new session file is readable by its owner only.
-        options.mode(0o600);
-    }
+    // A conversation is private: a new session file is readable by its owner only.
+    let mut options = crate::private_file::options();
+    options.create_new(true);
     loop {
         let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
         let temp = dir.join(format!(".{name}.{}.{n}.tmp", std::process::id()));

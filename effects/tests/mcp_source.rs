@@ -5,13 +5,18 @@
 //! Python that has the SDK instead.
 #![cfg(feature = "mcp")]
 
+#[path = "hostile_support/table.rs"]
+mod table;
+
 use rebound_core::{
     BatchOutcome, CallOutcome, HostFailureKind, MediaSource, ToolCall, ToolFailure, ToolOutput,
     ToolResultPart,
 };
-use rebound_effects::tools::mcp::{McpConfig, McpError, McpSource};
+use rebound_effects::fake::{FakeServer, FakeServerConfig};
+use rebound_effects::tools::mcp::{McpConfig, McpError, McpSource, DEFAULT_ENV_VARS};
 use rebound_effects::tools::{ToolContext, ToolSet, ToolSource};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -467,6 +472,192 @@ async fn servers_that_cannot_start_are_reported_with_their_command() {
         McpSource::spawn("server 'unclosed").await,
         Err(McpError::CommandLine { .. })
     ));
+}
+
+/// The command line of `fixtures/mcp/env_server.py`, offering its one tool as `tool`.
+fn env_server_command(tool: &str) -> String {
+    format!(
+        "{} {} {tool}",
+        quoted(&python()),
+        quoted(&fixtures().join("env_server.py"))
+    )
+}
+
+/// Python sets this one in its own environment when the locale is plain C (PEP 538), so a
+/// Python server may report it although nobody gave it.
+const SET_BY_PYTHON: &str = "LC_CTYPE";
+
+/// The names in `env` that are neither on the default list nor `named` (nor Python's own).
+fn unexpected<'a>(env: &'a BTreeMap<String, String>, named: &[&str]) -> Vec<&'a str> {
+    env.keys()
+        .map(String::as_str)
+        .filter(|n| !DEFAULT_ENV_VARS.contains(n) && !named.contains(n) && *n != SET_BY_PYTHON)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_server_sees_only_the_default_variables_and_the_ones_named() {
+    // Variables of this test process that a server must not see unless named (cargo sets
+    // CARGO_MANIFEST_DIR and friends for every test).
+    let own: BTreeMap<String, String> = std::env::vars_os()
+        .filter_map(|(n, v)| Some((n.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(n, _)| !DEFAULT_ENV_VARS.contains(&n.as_str()) && n != SET_BY_PYTHON)
+        .collect();
+    let (forwarded, forwarded_value) = own
+        .get_key_value("CARGO_PKG_NAME")
+        .or_else(|| own.iter().next())
+        .expect("the test process has a variable outside the default list (cargo sets CARGO_*)");
+    let config = McpConfig::default()
+        .with_env_var(forwarded.as_str())
+        .with_env_var("REBOUND_TEST_SURELY_UNSET")
+        .with_env("REBOUND_TEST_SET", "a value = with spaces");
+    let source = McpSource::spawn_with(&env_server_command("environment"), config)
+        .await
+        .expect("the env server starts");
+    let results = batch(&source, vec![call("a", "environment", json!({}))]).await;
+    let env: BTreeMap<String, String> =
+        serde_json::from_str(&text(&results[0])).expect("the server reports JSON");
+
+    // Failure messages name variables and never show values: this process's environment may
+    // hold real secrets.
+    assert!(
+        env.get(forwarded) == Some(forwarded_value),
+        "{forwarded} is forwarded unchanged"
+    );
+    assert_eq!(
+        env.get("REBOUND_TEST_SET").map(String::as_str),
+        Some("a value = with spaces")
+    );
+    assert!(!env.contains_key("REBOUND_TEST_SURELY_UNSET"));
+    let leaked: Vec<&String> = own
+        .keys()
+        .filter(|n| *n != forwarded && env.contains_key(*n))
+        .collect();
+    assert!(
+        leaked.is_empty(),
+        "not named, but the server sees {leaked:?}"
+    );
+    assert_eq!(
+        unexpected(&env, &[forwarded, "REBOUND_TEST_SET"]),
+        Vec::<&str>::new()
+    );
+    for name in ["HOME", "PATH"] {
+        assert!(
+            env.get(name) == std::env::var(name).ok().as_ref(),
+            "{name} is forwarded unchanged"
+        );
+    }
+}
+
+/// One `rebound run` against the fake provider, with two env servers (`env_a`, `env_b`) and
+/// `--mcp-env` options; returns the exit code and each tool's reported environment.
+async fn cli_run_with_env_servers(
+    mcp_args: &[&str],
+) -> (
+    Option<i32>,
+    String,
+    BTreeMap<String, BTreeMap<String, String>>,
+) {
+    let scenario = rebound_sim::Scenario::from_json(
+        r#"{"tools": [{"name": "env_a"}, {"name": "env_b"}],
+            "turns": [
+              {"answer": {"tool_calls": [{"id": "call_a", "name": "env_a", "input": {}},
+                                         {"id": "call_b", "name": "env_b", "input": {}}]}},
+              {"answer": {"text": "done"}}]}"#,
+    )
+    .expect("scenario");
+    let fake = FakeServer::start(FakeServerConfig::new(scenario, 1))
+        .await
+        .expect("fake provider starts");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_rebound"));
+    cmd.args(["run", "hi", "--base-url", &fake.base_url(), "--model", "m"])
+        .args(["--events", "json", "--initial-delay-ms", "10"])
+        .args(mcp_args)
+        .env("ANTHROPIC_API_KEY", "sk-ant-PRIVILEGE-TEST")
+        .env("OPENAI_API_KEY", "sk-openai-PRIVILEGE-TEST")
+        .env("GITHUB_TOKEN", "ghp_PRIVILEGE-TEST")
+        .env("REBOUND_TEST_FORWARDED", "forwarded value")
+        .env("REBOUND_TEST_NOT_NAMED", "not named")
+        .stdin(std::process::Stdio::null());
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("the binary runs"))
+        .await
+        .expect("join");
+    fake.shutdown().await;
+    let mut reported = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let event: Value = serde_json::from_str(line).expect("JSON events");
+        if event["type"] == "tool_result" {
+            assert_eq!(event["is_error"], false, "{event}");
+            let env = serde_json::from_str(event["text"].as_str().unwrap_or_default())
+                .expect("an environment");
+            reported.insert(event["tool_use_id"].as_str().unwrap().to_owned(), env);
+        }
+    }
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        reported,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_gives_mcp_servers_no_provider_key_and_each_only_the_mcp_env_after_it() {
+    let a = env_server_command("env_a");
+    let b = env_server_command("env_b");
+    let (code, stderr, reported) = cli_run_with_env_servers(&[
+        "--mcp",
+        &a,
+        "--mcp-env",
+        "REBOUND_TEST_FORWARDED",
+        "--mcp-env",
+        "REBOUND_TEST_SET=set = value",
+        "--mcp",
+        &b,
+        "--mcp-env",
+        "GITHUB_TOKEN",
+    ])
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let (env_a, env_b) = (&reported["call_a"], &reported["call_b"]);
+    let mut cases = 0;
+    let mut expect = |env: &BTreeMap<String, String>, name: &str, value: Option<&str>| {
+        cases += 1;
+        assert_eq!(
+            env.get(name).map(String::as_str),
+            value,
+            "{name} among {:?}",
+            env.keys().collect::<Vec<_>>()
+        );
+    };
+    for env in [env_a, env_b] {
+        expect(env, "ANTHROPIC_API_KEY", None);
+        expect(env, "OPENAI_API_KEY", None);
+        expect(env, "REBOUND_TEST_NOT_NAMED", None);
+    }
+    expect(env_a, "REBOUND_TEST_FORWARDED", Some("forwarded value"));
+    expect(env_a, "REBOUND_TEST_SET", Some("set = value"));
+    expect(env_a, "GITHUB_TOKEN", None);
+    expect(env_b, "GITHUB_TOKEN", Some("ghp_PRIVILEGE-TEST"));
+    expect(env_b, "REBOUND_TEST_FORWARDED", None);
+    expect(env_b, "REBOUND_TEST_SET", None);
+    assert_eq!(
+        unexpected(env_a, &["REBOUND_TEST_FORWARDED", "REBOUND_TEST_SET"]),
+        Vec::<&str>::new()
+    );
+    assert_eq!(unexpected(env_b, &["GITHUB_TOKEN"]), Vec::<&str>::new());
+    cases += 2;
+
+    // An --mcp-env before any --mcp belongs to no server: a usage error, not a guess.
+    let (code, stderr, reported) =
+        cli_run_with_env_servers(&["--mcp-env", "GITHUB_TOKEN", "--mcp", &a]).await;
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--mcp-env GITHUB_TOKEN comes before any --mcp"),
+        "{stderr}"
+    );
+    assert!(reported.is_empty());
+    cases += 1;
+    table::check("privilege-mcp-env", cases);
 }
 
 /// Waits (up to 3 s) until `pid` is no longer a running process (gone, or a zombie).

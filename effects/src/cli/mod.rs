@@ -10,7 +10,7 @@ mod simulate;
 
 pub use events::{advice, error_event, HumanView, JsonEvents};
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 /// Exit status: the run finished (including a stop at `--max-turns`).
@@ -139,9 +139,22 @@ pub struct RunArgs {
     #[arg(long)]
     pub lua_tools: Option<PathBuf>,
     /// Add the tools of an MCP server started with this command line (stdio transport;
-    /// repeatable), e.g. `--mcp 'python3 server.py'`.
+    /// repeatable), e.g. `--mcp 'python3 server.py'`. The server gets a minimal environment
+    /// (HOME, PATH, USER, LANG, TERM, TMPDIR and a few more, like Codex's MCP servers) plus
+    /// what `--mcp-env` gives it: no API key.
     #[arg(long = "mcp", value_name = "COMMAND")]
     pub mcp: Vec<String>,
+    /// Give the `--mcp` server before this option a variable (repeatable): `VAR` forwards
+    /// rebound's own VAR (when set), `VAR=VALUE` sets it, e.g.
+    /// `--mcp 'github-mcp-server stdio' --mcp-env GITHUB_TOKEN`. Each server gets only the
+    /// variables that follow its `--mcp`.
+    #[arg(long = "mcp-env", value_name = "VAR[=VALUE]")]
+    pub mcp_env: Vec<String>,
+    /// For each `--mcp-env`, the `--mcp` it follows: the index of that server in `mcp`, or
+    /// `None` when it comes before every `--mcp`. Filled by [`main`] from the positions of
+    /// the options on the command line.
+    #[arg(skip)]
+    pub mcp_env_server: Vec<Option<usize>>,
     /// Share a retry budget (token bucket) between retries: charged retries wait, bounded,
     /// for a token and fail when none comes.
     #[arg(long)]
@@ -210,7 +223,7 @@ pub struct ReplayArgs {
 /// Parses the arguments, runs the command, and returns the process exit code.
 #[must_use]
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse() {
+    let cli = match parse(std::env::args_os()) {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { EXIT_USAGE } else { EXIT_OK };
@@ -243,6 +256,35 @@ pub fn main() -> i32 {
             })
         }
     }
+}
+
+/// Parses a command line (program name first), including what depends on the order of the
+/// options: which `--mcp` each `--mcp-env` follows.
+pub fn parse<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matches = Cli::command().try_get_matches_from(args)?;
+    let mut cli = Cli::from_arg_matches(&matches)?;
+    if let (Commands::Run(args), Some(("run", run))) = (&mut cli.command, matches.subcommand()) {
+        args.mcp_env_server = servers_of_mcp_env(run);
+    }
+    Ok(cli)
+}
+
+/// For each `--mcp-env` value, the index of the last `--mcp` before it.
+fn servers_of_mcp_env(run: &clap::ArgMatches) -> Vec<Option<usize>> {
+    let servers: Vec<usize> = run
+        .indices_of("mcp")
+        .map(Iterator::collect)
+        .unwrap_or_default();
+    run.indices_of("mcp_env")
+        .map(|envs| {
+            envs.map(|at| servers.iter().rposition(|&server| server < at))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Reads a scenario: a built-in name, or a JSON file.

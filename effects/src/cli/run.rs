@@ -11,6 +11,7 @@ use crate::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider};
 use crate::receiver::Receiver;
 use crate::runner::{CancelHandle, RunInput, RunSummary, Runner, TraceRecorder};
 use crate::session::SessionStore;
+use crate::tools::mcp::McpConfig;
 use crate::tools::scripted::ScenarioTools;
 use crate::tools::{files, ToolSet};
 use rebound_core::{
@@ -215,8 +216,8 @@ async fn build_tools(args: &RunArgs) -> Result<Option<ToolSet>, String> {
         builder = builder.tools(tools);
         any = true;
     }
-    for command in &args.mcp {
-        let source = crate::tools::mcp::McpSource::spawn(command)
+    for (command, config) in args.mcp.iter().zip(mcp_configs(args)?) {
+        let source = crate::tools::mcp::McpSource::spawn_with(command, config)
             .await
             .map_err(|e| format!("--mcp: {e}"))?;
         builder = builder.source(source);
@@ -226,6 +227,37 @@ async fn build_tools(args: &RunArgs) -> Result<Option<ToolSet>, String> {
         return Ok(None);
     }
     builder.build().map(Some).map_err(|e| e.to_string())
+}
+
+/// One configuration per `--mcp`, holding the variables of the `--mcp-env` options after it.
+fn mcp_configs(args: &RunArgs) -> Result<Vec<McpConfig>, String> {
+    let mut configs = vec![McpConfig::default(); args.mcp.len()];
+    for (at, spec) in args.mcp_env.iter().enumerate() {
+        let Some(config) = args
+            .mcp_env_server
+            .get(at)
+            .copied()
+            .flatten()
+            .and_then(|server| configs.get_mut(server))
+        else {
+            return Err(format!(
+                "--mcp-env {} comes before any --mcp: put it after the --mcp it is for",
+                spec.split('=').next().unwrap_or_default()
+            ));
+        };
+        let (name, value) = match spec.split_once('=') {
+            Some((name, value)) => (name, Some(value)),
+            None => (spec.as_str(), None),
+        };
+        if name.is_empty() {
+            return Err("--mcp-env needs a variable name: VAR or VAR=VALUE".into());
+        }
+        *config = match value {
+            Some(value) => config.clone().with_env(name, value),
+            None => config.clone().with_env_var(name),
+        };
+    }
+    Ok(configs)
 }
 
 /// `rebound run`.
@@ -292,7 +324,7 @@ pub async fn run(args: RunArgs) -> i32 {
         }
     }
     if let Some(path) = &args.trace {
-        match std::fs::File::create(path) {
+        match crate::private_file::create(path) {
             Ok(f) => runner = runner.trace(TraceRecorder::new(f)),
             Err(e) => return usage_error(format!("cannot create trace {}: {e}", path.display())),
         }
@@ -436,6 +468,50 @@ mod tests {
         assert_eq!(resolve_model(&t.model).unwrap(), "claude-haiku-4-5");
         assert!(parse_fallback("gemini:x").is_err());
         assert!(parse_fallback("openai").is_err());
+    }
+
+    fn run_args(line: &[&str]) -> RunArgs {
+        let args = ["rebound", "run", "hi"].iter().chain(line);
+        match super::super::parse(args).expect("parses").command {
+            super::super::Commands::Run(args) => *args,
+            other => panic!("not run: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_mcp_env_belongs_to_the_mcp_before_it() {
+        let args = run_args(&[
+            "--mcp",
+            "a",
+            "--mcp-env=ONE",
+            "--mcp-env",
+            "TOKEN",
+            "--mcp=b",
+            "--mcp-env",
+            "MODE=x=y",
+            "--mcp",
+            "c",
+        ]);
+        assert_eq!(args.mcp_env_server, [Some(0), Some(0), Some(1)]);
+        let configs = mcp_configs(&args).expect("valid");
+        assert_eq!(configs.len(), 3);
+        let names = |c: &McpConfig| c.env.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(names(&configs[0]), ["ONE", "TOKEN"]);
+        assert_eq!(
+            configs[1].env["MODE"],
+            crate::tools::mcp::EnvValue::Set("x=y".into())
+        );
+        assert!(configs[2].env.is_empty());
+    }
+
+    #[test]
+    fn an_mcp_env_without_a_server_before_it_or_a_name_is_refused() {
+        let err = mcp_configs(&run_args(&["--mcp-env", "T=secret", "--mcp", "a"]))
+            .expect_err("before any --mcp");
+        assert!(err.contains("--mcp-env T comes before any --mcp"), "{err}");
+        assert!(!err.contains("secret"), "{err}");
+        let err = mcp_configs(&run_args(&["--mcp", "a", "--mcp-env", "=v"])).expect_err("no name");
+        assert!(err.contains("needs a variable name"), "{err}");
     }
 
     #[test]

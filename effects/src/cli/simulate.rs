@@ -22,7 +22,7 @@ pub fn sim(args: &SimArgs) -> i32 {
     if let Some(path) = &args.trace_out {
         match simulate(&scenario, &config, args.seed) {
             Ok(outcome) => {
-                let written = std::fs::File::create(path)
+                let written = crate::private_file::create(path)
                     .and_then(|f| outcome.trace().write_to(std::io::BufWriter::new(f)));
                 if let Err(e) = written {
                     eprintln!("rebound: cannot write trace {}: {e}", path.display());
