@@ -668,9 +668,14 @@ impl AgentMachine {
         if hint_ms > cap_ms {
             return self.give_up(failure, GiveUp::RetryAfterTooLong { hint_ms, cap_ms }, true);
         }
-        // Up to a quarter more (at most the backoff cap): the first to return learns whether
-        // the limit was extended before the rest follow.
-        let spread = (hint_ms / 4).min(self.config.retry.max_delay_ms);
+        // Spread the fleet's return over a quarter of the wait, and over at least four
+        // initial backoffs (2 s by default) however little of the wait is left for this
+        // agent, at most the backoff cap: the first to return learns whether the limit was
+        // extended, and the budget holds the rest back, before most of them have sent.
+        let retry = &self.config.retry;
+        let spread = (hint_ms / 4)
+            .max(retry.initial_delay_ms.saturating_mul(4))
+            .min(retry.max_delay_ms);
         let delay_ms = hint_ms + self.rng.u64(0..=spread);
         let attempt = self.request.attempt + 1;
         self.notify_retry(failure, attempt, delay_ms);
