@@ -69,20 +69,44 @@ fn run_sweep(base: ExperimentConfig) -> ExitCode {
     let variant = |label: &str, attempts: u32, b: BudgetConfig, max_wait_ms: u64| {
         (label.to_owned(), with(attempts, Some(b), max_wait_ms))
     };
+    let wait = BudgetUse::default().max_wait_ms;
+    let tweak = |f: fn(&mut BudgetConfig)| {
+        let mut b = budget.clone();
+        f(&mut b);
+        b
+    };
     let candidates: Vec<(String, ExperimentConfig)> = vec![
         (
             "4 attempts, no budget (`MachineConfig::default()`)".into(),
             with(4, None, 0),
         ),
         ("8 attempts, no budget".into(), with(8, None, 0)),
-        variant("4 attempts, default budget", 4, budget.clone(), 5_000),
+        variant("4 attempts, default budget", 4, budget.clone(), wait),
         variant(
             "**8 attempts, default budget (`resilient()`)**",
             8,
             budget.clone(),
-            5_000,
+            wait,
         ),
-        variant("12 attempts, default budget", 12, budget.clone(), 5_000),
+        variant("12 attempts, default budget", 12, budget.clone(), wait),
+        variant(
+            "8 attempts, no success deposits (the budget before)",
+            8,
+            tweak(|b| b.deposit_per_success = 0.0),
+            wait,
+        ),
+        variant(
+            "8 attempts, 2 tokens per success",
+            8,
+            tweak(|b| b.deposit_per_success = 2.0),
+            wait,
+        ),
+        variant(
+            "8 attempts, 4 tokens per success",
+            8,
+            tweak(|b| b.deposit_per_success = 4.0),
+            wait,
+        ),
         variant(
             "8 attempts, default budget, max_wait 0 (refuse outright)",
             8,
@@ -90,47 +114,37 @@ fn run_sweep(base: ExperimentConfig) -> ExitCode {
             0,
         ),
         variant(
-            "8 attempts, default budget, max_wait 30 s",
+            "8 attempts, default budget, max_wait 5 s",
             8,
             budget.clone(),
-            30_000,
+            5_000,
         ),
         variant(
-            "8 attempts, initial 0 (start empty)",
+            "8 attempts, default budget, max_wait 60 s",
             8,
-            BudgetConfig {
-                initial: 0.0,
-                ..budget.clone()
-            },
-            5_000,
+            budget.clone(),
+            60_000,
         ),
         variant(
             "8 attempts, refill 2/s",
             8,
-            BudgetConfig {
-                refill_per_sec: 2.0,
-                ..budget.clone()
-            },
-            5_000,
+            tweak(|b| b.refill_per_sec = 2.0),
+            wait,
         ),
         variant(
             "8 attempts, capacity = initial = 100",
             8,
-            BudgetConfig {
-                capacity: 100.0,
-                initial: 100.0,
-                ..budget.clone()
-            },
-            5_000,
+            tweak(|b| {
+                b.capacity = 100.0;
+                b.initial = 100.0;
+            }),
+            wait,
         ),
         variant(
-            "8 attempts, deposit 0.2",
+            "8 attempts, deposit 0.2 per first attempt",
             8,
-            BudgetConfig {
-                deposit_per_request: 0.2,
-                ..budget.clone()
-            },
-            5_000,
+            tweak(|b| b.deposit_per_request = 0.2),
+            wait,
         ),
     ];
     println!("| rebound configuration | bar | total outage: requests / agent | brownout success | stream cuts success | blip-shared success | 3s-outage-shared success | brownout-shared success | rate-limit-shared: success, requests / completed turn |");

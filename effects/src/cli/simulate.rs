@@ -61,7 +61,8 @@ fn error_seed(error: &rebound_sim::SimError) -> Option<u64> {
 }
 
 /// `rebound sim --compare`: the outage experiment, as a Markdown table; exit 1 when rebound
-/// misses its bar (dominated by a peer, or over 1.2 requests per agent in the total outage).
+/// misses its bar (dominated by a peer in any model, or one of the per-model limits of
+/// `docs/outages.md`, each named in the report).
 fn compare(seed: u64) -> i32 {
     let config = rebound_sim::compare::ExperimentConfig {
         seed,
