@@ -191,7 +191,8 @@ pub struct RetryBudget {
     deposit_success: u64,
     refill_per_sec: u64,
     balance: u64,
-    last: Millis,
+    /// Refill earned but not yet a whole milli-token, in thousandths of a milli-token.
+    carry: u64,
     now: Millis,
     waiting: VecDeque<Waiter>,
     decided: VecDeque<(Ticket, PermitDecision)>,
@@ -221,7 +222,7 @@ impl RetryBudget {
             deposit_success: milli_tokens(config.deposit_per_success),
             refill_per_sec: milli_tokens(config.refill_per_sec),
             balance: milli_tokens(config.initial).min(capacity),
-            last: Millis::ZERO,
+            carry: 0,
             now: Millis::ZERO,
             waiting: VecDeque::new(),
             decided: VecDeque::new(),
@@ -269,6 +270,7 @@ impl RetryBudget {
     ) -> Option<PermitDecision> {
         self.advance(now);
         if let Some(until) = self.rate_limited_until(ask.target, self.now) {
+            self.settle();
             return Some(PermitDecision::WaitUntil(until));
         }
         let decision = match ask.kind {
@@ -361,8 +363,10 @@ impl RetryBudget {
         let deadline = self.waiting.iter().map(|w| w.deadline).min()?;
         let refill = (self.refill_per_sec > 0).then(|| {
             let missing = ONE.saturating_sub(self.balance);
-            let ms = missing.saturating_mul(1_000).div_ceil(self.refill_per_sec);
-            self.last.plus(ms).max(self.now)
+            let needed = missing.saturating_mul(1_000).saturating_sub(self.carry);
+            // Always in the future: a wakeup at `now` would change nothing.
+            let ms = needed.div_ceil(self.refill_per_sec).max(1);
+            self.now.plus(ms)
         });
         Some(refill.map_or(deadline, |at| at.min(deadline)))
     }
@@ -382,23 +386,23 @@ impl RetryBudget {
         if now <= self.now {
             return;
         }
+        let elapsed = now.since(self.now);
         self.now = now;
         self.rate_limited.retain(|_, until| *until > now);
         if self.refill_per_sec == 0 {
-            self.last = now;
             return;
         }
-        let elapsed = now.since(self.last);
-        let added = elapsed.saturating_mul(self.refill_per_sec) / 1_000;
-        // Keep the remainder of partial milli-tokens by advancing `last` only as far as the
-        // whole milli-tokens account for.
-        if added > 0 {
-            let used_ms = added.saturating_mul(1_000) / self.refill_per_sec;
-            self.last = self.last.plus(used_ms).min(now);
-        }
-        self.balance = self.balance.saturating_add(added).min(self.capacity);
+        // Exact: what does not make a whole milli-token is carried to the next step.
+        let earned = elapsed
+            .saturating_mul(self.refill_per_sec)
+            .saturating_add(self.carry);
+        self.carry = earned % 1_000;
+        self.balance = self
+            .balance
+            .saturating_add(earned / 1_000)
+            .min(self.capacity);
         if self.balance == self.capacity {
-            self.last = now;
+            self.carry = 0;
         }
     }
 
@@ -634,6 +638,36 @@ mod tests {
             b.tick(Millis(t));
         }
         assert!((b.balance(Millis(10_000)) - 30.0).abs() < 0.01);
+    }
+
+    #[test]
+    fn refill_at_an_uneven_rate_is_exact_and_never_counted_twice() {
+        // 2.5 tokens/s in 1 ms steps: 0.4 ms per milli-token, so every step leaves a
+        // remainder. Over 4 s that is exactly 10 tokens.
+        let mut b = budget(100.0, 0.0, 0.0, 2.5);
+        while b.request(Millis(0), Ticket(0), charged(0)) == Some(PermitDecision::Granted) {}
+        for t in 1..=4_000 {
+            b.tick(Millis(t));
+        }
+        assert!((b.balance(Millis(4_000)) - 10.0).abs() < f64::EPSILON);
+    }
+
+    #[test]
+    fn the_next_wakeup_is_in_the_future_and_a_tick_there_pays_the_head() {
+        // A waiter whose token is partly refilled: the wakeup must not be `now` (a driver
+        // ticking there would spin), and ticking at the wakeup must grant it.
+        let mut b = budget(1.0, 0.0, 0.0, 2.5);
+        b.request(Millis(0), Ticket(1), charged(0));
+        b.tick(Millis(1));
+        assert_eq!(b.request(Millis(1), Ticket(2), charged(60_000)), None);
+        let mut now = Millis(1);
+        while drain(&mut b).is_empty() {
+            let at = b.next_wakeup().expect("someone waits");
+            assert!(at > now, "wakeup {at} is not after {now}");
+            now = at;
+            b.tick(now);
+        }
+        assert_eq!(now, Millis(400));
     }
 
     #[test]

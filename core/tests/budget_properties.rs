@@ -90,6 +90,8 @@ proptest! {
         let mut next = 0u64;
         for (step, op) in ops {
             now = now.plus(step);
+            // A cancel does not move the budget's clock; every other call does.
+            let moves_clock = !matches!(op, Op::Cancel(_));
             match op {
                 Op::Ask { kind, target, wait_ms, age_ms } => {
                     next += 1;
@@ -140,6 +142,10 @@ proptest! {
                     PermitDecision::Denied => prop_assert!(now >= w.deadline, "{ticket:?} denied early"),
                     PermitDecision::WaitUntil(until) => prop_assert!(until > now),
                 }
+            }
+            // A driver ticking at the next wakeup always moves forward.
+            if let (true, Some(at)) = (moves_clock, budget.next_wakeup()) {
+                prop_assert!(at > now, "wakeup {at} is not after {now}");
             }
             // Nobody is left waiting past a deadline that has come.
             if let Some(late) = waiting.values().find(|w| w.deadline < now) {

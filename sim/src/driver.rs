@@ -483,7 +483,8 @@ impl World<'_> {
             self.push(now, agent, event);
         }
         if let Some(at) = wakeup {
-            let at = at.max(now);
+            // Never at `now`: what is due now was settled just above.
+            let at = at.max(now.plus(1));
             if self.tick_at.map_or(true, |t| at < t) {
                 self.tick_at = Some(at);
                 self.enqueue(at, 1, Due::BudgetTick);

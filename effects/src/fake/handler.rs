@@ -328,6 +328,19 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     record.stalled_ms = plan.stall_ms;
     record.outcome = plan.act.outcome();
     shared.log(record);
+    if shared.play_latency {
+        let timing = &shared.scenario.timing;
+        let latency_ms = match &plan.act {
+            Act::Answer { .. } => timing.answer_ms,
+            Act::Fault(fault) if matches!(fault.kind, FaultKind::Http { .. }) => {
+                fault.delay_ms(timing, 0)
+            }
+            Act::Overflow { .. } => timing.error_ms,
+            // The other faults play their own silences and pacing.
+            Act::Fault(_) => 0,
+        };
+        tokio::time::sleep(Duration::from_millis(latency_ms)).await;
+    }
     reply.play(shared, plan, &parsed).await
 }
 

@@ -132,6 +132,11 @@ pub struct FakeServerConfig {
     pub context_limit_bytes: Option<usize>,
     /// Called with each request record as it is logged (e.g. to print it).
     pub on_request: Option<RequestHook>,
+    /// Plays the scenario's latencies on the wire, as the simulator charges them: an answer
+    /// comes after `timing.answer_ms`, an HTTP error after its `after_ms` or
+    /// `timing.error_ms`. Off by default (answers come at once), so tests stay fast; on, a
+    /// fleet of real clients meets the same timing as the simulator predicts for it.
+    pub play_latency: bool,
 }
 
 impl fmt::Debug for FakeServerConfig {
@@ -144,6 +149,7 @@ impl fmt::Debug for FakeServerConfig {
             .field("max_body_bytes", &self.max_body_bytes)
             .field("context_limit_bytes", &self.context_limit_bytes)
             .field("on_request", &self.on_request.as_ref().map(|_| "<fn>"))
+            .field("play_latency", &self.play_latency)
             .finish()
     }
 }
@@ -160,6 +166,7 @@ impl FakeServerConfig {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             context_limit_bytes: None,
             on_request: None,
+            play_latency: false,
         }
     }
 
@@ -319,6 +326,7 @@ struct Shared {
     max_body_bytes: usize,
     started: Instant,
     on_request: Option<RequestHook>,
+    play_latency: bool,
     /// Request ids count from 1 per server, so a run's ids are reproducible.
     next_request_id: AtomicU64,
     state: Mutex<State>,
@@ -387,6 +395,7 @@ impl FakeServer {
             max_body_bytes: config.max_body_bytes,
             started: Instant::now(),
             on_request: config.on_request,
+            play_latency: config.play_latency,
             next_request_id: AtomicU64::new(1),
             state: Mutex::new(State {
                 cursor: ScriptCursor::new(config.seed),

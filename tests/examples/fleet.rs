@@ -1,0 +1,536 @@
+//! The fleet on real I/O: real runners over loopback HTTP against the fake provider server
+//! (the server behind `rebound serve`), playing the shared outages of the outage experiment,
+//! beside what the simulator predicts for the same scenario, configuration and agents.
+//!
+//! ```text
+//! cargo run --release -p rebound-tests --example fleet [-- --seed N --agents 200 --processes 20 --scale 0.2]
+//! ```
+//!
+//! Two fleets per model: `200 runners, 1 process` (one `SharedBudget` for all) and
+//! `20 processes × 10` (child processes of this binary, each with its own budget). Time is
+//! scaled by `--scale` on both sides — the scenario's windows, latencies and `retry-after`,
+//! the retry policy's delays, the budget's wait and refill — so a model that takes a minute
+//! of virtual time plays in twelve seconds. The server plays the scenario's latencies
+//! (`FakeServerConfig::play_latency`). Figures are reported in unscaled (virtual) time, so
+//! they compare with `docs/outages.md`. Exit status 1 when real and simulated runs differ
+//! beyond noise (see [`differs`]): one of the two has a bug.
+
+use rebound_core::{BudgetConfig, MachineConfig, ProviderKind};
+use rebound_effects::budget::SharedBudget;
+use rebound_effects::fake::{FakeServer, FakeServerConfig, Outcome};
+use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig};
+use rebound_effects::runner::{RunInput, Runner};
+use rebound_sim::compare::{ExperimentConfig, OutageModel};
+use rebound_sim::scenario::FaultKind;
+use rebound_sim::{simulate_fleet, FleetAgent, Scenario, SimConfig};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The shared outages played (models of the outage experiment).
+const MODELS: [&str; 4] = [
+    "3s-outage-shared",
+    "brownout-shared",
+    "rate-limit-shared",
+    "total-outage",
+];
+
+#[derive(Debug, Clone)]
+struct Options {
+    seed: u64,
+    agents: usize,
+    processes: usize,
+    scale: f64,
+    /// The models to play (default: all of [`MODELS`]).
+    models: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--child") {
+        return child(&args[1..]);
+    }
+    let mut options = Options {
+        seed: 1,
+        agents: 200,
+        processes: 20,
+        scale: 0.2,
+        models: MODELS.iter().map(|m| (*m).to_owned()).collect(),
+    };
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        let value = it.next().map(String::as_str).unwrap_or_default();
+        let ok = match flag.as_str() {
+            "--seed" => value.parse().map(|v| options.seed = v).is_ok(),
+            "--agents" => value.parse().map(|v| options.agents = v).is_ok(),
+            "--processes" => value.parse().map(|v| options.processes = v).is_ok(),
+            "--models" => {
+                options.models = value.split(',').map(str::to_owned).collect();
+                options.models.iter().all(|m| MODELS.contains(&m.as_str()))
+            }
+            "--scale" => value
+                .parse::<f64>()
+                .ok()
+                .filter(|s| *s > 0.0 && *s <= 1.0)
+                .map(|v| options.scale = v)
+                .is_some(),
+            _ => false,
+        };
+        if !ok {
+            eprintln!(
+                "usage: fleet [--seed N] [--agents N] [--processes N] [--scale 0<S<=1] \
+                 [--models {}]",
+                MODELS.join(",")
+            );
+            return ExitCode::from(2);
+        }
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("no tokio runtime: {e}");
+            return ExitCode::from(3);
+        }
+    };
+    // Runners are not `Send` (their receivers need not be): they run on a local set, the
+    // fake server on the runtime's workers.
+    runtime.block_on(tokio::task::LocalSet::new().run_until(parent(options)))
+}
+
+/// What one fleet did, on one side (real or simulated).
+#[derive(Debug, Clone, Copy)]
+struct Figures {
+    agents: usize,
+    completed: usize,
+    requests: usize,
+    peak_per_sec: usize,
+}
+
+impl Figures {
+    fn of(completed: &[bool], requests: &[u64], window_ms: Option<(u64, u64)>) -> Figures {
+        Figures {
+            agents: completed.len(),
+            completed: completed.iter().filter(|c| **c).count(),
+            requests: requests.len(),
+            peak_per_sec: peak(requests, window_ms),
+        }
+    }
+
+    fn success(&self) -> f64 {
+        self.completed as f64 / self.agents.max(1) as f64
+    }
+
+    fn per_agent(&self) -> f64 {
+        self.requests as f64 / self.agents.max(1) as f64
+    }
+
+    fn per_turn(&self) -> Option<f64> {
+        (self.completed > 0).then(|| self.requests as f64 / self.completed as f64)
+    }
+}
+
+/// The most requests in any one virtual second of the window.
+fn peak(requests: &[u64], window_ms: Option<(u64, u64)>) -> usize {
+    let (from, until) = window_ms.unwrap_or((0, u64::MAX));
+    let mut buckets = std::collections::BTreeMap::<u64, usize>::new();
+    for at in requests.iter().filter(|at| (from..until).contains(*at)) {
+        *buckets.entry((at - from) / 1_000).or_default() += 1;
+    }
+    buckets.into_values().max().unwrap_or(0)
+}
+
+/// Differences beyond noise between the real and the simulated fleet: success more than
+/// 3 points apart, or requests per agent more than 10 % apart.
+fn differs(real: &Figures, sim: &Figures) -> bool {
+    (real.success() - sim.success()).abs() > 0.03
+        || (real.per_agent() - sim.per_agent()).abs() > 0.1 * sim.per_agent().max(1.0)
+}
+
+async fn parent(options: Options) -> ExitCode {
+    let experiment = ExperimentConfig {
+        seed: options.seed,
+        agents: options.agents,
+        ..ExperimentConfig::default()
+    };
+    let models = OutageModel::standard();
+    println!(
+        "{} agents starting over the first 10 s; seed {}; time scaled by {} on both sides, \
+         figures in virtual time.\n",
+        options.agents, options.seed, options.scale
+    );
+    println!("| model | fleet | side | success | requests / agent | requests / completed turn | peak requests / s |");
+    println!("|---|---|---|---:|---:|---:|---:|");
+    let mut any_differs = false;
+    for name in &options.models {
+        let Some((m, model)) = models.iter().enumerate().find(|(_, m)| m.name == *name) else {
+            eprintln!("no model {name}");
+            return ExitCode::from(3);
+        };
+        for processes in [1, options.processes.max(1)] {
+            let fleet = if processes == 1 {
+                format!("{} runners, 1 process", options.agents)
+            } else {
+                format!(
+                    "{processes} processes × {}",
+                    options.agents.div_ceil(processes)
+                )
+            };
+            let started = std::time::Instant::now();
+            let real = match play_real(&options, &experiment, m, model, processes).await {
+                Ok(f) => f,
+                Err(e) => {
+                    eprintln!("{name}, {fleet}: {e}");
+                    return ExitCode::from(3);
+                }
+            };
+            let sim = match play_sim(&options, &experiment, m, model, processes) {
+                Ok(f) => f,
+                Err(e) => {
+                    eprintln!("{name}, {fleet}: the simulator failed (a bug): {e}");
+                    return ExitCode::from(3);
+                }
+            };
+            eprintln!(
+                "{name}, {fleet}: played in {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
+            let differ = differs(&real, &sim);
+            any_differs |= differ;
+            for (side, f) in [("real", &real), ("simulated", &sim)] {
+                println!(
+                    "| {name} | {fleet} | {side}{} | {:.1} % | {:.2} | {} | {} |",
+                    if differ && side == "real" {
+                        " (**differs**)"
+                    } else {
+                        ""
+                    },
+                    f.success() * 100.0,
+                    f.per_agent(),
+                    f.per_turn()
+                        .map_or_else(|| "—".to_owned(), |x| format!("{x:.2}")),
+                    f.peak_per_sec
+                );
+            }
+        }
+    }
+    println!(
+        "\nReal and simulated fleets {}.",
+        if any_differs {
+            "**differ** beyond noise (3 points of success or 10 % of requests per agent)"
+        } else {
+            "agree within noise (3 points of success, 10 % of requests per agent)"
+        }
+    );
+    if any_differs {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The machine and budget of `resilient()`, with every duration scaled by `scale`.
+fn scaled_config(scale: f64) -> (MachineConfig, BudgetConfig) {
+    let ms = |v: u64| ((v as f64) * scale).round() as u64;
+    let mut machine = MachineConfig::resilient();
+    machine.retry.initial_delay_ms = ms(machine.retry.initial_delay_ms);
+    machine.retry.max_delay_ms = ms(machine.retry.max_delay_ms);
+    machine.retry.max_retry_after_ms = ms(machine.retry.max_retry_after_ms);
+    if let Some(b) = machine.retry_budget.as_mut() {
+        b.max_wait_ms = ms(b.max_wait_ms);
+    }
+    let mut budget = BudgetConfig::default();
+    budget.refill_per_sec /= scale;
+    (machine, budget)
+}
+
+/// `scenario` with its windows, latencies and server delays scaled by `scale`.
+fn scaled_scenario(scenario: &Scenario, scale: f64) -> Scenario {
+    let ms = |v: u64| ((v as f64) * scale).round() as u64;
+    let mut s = scenario.clone();
+    let t = &mut s.timing;
+    for v in [
+        &mut t.answer_ms,
+        &mut t.error_ms,
+        &mut t.connect_ms,
+        &mut t.timeout_ms,
+        &mut t.first_event_ms,
+        &mut t.event_ms,
+        &mut t.tool_ms,
+        &mut t.compaction_ms,
+    ] {
+        *v = ms(*v);
+    }
+    let scale_fault = |fault: &mut rebound_sim::scenario::Fault| {
+        fault.after_ms = fault.after_ms.map(ms);
+        if let FaultKind::Http { headers, .. } = &mut fault.kind {
+            let seconds = headers.remove("retry-after");
+            let millis = headers.remove("retry-after-ms");
+            let delay_ms = millis
+                .and_then(|v| v.parse::<f64>().ok())
+                .or_else(|| seconds.and_then(|v| v.parse::<f64>().ok()).map(|s| s * 1e3));
+            if let Some(d) = delay_ms {
+                headers.insert("retry-after-ms".into(), ms(d as u64).to_string());
+            }
+        }
+    };
+    if let Some(random) = s.random.as_mut() {
+        for outage in &mut random.outages {
+            outage.from_ms = ms(outage.from_ms);
+            outage.until_ms = ms(outage.until_ms);
+            scale_fault(&mut outage.fault);
+        }
+        for weighted in &mut random.mix {
+            scale_fault(&mut weighted.fault);
+        }
+    }
+    for turn in &mut s.turns {
+        for fault in &mut turn.faults {
+            scale_fault(fault);
+        }
+    }
+    s
+}
+
+/// Which agents process `p` of `processes` runs.
+fn share(agents: usize, processes: usize, p: usize) -> std::ops::Range<usize> {
+    let per = agents.div_ceil(processes);
+    (p * per).min(agents)..((p + 1) * per).min(agents)
+}
+
+fn play_sim(
+    options: &Options,
+    experiment: &ExperimentConfig,
+    m: usize,
+    model: &OutageModel,
+    processes: usize,
+) -> Result<Figures, rebound_sim::SimError> {
+    let scenario = scaled_scenario(&model.scenario, options.scale);
+    let (machine, budget) = scaled_config(options.scale);
+    let config = SimConfig {
+        machine,
+        budget: Some(budget),
+        ..SimConfig::default()
+    };
+    let mut completed = Vec::new();
+    let mut requests = Vec::new();
+    for p in 0..processes {
+        let agents: Vec<FleetAgent<'_>> = share(options.agents, processes, p)
+            .map(|i| FleetAgent {
+                scenario: &scenario,
+                seed: experiment.agent_seed(m, i),
+                start_ms: scaled_start(experiment, i, options.scale),
+            })
+            .collect();
+        for outcome in simulate_fleet(&agents, &config)? {
+            completed.push(outcome.succeeded());
+            requests.extend(
+                outcome
+                    .commands()
+                    .filter(|(_, c)| matches!(c, rebound_core::Command::SendRequest { .. }))
+                    .map(|(t, _)| unscale(t.0, options.scale)),
+            );
+        }
+    }
+    Ok(Figures::of(&completed, &requests, model.window_ms))
+}
+
+fn scaled_start(experiment: &ExperimentConfig, i: usize, scale: f64) -> u64 {
+    (experiment.start_ms(i) as f64 * scale).round() as u64
+}
+
+fn unscale(ms: u64, scale: f64) -> u64 {
+    (ms as f64 / scale).round() as u64
+}
+
+async fn play_real(
+    options: &Options,
+    experiment: &ExperimentConfig,
+    m: usize,
+    model: &OutageModel,
+    processes: usize,
+) -> Result<Figures, String> {
+    let scenario = scaled_scenario(&model.scenario, options.scale);
+    let mut server_config = FakeServerConfig::new(scenario, options.seed);
+    server_config.play_latency = true;
+    let server = FakeServer::start(server_config)
+        .await
+        .map_err(|e| e.to_string())?;
+    // The server's clock starts at its start; the agents' start times count from there.
+    let t0_epoch_ms = epoch_ms();
+    let url = server.base_url();
+    let mut completed = vec![false; options.agents];
+    if processes == 1 {
+        let budget = SharedBudget::new(scaled_config(options.scale).1);
+        for (i, done) in run_agents(
+            &url,
+            options,
+            experiment,
+            m,
+            0..options.agents,
+            t0_epoch_ms,
+            &budget,
+        )
+        .await
+        {
+            completed[i] = done;
+        }
+    } else {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut children = Vec::new();
+        for p in 0..processes {
+            let range = share(options.agents, processes, p);
+            let child = tokio::process::Command::new(&exe)
+                .args([
+                    "--child".to_owned(),
+                    url.clone(),
+                    model.name.clone(),
+                    options.seed.to_string(),
+                    options.agents.to_string(),
+                    options.scale.to_string(),
+                    t0_epoch_ms.to_string(),
+                    range.start.to_string(),
+                    range.end.to_string(),
+                ])
+                .stdout(std::process::Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .map_err(|e| format!("cannot start a child: {e}"))?;
+            children.push(child);
+        }
+        for child in children {
+            let out = child.wait_with_output().await.map_err(|e| e.to_string())?;
+            if !out.status.success() {
+                return Err(format!("a child failed: {}", out.status));
+            }
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                let mut words = line.split_whitespace();
+                if let (Some(i), Some(done)) = (words.next(), words.next()) {
+                    if let Ok(i) = i.parse::<usize>() {
+                        if let Some(slot) = completed.get_mut(i) {
+                            *slot = done == "1";
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let requests: Vec<u64> = server
+        .requests()
+        .iter()
+        .filter(|r| !matches!(r.outcome, Outcome::Rejected { .. }))
+        .map(|r| unscale(r.at_ms, options.scale))
+        .collect();
+    server.shutdown().await;
+    Ok(Figures::of(&completed, &requests, model.window_ms))
+}
+
+fn epoch_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Runs agents `range` of the fleet, sharing `budget`: agent `i` starts at its scaled start
+/// time after `t0_epoch_ms`. Returns whether each completed its turn.
+async fn run_agents(
+    url: &str,
+    options: &Options,
+    experiment: &ExperimentConfig,
+    m: usize,
+    range: std::ops::Range<usize>,
+    t0_epoch_ms: u64,
+    budget: &SharedBudget,
+) -> Vec<(usize, bool)> {
+    let (machine, _) = scaled_config(options.scale);
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in range {
+        let start_at = t0_epoch_ms + scaled_start(experiment, i, options.scale);
+        let seed = experiment.agent_seed(m, i);
+        let url = url.to_owned();
+        let machine = machine.clone();
+        let budget = budget.clone();
+        tasks.spawn_local(async move {
+            let wait = start_at.saturating_sub(epoch_ms());
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+            let mut config = HttpProviderConfig::new(
+                ProviderKind::Anthropic,
+                format!("fleet-agent-{i}"),
+                ApiKey::new("fleet-test-key"),
+            );
+            config.base_url = url;
+            let done = match HttpProvider::new(config) {
+                Ok(provider) => {
+                    let mut runner = Runner::new(machine, vec![Box::new(provider)])
+                        .seed(seed)
+                        .budget(budget);
+                    runner.run(RunInput::text("Say hello.")).await.is_ok()
+                }
+                Err(_) => false,
+            };
+            (i, done)
+        });
+    }
+    let mut results = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        if let Ok(r) = joined {
+            results.push(r);
+        }
+    }
+    results
+}
+
+/// `--child URL MODEL SEED AGENTS SCALE T0_EPOCH_MS FIRST END`: runs agents FIRST..END with
+/// a budget of their own, printing `INDEX 1|0` per agent.
+fn child(args: &[String]) -> ExitCode {
+    let parsed = (|| {
+        let [url, model, seed, agents, scale, t0, first, end] = args else {
+            return None;
+        };
+        Some((
+            url.clone(),
+            model.clone(),
+            seed.parse::<u64>().ok()?,
+            agents.parse::<usize>().ok()?,
+            scale.parse::<f64>().ok()?,
+            t0.parse::<u64>().ok()?,
+            first.parse::<usize>().ok()?,
+            end.parse::<usize>().ok()?,
+        ))
+    })();
+    let Some((url, model, seed, agents, scale, t0, first, end)) = parsed else {
+        eprintln!("fleet --child: bad arguments");
+        return ExitCode::from(2);
+    };
+    let options = Options {
+        seed,
+        agents,
+        processes: 1,
+        scale,
+        models: Vec::new(),
+    };
+    let experiment = ExperimentConfig {
+        seed,
+        agents,
+        ..ExperimentConfig::default()
+    };
+    let Some(m) = OutageModel::standard()
+        .iter()
+        .position(|candidate| candidate.name == model)
+    else {
+        eprintln!("fleet --child: no model {model}");
+        return ExitCode::from(2);
+    };
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return ExitCode::from(3);
+    };
+    let results = runtime.block_on(tokio::task::LocalSet::new().run_until(async {
+        let budget = SharedBudget::new(scaled_config(scale).1);
+        run_agents(&url, &options, &experiment, m, first..end, t0, &budget).await
+    }));
+    for (i, done) in results {
+        println!("{i} {}", u8::from(done));
+    }
+    ExitCode::SUCCESS
+}
