@@ -270,7 +270,12 @@ impl fmt::Display for ProviderFailure {
         f.write_str(self.kind.phrase())?;
         if let Some(status) = self.status {
             write!(f, " (HTTP {status}")?;
-            if let Some(t) = &self.error_type {
+            // A type that only repeats the status (a gateway's `code`) is not shown twice.
+            if let Some(t) = self
+                .error_type
+                .as_ref()
+                .filter(|t| **t != status.to_string())
+            {
                 write!(f, " {t}")?;
             }
             f.write_str(")")?;

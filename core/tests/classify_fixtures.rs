@@ -265,6 +265,41 @@ fn compatible_server_wordings_without_captures_are_recognized() {
 }
 
 #[test]
+fn a_status_a_gateway_puts_in_the_error_code_is_not_repeated() {
+    // The LiteLLM proxy answers with its `ProxyException`: `code` is `str(status_code)` and
+    // `type` the exception's own, `null` or the string "None" when it has none
+    // (BerriAI/litellm, `litellm/proxy/_types.py` and `proxy/proxy_server.py`; its own limiter
+    // uses `throttling_error`). See fixtures/errors/SOURCES.md.
+    let message = "litellm.RateLimitError: RateLimitError: OpenAIException - Rate limit reached \
+                   for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Used \
+                   29937, Requested 385. Please try again in 644ms.";
+    for (error_type, shown) in [
+        ("null", "rate limited (HTTP 429): litellm.RateLimitError"),
+        (
+            r#""None""#,
+            "rate limited (HTTP 429): litellm.RateLimitError",
+        ),
+        (
+            r#""throttling_error""#,
+            "rate limited (HTTP 429 throttling_error): litellm.RateLimitError",
+        ),
+    ] {
+        let body = format!(
+            r#"{{"error":{{"message":"{message}","type":{error_type},"param":null,"code":"429"}}}}"#
+        );
+        let f = classify_http(OpenAi, 429, &Headers::new(), body.as_bytes(), None);
+        assert_eq!(f.kind, RateLimited);
+        let line = f.to_string();
+        assert!(line.starts_with(shown), "{line}");
+        assert!(!line.contains("429 429"), "{line}");
+    }
+    // Any failure whose type merely repeats its status shows the status once.
+    let mut f = rebound_core::ProviderFailure::new(ServerError, "boom").with_status(502);
+    f.error_type = Some("502".into());
+    assert_eq!(f.to_string(), "provider server error (HTTP 502): boom");
+}
+
+#[test]
 fn limits_that_compaction_cannot_fix_are_not_context_overflow() {
     let cases: [(&[u8], u16, FailureKind); 3] = [
         // max_tokens above the model's output limit: the request is wrong, not too long.

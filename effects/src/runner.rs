@@ -1,7 +1,7 @@
 //! The tokio runner: executes an [`AgentMachine`]'s commands for real.
 
 use crate::budget::SharedBudget;
-use crate::provider::{BoxFuture, Provider};
+use crate::provider::{BoxFuture, Provider, SendError};
 use crate::receiver::{NullReceiver, Receiver, ReceiverError};
 use rebound_core::trace::{TraceHeader, TraceStep};
 use rebound_core::{
@@ -394,6 +394,19 @@ impl Runner {
             message: "the run ended without a terminal command".into(),
         });
         while let Some(event) = next.take() {
+            if machine.is_terminal() {
+                // The step that ended the run left a host failure behind (saving its last
+                // message, telling the receiver, writing the trace): the machine no longer
+                // listens, but the run still fails, with the machine's own error if it had one.
+                result = Err(match (machine.outcome(), event) {
+                    (Some(Err(error)), _) => error.clone(),
+                    (_, Event::HostFailed { failure }) => RunError::from(failure),
+                    (_, other) => RunError::Invariant {
+                        message: format!("the runner answered a finished machine with {other:?}"),
+                    },
+                });
+                break;
+            }
             let now = Millis(u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX));
             let recorded = self.trace.is_some().then(|| event.clone());
             let commands = machine.step(now, event);
@@ -413,6 +426,9 @@ impl Runner {
             }
         }
         self.conversation = machine.conversation().clone();
+        if let Err(error) = &result {
+            self.receiver.error(error);
+        }
         match result {
             Ok((reason, turns)) => Ok(RunSummary {
                 reason,
@@ -510,16 +526,18 @@ impl Runner {
                     conversation,
                 } => {
                     stats.requests += 1;
-                    Ok(Some(
-                        self.send(request, target, attempt, &conversation, stats)
-                            .await,
-                    ))
+                    return self
+                        .send(request, target, attempt, &conversation, stats)
+                        .await;
                 }
+                // Every wait below polls the cancel first (`biased`): when the cancel and the
+                // awaited answer are both ready, the run is canceled, never a coin toss.
                 Command::Sleep { timer, delay_ms } => {
                     let sleep = tokio::time::sleep(std::time::Duration::from_millis(delay_ms));
                     Ok(Some(tokio::select! {
-                        () = sleep => Event::TimerFired { timer },
+                        biased;
                         () = self.cancel.0.cancelled() => Event::Cancel,
+                        () = sleep => Event::TimerFired { timer },
                     }))
                 }
                 Command::RunTools { batch, calls } => {
@@ -531,9 +549,12 @@ impl Runner {
                         Ok(()) => {
                             let tools = Arc::clone(&self.tools);
                             let cancel = self.cancel.0.clone();
+                            // A batch that saw the cancel answers with a `Canceled` host
+                            // failure, which the machine also takes as the cancel.
                             let outcome = tokio::select! {
-                                outcome = tools.run_batch(calls, &cancel) => Event::ToolsFinished { batch, outcome },
+                                biased;
                                 () = self.cancel.0.cancelled() => Event::Cancel,
+                                outcome = tools.run_batch(calls, &cancel) => Event::ToolsFinished { batch, outcome },
                             };
                             Ok(Some(outcome))
                         }
@@ -547,8 +568,9 @@ impl Runner {
                         Some(c) => {
                             let c = Arc::clone(c);
                             tokio::select! {
-                                r = c.compact(&conversation) => r,
+                                biased;
                                 () = self.cancel.0.cancelled() => return Flow::Next(Event::Cancel),
+                                r = c.compact(&conversation) => r,
                             }
                         }
                         None => compact(&conversation, &self.config.compaction)
@@ -572,8 +594,9 @@ impl Runner {
                                 since,
                             };
                             tokio::select! {
-                                decision = budget.acquire(ask) => decision,
+                                biased;
                                 () = self.cancel.0.cancelled() => return Flow::Next(Event::Cancel),
+                                decision = budget.acquire(ask) => decision,
                             }
                         }
                         None => rebound_core::PermitDecision::Granted,
@@ -587,15 +610,16 @@ impl Runner {
                     Ok(None)
                 }
                 Command::Finish { reason, turns } => {
-                    return match self.receiver.finished(&reason, turns) {
-                        Ok(()) => Flow::Done(Ok((reason, turns))),
-                        Err(e) => Flow::Next(host_event(HostFailureKind::Receiver, e.0)),
-                    };
+                    // The machine has finished; a receiver that cannot show it still fails
+                    // the run, as a receiver failure anywhere else does.
+                    return Flow::Done(match self.receiver.finished(&reason, turns) {
+                        Ok(()) => Ok((reason, turns)),
+                        Err(e) => Err(RunError::Host {
+                            failure: HostFailure::new(HostFailureKind::Receiver, e.0),
+                        }),
+                    });
                 }
-                Command::Fail { error } => {
-                    self.receiver.error(&error);
-                    return Flow::Done(Err(error));
-                }
+                Command::Fail { error } => return Flow::Done(Err(error)),
             };
             match result {
                 Ok(Some(event)) => return Flow::Next(event),
@@ -618,6 +642,8 @@ impl Runner {
         }
     }
 
+    /// Sends one request and turns its outcome into the machine's next event, or ends the
+    /// run when no request could be built from the conversation.
     async fn send(
         &mut self,
         request: rebound_core::RequestId,
@@ -625,15 +651,15 @@ impl Runner {
         attempt: u32,
         conversation: &Conversation,
         stats: &mut RunStats,
-    ) -> Event {
+    ) -> Flow {
         if self.cancel.is_canceled() {
-            return Event::Cancel;
+            return Flow::Next(Event::Cancel);
         }
         let Some(provider) = self.providers.get(target) else {
-            return host_event(
+            return Flow::Next(host_event(
                 HostFailureKind::Internal,
                 format!("no provider is configured for target {target}"),
-            );
+            ));
         };
         let tools = self.config.tools.clone();
         let receiver = &mut self.receiver;
@@ -650,25 +676,43 @@ impl Runner {
             }
         };
         let outcome = tokio::select! {
-            r = provider.send(conversation, &tools, &mut sink) => Some(r),
+            biased;
             () = self.cancel.0.cancelled() => None,
+            r = provider.send(conversation, &tools, &mut sink) => Some(r),
         };
         if let Some(e) = receiver_failed {
-            return host_event(HostFailureKind::Receiver, e.0);
+            return Flow::Next(host_event(HostFailureKind::Receiver, e.0));
         }
-        match outcome {
+        Flow::Next(match outcome {
             None => Event::Cancel,
             Some(Ok(response)) => Event::ProviderSucceeded { request, response },
-            Some(Err(failure)) => {
+            Some(Err(SendError::Provider(failure))) => {
                 if streamed {
                     stats.stream_resets += 1;
                     if let Err(e) = self.receiver.stream_reset(attempt) {
-                        return host_event(HostFailureKind::Receiver, e.0);
+                        return Flow::Next(host_event(HostFailureKind::Receiver, e.0));
                     }
                 }
                 Event::ProviderFailed { request, failure }
             }
-        }
+            // The provider found the conversation unsendable (nothing to send, broken tool
+            // pairing) and sent nothing: the conversation is corrupt, which no retry, other
+            // target or 400 from a provider describes.
+            Some(Err(SendError::Request(e))) => {
+                return Flow::Done(Err(RunError::Invariant {
+                    message: e.to_string(),
+                }))
+            }
+            // The sink stops only for a failed receiver, handled above.
+            Some(Err(SendError::Stopped)) => {
+                return Flow::Done(Err(RunError::Invariant {
+                    message: format!(
+                        "provider {} stopped reading though the runner did not ask it to",
+                        provider.label()
+                    ),
+                }))
+            }
+        })
     }
 }
 

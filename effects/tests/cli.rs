@@ -150,6 +150,42 @@ async fn usage_and_configuration_errors_exit_2_before_any_request() {
 }
 
 #[tokio::test]
+async fn an_empty_or_blank_prompt_is_a_usage_error_and_nothing_is_sent() {
+    let s = server(r#"{"turns": [{"answer": {"text": "Hi."}}]}"#).await;
+    for (provider, prompt) in [
+        ("anthropic", ""),
+        ("openai", ""),
+        ("anthropic", "  \n\t "),
+        ("openai", " "),
+    ] {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["run", prompt, "--provider", provider])
+            .args(["--base-url", &s.base_url_for(provider_kind(provider))])
+            .args(["--model", "test-model", "--events", "json"])
+            .env("ANTHROPIC_API_KEY", "sk-ant-cli-test")
+            .env("OPENAI_API_KEY", "sk-cli-test")
+            .stdin(Stdio::null());
+        let out = output(cmd).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{provider} {prompt:?}: {stderr}"
+        );
+        assert!(stderr.contains("prompt"), "{stderr}");
+    }
+    assert!(s.requests().is_empty(), "{:?}", s.requests());
+    s.shutdown().await;
+}
+
+fn provider_kind(name: &str) -> rebound_core::ProviderKind {
+    match name {
+        "openai" => rebound_core::ProviderKind::OpenAi,
+        _ => rebound_core::ProviderKind::Anthropic,
+    }
+}
+
+#[tokio::test]
 async fn json_events_of_a_fault_scenario_come_in_order() {
     let s = server(
         r#"{"turns": [

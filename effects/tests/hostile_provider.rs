@@ -14,7 +14,7 @@ use rebound_core::{
     AssistantResponse, Conversation, FailureKind, MachineConfig, Message, ProviderFailure,
     ProviderKind, RetryConfig, RunError, TransportFault,
 };
-use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider};
+use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider, SendError};
 use rebound_effects::runner::{RunInput, Runner};
 use server::{flood, serve, write, SSE_HEAD};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -51,6 +51,10 @@ async fn send(provider: &HttpProvider) -> Result<AssistantResponse, ProviderFail
     tokio::time::timeout(OUTER, provider.send(&conversation, &[], &mut sink))
         .await
         .expect("the provider's own timeouts bound every wait")
+        .map_err(|e| match e {
+            SendError::Provider(failure) => failure,
+            other => panic!("not a provider failure: {other}"),
+        })
 }
 
 /// Asserts the failure's kind (and transport fault, when given); counts the case.

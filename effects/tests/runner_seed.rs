@@ -4,7 +4,7 @@ use rebound_core::{
     AssistantResponse, Conversation, FailureKind, MachineConfig, ProviderFailure, RetryConfig,
     ToolSpec,
 };
-use rebound_effects::provider::{BoxFuture, DeltaSink, Provider};
+use rebound_effects::provider::{BoxFuture, DeltaSink, Provider, SendError};
 use rebound_effects::runner::{RunInput, Runner, TraceRecorder};
 use rebound_sim::Trace;
 use std::io::Write;
@@ -28,14 +28,14 @@ impl Provider for OverloadedThenRefusing {
         _conversation: &'a Conversation,
         _tools: &'a [ToolSpec],
         _deltas: DeltaSink<'a>,
-    ) -> BoxFuture<'a, Result<AssistantResponse, ProviderFailure>> {
+    ) -> BoxFuture<'a, Result<AssistantResponse, SendError>> {
         let first = self.calls.fetch_add(1, Ordering::SeqCst) == 0;
         Box::pin(async move {
-            Err(if first {
+            Err(SendError::Provider(if first {
                 ProviderFailure::new(FailureKind::Unavailable, "Overloaded").with_status(529)
             } else {
                 ProviderFailure::new(FailureKind::AuthFailed, "invalid x-api-key").with_status(401)
-            })
+            }))
         })
     }
 }

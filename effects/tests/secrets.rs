@@ -12,7 +12,7 @@ mod server;
 mod table;
 
 use rebound_core::{Conversation, MachineConfig, Message, ProviderKind, RetryConfig};
-use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider};
+use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider, SendError};
 use rebound_effects::runner::{RunInput, Runner};
 use server::{serve, write, SSE_HEAD};
 use std::path::Path;
@@ -289,10 +289,9 @@ async fn library_errors_and_debug_forms_never_contain_the_key() {
         let provider = HttpProvider::new(c).expect("valid");
         let conversation = Conversation::from(vec![Message::user_text("hi")]);
         let mut sink = |_d| true;
-        let f = provider
-            .send(&conversation, &[], &mut sink)
-            .await
-            .expect_err("an error status");
+        let Err(SendError::Provider(f)) = provider.send(&conversation, &[], &mut sink).await else {
+            panic!("a provider failure for an error status");
+        };
         assert!(
             f.message.contains("***"),
             "the echoed key was masked: {f:?}"

@@ -1493,6 +1493,7 @@ fn generated_cases_reach_every_interesting_path() {
                 GiveUp::BudgetExhausted => "budget exhausted",
                 GiveUp::CompactionDisabled => "other",
             }),
+            Err(RunError::EmptyUserMessage) => hit("empty user message"),
             Err(RunError::Invariant { .. }) => hit("invariant"),
         }
         let commands: Vec<_> = o.commands().map(|(_, c)| c).collect();

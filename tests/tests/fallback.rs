@@ -137,3 +137,178 @@ async fn a_short_blip_does_not_burn_the_fallback() {
     primary.shutdown().await;
     secondary.shutdown().await;
 }
+
+/// `first` fails its fourth request (after `turns`, played on it) with four 503s; the run
+/// continues on `second`, a fresh healthy server. Returns the summary and what `second` got.
+async fn continue_on(
+    first: ProviderKind,
+    second: ProviderKind,
+    turns: &str,
+) -> (
+    Result<rebound_effects::runner::RunSummary, rebound_core::RunError>,
+    Vec<rebound_effects::fake::RequestRecord>,
+) {
+    let outage = r#"{"faults": [{"type": "http", "status": 503}, {"type": "http", "status": 503},
+                                {"type": "http", "status": 503}, {"type": "http", "status": 503}],
+                     "answer": {"text": "never sent"}}"#;
+    let script = scenario(&format!(r#"{{"turns": [{turns}, {outage}]}}"#));
+    let primary = FakeServer::start(FakeServerConfig::new(script.clone(), 1))
+        .await
+        .expect("primary starts");
+    let secondary = FakeServer::start(FakeServerConfig::healthy())
+        .await
+        .expect("fallback starts");
+    let config = MachineConfig {
+        retry: RetryConfig {
+            initial_delay_ms: 10,
+            jitter: false,
+            ..RetryConfig::default()
+        },
+        targets: vec![
+            TargetSpec {
+                provider: first,
+                model: "first".into(),
+            },
+            TargetSpec {
+                provider: second,
+                model: "second".into(),
+            },
+        ],
+        ..MachineConfig::default()
+    };
+    let providers = vec![
+        provider(first, &primary, "first"),
+        provider(second, &secondary, "second"),
+    ];
+    let result = Runner::new(config, providers)
+        .tools(Arc::new(ScenarioTools::new(Arc::new(script), 0.0)))
+        .run(RunInput::text("Read the files."))
+        .await;
+    let received = secondary.requests();
+    primary.shutdown().await;
+    secondary.shutdown().await;
+    (result, received)
+}
+
+/// The `tool_use` ids and `tool_use_id`s of an Anthropic request body, in order.
+fn anthropic_ids(body: &serde_json::Value) -> (Vec<String>, Vec<String>) {
+    let (mut uses, mut results) = (Vec::new(), Vec::new());
+    for m in body["messages"].as_array().expect("messages") {
+        for b in m["content"].as_array().into_iter().flatten() {
+            match b["type"].as_str() {
+                Some("tool_use") => uses.push(b["id"].as_str().expect("id").to_owned()),
+                Some("tool_result") => {
+                    results.push(b["tool_use_id"].as_str().expect("id").to_owned());
+                }
+                _ => {}
+            }
+        }
+    }
+    (uses, results)
+}
+
+fn in_anthropic_pattern(id: &str) -> bool {
+    !id.is_empty()
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+#[tokio::test]
+async fn tool_ids_minted_by_an_openai_compatible_server_reach_anthropic_in_its_pattern() {
+    // Kimi-style ids, as OpenAI-compatible servers mint them.
+    let turns = r#"{"answer": {"tool_calls": [
+                      {"id": "functions.read:0", "name": "read", "input": {"path": "a"}},
+                      {"id": "functions.read:1", "name": "read", "input": {"path": "b"}}]}}"#;
+    let (result, received) =
+        continue_on(ProviderKind::OpenAi, ProviderKind::Anthropic, turns).await;
+    let summary = result.expect("the Anthropic fallback finishes the run");
+    assert_eq!(summary.stats.fallbacks, 1);
+    let body = received[0].body.clone().expect("JSON body");
+    let (uses, results) = anthropic_ids(&body);
+    assert_eq!(uses.len(), 2, "{body}");
+    assert!(uses.iter().all(|id| in_anthropic_pattern(id)), "{uses:?}");
+    assert_ne!(uses[0], uses[1]);
+    assert_eq!(
+        uses, results,
+        "each result answers its call under the same id"
+    );
+    // The conversation keeps the ids the server minted.
+    let kept: Vec<String> = summary.conversation.messages()[1]
+        .tool_uses()
+        .map(|(id, _, _)| id.to_owned())
+        .collect();
+    assert_eq!(kept, ["functions.read:0", "functions.read:1"]);
+}
+
+#[tokio::test]
+async fn a_tool_id_a_server_reuses_in_every_turn_is_unique_in_an_anthropic_request() {
+    let call =
+        r#"{"answer": {"tool_calls": [{"id": "call_0", "name": "read", "input": {"path": "a"}}]}}"#;
+    let (result, received) = continue_on(
+        ProviderKind::OpenAi,
+        ProviderKind::Anthropic,
+        &[call, call].join(","),
+    )
+    .await;
+    result.expect("the Anthropic fallback finishes the run");
+    let (uses, results) = anthropic_ids(&received[0].body.clone().expect("JSON body"));
+    assert_eq!(uses.len(), 2);
+    assert_ne!(
+        uses[0], uses[1],
+        "Anthropic refuses a tool_use id used twice"
+    );
+    assert!(uses.iter().all(|id| in_anthropic_pattern(id)), "{uses:?}");
+    assert_eq!(uses, results);
+}
+
+#[tokio::test]
+async fn whitespace_only_text_from_another_model_is_not_sent_to_anthropic() {
+    // Compatible servers often stream "\n\n" before a tool call.
+    let turns = r#"{"answer": {"text": "\n\n",
+                   "tool_calls": [{"name": "read", "input": {"path": "a"}}]}}"#;
+    let (result, received) =
+        continue_on(ProviderKind::OpenAi, ProviderKind::Anthropic, turns).await;
+    let summary = result.expect("the Anthropic fallback finishes the run");
+    // The conversation keeps what the model said; the request leaves the blank text out.
+    assert_eq!(summary.conversation.messages()[1].text(), "\n\n");
+    let body = received[0].body.clone().expect("JSON body");
+    let assistant = &body["messages"][1];
+    assert_eq!(assistant["role"], "assistant");
+    assert!(
+        assistant["content"]
+            .as_array()
+            .expect("blocks")
+            .iter()
+            .all(|b| b["type"] != "text"),
+        "{assistant}"
+    );
+}
+
+#[tokio::test]
+async fn tool_call_ids_longer_than_openai_accepts_are_shortened_for_openai() {
+    // vLLM mints `chatcmpl-tool-` and 32 hex digits: 46 characters; OpenAI takes 40.
+    let long = "chatcmpl-tool-8d6f0a3c2b1e4f5a9c7d6e5f4a3b2c1d";
+    let turns = format!(
+        r#"{{"answer": {{"tool_calls": [{{"id": "{long}", "name": "read", "input": {{"path": "a"}}}}]}}}}"#
+    );
+    let (result, received) = continue_on(ProviderKind::OpenAi, ProviderKind::OpenAi, &turns).await;
+    let summary = result.expect("the second OpenAI target finishes the run");
+    let body = received[0].body.clone().expect("JSON body");
+    let messages = body["messages"].as_array().expect("messages");
+    let call = messages
+        .iter()
+        .find_map(|m| m["tool_calls"][0]["id"].as_str())
+        .expect("a tool call");
+    let answer = messages
+        .iter()
+        .find_map(|m| m["tool_call_id"].as_str())
+        .expect("a tool message");
+    assert!(call.chars().count() <= 40, "{call}");
+    assert_eq!(call, answer);
+    let kept: Vec<String> = summary.conversation.messages()[1]
+        .tool_uses()
+        .map(|(id, _, _)| id.to_owned())
+        .collect();
+    assert_eq!(kept, [long]);
+}

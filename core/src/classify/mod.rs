@@ -97,7 +97,8 @@ pub fn classify_http(
 /// whose body is an error object. `status` is the HTTP status when there was one.
 ///
 /// Fills `kind`, `status`, `error_type` (Anthropic's `error.type`; for OpenAI the more
-/// specific `error.code` when it is a string, else `error.type`), `message` (the provider's,
+/// specific `error.code` when it is a string, else `error.type`; neither when it only repeats
+/// the status, as gateways' codes do, or is the string `None`), `message` (the provider's,
 /// made one line, at most 2000 characters, API keys redacted; or an excerpt of at most 300
 /// characters of a body that is not an error object) and the body's `request_id`.
 ///
@@ -132,9 +133,11 @@ pub fn classify_error_body(
 
     let (message, error_type, request_id) = match parsed {
         Some(p) => {
+            let telling = |t: &String| !says_nothing(t, status);
+            let (error_type, code) = (p.error_type.filter(telling), p.code.filter(telling));
             let error_type = match provider {
-                ProviderKind::Anthropic => p.error_type.or(p.code),
-                ProviderKind::OpenAi => p.code.or(p.error_type),
+                ProviderKind::Anthropic => error_type.or(code),
+                ProviderKind::OpenAi => code.or(error_type),
             };
             let message = p
                 .message
@@ -155,6 +158,15 @@ pub fn classify_error_body(
         .map(|id| one_line(&id, MAX_REQUEST_ID_CHARS))
         .filter(|id| !id.is_empty());
     failure
+}
+
+/// Whether an error type or code says nothing the status does not: the status itself (the
+/// LiteLLM proxy sends `"code": str(status_code)`), or Python's `None` printed as a string
+/// (its default `type`; BerriAI/litellm, `litellm/proxy/_types.py`, `ProxyException`, and
+/// `proxy/proxy_server.py`).
+fn says_nothing(value: &str, status: Option<u16>) -> bool {
+    let value = value.trim();
+    value == "None" || status.is_some_and(|s| value == s.to_string())
 }
 
 /// Classifies a transport fault (no usable HTTP response): a thin mapping through

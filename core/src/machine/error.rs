@@ -1,7 +1,7 @@
 //! Why a run failed: what the embedder gets back.
 
 use crate::failure::ProviderFailure;
-use crate::tool::HostFailure;
+use crate::tool::{HostFailure, HostFailureKind};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -109,12 +109,31 @@ pub enum RunError {
         /// Earlier targets of the fallback chain and their last failures.
         earlier: Vec<TargetFailure>,
     },
+    /// The user message had no content (no blocks, or only empty or whitespace text): there
+    /// was nothing to send, so nothing was. The providers refuse such a message.
+    #[error(
+        "the user message is empty: give it some text (not only whitespace), an image or a \
+         tool result"
+    )]
+    EmptyUserMessage,
     /// The driver broke the machine's contract, or the conversation is corrupt.
     #[error("invariant violated: {message}")]
     Invariant {
         /// What was wrong.
         message: String,
     },
+}
+
+impl From<HostFailure> for RunError {
+    /// A host failure ends the run as [`RunError::Host`], except that a cancel the host
+    /// reports (a tool batch that saw the cancel, a driver passing it on) is the run's cancel,
+    /// [`RunError::Canceled`], however it arrived.
+    fn from(failure: HostFailure) -> Self {
+        match failure.kind {
+            HostFailureKind::Canceled => RunError::Canceled,
+            _ => RunError::Host { failure },
+        }
+    }
 }
 
 fn provider_message(
@@ -137,13 +156,14 @@ fn provider_message(
 }
 
 impl RunError {
-    /// A short machine-readable kind: `canceled`, `host`, `invariant`, or the provider
-    /// failure's kind (e.g. `auth_failed`).
+    /// A short machine-readable kind: `canceled`, `host`, `empty_user_message`, `invariant`,
+    /// or the provider failure's kind (e.g. `auth_failed`).
     #[must_use]
     pub fn kind(&self) -> String {
         match self {
             RunError::Canceled => "canceled".into(),
             RunError::Host { .. } => "host".into(),
+            RunError::EmptyUserMessage => "empty_user_message".into(),
             RunError::Invariant { .. } => "invariant".into(),
             RunError::Provider { failure, .. } => serde_json::to_value(failure.kind)
                 .ok()

@@ -63,7 +63,8 @@ pub enum Event {
         /// The budget's decision.
         decision: PermitDecision,
     },
-    /// The host failed (receiver, session store, out of memory): the run fails.
+    /// The host failed (receiver, session store, out of memory): the run fails. A failure of
+    /// kind `Canceled` is the run's cancel, as [`Event::Cancel`] is.
     HostFailed {
         /// What failed.
         failure: HostFailure,

@@ -254,7 +254,7 @@ impl AgentMachine {
         }
         match event {
             Event::Cancel => self.fail(RunError::Canceled),
-            Event::HostFailed { failure } => self.fail(RunError::Host { failure }),
+            Event::HostFailed { failure } => self.fail(RunError::from(failure)),
             Event::UserMessage { content } => return self.on_user_message(content),
             Event::Resume => return self.on_resume(),
             Event::ProviderSucceeded { request, response } => {
@@ -341,12 +341,21 @@ impl AgentMachine {
         if !matches!(self.phase, Phase::Idle) {
             return Handled::Ignored(IgnoreReason::Unexpected);
         }
+        let message = Message {
+            role: Role::User,
+            content,
+        };
+        if message.is_empty() {
+            self.fail(RunError::EmptyUserMessage);
+            return Handled::Accepted;
+        }
         if let Err(e) = self.conversation.check_tool_pairing(true) {
             self.fail(RunError::Invariant {
                 message: format!("the conversation is corrupt: {e}"),
             });
             return Handled::Accepted;
         }
+        let content = message.content;
         let mut blocks = self.interrupted_results();
         blocks.extend(content);
         self.append(Message {
@@ -789,7 +798,7 @@ impl AgentMachine {
         let mut results: BTreeMap<String, Result<Vec<ToolResultPart>, String>> = BTreeMap::new();
         match outcome {
             BatchOutcome::WholeBatch(ToolFailure::Host(failure)) => {
-                return self.fail(RunError::Host { failure });
+                return self.fail(RunError::from(failure));
             }
             BatchOutcome::WholeBatch(ToolFailure::Model { message }) => {
                 for slot in slots.iter().filter(|s| s.refused.is_none()) {
@@ -800,7 +809,7 @@ impl AgentMachine {
                 for outcome in outcomes {
                     match outcome.result {
                         Err(ToolFailure::Host(failure)) => {
-                            return self.fail(RunError::Host { failure });
+                            return self.fail(RunError::from(failure));
                         }
                         Err(ToolFailure::Model { message }) => {
                             results.insert(outcome.tool_use_id, Err(message));

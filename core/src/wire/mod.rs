@@ -28,8 +28,13 @@
 //!
 //! ## Decisions worth knowing
 //!
-//! - Empty text blocks are dropped when a message is assembled and when a request is built
-//!   (Anthropic rejects them); thinking blocks without a signature are not sent to Anthropic.
+//! - Empty text blocks are dropped when a message is assembled and when a request is built;
+//!   for Anthropic, which rejects them, whitespace-only text is left out of requests too
+//!   (also inside tool results); thinking blocks without a signature are not sent to
+//!   Anthropic. A conversation left with nothing to send is refused, never sent as
+//!   `"messages": []`.
+//! - Tool-call ids are sent in the form each provider accepts ([`request_body`]); the
+//!   conversation keeps the ids the models minted.
 //! - OpenAI Chat has no thinking blocks: they are left out of requests and encoded streams.
 //!   Its assistant messages are one text part followed by tool calls, so several text blocks
 //!   are joined without a separator. Reasoning text that compatible servers stream
@@ -108,8 +113,8 @@ pub enum WireError {
     /// The conversation breaks tool-call pairing; the provider would answer 400.
     #[error("conversation cannot be sent: {0}")]
     Pairing(#[from] PairingError),
-    /// There is nothing to send.
-    #[error("conversation cannot be sent: it has no messages")]
+    /// There is nothing to send: no messages, or none with content the provider accepts.
+    #[error("conversation cannot be sent: it has no message with content")]
     EmptyConversation,
     /// A received body is not valid JSON.
     #[error("request body is not valid JSON: {detail}")]
@@ -203,8 +208,37 @@ pub fn request_path(provider: ProviderKind) -> &'static str {
 
 /// Builds the JSON request body for `provider`.
 ///
-/// Refuses a conversation that is empty or whose tool calls are not each answered, first
-/// and in order, by a result in the very next message (including open calls at the end).
+/// Refuses a conversation that is empty (or holds nothing the provider accepts, e.g. only
+/// blank text for Anthropic) or whose tool calls are not each answered, first and in order,
+/// by a result in the very next message (including open calls at the end).
+///
+/// Tool-call ids are sent in the form each provider accepts (Anthropic: `^[a-zA-Z0-9_-]+$`,
+/// unique in the request; OpenAI: at most 40 characters), the same for a call and its
+/// result; ids already in that form are sent unchanged, and the conversation always keeps
+/// the original ids:
+///
+/// ```
+/// use rebound_core::wire::{request_body, RequestParams};
+/// use rebound_core::{ContentBlock, Conversation, Message, ProviderKind, Role, ToolResultPart};
+///
+/// // A call minted by a Kimi-style OpenAI-compatible server, and its result.
+/// let conversation = Conversation::from(vec![
+///     Message::user_text("read a"),
+///     Message { role: Role::Assistant, content: vec![
+///         ContentBlock::tool_use("functions.read:0", "read", serde_json::json!({"path": "a"})),
+///     ] },
+///     Message { role: Role::User, content: vec![
+///         ContentBlock::tool_result("functions.read:0", vec![ToolResultPart::text("ok")], false),
+///     ] },
+/// ]);
+/// let params = RequestParams { model: "claude-sonnet-4-5", system: None, tools: &[],
+///                              max_tokens: 1024, stream: true };
+/// let body = request_body(ProviderKind::Anthropic, &conversation, &params).unwrap();
+/// assert_eq!(body["messages"][1]["content"][0]["id"], "rb_functions_2eread_3a0");
+/// assert_eq!(body["messages"][2]["content"][0]["tool_use_id"], "rb_functions_2eread_3a0");
+/// let body = request_body(ProviderKind::OpenAi, &conversation, &params).unwrap();
+/// assert_eq!(body["messages"][1]["tool_calls"][0]["id"], "functions.read:0");
+/// ```
 pub fn request_body(
     provider: ProviderKind,
     conversation: &Conversation,
@@ -214,10 +248,10 @@ pub fn request_body(
         return Err(WireError::EmptyConversation);
     }
     conversation.check_tool_pairing(false)?;
-    Ok(match provider {
+    match provider {
         ProviderKind::Anthropic => anthropic::request::body(conversation, params),
         ProviderKind::OpenAi => openai::request::body(conversation, params),
-    })
+    }
 }
 
 /// Decodes a request body of `provider` back into a [`ParsedRequest`].

@@ -164,6 +164,7 @@ pub fn advice(error: &RunError) -> &'static str {
     match error {
         RunError::Canceled => "canceled; the session holds every complete message",
         RunError::Host { .. } => "a local failure stopped the run; fix it and resume with --session",
+        RunError::EmptyUserMessage => "give the run a prompt with some text",
         RunError::Invariant { .. } => "this is a bug or a corrupt session; please report it with the trace",
         RunError::Provider { failure, .. } => match failure.kind {
             K::AuthFailed => "check the API key (--api-key-env) and its permissions",

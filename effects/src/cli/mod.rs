@@ -81,7 +81,7 @@ impl From<ProviderArg> for rebound_core::ProviderKind {
 /// Options of `rebound run`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
-    /// The prompt: the user message that starts the run.
+    /// The prompt: the user message that starts the run (not empty or only whitespace).
     pub prompt: String,
     /// Which API to talk to.
     #[arg(long, value_enum, default_value = "anthropic")]

@@ -181,6 +181,7 @@ fn exit_code(result: &Result<RunSummary, RunError>) -> i32 {
     match result {
         Ok(_) => EXIT_OK,
         Err(RunError::Canceled) => EXIT_CANCELED,
+        Err(RunError::EmptyUserMessage) => EXIT_USAGE,
         Err(_) => EXIT_FAILED,
     }
 }
@@ -262,6 +263,13 @@ fn mcp_configs(args: &RunArgs) -> Result<Vec<McpConfig>, String> {
 
 /// `rebound run`.
 pub async fn run(args: RunArgs) -> i32 {
+    if args.prompt.trim().is_empty() {
+        // The providers refuse an empty message; nothing is sent, no session is touched.
+        return usage_error(
+            "the prompt is empty: give the message that starts the run, e.g. \
+             `rebound run \"Why does the test fail?\"`",
+        );
+    }
     let provider: ProviderKind = args.provider.into();
     let mut targets = vec![TargetArg {
         provider,

@@ -315,6 +315,11 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         Ok(p) => p,
         Err(e) => return Ok(reply.reject(&shared, record, reject::bad_body(provider, &e))),
     };
+    if let Some(raw) = &record.body {
+        if let Err(r) = reject::content(provider, raw) {
+            return Ok(reply.reject(&shared, record, r));
+        }
+    }
     if parsed.conversation.is_empty() {
         let e = wire::WireError::EmptyConversation;
         return Ok(reply.reject(&shared, record, reject::bad_body(provider, &e)));
@@ -509,7 +514,7 @@ impl Reply {
             ProviderKind::Anthropic => format!("msg_{}", self.request_id),
             ProviderKind::OpenAi => format!("chatcmpl-{}", self.request_id),
         };
-        let stream = request.stream;
+        let stream = request.stream && !shared.ignore_stream;
         let events = |r: &AssistantResponse| wire::encode_stream(provider, r, model, &message_id);
         let json = |r: &AssistantResponse| {
             wire::encode_response_json(provider, r, model, &message_id)

@@ -44,7 +44,8 @@
 //!   Bearer`. Base URL for clients: [`FakeServer::openai_base_url`].
 //!
 //! Streaming requests (`"stream": true`) get server-sent events encoded by
-//! [`rebound_core::wire::encode_stream`]; others get the JSON body of
+//! [`rebound_core::wire::encode_stream`]; others (and every request, with
+//! [`FakeServerConfig::ignore_stream`]) get the JSON body of
 //! [`rebound_core::wire::encode_response_json`]. Every response carries a request id
 //! (`request-id` for Anthropic, `x-request-id` for OpenAI).
 //!
@@ -52,7 +53,9 @@
 //!
 //! A missing or wrong key (when [`FakeServerConfig::api_key`] is set), a missing
 //! `anthropic-version`, a body larger than [`FakeServerConfig::max_body_bytes`] (413), a
-//! body that is not JSON or not a request of the provider (400), and a conversation whose
+//! body that is not JSON or not a request of the provider (400), blank text blocks and
+//! tool-use ids Anthropic refuses (outside `^[a-zA-Z0-9_-]+$`, or used twice), OpenAI tool
+//! call ids longer than 40 characters (400), and a conversation whose
 //! tool calls are not answered first, in order, in the very next message, or whose results
 //! answer an unknown `tool_use_id` (400, in each provider's own words). Refused requests do
 //! not move the script.
@@ -137,6 +140,9 @@ pub struct FakeServerConfig {
     /// `timing.error_ms`. Off by default (answers come at once), so tests stay fast; on, a
     /// fleet of real clients meets the same timing as the simulator predicts for it.
     pub play_latency: bool,
+    /// Answer with a JSON body even when the request asks for a stream, as some
+    /// OpenAI-compatible servers do (faults take their non-streaming form too).
+    pub ignore_stream: bool,
 }
 
 impl fmt::Debug for FakeServerConfig {
@@ -150,6 +156,7 @@ impl fmt::Debug for FakeServerConfig {
             .field("context_limit_bytes", &self.context_limit_bytes)
             .field("on_request", &self.on_request.as_ref().map(|_| "<fn>"))
             .field("play_latency", &self.play_latency)
+            .field("ignore_stream", &self.ignore_stream)
             .finish()
     }
 }
@@ -167,6 +174,7 @@ impl FakeServerConfig {
             context_limit_bytes: None,
             on_request: None,
             play_latency: false,
+            ignore_stream: false,
         }
     }
 
@@ -324,6 +332,7 @@ struct Shared {
     scenario: Scenario,
     api_key: Option<String>,
     max_body_bytes: usize,
+    ignore_stream: bool,
     started: Instant,
     on_request: Option<RequestHook>,
     play_latency: bool,
@@ -393,6 +402,7 @@ impl FakeServer {
             scenario,
             api_key: config.api_key,
             max_body_bytes: config.max_body_bytes,
+            ignore_stream: config.ignore_stream,
             started: Instant::now(),
             on_request: config.on_request,
             play_latency: config.play_latency,

@@ -1,11 +1,12 @@
 //! Requests the real APIs refuse, refused with the providers' own status, body and wording:
 //! missing or wrong API key, missing `anthropic-version`, bodies that are too large or not
-//! JSON, and conversations that break tool-call pairing.
+//! JSON, blank text and tool-call ids the APIs do not accept, and conversations that break
+//! tool-call pairing.
 
 use hyper::HeaderMap;
 use rebound_core::wire::{self, WireError};
 use rebound_core::{ContentBlock, Conversation, PairingError, ProviderKind};
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// A refusal: status, body, and a one-line reason for the request log (never a secret).
 #[derive(Debug, Clone)]
@@ -187,6 +188,124 @@ pub(crate) fn bad_body(provider: ProviderKind, error: &WireError) -> Rejection {
         }
         (_, WireError::Pairing(e)) => pairing(provider, e, &Conversation::new()),
     }
+}
+
+/// 400: content the API refuses before reading the conversation, checked on the raw body so
+/// the error names the same place the real one does.
+///
+/// - Anthropic: a text block (or string content) that is empty, "messages: text content
+///   blocks must be non-empty" (anthropics/claude-code#59812), or only whitespace, "messages:
+///   text content blocks must contain non-whitespace text" (anthropics/claude-code#23369); a
+///   `tool_use.id` outside `^[a-zA-Z0-9_-]+$` (the pattern of `ToolUseBlockParam.id` in
+///   https://platform.claude.com/docs/en/api/messages; wording from BlockRunAI/ClawRouter#17);
+///   a `tool_use` id used twice anywhere in the request (wording from trycua/cua#524; reused
+///   ids across turns in NVIDIA-NeMo/Switchyard#502).
+/// - OpenAI: a `tool_calls[].id` longer than 40 characters (the API's own error, quoted in
+///   agno-agi/agno#5382 and microsoft/autogen#6377).
+pub(crate) fn content(provider: ProviderKind, body: &Value) -> Result<(), Rejection> {
+    let Some(messages) = body.get("messages").and_then(Value::as_array) else {
+        return Ok(());
+    };
+    match provider {
+        ProviderKind::Anthropic => anthropic_content(messages),
+        ProviderKind::OpenAi => openai_tool_call_ids(messages),
+    }
+}
+
+/// The characters Anthropic allows in a tool-use id.
+fn anthropic_id_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+}
+
+fn anthropic_content(messages: &[Value]) -> Result<(), Rejection> {
+    let invalid = |message: &str| {
+        Err(Rejection::new(
+            ProviderKind::Anthropic,
+            400,
+            Some("invalid_request_error"),
+            message,
+        ))
+    };
+    let blank = |text: &str| {
+        if text.is_empty() {
+            Some("messages: text content blocks must be non-empty")
+        } else if text.trim().is_empty() {
+            Some("messages: text content blocks must contain non-whitespace text")
+        } else {
+            None
+        }
+    };
+    let mut ids: Vec<&str> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        let blocks = match m.get("content") {
+            Some(Value::String(text)) => match blank(text) {
+                Some(message) => return invalid(message),
+                None => continue,
+            },
+            Some(Value::Array(blocks)) => blocks,
+            _ => continue,
+        };
+        for (j, block) in blocks.iter().enumerate() {
+            match block.get("type").and_then(Value::as_str) {
+                Some("text") => {
+                    let text = block
+                        .get("text")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    if let Some(message) = blank(text) {
+                        return invalid(message);
+                    }
+                }
+                Some("tool_use") => {
+                    let id = block.get("id").and_then(Value::as_str).unwrap_or_default();
+                    if id.is_empty() || !id.chars().all(anthropic_id_char) {
+                        return invalid(&format!(
+                            "messages.{i}.content.{j}.tool_use.id: String should match pattern \
+                             '^[a-zA-Z0-9_-]+$'"
+                        ));
+                    }
+                    if ids.contains(&id) {
+                        return invalid(&format!(
+                            "messages.{i}.content.{j}: `tool_use` ids must be unique"
+                        ));
+                    }
+                    ids.push(id);
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The longest `tool_calls[].id` OpenAI accepts, in characters.
+const OPENAI_MAX_TOOL_CALL_ID: usize = 40;
+
+fn openai_tool_call_ids(messages: &[Value]) -> Result<(), Rejection> {
+    for (i, m) in messages.iter().enumerate() {
+        let Some(calls) = m.get("tool_calls").and_then(Value::as_array) else {
+            continue;
+        };
+        for (k, call) in calls.iter().enumerate() {
+            let id = call.get("id").and_then(Value::as_str).unwrap_or_default();
+            let length = id.chars().count();
+            if length > OPENAI_MAX_TOOL_CALL_ID {
+                let param = format!("messages[{i}].tool_calls[{k}].id");
+                let message = format!(
+                    "Invalid '{param}': string too long. Expected a string with maximum length \
+                     {OPENAI_MAX_TOOL_CALL_ID}, but got a string with length {length} instead."
+                );
+                let body = json!({"error": {"message": message, "type": "invalid_request_error",
+                                            "param": param, "code": "string_above_max_length"}});
+                return Err(Rejection {
+                    status: 400,
+                    body: body.to_string().into_bytes(),
+                    reason: message,
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// 400: the conversation breaks tool-call pairing, in the provider's own words.

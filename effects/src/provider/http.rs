@@ -1,11 +1,11 @@
 //! The HTTP provider: Anthropic Messages and OpenAI Chat Completions over reqwest, streaming.
 
-use super::{ApiKey, BoxFuture, DeltaSink, Provider};
+use super::{ApiKey, BoxFuture, DeltaSink, Provider, SendError};
 use crate::config::ConfigError;
 use rebound_core::classify::classify_http;
-use rebound_core::wire::{self, RequestParams, StreamDecoder};
+use rebound_core::wire::{self, RequestParams, StreamDecoder, WireError};
 use rebound_core::{
-    AssistantResponse, Conversation, FailureKind, Headers, ProviderFailure, ProviderKind, ToolSpec,
+    AssistantResponse, Conversation, Headers, ProviderFailure, ProviderKind, ToolSpec,
     TransportFault,
 };
 use std::error::Error as _;
@@ -16,6 +16,11 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// Most bytes of an error response body read for classification.
 const MAX_ERROR_BODY: usize = 1 << 20;
+
+/// Most bytes of a successful non-streamed (JSON) response body: twice the largest message
+/// a stream may assemble (64 MiB, `StreamLimits::default`), for JSON escaping and the
+/// envelope. A larger body fails like a stream over its limit.
+const MAX_RESPONSE_BODY: usize = 128 << 20;
 
 /// Everything an [`HttpProvider`] needs. Build with [`HttpProviderConfig::new`] and adjust
 /// fields; [`HttpProvider::new`] validates it.
@@ -125,7 +130,7 @@ impl HttpProvider {
         conversation: &Conversation,
         tools: &[ToolSpec],
         deltas: DeltaSink<'_>,
-    ) -> Result<AssistantResponse, ProviderFailure> {
+    ) -> Result<AssistantResponse, SendError> {
         let kind = self.config.provider;
         let params = RequestParams {
             model: &self.config.model,
@@ -134,10 +139,12 @@ impl HttpProvider {
             max_tokens: self.config.max_tokens,
             stream: true,
         };
-        let body = wire::request_body(kind, conversation, &params)
-            .map_err(|e| ProviderFailure::new(FailureKind::BadRequest, e.to_string()))?;
-        let body = serde_json::to_vec(&body)
-            .map_err(|e| ProviderFailure::new(FailureKind::BadRequest, e.to_string()))?;
+        // A conversation no request can be built from is the caller's problem, not the
+        // provider's: nothing is sent.
+        let body = wire::request_body(kind, conversation, &params)?;
+        let body = serde_json::to_vec(&body).map_err(|e| WireError::InvalidRequest {
+            detail: e.to_string(),
+        })?;
         let mut request = self
             .client
             .post(self.url.clone())
@@ -152,32 +159,38 @@ impl HttpProvider {
         let send = request.body(body).send();
         let mut response = match tokio::time::timeout(self.config.idle_timeout, send).await {
             Err(_) => {
-                return Err(transport(
-                    TransportFault::Timeout,
-                    "no response headers in time",
-                ))
+                return Err(
+                    transport(TransportFault::Timeout, "no response headers in time").into(),
+                )
             }
-            Ok(Err(e)) => return Err(classify_reqwest(&e, false)),
+            Ok(Err(e)) => return Err(classify_reqwest(&e, false).into()),
             Ok(Ok(r)) => r,
         };
         let status = response.status().as_u16();
         let headers = to_headers(response.headers());
         if !response.status().is_success() {
-            let body = read_bounded(&mut response, &self.config).await;
-            return Err(classify_http(kind, status, &headers, &body, now_unix_ms()));
+            // Classification needs the start of the body; whatever was read is used.
+            let body = read_bounded(&mut response, &self.config, MAX_ERROR_BODY)
+                .await
+                .body;
+            return Err(classify_http(kind, status, &headers, &body, now_unix_ms()).into());
         }
         let is_json = headers
             .get("content-type")
             .is_some_and(|ct| ct.starts_with("application/json"));
         if is_json {
-            // A server that ignored `stream: true` (some compatible servers do).
-            let body = read_bounded(&mut response, &self.config).await;
-            return wire::parse_response(kind, &body).map_err(|mut f| {
-                if f.request_id.is_none() {
-                    f.request_id = request_id(&headers);
-                }
-                f
-            });
+            // A server that ignored `stream: true` (some compatible servers do). The answer
+            // must be read whole: a part of it is no answer.
+            let read = read_bounded(&mut response, &self.config, MAX_RESPONSE_BODY).await;
+            let parsed = match read.end {
+                End::Complete => wire::parse_response(kind, &read.body),
+                End::Limit => Err(transport(
+                    TransportFault::MalformedStream,
+                    &format!("response body larger than {MAX_RESPONSE_BODY} bytes"),
+                )),
+                End::Failed(failure) => Err(failure),
+            };
+            return parsed.map_err(|f| with_request_id(f, &headers).into());
         }
         let mut decoder = StreamDecoder::new(kind);
         let mut last_progress = tokio::time::Instant::now();
@@ -194,15 +207,19 @@ impl HttpProvider {
                             "no content received in time (only keep-alives)",
                         ),
                         &headers,
-                    ))
+                    )
+                    .into())
                 }
                 Err(_) => {
                     return Err(with_request_id(
                         transport(TransportFault::IdleTimeout, "no bytes received in time"),
                         &headers,
-                    ))
+                    )
+                    .into())
                 }
-                Ok(Err(e)) => return Err(with_request_id(classify_reqwest(&e, true), &headers)),
+                Ok(Err(e)) => {
+                    return Err(with_request_id(classify_reqwest(&e, true), &headers).into())
+                }
                 Ok(Ok(None)) => break,
                 Ok(Ok(Some(chunk))) => chunk,
             };
@@ -212,10 +229,7 @@ impl HttpProvider {
             let progressed = pieces.iter().any(has_content);
             for piece in pieces {
                 if !deltas(piece) {
-                    return Err(ProviderFailure::new(
-                        FailureKind::StreamMalformed,
-                        "the receiver stopped the stream",
-                    ));
+                    return Err(SendError::Stopped);
                 }
             }
             if decoder.is_complete() {
@@ -230,10 +244,11 @@ impl HttpProvider {
                         "no content received in time (only keep-alives)",
                     ),
                     &headers,
-                ));
+                )
+                .into());
             }
         }
-        decoder.finish().map_err(|f| with_request_id(f, &headers))
+        Ok(decoder.finish().map_err(|f| with_request_id(f, &headers))?)
     }
 }
 
@@ -247,11 +262,16 @@ impl Provider for HttpProvider {
         conversation: &'a Conversation,
         tools: &'a [ToolSpec],
         deltas: DeltaSink<'a>,
-    ) -> BoxFuture<'a, Result<AssistantResponse, ProviderFailure>> {
+    ) -> BoxFuture<'a, Result<AssistantResponse, SendError>> {
         Box::pin(async move {
             self.send_inner(conversation, tools, deltas)
                 .await
-                .map_err(|f| scrub_key(f, self.config.api_key.expose()))
+                .map_err(|e| match e {
+                    SendError::Provider(f) => {
+                        SendError::Provider(scrub_key(f, self.config.api_key.expose()))
+                    }
+                    other => other,
+                })
         })
     }
 }
@@ -357,24 +377,61 @@ fn has_content(piece: &wire::StreamDelta) -> bool {
     }
 }
 
-/// Reads at most [`MAX_ERROR_BODY`] bytes of a body, within the idle timeout per chunk and
-/// the progress timeout in all; a slow, endless or broken body yields what was read so far.
-async fn read_bounded(response: &mut reqwest::Response, config: &HttpProviderConfig) -> Vec<u8> {
+/// A body read by [`read_bounded`]: what arrived, and why reading stopped.
+struct Read {
+    body: Vec<u8>,
+    end: End,
+}
+
+/// Why [`read_bounded`] stopped.
+enum End {
+    /// The body ended.
+    Complete,
+    /// The body went on past the limit; `body` holds the limit's worth.
+    Limit,
+    /// The connection broke or went silent; `body` holds what came before.
+    Failed(ProviderFailure),
+}
+
+/// Reads a body up to `limit` bytes, within the idle timeout per chunk and the progress
+/// timeout in all; a body that is slow, endless or broken stops early and says why.
+async fn read_bounded(
+    response: &mut reqwest::Response,
+    config: &HttpProviderConfig,
+    limit: usize,
+) -> Read {
     let started = tokio::time::Instant::now();
     let mut body = Vec::new();
-    while body.len() < MAX_ERROR_BODY {
+    let end = loop {
         let idle = config
             .idle_timeout
             .min(remaining(started, config.progress_timeout));
         match tokio::time::timeout(idle, response.chunk()).await {
             Ok(Ok(Some(chunk))) => {
-                let room = MAX_ERROR_BODY - body.len();
-                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                let room = limit - body.len();
+                if chunk.len() > room {
+                    body.extend_from_slice(&chunk[..room]);
+                    break End::Limit;
+                }
+                body.extend_from_slice(&chunk);
             }
-            _ => break,
+            Ok(Ok(None)) => break End::Complete,
+            Ok(Err(e)) => break End::Failed(classify_reqwest(&e, true)),
+            Err(_) if started.elapsed() >= config.progress_timeout => {
+                break End::Failed(transport(
+                    TransportFault::IdleTimeout,
+                    "the body was not complete in time",
+                ))
+            }
+            Err(_) => {
+                break End::Failed(transport(
+                    TransportFault::IdleTimeout,
+                    "no bytes received in time",
+                ))
+            }
         }
-    }
-    body
+    };
+    Read { body, end }
 }
 
 /// Maps a reqwest error to a transport failure. `mid_body` is true once the response

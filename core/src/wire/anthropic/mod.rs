@@ -3,3 +3,4 @@
 pub(crate) mod encode;
 pub(crate) mod request;
 pub(crate) mod stream;
+pub(crate) mod tool_id;

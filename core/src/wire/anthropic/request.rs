@@ -2,12 +2,25 @@
 
 use crate::conversation::{ContentBlock, Conversation, Message};
 use crate::tool::ToolSpec;
+use crate::wire::anthropic::tool_id::ToolIds;
 use crate::wire::{ParsedRequest, RequestParams, WireError};
 use serde_json::{json, Map, Value};
 
-/// The body for `conversation`; the caller has checked tool pairing.
-pub(crate) fn body(conversation: &Conversation, params: &RequestParams<'_>) -> Value {
-    let messages: Vec<Value> = conversation.messages().iter().filter_map(message).collect();
+/// The body for `conversation`; the caller has checked tool pairing. Refuses a conversation
+/// left with no message once the blocks Anthropic rejects are dropped.
+pub(crate) fn body(
+    conversation: &Conversation,
+    params: &RequestParams<'_>,
+) -> Result<Value, WireError> {
+    let mut ids = ToolIds::default();
+    let messages: Vec<Value> = conversation
+        .messages()
+        .iter()
+        .filter_map(|m| message(m, &mut ids))
+        .collect();
+    if messages.is_empty() {
+        return Err(WireError::EmptyConversation);
+    }
     let mut body = Map::new();
     body.insert("model".into(), params.model.into());
     body.insert("max_tokens".into(), params.max_tokens.into());
@@ -30,22 +43,49 @@ pub(crate) fn body(conversation: &Conversation, params: &RequestParams<'_>) -> V
         body.insert("tools".into(), tools.into());
     }
     body.insert("stream".into(), params.stream.into());
-    Value::Object(body)
+    Ok(Value::Object(body))
+}
+
+/// Whether Anthropic refuses `text` in a text block: empty ("text content blocks must be
+/// non-empty") or only whitespace ("text content blocks must contain non-whitespace text";
+/// both 400s, quoted in anthropics/claude-code#59812 and #23369). Models and other providers
+/// produce such blocks (a "\n\n" before a tool call), so they are left out of requests.
+fn blank(text: &str) -> bool {
+    text.trim().is_empty()
 }
 
 /// One message in the Messages shape (the conversation model's own serde shape), without
-/// the blocks Anthropic would reject: empty text, and thinking that carries no signature.
-fn message(m: &Message) -> Option<Value> {
-    let content: Vec<Value> = m
-        .content
-        .iter()
-        .filter(|b| match b {
-            ContentBlock::Text { text } => !text.is_empty(),
+/// the blocks Anthropic would reject: blank text (also inside tool results), and thinking
+/// that carries no signature; tool ids in the form Anthropic accepts ([`ToolIds`]).
+fn message<'a>(m: &'a Message, ids: &mut ToolIds<'a>) -> Option<Value> {
+    let mut content = Vec::with_capacity(m.content.len());
+    for b in &m.content {
+        let keep = match b {
+            ContentBlock::Text { text } => !blank(text),
             ContentBlock::Thinking { signature, .. } => !signature.is_empty(),
             _ => true,
-        })
-        .filter_map(|b| serde_json::to_value(b).ok())
-        .collect();
+        };
+        if !keep {
+            continue;
+        }
+        let Ok(mut v) = serde_json::to_value(b) else {
+            continue;
+        };
+        match b {
+            ContentBlock::ToolUse { id, .. } => v["id"] = ids.tool_use(id).into(),
+            ContentBlock::ToolResult(r) => {
+                v["tool_use_id"] = ids.tool_result(&r.tool_use_id).into();
+                if let Some(Value::Array(parts)) = v.get_mut("content") {
+                    parts.retain(|p| {
+                        p.get("type").and_then(Value::as_str) != Some("text")
+                            || !p.get("text").and_then(Value::as_str).is_some_and(blank)
+                    });
+                }
+            }
+            _ => {}
+        }
+        content.push(v);
+    }
     if content.is_empty() {
         return None;
     }

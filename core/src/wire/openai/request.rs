@@ -4,6 +4,7 @@ use crate::conversation::{
     ContentBlock, Conversation, MediaSource, Message, Role, ToolResultBlock, ToolResultPart,
 };
 use crate::tool::ToolSpec;
+use crate::wire::openai::tool_id;
 use crate::wire::{ParsedRequest, RequestParams, WireError};
 use serde_json::{json, Map, Value};
 
@@ -11,17 +12,25 @@ use serde_json::{json, Map, Value};
 pub(crate) const TOOL_IMAGE_NOTE: &str =
     "[image omitted: Chat Completions tool messages cannot carry images]";
 
-/// The body for `conversation`; the caller has checked tool pairing.
-pub(crate) fn body(conversation: &Conversation, params: &RequestParams<'_>) -> Value {
+/// The body for `conversation`; the caller has checked tool pairing. Refuses a conversation
+/// that leaves no message to send besides the system prompt (the API answers 400 "[] is too
+/// short - 'messages'" to an empty list).
+pub(crate) fn body(
+    conversation: &Conversation,
+    params: &RequestParams<'_>,
+) -> Result<Value, WireError> {
     let mut messages = Vec::new();
-    if let Some(system) = params.system {
-        messages.push(json!({"role": "system", "content": system}));
-    }
     for m in conversation.messages() {
         match m.role {
             Role::User => user_messages(m, &mut messages),
             Role::Assistant => messages.extend(assistant_message(m)),
         }
+    }
+    if messages.is_empty() {
+        return Err(WireError::EmptyConversation);
+    }
+    if let Some(system) = params.system {
+        messages.insert(0, json!({"role": "system", "content": system}));
     }
     let mut body = Map::new();
     body.insert("model".into(), params.model.into());
@@ -48,7 +57,7 @@ pub(crate) fn body(conversation: &Conversation, params: &RequestParams<'_>) -> V
     if params.stream {
         body.insert("stream_options".into(), json!({"include_usage": true}));
     }
-    Value::Object(body)
+    Ok(Value::Object(body))
 }
 
 /// The content of the `tool` message answering one call.
@@ -77,7 +86,7 @@ fn user_messages(m: &Message, out: &mut Vec<Value>) {
     for r in m.tool_results() {
         out.push(json!({
             "role": "tool",
-            "tool_call_id": r.tool_use_id,
+            "tool_call_id": tool_id::encode(&r.tool_use_id),
             "content": tool_message_text(r),
         }));
     }
@@ -124,7 +133,7 @@ fn assistant_message(m: &Message) -> Option<Value> {
         .tool_uses()
         .map(|(id, name, input)| {
             json!({
-                "id": id,
+                "id": tool_id::encode(id),
                 "type": "function",
                 "function": {"name": name, "arguments": input.to_string()},
             })

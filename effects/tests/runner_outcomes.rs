@@ -1,0 +1,305 @@
+//! How a run ends, and under which name: the runner against the fake provider on loopback,
+//! with a cancel in the middle of a tool batch, a receiver that fails at the very end, a
+//! conversation with nothing to send, and a provider whose caller stops reading.
+
+use rebound_core::wire::WireError;
+use rebound_core::{
+    BatchOutcome, ContentBlock, Conversation, FinishReason, HostFailure, HostFailureKind,
+    MachineConfig, Message, ProviderKind, RetryConfig, Role, RunError, TargetSpec, ToolCall,
+    ToolFailure, ToolSpec,
+};
+use rebound_effects::fake::{FakeServer, FakeServerConfig};
+use rebound_effects::provider::{
+    ApiKey, BoxFuture, HttpProvider, HttpProviderConfig, Provider, SendError,
+};
+use rebound_effects::receiver::{Receiver, ReceiverError};
+use rebound_effects::runner::{Persist, RunInput, Runner, ToolExecutor};
+use rebound_sim::Scenario;
+use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+fn scenario(json: &str) -> Scenario {
+    Scenario::from_json(json).unwrap_or_else(|e| panic!("bad test scenario: {e}"))
+}
+
+async fn server(json: &str) -> FakeServer {
+    FakeServer::start(FakeServerConfig::new(scenario(json), 1))
+        .await
+        .expect("fake server starts")
+}
+
+fn http(server: &FakeServer) -> HttpProvider {
+    let mut config =
+        HttpProviderConfig::new(ProviderKind::Anthropic, "claude-test", ApiKey::new("k"));
+    config.base_url = server.base_url();
+    HttpProvider::new(config).expect("valid provider")
+}
+
+fn config() -> MachineConfig {
+    MachineConfig {
+        retry: RetryConfig {
+            initial_delay_ms: 10,
+            jitter: false,
+            ..RetryConfig::default()
+        },
+        targets: vec![TargetSpec {
+            provider: ProviderKind::Anthropic,
+            model: "claude-test".into(),
+        }],
+        ..MachineConfig::default()
+    }
+}
+
+fn runner(server: &FakeServer) -> Runner {
+    Runner::new(config(), vec![Box::new(http(server))]).seed(1)
+}
+
+/// A `read` tool that waits for the cancel and then reports it, as a well-behaved tool does.
+struct WaitsForCancel {
+    started: Arc<Notify>,
+}
+
+impl ToolExecutor for WaitsForCancel {
+    fn specs(&self) -> Vec<ToolSpec> {
+        vec![ToolSpec {
+            name: "read".into(),
+            description: "Reads a file.".into(),
+            input_schema: serde_json::json!({"type": "object"}),
+        }]
+    }
+
+    fn run_batch<'a>(
+        &'a self,
+        _calls: Vec<ToolCall>,
+        cancel: &'a CancellationToken,
+    ) -> BoxFuture<'a, BatchOutcome> {
+        Box::pin(async move {
+            self.started.notify_one();
+            cancel.cancelled().await;
+            BatchOutcome::WholeBatch(ToolFailure::Host(HostFailure::new(
+                HostFailureKind::Canceled,
+                "the batch saw the cancel",
+            )))
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_cancel_while_tools_run_always_ends_the_run_as_canceled() {
+    const RUNS: usize = 40;
+    let turn = r#"{"answer": {"tool_calls": [{"name": "read", "input": {"path": "a"}}]}}"#;
+    let turns = vec![turn; RUNS].join(",");
+    let s = server(&format!(r#"{{"turns": [{turns}]}}"#)).await;
+    for run in 0..RUNS {
+        let started = Arc::new(Notify::new());
+        let tools = Arc::new(WaitsForCancel {
+            started: Arc::clone(&started),
+        });
+        let mut runner = runner(&s).tools(tools);
+        let cancel = runner.canceler();
+        let (result, ()) = tokio::join!(runner.run(RunInput::text("read a")), async {
+            started.notified().await;
+            cancel.cancel();
+        });
+        assert_eq!(
+            result.as_ref().err(),
+            Some(&RunError::Canceled),
+            "run {run}: {result:?}"
+        );
+    }
+    assert_eq!(
+        s.requests().len(),
+        RUNS,
+        "one request per run, none after a cancel"
+    );
+    s.shutdown().await;
+}
+
+/// Fails `finished`; records every `error` call.
+struct FailsWhenFinished {
+    errors: Arc<Mutex<Vec<RunError>>>,
+}
+
+impl Receiver for FailsWhenFinished {
+    fn finished(&mut self, _reason: &FinishReason, _turns: u32) -> Result<(), ReceiverError> {
+        Err(ReceiverError("the terminal went away".into()))
+    }
+
+    fn error(&mut self, error: &RunError) {
+        self.errors.lock().expect("lock").push(error.clone());
+    }
+}
+
+#[tokio::test]
+async fn a_receiver_failing_when_the_run_finishes_is_a_receiver_failure_it_is_told_about() {
+    let s = server(r#"{"turns": [{"answer": {"text": "Hi."}}]}"#).await;
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let mut runner = runner(&s).receiver(FailsWhenFinished {
+        errors: Arc::clone(&errors),
+    });
+    let error = runner.run(RunInput::text("hi")).await.unwrap_err();
+    match &error {
+        RunError::Host { failure } => {
+            assert_eq!(failure.kind, HostFailureKind::Receiver);
+            assert!(
+                failure.message.contains("the terminal went away"),
+                "{failure}"
+            );
+        }
+        other => panic!("not a receiver failure: {other:?}"),
+    }
+    assert_eq!(*errors.lock().expect("lock"), [error], "told exactly once");
+    s.shutdown().await;
+}
+
+/// Saves the first message (the user's), fails on the next (the model's last answer).
+struct FailsOnTheAnswer;
+
+impl Persist for FailsOnTheAnswer {
+    fn save<'a>(&'a self, conversation: &'a Conversation) -> BoxFuture<'a, Result<(), String>> {
+        let len = conversation.len();
+        Box::pin(async move {
+            if len < 2 {
+                Ok(())
+            } else {
+                Err("disk full".to_owned())
+            }
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_session_store_failing_on_the_final_answer_is_a_session_store_failure() {
+    let s = server(r#"{"turns": [{"answer": {"text": "Hi."}}]}"#).await;
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let error = runner(&s)
+        .persist(FailsOnTheAnswer)
+        .receiver(RecordsErrors {
+            errors: Arc::clone(&errors),
+        })
+        .run(RunInput::text("hi"))
+        .await
+        .unwrap_err();
+    match &error {
+        RunError::Host { failure } => {
+            assert_eq!(failure.kind, HostFailureKind::SessionStore);
+            assert!(failure.message.contains("disk full"), "{failure}");
+        }
+        other => panic!("not a session store failure: {other:?}"),
+    }
+    assert_eq!(*errors.lock().expect("lock"), [error], "told exactly once");
+    s.shutdown().await;
+}
+
+/// Records every `error` call.
+struct RecordsErrors {
+    errors: Arc<Mutex<Vec<RunError>>>,
+}
+
+impl Receiver for RecordsErrors {
+    fn error(&mut self, error: &RunError) {
+        self.errors.lock().expect("lock").push(error.clone());
+    }
+}
+
+#[tokio::test]
+async fn a_user_message_without_content_is_refused_and_nothing_is_sent() {
+    let s = server(r#"{"turns": [{"answer": {"text": "Hi."}}]}"#).await;
+    for content in [
+        vec![],
+        vec![ContentBlock::text("")],
+        vec![ContentBlock::text(" \n\t")],
+    ] {
+        let error = runner(&s)
+            .run(RunInput::User(content.clone()))
+            .await
+            .unwrap_err();
+        assert_eq!(error.kind(), "empty_user_message", "{content:?}: {error}");
+    }
+    assert!(s.requests().is_empty());
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_loaded_conversation_with_nothing_to_send_fails_as_corrupt_without_a_request() {
+    let s = server(r#"{"turns": [{"answer": {"text": "Hi."}}]}"#).await;
+    // What `rebound run ""` used to save: a user message with an empty text.
+    let session = Conversation::from(vec![Message {
+        role: Role::User,
+        content: vec![ContentBlock::text("")],
+    }]);
+    let error = runner(&s)
+        .conversation(session)
+        .run(RunInput::Resume)
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), "invariant", "{error}");
+    assert!(error.to_string().contains("cannot be sent"), "{error}");
+    assert!(s.requests().is_empty(), "{:?}", s.requests());
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_successful_json_body_larger_than_the_error_body_limit_is_read_whole() {
+    // 1.5 MiB of text, more than the 1 MiB read of an error body.
+    let text = "All work and no play makes Jack a dull boy. ".repeat(36_000);
+    assert!(text.len() > 3 << 19);
+    let answer = serde_json::json!({"turns": [{"answer": {"text": text}}]});
+    let mut config = FakeServerConfig::new(scenario(&answer.to_string()), 1);
+    config.ignore_stream = true;
+    let s = FakeServer::start(config).await.expect("fake server starts");
+    let conversation = Conversation::from(vec![Message::user_text("Write it out.")]);
+    let mut sink = |_| true;
+    let response = http(&s)
+        .send(&conversation, &[], &mut sink)
+        .await
+        .expect("a complete answer");
+    assert_eq!(response.message.text(), text);
+    assert_eq!(s.requests().len(), 1);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_conversation_that_breaks_tool_pairing_is_refused_before_sending_not_blamed_on_the_provider(
+) {
+    let s = server("{}").await;
+    // A tool call nothing answers, then a user message: no request can carry it.
+    let conversation = Conversation::from(vec![
+        Message::user_text("read a"),
+        Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::tool_use(
+                "toolu_1",
+                "read",
+                serde_json::json!({}),
+            )],
+        },
+        Message::user_text("go on"),
+    ]);
+    let mut sink = |_| true;
+    let error = http(&s)
+        .send(&conversation, &[], &mut sink)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, SendError::Request(WireError::Pairing(_))),
+        "{error:?}"
+    );
+    assert!(s.requests().is_empty());
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_caller_that_stops_reading_the_stream_is_not_a_provider_failure() {
+    let s =
+        server(r#"{"turns": [{"answer": {"text": "A long answer, streamed in pieces."}}]}"#).await;
+    let conversation = Conversation::from(vec![Message::user_text("hi")]);
+    let mut sink = |_| false;
+    let error = http(&s)
+        .send(&conversation, &[], &mut sink)
+        .await
+        .unwrap_err();
+    assert_eq!(error, SendError::Stopped);
+    s.shutdown().await;
+}
