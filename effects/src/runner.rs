@@ -6,8 +6,8 @@ use crate::receiver::{NullReceiver, Receiver, ReceiverError};
 use rebound_core::trace::{TraceHeader, TraceStep};
 use rebound_core::{
     compact, AgentMachine, BatchOutcome, Command, ContentBlock, Conversation, Event, FinishReason,
-    HostFailure, HostFailureKind, MachineConfig, Millis, PermitAsk, RunError, ToolCall,
-    ToolFailure, ToolSpec,
+    HostFailure, HostFailureKind, MachineConfig, Millis, PermitAsk, RequestPurpose, RunError,
+    ToolCall, ToolFailure, ToolSpec, Usage,
 };
 use rebound_sim::TraceWriter;
 use std::io::Write;
@@ -54,7 +54,9 @@ pub trait Persist: Send + Sync {
     fn save<'a>(&'a self, conversation: &'a Conversation) -> BoxFuture<'a, Result<(), String>>;
 }
 
-/// Shrinks a conversation that overflowed the context window.
+/// Shrinks a conversation that overflowed the context window by elision (no provider
+/// request): used for [`CompactionMethod::Elide`](rebound_core::CompactionMethod), and when a
+/// summary could not be had. Summaries are provider requests the runner sends like any other.
 pub trait Compactor: Send + Sync {
     /// Returns the compacted conversation, or why it could not be compacted.
     fn compact<'a>(
@@ -100,6 +102,43 @@ pub struct RunStats {
     pub fallbacks: u32,
     /// Streams whose partial text was discarded.
     pub stream_resets: u32,
+    /// Input tokens reported, summed over answered requests (as each provider counts them:
+    /// OpenAI's include cached tokens, Anthropic's do not).
+    pub input_tokens: u64,
+    /// Output tokens reported, summed.
+    pub output_tokens: u64,
+    /// Prompt-cache reads reported, summed.
+    pub cache_read_tokens: u64,
+    /// Prompt-cache writes reported, summed (Anthropic).
+    pub cache_creation_tokens: u64,
+    /// Usage of each answered request, in order.
+    pub usage: Vec<RequestUsage>,
+    /// Time from the run's start to its end, in ms.
+    pub wall_ms: u64,
+}
+
+impl RunStats {
+    fn add_usage(&mut self, request: RequestUsage) {
+        let u = &request.usage;
+        self.input_tokens += u.input_tokens;
+        self.output_tokens += u.output_tokens;
+        self.cache_read_tokens += u.cache_read_input_tokens.unwrap_or(0);
+        self.cache_creation_tokens += u.cache_creation_input_tokens.unwrap_or(0);
+        self.usage.push(request);
+    }
+}
+
+/// What one answered provider request used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestUsage {
+    /// The target it went to.
+    pub target: usize,
+    /// Its attempt number.
+    pub attempt: u32,
+    /// What it was for (a turn, or a summary for compaction).
+    pub purpose: RequestPurpose,
+    /// The usage the provider reported.
+    pub usage: Usage,
 }
 
 /// How a successful run ended.
@@ -225,6 +264,8 @@ pub struct Runner {
     conversation: Conversation,
     cancel: CancelHandle,
     trace_meta: Vec<(String, String)>,
+    /// When the current run started (for its wall time).
+    started: Option<Instant>,
 }
 
 enum Flow {
@@ -267,6 +308,7 @@ impl Runner {
             conversation: Conversation::new(),
             cancel: CancelHandle::new(),
             trace_meta: Vec::new(),
+            started: None,
         }
     }
 
@@ -383,6 +425,7 @@ impl Runner {
             self.conversation.clone(),
         );
         let mut stats = RunStats::default();
+        self.started = Some(Instant::now());
         if let Err(e) = self.write_header() {
             return Err(self.host_error(HostFailureKind::Internal, format!("trace: {e}")));
         }
@@ -479,16 +522,12 @@ impl Runner {
                 }
                 Command::ReplaceConversation {
                     conversation,
-                    before_messages,
-                    after_messages,
+                    report,
                 } => {
                     stats.compactions += 1;
                     match self.save(&conversation).await {
                         Err(e) => Err(e),
-                        Ok(()) => receiver_result(
-                            self.receiver.compaction(before_messages, after_messages),
-                        )
-                        .map(|()| None),
+                        Ok(()) => receiver_result(self.receiver.compaction(&report)).map(|()| None),
                     }
                 }
                 Command::NotifyRetry { info } => {
@@ -508,12 +547,21 @@ impl Runner {
                     target,
                     attempt,
                     conversation,
+                    purpose,
                 } => {
                     stats.requests += 1;
-                    Ok(Some(
-                        self.send(request, target, attempt, &conversation, stats)
-                            .await,
-                    ))
+                    let event = self
+                        .send(request, target, attempt, &conversation, stats)
+                        .await;
+                    if let Event::ProviderSucceeded { response, .. } = &event {
+                        stats.add_usage(RequestUsage {
+                            target,
+                            attempt,
+                            purpose,
+                            usage: response.usage,
+                        });
+                    }
+                    Ok(Some(event))
                 }
                 Command::Sleep { timer, delay_ms } => {
                     let sleep = tokio::time::sleep(std::time::Duration::from_millis(delay_ms));
@@ -587,12 +635,19 @@ impl Runner {
                     Ok(None)
                 }
                 Command::Finish { reason, turns } => {
+                    stats.wall_ms = self.elapsed_ms();
+                    if let Err(e) = self.receiver.totals(stats) {
+                        return Flow::Next(host_event(HostFailureKind::Receiver, e.0));
+                    }
                     return match self.receiver.finished(&reason, turns) {
                         Ok(()) => Flow::Done(Ok((reason, turns))),
                         Err(e) => Flow::Next(host_event(HostFailureKind::Receiver, e.0)),
                     };
                 }
                 Command::Fail { error } => {
+                    stats.wall_ms = self.elapsed_ms();
+                    // Best effort: the run is failing already.
+                    let _ = self.receiver.totals(stats);
                     self.receiver.error(&error);
                     return Flow::Done(Err(error));
                 }
@@ -606,6 +661,12 @@ impl Runner {
         Flow::Done(Err(RunError::Invariant {
             message: "the machine emitted no command to wait on and did not stop".into(),
         }))
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        self.started.map_or(0, |s| {
+            u64::try_from(s.elapsed().as_millis()).unwrap_or(u64::MAX)
+        })
     }
 
     async fn save(&self, conversation: &Conversation) -> Result<(), HostFailure> {
