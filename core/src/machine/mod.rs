@@ -59,6 +59,14 @@ use std::sync::Arc;
 ///    `Compact` and `AcquirePermit` start work whose answer you `handle` later.
 /// 3. `Finish` and `Fail` are terminal: after them the machine ignores every input.
 ///
+/// A `SendRequest` whose `purpose` is [`RequestPurpose::Summary`] asks the current target
+/// for a summary of older turns during a compaction (see [`crate::compaction`]): send it
+/// like any other request and answer with `ProviderSucceeded`/`ProviderFailed`; its answer
+/// is never appended. Compaction runs on a context overflow, or before a request when the
+/// previous one's reported input tokens reached
+/// [`MachineConfig::compact_threshold_percent`] of the target's context window — at most once
+/// per request.
+///
 /// Time is [`Millis`] since the run started and must not go backwards (a smaller value is
 /// treated as the latest one seen). The only randomness is retry jitter, drawn from an RNG
 /// seeded by `seed`, and the chosen delay is written into the `Sleep` command — so commands
