@@ -1,8 +1,296 @@
-//! The default, deterministic compactor: shrink a conversation that overflowed the context
-//! window while keeping the latest exchange intact and every tool use paired with its result.
+//! Compaction: shrinking a conversation that overflowed (or nearly filled) the context window
+//! while keeping the latest exchange intact and every tool use paired with its result.
+//!
+//! Two methods, chosen by [`MachineConfig::compact_with`](crate::MachineConfig):
+//!
+//! - **Summary** ([`CompactionMethod::Summary`]): the machine asks the current target for a
+//!   summary of the older turns ([`summary_request`], ending with [`SUMMARY_PROMPT`]) as a
+//!   provider request of its own, then replaces those turns by one user message holding the
+//!   summary ([`summarized`]). The summary request is shrunk first so that it fits where the
+//!   conversation did not: payloads elided, then the oldest turns dropped until it fits, and
+//!   dropped further each time it still overflows — as Codex does
+//!   (`codex-rs/core/src/compact.rs`: on `ContextWindowExceeded` while compacting it removes
+//!   the oldest history item and tries again, then says how many items it trimmed). Claude
+//!   Code documents the same shape: `/compact` and auto-compact near the window's end replace
+//!   the history by a model-written summary, and the conversation continues from it.
+//! - **Elision** ([`compact`]): deterministic, no request; also what runs when the summary
+//!   cannot be had.
 
 use crate::conversation::{ContentBlock, Conversation, Message, Role, ToolResultPart};
 use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The instruction that ends a summary request, after the older turns it summarises.
+///
+/// Modelled on Codex's `templates/compact/prompt.md` (a hand-off summary for the model that
+/// resumes the task) and on what Claude Code's `/compact` summary keeps (the request and
+/// intent, files and code, errors and fixes, pending work).
+pub const SUMMARY_PROMPT: &str = "[rebound: context compaction] The conversation above is \
+getting too long for the context window. Write a summary of it that lets you continue the \
+work without it. Do not call any tools; answer with the summary only, as plain text.
+
+Include:
+- The task: what the user asked for, in their words where it matters, and any constraints or \
+preferences they stated.
+- What was done so far, and the decisions made (with their reasons).
+- The files, functions, commands and data that matter, with exact names and paths.
+- Errors met and how they were fixed, or that they are still open.
+- What remains to be done, as clear next steps.
+
+Be concise and structured.";
+
+/// The first line of the user message that replaces summarised turns.
+pub const SUMMARY_PREFIX: &str = "[rebound: context compaction] Earlier turns of this \
+conversation were replaced by this summary, written by the model from them. Continue the \
+work from it and from the messages that follow.";
+
+/// Estimated tokens for `bytes` of conversation: 4 bytes a token, rounded up (the estimate
+/// Codex's `approx_token_count` uses). Only for reports and fitting; real counts come from
+/// the provider's usage.
+#[must_use]
+pub fn estimate_tokens(bytes: usize) -> u64 {
+    (bytes as u64).div_ceil(4)
+}
+
+/// How a conversation is (or was) compacted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompactionMethod {
+    /// A summary written by the model in use replaces the older turns; on failure, elision.
+    Summary,
+    /// Deterministic elision of old payloads and turns ([`compact`]).
+    #[default]
+    Elide,
+}
+
+impl fmt::Display for CompactionMethod {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CompactionMethod::Summary => "summary",
+            CompactionMethod::Elide => "elide",
+        })
+    }
+}
+
+/// Why a compaction ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompactionReason {
+    /// The provider refused the request as too long for its context window.
+    Overflow,
+    /// The last request's input tokens passed the threshold of the context window.
+    Threshold,
+}
+
+impl fmt::Display for CompactionReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CompactionReason::Overflow => "overflow",
+            CompactionReason::Threshold => "threshold",
+        })
+    }
+}
+
+/// What a compaction did: told to the UI and written into traces.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactionReport {
+    /// Messages before.
+    pub before_messages: usize,
+    /// Messages after. Elision may keep every message and shrink their payloads: then only
+    /// the bytes and tokens go down.
+    pub after_messages: usize,
+    /// [`Conversation::approx_bytes`] before.
+    pub before_bytes: usize,
+    /// [`Conversation::approx_bytes`] after.
+    pub after_bytes: usize,
+    /// Estimated tokens before ([`estimate_tokens`]).
+    pub before_tokens: u64,
+    /// Estimated tokens after.
+    pub after_tokens: u64,
+    /// Why it ran.
+    pub reason: CompactionReason,
+    /// How it was done.
+    pub method: CompactionMethod,
+    /// When a summary was wanted but elision ran instead: why the summary failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary_error: Option<String>,
+}
+
+impl CompactionReport {
+    /// A report of `before` becoming `after`.
+    #[must_use]
+    pub fn new(
+        before: &Conversation,
+        after: &Conversation,
+        reason: CompactionReason,
+        method: CompactionMethod,
+    ) -> Self {
+        let (before_bytes, after_bytes) = (before.approx_bytes(), after.approx_bytes());
+        CompactionReport {
+            before_messages: before.len(),
+            after_messages: after.len(),
+            before_bytes,
+            after_bytes,
+            before_tokens: estimate_tokens(before_bytes),
+            after_tokens: estimate_tokens(after_bytes),
+            reason,
+            method,
+            summary_error: None,
+        }
+    }
+}
+
+impl fmt::Display for CompactionReport {
+    /// The CLI's line, e.g. `compacted the conversation (overflow, summary): 41 → 5 messages,
+    /// 180.2 kB → 9.1 kB (~45050 → ~2275 tokens)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "compacted the conversation ({}, {}): {} → {} messages, {:.1} kB → {:.1} kB \
+             (~{} → ~{} tokens)",
+            self.reason,
+            self.method,
+            self.before_messages,
+            self.after_messages,
+            self.before_bytes as f64 / 1000.0,
+            self.after_bytes as f64 / 1000.0,
+            self.before_tokens,
+            self.after_tokens
+        )?;
+        if let Some(e) = &self.summary_error {
+            write!(
+                f,
+                "; the summary failed ({e}), so old payloads were elided instead"
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// A request asking the model for a summary of a conversation's older turns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SummaryRequest {
+    /// What to send: the older turns, shrunk, ending with [`SUMMARY_PROMPT`].
+    pub conversation: Conversation,
+    /// Index of the first message kept verbatim after the summary (an assistant message).
+    pub keep_from: usize,
+    /// Older messages left out of the request so it fits.
+    pub dropped: usize,
+}
+
+/// The summary request for `conversation`, or `None` when there are no older turns to
+/// summarise (everything is the latest exchange).
+///
+/// The turns before the kept tail (see [`CompactionPolicy::keep_recent_messages`]) have
+/// their payloads elided as [`compact`] does; then, while the request is larger than
+/// `fit_bytes` ([`Conversation::approx_bytes`]), the oldest exchanges after the first user
+/// message are dropped. The last message is a user message ending with [`SUMMARY_PROMPT`];
+/// tool uses stay paired with their results.
+///
+/// ```
+/// use rebound_core::compaction::{is_summary_request, summary_request, summarized};
+/// use rebound_core::{CompactionPolicy, Conversation, Message, Role};
+///
+/// let mut c = Conversation::new();
+/// c.push(Message::user_text("fix the bug"));
+/// for i in 0..10 {
+///     c.push(Message::assistant_text(format!("step {i}: {}", "x".repeat(3_000))));
+///     c.push(Message::user_text(format!("go on {i}")));
+/// }
+/// let request = summary_request(&c, &CompactionPolicy::default(), Some(4_000)).unwrap();
+/// assert!(is_summary_request(&request.conversation));
+/// assert!(request.conversation.approx_bytes() <= 4_000 + 2_000); // the prompt is extra
+/// let after = summarized(&c, request.keep_from, "We are fixing the bug; steps 0-7 done.");
+/// assert_eq!(after.messages()[0].role, Role::User);
+/// assert_eq!(after.messages()[1..], c.messages()[request.keep_from..]);
+/// ```
+#[must_use]
+pub fn summary_request(
+    conversation: &Conversation,
+    policy: &CompactionPolicy,
+    fit_bytes: Option<usize>,
+) -> Option<SummaryRequest> {
+    let messages = conversation.messages();
+    let keep_from = tail_start(messages, policy.keep_recent_messages);
+    if keep_from <= 1 || keep_from >= messages.len() {
+        return None;
+    }
+    let mut older: Vec<Message> = messages[..keep_from]
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            if i == 0 {
+                elide_message(
+                    m,
+                    &CompactionPolicy {
+                        elide_over_bytes: policy.max_tail_result_bytes,
+                        ..policy.clone()
+                    },
+                )
+            } else {
+                elide_message(m, policy)
+            }
+        })
+        .collect();
+    let mut dropped = 0;
+    if let Some(fit) = fit_bytes {
+        // Drop whole exchanges from the front (after the task statement): the message after
+        // the first one left is then an assistant message, and pairs stay together.
+        while Conversation::from(older.clone()).approx_bytes() > fit {
+            let Some(next_assistant) = (2..older.len()).find(|&i| older[i].role == Role::Assistant)
+            else {
+                break;
+            };
+            dropped += next_assistant - 1;
+            older.drain(1..next_assistant);
+        }
+    }
+    if dropped > 0 {
+        older[0].content.push(ContentBlock::text(format!(
+            "[{dropped} earlier messages were left out of this summary request to fit the \
+             context window]"
+        )));
+    }
+    // `keep_from` is an assistant message, so the older part ends with a user message.
+    if let Some(last) = older.last_mut() {
+        last.content.push(ContentBlock::text(SUMMARY_PROMPT));
+    }
+    Some(SummaryRequest {
+        conversation: Conversation::from(older),
+        keep_from,
+        dropped,
+    })
+}
+
+/// Whether `conversation` is a summary request made by [`summary_request`]: its last
+/// message ends with [`SUMMARY_PROMPT`]. Fake providers use it to answer with a summary.
+#[must_use]
+pub fn is_summary_request(conversation: &Conversation) -> bool {
+    conversation.last().is_some_and(|m| {
+        m.role == Role::User
+            && matches!(m.content.last(), Some(ContentBlock::Text { text }) if text == SUMMARY_PROMPT)
+    })
+}
+
+/// `conversation` with the messages before `keep_from` replaced by one user message holding
+/// [`SUMMARY_PREFIX`] and `summary`. The summary is not an assistant turn: it is context
+/// given to the model, and the kept tail (from an assistant message on) follows it.
+#[must_use]
+pub fn summarized(conversation: &Conversation, keep_from: usize, summary: &str) -> Conversation {
+    let mut out = vec![Message {
+        role: Role::User,
+        content: vec![ContentBlock::text(format!(
+            "{SUMMARY_PREFIX}\n\n{}",
+            summary.trim()
+        ))],
+    }];
+    out.extend(
+        conversation.messages()[keep_from.min(conversation.len())..]
+            .iter()
+            .cloned(),
+    );
+    Conversation::from(out)
+}
 
 /// How the default compactor shrinks a conversation.
 ///

@@ -14,6 +14,7 @@
 pub mod budget;
 pub mod classify;
 pub mod compaction;
+pub mod context_window;
 pub mod conversation;
 pub mod failure;
 pub mod headers;
@@ -29,7 +30,11 @@ pub use budget::{
     BudgetConfig, BudgetNote, BudgetStats, PermitAsk, PermitDecision, PermitKind, RetryBudget,
     Ticket,
 };
-pub use compaction::{compact, CompactionError, CompactionPolicy};
+pub use compaction::{
+    compact, CompactionError, CompactionMethod, CompactionPolicy, CompactionReason,
+    CompactionReport,
+};
+pub use context_window::context_window;
 pub use conversation::{
     ContentBlock, Conversation, MediaSource, Message, PairingError, Role, ToolResultBlock,
     ToolResultPart,
@@ -38,8 +43,8 @@ pub use failure::{FailureAction, FailureKind, ProviderFailure, ProviderKind, Tra
 pub use headers::Headers;
 pub use machine::{
     AgentMachine, BatchId, BudgetUse, Command, CompactionId, Event, FallbackInfo, FinishReason,
-    GiveUp, Handled, IgnoreReason, MachineConfig, PermitId, ProviderRetryInfo, RequestId, RunError,
-    Snapshot, TargetFailure, TargetSpec, TimerId,
+    GiveUp, Handled, IgnoreReason, MachineConfig, PermitId, ProviderRetryInfo, RequestId,
+    RequestPurpose, RunError, Snapshot, TargetFailure, TargetSpec, TimerId,
 };
 pub use response::{AssistantResponse, InputProblemKind, StopReason, ToolInputProblem, Usage};
 pub use retry::{RetryConfig, RetryDelay};

@@ -1,6 +1,7 @@
 //! A complete assistant response: the message plus what the provider said about it.
 
 use crate::conversation::Message;
+use crate::failure::ProviderKind;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -87,6 +88,22 @@ pub struct Usage {
     /// Tokens read from the prompt cache.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_read_input_tokens: Option<u64>,
+}
+
+impl Usage {
+    /// The tokens of the prompt as the context window counts them: OpenAI's `prompt_tokens`
+    /// already include cached tokens; Anthropic's `input_tokens` exclude the tokens read
+    /// from and written to the cache, which count too.
+    #[must_use]
+    pub fn context_tokens(&self, provider: ProviderKind) -> u64 {
+        match provider {
+            ProviderKind::OpenAi => self.input_tokens,
+            ProviderKind::Anthropic => self
+                .input_tokens
+                .saturating_add(self.cache_read_input_tokens.unwrap_or(0))
+                .saturating_add(self.cache_creation_input_tokens.unwrap_or(0)),
+        }
+    }
 }
 
 /// What was wrong with the input the model produced for one tool call.

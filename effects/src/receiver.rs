@@ -1,7 +1,10 @@
 //! Receivers: how a UI (or log, or test) hears what the runner is doing.
 
+use crate::runner::RunStats;
 use rebound_core::{wire::StreamDelta, ToolResultBlock};
-use rebound_core::{FallbackInfo, FinishReason, Message, ProviderRetryInfo, RunError, ToolCall};
+use rebound_core::{
+    CompactionReport, FallbackInfo, FinishReason, Message, ProviderRetryInfo, RunError, ToolCall,
+};
 
 /// A receiver refused or failed to take a notification. This is a host failure: the run
 /// stops, because a UI that cannot show progress must not be silently skipped.
@@ -13,7 +16,7 @@ pub struct ReceiverError(pub String);
 ///
 /// The order is the machine's: `provider_retry` arrives *before* the retry delay starts,
 /// `stream_reset` right after an attempt that had streamed text failed, `message` once per
-/// complete message (assistant or tool results), `finished` or `error` last.
+/// complete message (assistant or tool results), `totals` then `finished` or `error` last.
 pub trait Receiver: Send {
     /// A streamed piece of the response being produced.
     fn delta(&mut self, delta: &StreamDelta) -> Result<(), ReceiverError> {
@@ -40,13 +43,15 @@ pub trait Receiver: Send {
         let _ = info;
         Ok(())
     }
-    /// The conversation was compacted.
-    fn compaction(
-        &mut self,
-        before_messages: usize,
-        after_messages: usize,
-    ) -> Result<(), ReceiverError> {
-        let _ = (before_messages, after_messages);
+    /// The conversation was compacted: why, how, and by how much.
+    fn compaction(&mut self, report: &CompactionReport) -> Result<(), ReceiverError> {
+        let _ = report;
+        Ok(())
+    }
+    /// The run's totals (requests, tokens, retries, wall time), just before `finished` or
+    /// `error`.
+    fn totals(&mut self, stats: &RunStats) -> Result<(), ReceiverError> {
+        let _ = stats;
         Ok(())
     }
     /// A tool call starts running.

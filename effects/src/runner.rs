@@ -6,8 +6,8 @@ use crate::receiver::{NullReceiver, Receiver, ReceiverError};
 use rebound_core::trace::{TraceHeader, TraceStep};
 use rebound_core::{
     compact, AgentMachine, BatchOutcome, Command, ContentBlock, Conversation, Event, FinishReason,
-    HostFailure, HostFailureKind, MachineConfig, Millis, PermitAsk, RunError, ToolCall,
-    ToolFailure, ToolSpec,
+    HostFailure, HostFailureKind, MachineConfig, Millis, PermitAsk, RequestPurpose, RunError,
+    ToolCall, ToolFailure, ToolSpec, Usage,
 };
 use rebound_sim::TraceWriter;
 use std::io::Write;
@@ -54,7 +54,9 @@ pub trait Persist: Send + Sync {
     fn save<'a>(&'a self, conversation: &'a Conversation) -> BoxFuture<'a, Result<(), String>>;
 }
 
-/// Shrinks a conversation that overflowed the context window.
+/// Shrinks a conversation that overflowed the context window by elision (no provider
+/// request): used for [`CompactionMethod::Elide`](rebound_core::CompactionMethod), and when a
+/// summary could not be had. Summaries are provider requests the runner sends like any other.
 pub trait Compactor: Send + Sync {
     /// Returns the compacted conversation, or why it could not be compacted.
     fn compact<'a>(
@@ -100,6 +102,43 @@ pub struct RunStats {
     pub fallbacks: u32,
     /// Streams whose partial text was discarded.
     pub stream_resets: u32,
+    /// Input tokens reported, summed over answered requests (as each provider counts them:
+    /// OpenAI's include cached tokens, Anthropic's do not).
+    pub input_tokens: u64,
+    /// Output tokens reported, summed.
+    pub output_tokens: u64,
+    /// Prompt-cache reads reported, summed.
+    pub cache_read_tokens: u64,
+    /// Prompt-cache writes reported, summed (Anthropic).
+    pub cache_creation_tokens: u64,
+    /// Usage of each answered request, in order.
+    pub usage: Vec<RequestUsage>,
+    /// Time from the run's start to its end, in ms.
+    pub wall_ms: u64,
+}
+
+impl RunStats {
+    fn add_usage(&mut self, request: RequestUsage) {
+        let u = &request.usage;
+        self.input_tokens += u.input_tokens;
+        self.output_tokens += u.output_tokens;
+        self.cache_read_tokens += u.cache_read_input_tokens.unwrap_or(0);
+        self.cache_creation_tokens += u.cache_creation_input_tokens.unwrap_or(0);
+        self.usage.push(request);
+    }
+}
+
+/// What one answered provider request used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestUsage {
+    /// The target it went to.
+    pub target: usize,
+    /// Its attempt number.
+    pub attempt: u32,
+    /// What it was for (a turn, or a summary for compaction).
+    pub purpose: RequestPurpose,
+    /// The usage the provider reported.
+    pub usage: Usage,
 }
 
 /// How a successful run ended.
@@ -225,6 +264,8 @@ pub struct Runner {
     conversation: Conversation,
     cancel: CancelHandle,
     trace_meta: Vec<(String, String)>,
+    /// When the current run started (for its wall time).
+    started: Option<Instant>,
 }
 
 enum Flow {
@@ -267,6 +308,7 @@ impl Runner {
             conversation: Conversation::new(),
             cancel: CancelHandle::new(),
             trace_meta: Vec::new(),
+            started: None,
         }
     }
 
@@ -383,6 +425,7 @@ impl Runner {
             self.conversation.clone(),
         );
         let mut stats = RunStats::default();
+        self.started = Some(Instant::now());
         if let Err(e) = self.write_header() {
             return Err(self.host_error(HostFailureKind::Internal, format!("trace: {e}")));
         }
@@ -427,6 +470,9 @@ impl Runner {
         }
         self.conversation = machine.conversation().clone();
         if let Err(error) = &result {
+            stats.wall_ms = self.elapsed_ms();
+            // Best effort: the run is failing already.
+            let _ = self.receiver.totals(&stats);
             self.receiver.error(error);
         }
         match result {
@@ -495,16 +541,12 @@ impl Runner {
                 }
                 Command::ReplaceConversation {
                     conversation,
-                    before_messages,
-                    after_messages,
+                    report,
                 } => {
                     stats.compactions += 1;
                     match self.save(&conversation).await {
                         Err(e) => Err(e),
-                        Ok(()) => receiver_result(
-                            self.receiver.compaction(before_messages, after_messages),
-                        )
-                        .map(|()| None),
+                        Ok(()) => receiver_result(self.receiver.compaction(&report)).map(|()| None),
                     }
                 }
                 Command::NotifyRetry { info } => {
@@ -524,11 +566,21 @@ impl Runner {
                     target,
                     attempt,
                     conversation,
+                    purpose,
                 } => {
                     stats.requests += 1;
-                    return self
+                    let flow = self
                         .send(request, target, attempt, &conversation, stats)
                         .await;
+                    if let Flow::Next(Event::ProviderSucceeded { response, .. }) = &flow {
+                        stats.add_usage(RequestUsage {
+                            target,
+                            attempt,
+                            purpose,
+                            usage: response.usage,
+                        });
+                    }
+                    return flow;
                 }
                 // Every wait below polls the cancel first (`biased`): when the cancel and the
                 // awaited answer are both ready, the run is canceled, never a coin toss.
@@ -612,7 +664,12 @@ impl Runner {
                 Command::Finish { reason, turns } => {
                     // The machine has finished; a receiver that cannot show it still fails
                     // the run, as a receiver failure anywhere else does.
-                    return Flow::Done(match self.receiver.finished(&reason, turns) {
+                    stats.wall_ms = self.elapsed_ms();
+                    let shown = self
+                        .receiver
+                        .totals(stats)
+                        .and_then(|()| self.receiver.finished(&reason, turns));
+                    return Flow::Done(match shown {
                         Ok(()) => Ok((reason, turns)),
                         Err(e) => Err(RunError::Host {
                             failure: HostFailure::new(HostFailureKind::Receiver, e.0),
@@ -630,6 +687,12 @@ impl Runner {
         Flow::Done(Err(RunError::Invariant {
             message: "the machine emitted no command to wait on and did not stop".into(),
         }))
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        self.started.map_or(0, |s| {
+            u64::try_from(s.elapsed().as_millis()).unwrap_or(u64::MAX)
+        })
     }
 
     async fn save(&self, conversation: &Conversation) -> Result<(), HostFailure> {

@@ -211,9 +211,13 @@ fn with_faults(faults: Value) -> Value {
         "tool_calls": [{"name": "read", "input": {"path": "src/parse.rs"}}]}}]})
 }
 
+/// The scripted answer to `user_body`, with the usage the server reports for it.
 fn expected_answer() -> AssistantResponse {
     let s = Scenario::from_json(&with_faults(json!([])).to_string()).expect("scenario");
-    s.turns[0].answer.response(0, false)
+    let request = rebound_core::Conversation::from(vec![rebound_core::Message::user_text(
+        "Fix the failing test.",
+    )]);
+    rebound_sim::scenario::with_usage(s.turns[0].answer.response(0, false), &request)
 }
 
 #[tokio::test]

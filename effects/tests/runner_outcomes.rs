@@ -46,6 +46,7 @@ fn config() -> MachineConfig {
         targets: vec![TargetSpec {
             provider: ProviderKind::Anthropic,
             model: "claude-test".into(),
+            context_window: None,
         }],
         ..MachineConfig::default()
     }

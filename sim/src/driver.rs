@@ -19,7 +19,9 @@
 //! assert_eq!(outcome.retry_notifications().count(), 2);
 //! ```
 
-use crate::scenario::{final_answer, Cancel, FaultKind, Planned, Scenario, ScriptCursor};
+use crate::scenario::{
+    final_answer, with_usage, Cancel, FaultKind, Planned, Scenario, ScriptCursor,
+};
 use crate::scripted::ScriptedTools;
 use crate::trace::Trace;
 use rebound_core::trace::{TraceHeader, TraceStep};
@@ -684,15 +686,24 @@ impl<'s> Agent<'s> {
                         Err(failure),
                     );
                 }
+                Planned::Summary(script) => {
+                    return (
+                        stalled.saturating_add(timing.answer_ms),
+                        Ok(script.response(conversation)),
+                    );
+                }
                 Planned::Answer {
                     turn,
                     alternate,
                     answer,
                 } => {
-                    let response = match answer {
-                        Some(a) => a.response(turn, alternate),
-                        None => final_answer().response(turn, false),
-                    };
+                    let response = with_usage(
+                        match answer {
+                            Some(a) => a.response(turn, alternate),
+                            None => final_answer().response(turn, false),
+                        },
+                        conversation,
+                    );
                     let latency = answer
                         .and_then(|a| a.latency_ms)
                         .unwrap_or(timing.answer_ms);

@@ -74,6 +74,7 @@
 //! | `random` | a random fault model (below) | none |
 //! | `context_limit_bytes` | a request whose conversation is larger (by `approx_bytes`) fails with a context overflow | none |
 //! | `compaction_error` | when set, compaction fails with this message instead of running the default compactor | none |
+//! | `summary` | `{"faults": [...], "text": "..."}`: how the model answers summary requests (those ending with `rebound_core::compaction::SUMMARY_PROMPT`): each fault fails one summary request, in order, then every summary request is answered with `text`. Summary requests do not move the turns' script; the context limit and the random fault model apply to them as to any request | no faults, a short summary naming the messages summarised |
 //! | `cancel` | `{"at_ms": T}` or `{"at_step": N}` (after N handled events) | none |
 //! | `timing` | latencies in virtual ms (below) | see [`Timing`] |
 //!
@@ -165,6 +166,9 @@ pub struct Scenario {
     /// When set, compaction fails with this message.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compaction_error: Option<String>,
+    /// How the model answers summary requests.
+    #[serde(skip_serializing_if = "SummaryScript::is_default")]
+    pub summary: SummaryScript,
     /// When the run is canceled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cancel: Option<Cancel>,
@@ -186,10 +190,59 @@ impl Default for Scenario {
             random: None,
             context_limit_bytes: None,
             compaction_error: None,
+            summary: SummaryScript::default(),
             cancel: None,
             timing: Timing::default(),
         }
     }
+}
+
+/// How the scripted model answers summary requests: `faults` fail the first summary
+/// requests, in order; then each is answered with `text`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SummaryScript {
+    /// Faults for the first summary requests.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<Fault>,
+    /// The summary; by default one naming how many messages it summarises.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+}
+
+impl SummaryScript {
+    fn is_default(&self) -> bool {
+        *self == SummaryScript::default()
+    }
+
+    /// The answer to `request`, a summary request.
+    #[must_use]
+    pub fn response(&self, request: &Conversation) -> AssistantResponse {
+        let text = self.text.clone().unwrap_or_else(|| {
+            format!(
+                "Summary of the {} earlier messages: the task is the user's first request; \
+                 the steps so far succeeded; continue with the next one.",
+                request.len()
+            )
+        });
+        with_usage(
+            AssistantResponse::end_turn(Message::assistant_text(text)),
+            request,
+        )
+    }
+}
+
+/// `response` with the usage the scripted provider reports for it: the request's and the
+/// answer's estimated tokens ([`rebound_core::compaction::estimate_tokens`]).
+#[must_use]
+pub fn with_usage(mut response: AssistantResponse, request: &Conversation) -> AssistantResponse {
+    let answer = Conversation::from(vec![response.message.clone()]);
+    response.usage = Usage {
+        input_tokens: rebound_core::compaction::estimate_tokens(request.approx_bytes()),
+        output_tokens: rebound_core::compaction::estimate_tokens(answer.approx_bytes()),
+        ..Usage::default()
+    };
+    response
 }
 
 /// Synthetic earlier exchanges: `turns` tool calls whose results are `bytes` long.
@@ -1140,6 +1193,8 @@ pub enum Planned<'s> {
         /// The limit.
         limit: usize,
     },
+    /// A summary request, answered with this script's summary.
+    Summary(&'s SummaryScript),
     /// The attempt succeeds with this answer.
     Answer {
         /// Index of the turn answered; `turns.len()` for the final `"Done."`.
@@ -1172,6 +1227,7 @@ pub enum Planned<'s> {
 pub struct ScriptCursor {
     turn: usize,
     fault: usize,
+    summary_fault: usize,
     rng: fastrand::Rng,
 }
 
@@ -1182,6 +1238,7 @@ impl ScriptCursor {
         ScriptCursor {
             turn: 0,
             fault: 0,
+            summary_fault: 0,
             // A different stream from the machine's jitter RNG, which uses `seed` itself.
             rng: fastrand::Rng::with_seed(seed ^ 0x5ce7_a810_fa17_5eed),
         }
@@ -1239,6 +1296,13 @@ impl ScriptCursor {
                 }
                 return Planned::Fault(&DEFAULT_RANDOM_FAULT);
             }
+        }
+        if rebound_core::compaction::is_summary_request(conversation) {
+            if let Some(f) = scenario.summary.faults.get(self.summary_fault) {
+                self.summary_fault += 1;
+                return Planned::Fault(f);
+            }
+            return Planned::Summary(&scenario.summary);
         }
         let Some(turn) = scenario.turns.get(self.turn) else {
             return Planned::Answer {

@@ -31,6 +31,7 @@ fn config(attempts: u32, targets: usize) -> SimConfig {
                         ProviderKind::OpenAi
                     },
                     model: format!("model-{i}"),
+                    context_window: None,
                 })
                 .collect(),
             ..MachineConfig::default()

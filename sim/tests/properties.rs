@@ -443,10 +443,12 @@ fn chain() -> impl Strategy<Value = (Vec<TargetSpec>, Option<(BudgetUse, BudgetC
         TargetSpec {
             provider: ProviderKind::Anthropic,
             model: "claude-sonnet-4-5".into(),
+            context_window: None,
         },
         TargetSpec {
             provider: ProviderKind::OpenAi,
             model: "gpt-4.1".into(),
+            context_window: None,
         },
     ]);
     let budget = (

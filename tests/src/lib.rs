@@ -102,8 +102,28 @@ impl Receiver for LogReceiver {
         self.push(format!("fallback {} -> {}", info.from_label, info.to_label));
         Ok(())
     }
-    fn compaction(&mut self, before: usize, after: usize) -> Result<(), ReceiverError> {
-        self.push(format!("compaction {before} -> {after}"));
+    fn compaction(&mut self, report: &rebound_core::CompactionReport) -> Result<(), ReceiverError> {
+        self.push(format!(
+            "compaction {} {} messages {} -> {} bytes {} -> {}{}",
+            report.reason,
+            report.method,
+            report.before_messages,
+            report.after_messages,
+            report.before_bytes,
+            report.after_bytes,
+            report
+                .summary_error
+                .as_ref()
+                .map(|e| format!(" summary_error={e}"))
+                .unwrap_or_default()
+        ));
+        Ok(())
+    }
+    fn totals(&mut self, stats: &rebound_effects::runner::RunStats) -> Result<(), ReceiverError> {
+        self.push(format!(
+            "totals requests={} input={} output={}",
+            stats.requests, stats.input_tokens, stats.output_tokens
+        ));
         Ok(())
     }
     fn tool_start(&mut self, call: &rebound_core::ToolCall) -> Result<(), ReceiverError> {
@@ -142,6 +162,8 @@ pub struct Play {
     pub tools: Option<Arc<dyn ToolExecutor>>,
     /// Called with a cancel handle once the run started.
     pub cancel_after: Option<Duration>,
+    /// The target's context window in tokens, if it is to be known.
+    pub context_window: Option<u64>,
 }
 
 impl Play {
@@ -162,6 +184,7 @@ impl Play {
             },
             tools: None,
             cancel_after: None,
+            context_window: None,
         }
     }
 
@@ -187,6 +210,7 @@ impl Play {
         config.targets = vec![TargetSpec {
             provider: self.provider,
             model: "test-model".into(),
+            context_window: self.context_window,
         }];
         let scenario = Arc::new(self.scenario);
         let tools = self

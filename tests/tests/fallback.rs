@@ -27,10 +27,12 @@ fn anthropic_then_openai() -> MachineConfig {
             TargetSpec {
                 provider: ProviderKind::Anthropic,
                 model: "claude-test".into(),
+                context_window: None,
             },
             TargetSpec {
                 provider: ProviderKind::OpenAi,
                 model: "gpt-test".into(),
+                context_window: None,
             },
         ],
         ..MachineConfig::default()
@@ -168,10 +170,12 @@ async fn continue_on(
             TargetSpec {
                 provider: first,
                 model: "first".into(),
+                context_window: None,
             },
             TargetSpec {
                 provider: second,
                 model: "second".into(),
+                context_window: None,
             },
         ],
         ..MachineConfig::default()

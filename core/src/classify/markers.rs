@@ -26,9 +26,25 @@ const CONTEXT_OVERFLOW: &[&str] = &[
     "input exceeds context length",
     // OpenAI Responses API: "Your input exceeds the context window of this model."
     "exceeds the context window",
-    // Gemini behind OpenAI-compatible proxies: "The input token count (…) exceeds the maximum
-    // number of tokens allowed (…)"
-    "exceeds the maximum number of tokens allowed",
+    // Gemini (native and behind OpenAI-compatible proxies): "The input token count (…) exceeds
+    // the maximum number of tokens allowed (…)"
+    "exceeds the maximum number of tokens",
+    // LiteLLM (SDK and proxy) names its mapped exception in the message:
+    // "litellm.ContextWindowExceededError: …" (OpenHands/OpenHands#4894, #5350)
+    "contextwindowexceedederror",
+    "context window exceeded",
+    // AWS Bedrock ValidationException: "Input is too long for requested model." (also
+    // Replicate); "too many input tokens" (listed in BerriAI/litellm#21647)
+    "input is too long",
+    "too many input tokens",
+    // Mistral: "Prompt contains N tokens and M draft tokens, too large for model with K
+    // maximum context length" (BerriAI/litellm#21647)
+    "too large for model with",
+    // Perplexity: "The total length of all messages is too long." (BerriAI/litellm#21647)
+    "length of all messages is too long",
+    // Azure OpenAI: "Input tokens exceed the configured limit of 272000 tokens. Your messages
+    // resulted in 509178 tokens. …" (BerriAI/litellm#15968)
+    "input tokens exceed the configured limit",
 ];
 
 /// Phrases that mean "money or quota is spent: no retry will help".
@@ -122,6 +138,19 @@ mod tests {
             let lower = text.to_lowercase();
             assert!(!mentions_overflow(&lower), "{text}");
             assert!(!mentions_quota(&lower), "{text}");
+        }
+    }
+
+    #[test]
+    fn gateway_and_cloud_overflow_wordings_are_overflow() {
+        for text in [
+            "Prompt contains 40000 tokens and 0 draft tokens, too large for model with 32768 maximum context length",
+            "The total length of all messages is too long.",
+            "Input tokens exceed the configured limit of 272000 tokens. Your messages resulted in 509178 tokens. Please reduce the length of the messages.",
+            "Too many input tokens. Max input tokens: 200000, request input token count: 210000",
+            "litellm.ContextWindowExceededError: Context Window exceeded",
+        ] {
+            assert!(is_context_overflow_message(text), "{text}");
         }
     }
 

@@ -3,6 +3,7 @@
 use super::error::RunError;
 use super::ids::{BatchId, CompactionId, PermitId, RequestId, TimerId};
 use crate::budget::{BudgetNote, PermitKind};
+use crate::compaction::CompactionReport;
 use crate::conversation::{Conversation, Message};
 use crate::failure::FailureKind;
 use crate::response::StopReason;
@@ -151,6 +152,27 @@ impl fmt::Display for FinishReason {
     }
 }
 
+/// What a provider request is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestPurpose {
+    /// The next assistant message of the conversation.
+    #[default]
+    Turn,
+    /// A summary of older turns, for compaction: the conversation sent ends with
+    /// [`SUMMARY_PROMPT`](crate::compaction::SUMMARY_PROMPT), and its answer is not appended
+    /// to the conversation. Send it like any other request (same target, same tools).
+    Summary,
+}
+
+impl RequestPurpose {
+    /// Whether this is [`RequestPurpose::Turn`].
+    #[must_use]
+    pub fn is_turn(&self) -> bool {
+        *self == RequestPurpose::Turn
+    }
+}
+
 /// Something the driver must do, taken from [`AgentMachine::poll`](crate::AgentMachine::poll).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -171,6 +193,9 @@ pub enum Command {
         attempt: u32,
         /// What to send.
         conversation: Snapshot,
+        /// What the request is for: the next message, or a summary for compaction.
+        #[serde(default, skip_serializing_if = "RequestPurpose::is_turn")]
+        purpose: RequestPurpose,
     },
     /// Wait `delay_ms`, then answer with `TimerFired { timer }`.
     Sleep {
@@ -196,14 +221,13 @@ pub enum Command {
         /// What to compact.
         conversation: Snapshot,
     },
-    /// The conversation was replaced by its compacted form: persist it.
+    /// The conversation was replaced by its compacted form: persist it and tell the UI.
     ReplaceConversation {
         /// The new conversation.
         conversation: Snapshot,
-        /// Messages before compaction.
-        before_messages: usize,
-        /// Messages after compaction.
-        after_messages: usize,
+        /// What the compaction did (written flat into traces: `before_messages`, …).
+        #[serde(flatten)]
+        report: CompactionReport,
     },
     /// Run these tool calls (independent; concurrently if possible); answer with
     /// `ToolsFinished`.

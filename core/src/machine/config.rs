@@ -1,6 +1,6 @@
 //! What a machine is told before it starts: retry policy, tools, targets, limits.
 
-use crate::compaction::CompactionPolicy;
+use crate::compaction::{CompactionMethod, CompactionPolicy};
 use crate::failure::ProviderKind;
 use crate::retry::RetryConfig;
 use crate::tool::ToolSpec;
@@ -15,6 +15,32 @@ pub struct TargetSpec {
     pub provider: ProviderKind,
     /// The model name, e.g. `claude-sonnet-4-5`.
     pub model: String,
+    /// The model's context window in tokens, when known (see
+    /// [`context_window`](crate::context_window) for a table of common models). With it, the
+    /// machine compacts before a request once the last one's input passed
+    /// [`MachineConfig::compact_threshold_percent`] of it, instead of waiting for a refusal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
+}
+
+impl TargetSpec {
+    /// A target for `model` on `provider`, its context window looked up in the built-in
+    /// table.
+    ///
+    /// ```
+    /// use rebound_core::{ProviderKind, TargetSpec};
+    /// let t = TargetSpec::new(ProviderKind::Anthropic, "claude-sonnet-4-5");
+    /// assert_eq!(t.context_window, Some(200_000));
+    /// ```
+    #[must_use]
+    pub fn new(provider: ProviderKind, model: impl Into<String>) -> Self {
+        let model = model.into();
+        TargetSpec {
+            provider,
+            context_window: crate::context_window(&model),
+            model,
+        }
+    }
 }
 
 impl fmt::Display for TargetSpec {
@@ -72,8 +98,17 @@ pub struct MachineConfig {
     pub max_turns: Option<u32>,
     /// Whether a context overflow triggers one compaction and retry (else it fails).
     pub auto_compact: bool,
-    /// The default compactor's policy (drivers that compact differently ignore it).
+    /// The default compactor's policy (drivers that compact differently ignore it); also
+    /// what the summary request keeps verbatim and elides.
     pub compaction: CompactionPolicy,
+    /// How to compact: a summary written by the current target (falling back to elision
+    /// when it fails), or elision alone. Elision by default, and for traces written before
+    /// summaries existed.
+    pub compact_with: CompactionMethod,
+    /// Compact before a request when the previous request's input tokens reached this
+    /// percentage of the target's [`context_window`](TargetSpec::context_window) (85 by
+    /// default; 0 or a target without a known window: only on overflow).
+    pub compact_threshold_percent: u8,
     /// When set, charged retries (those not obeying a server hint) need a permit from a
     /// shared retry budget.
     pub retry_budget: Option<BudgetUse>,
@@ -88,6 +123,8 @@ impl Default for MachineConfig {
             max_turns: None,
             auto_compact: true,
             compaction: CompactionPolicy::default(),
+            compact_with: CompactionMethod::Elide,
+            compact_threshold_percent: 85,
             retry_budget: None,
         }
     }

@@ -6,13 +6,19 @@ mod error;
 mod event;
 mod ids;
 
-pub use command::{Command, FallbackInfo, FinishReason, ProviderRetryInfo, Snapshot};
+pub use command::{
+    Command, FallbackInfo, FinishReason, ProviderRetryInfo, RequestPurpose, Snapshot,
+};
 pub use config::{BudgetUse, MachineConfig, TargetSpec};
 pub use error::{GiveUp, RunError, TargetFailure};
 pub use event::{Event, Handled, IgnoreReason};
 pub use ids::{BatchId, CompactionId, PermitId, RequestId, TimerId};
 
 use crate::budget::{BudgetNote, PermitDecision, PermitKind};
+use crate::compaction::{
+    summarized, summary_request, CompactionMethod, CompactionReason, CompactionReport,
+    SummaryRequest,
+};
 use crate::conversation::{ContentBlock, Conversation, Message, Role, ToolResultPart};
 use crate::failure::{FailureAction, FailureKind, ProviderFailure, TransportFault};
 use crate::response::{AssistantResponse, InputProblemKind, StopReason, ToolInputProblem};
@@ -52,6 +58,14 @@ use std::sync::Arc;
 ///    UI (before the `Sleep` that follows them), `SendRequest`, `Sleep`, `RunTools`,
 ///    `Compact` and `AcquirePermit` start work whose answer you `handle` later.
 /// 3. `Finish` and `Fail` are terminal: after them the machine ignores every input.
+///
+/// A `SendRequest` whose `purpose` is [`RequestPurpose::Summary`] asks the current target
+/// for a summary of older turns during a compaction (see [`crate::compaction`]): send it
+/// like any other request and answer with `ProviderSucceeded`/`ProviderFailed`; its answer
+/// is never appended. Compaction runs on a context overflow, or before a request when the
+/// previous one's reported input tokens reached
+/// [`MachineConfig::compact_threshold_percent`] of the target's context window — at most once
+/// per request.
 ///
 /// Time is [`Millis`] since the run started and must not go backwards (a smaller value is
 /// treated as the latest one seen). The only randomness is retry jitter, drawn from an RNG
@@ -112,6 +126,31 @@ pub struct AgentMachine {
     target: usize,
     target_failures: Vec<TargetFailure>,
     outcome: Option<Result<FinishReason, RunError>>,
+    /// Input tokens of the last answered request, as the context window counts them.
+    last_context_tokens: Option<u64>,
+    /// The compaction under way, if any.
+    compacting: Option<Compacting>,
+}
+
+/// A compaction under way: by a summary request, then (or else) by the driver's elision.
+#[derive(Debug)]
+struct Compacting {
+    reason: CompactionReason,
+    /// The overflow retry costs no attempt: the attempt number is handed back.
+    refund_attempt: bool,
+    /// How the request goes on once the conversation is compacted.
+    then: PermitKind,
+    /// While the summary request is under way: what it sends and the paused request.
+    summary: Option<Summarizing>,
+    /// Why the summary failed, once it has (elision runs instead).
+    summary_error: Option<String>,
+}
+
+#[derive(Debug)]
+struct Summarizing {
+    request: SummaryRequest,
+    /// The request that is waiting for the compaction.
+    paused: RequestState,
 }
 
 /// Per-request bookkeeping: reset whenever the conversation gains a message.
@@ -146,10 +185,9 @@ enum Phase {
         timer: TimerId,
         kind: PermitKind,
     },
+    /// Waiting for the driver's elision ([`Command::Compact`]).
     Compacting {
         compaction: CompactionId,
-        before_bytes: usize,
-        before_messages: usize,
     },
     RunningTools {
         batch: BatchId,
@@ -190,6 +228,8 @@ impl AgentMachine {
             target: 0,
             target_failures: Vec::new(),
             outcome: None,
+            last_context_tokens: None,
+            compacting: None,
         }
     }
 
@@ -277,12 +317,8 @@ impl AgentMachine {
                 _ => return Handled::Ignored(IgnoreReason::Stale),
             },
             Event::CompactionFinished { compaction, result } => match self.phase {
-                Phase::Compacting {
-                    compaction: c,
-                    before_bytes,
-                    before_messages,
-                } if c == compaction => {
-                    self.on_compacted(result, before_bytes, before_messages);
+                Phase::Compacting { compaction: c } if c == compaction => {
+                    self.on_compacted(result);
                 }
                 _ => return Handled::Ignored(IgnoreReason::Stale),
             },
@@ -414,7 +450,36 @@ impl AgentMachine {
             since: self.now,
             ..RequestState::default()
         };
+        if self.past_threshold() {
+            // One compaction per request: an overflow after this one fails.
+            self.request.compacted = true;
+            return self.begin_compaction(CompactionReason::Threshold, PermitKind::FirstAttempt);
+        }
         self.attempt_next(PermitKind::FirstAttempt);
+    }
+
+    /// Whether the last request's input filled the current target's context window past the
+    /// threshold.
+    fn past_threshold(&self) -> bool {
+        let percent = u64::from(self.config.compact_threshold_percent);
+        let window = self
+            .config
+            .targets
+            .get(self.target)
+            .and_then(|t| t.context_window);
+        match (self.config.auto_compact, window, self.last_context_tokens) {
+            (true, Some(window), Some(tokens)) if percent > 0 && window > 0 => {
+                u128::from(tokens) * 100 >= u128::from(window) * u128::from(percent)
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the requests under way are summary requests.
+    fn summarizing(&self) -> bool {
+        self.compacting
+            .as_ref()
+            .is_some_and(|c| c.summary.is_some())
     }
 
     /// Makes the next attempt: with a shared budget, after asking it for a permit of `kind`;
@@ -444,18 +509,29 @@ impl AgentMachine {
         self.request.attempt += 1;
         let request = RequestId(self.next_id());
         self.phase = Phase::Requesting { request };
-        let conversation = self.snapshot();
+        let (conversation, purpose) =
+            match self.compacting.as_ref().and_then(|c| c.summary.as_ref()) {
+                Some(s) => (
+                    Snapshot(Arc::new(s.request.conversation.clone())),
+                    RequestPurpose::Summary,
+                ),
+                None => (self.snapshot(), RequestPurpose::Turn),
+            };
         self.emit(Command::SendRequest {
             request,
             target: self.target,
             attempt: self.request.attempt,
             conversation,
+            purpose,
         });
     }
 
     // ----- provider answers -------------------------------------------------------------
 
     fn on_failure(&mut self, failure: ProviderFailure) {
+        if self.summarizing() && failure.action() == FailureAction::Compact {
+            return self.shrink_summary_request(failure);
+        }
         match failure.action() {
             FailureAction::Compact => self.on_overflow(failure),
             FailureAction::Fail => {
@@ -540,12 +616,102 @@ impl AgentMachine {
         self.request.compacted = true;
         // The compaction retry reuses the attempt number: it costs no attempt.
         self.notify_retry(failure, self.request.attempt, 0);
-        let compaction = CompactionId(self.next_id());
-        self.phase = Phase::Compacting {
-            compaction,
-            before_bytes: self.conversation.approx_bytes(),
-            before_messages: self.conversation.len(),
+        self.begin_compaction(CompactionReason::Overflow, PermitKind::Hinted);
+    }
+
+    /// Starts compacting the conversation: with a summary request when configured and there
+    /// are older turns to summarise, else with the driver's elision.
+    fn begin_compaction(&mut self, reason: CompactionReason, then: PermitKind) {
+        self.compacting = Some(Compacting {
+            reason,
+            refund_attempt: reason == CompactionReason::Overflow,
+            then,
+            summary: None,
+            summary_error: None,
+        });
+        if self.config.compact_with != CompactionMethod::Summary {
+            return self.elide();
+        }
+        let fit = self.summary_fit_bytes(reason);
+        match summary_request(&self.conversation, &self.config.compaction, fit) {
+            Some(request) => {
+                let paused = std::mem::replace(
+                    &mut self.request,
+                    RequestState {
+                        since: self.now,
+                        ..RequestState::default()
+                    },
+                );
+                if let Some(c) = self.compacting.as_mut() {
+                    c.summary = Some(Summarizing { request, paused });
+                }
+                self.attempt_next(PermitKind::FirstAttempt);
+            }
+            None => self.summary_failed("there are no older turns to summarise".to_owned()),
+        }
+    }
+
+    /// How large the first summary request may be: seven tenths of the target's context
+    /// window (at 4 bytes a token) when it is known, leaving room for the answer; after an
+    /// overflow without a known window, half the conversation that overflowed.
+    fn summary_fit_bytes(&self, reason: CompactionReason) -> Option<usize> {
+        let window = self
+            .config
+            .targets
+            .get(self.target)
+            .and_then(|t| t.context_window);
+        let from_window =
+            window.map(|w| usize::try_from(w.saturating_mul(4) / 10 * 7).unwrap_or(usize::MAX));
+        let from_overflow =
+            (reason == CompactionReason::Overflow).then(|| self.conversation.approx_bytes() / 2);
+        match (from_window, from_overflow) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The summary request itself overflowed: drop more of its oldest turns (to half its
+    /// size) and send it again, at no attempt's cost; when nothing is left to drop, the
+    /// summary failed.
+    fn shrink_summary_request(&mut self, failure: ProviderFailure) {
+        let Some(summary) = self.compacting.as_ref().and_then(|c| c.summary.as_ref()) else {
+            unreachable!("shrink_summary_request runs only while summarizing");
         };
+        let sent = summary.request.conversation.approx_bytes();
+        let smaller = summary_request(&self.conversation, &self.config.compaction, Some(sent / 2))
+            .filter(|r| r.conversation.approx_bytes() < sent);
+        match smaller {
+            Some(request) => {
+                if let Some(s) = self.compacting.as_mut().and_then(|c| c.summary.as_mut()) {
+                    s.request = request;
+                }
+                self.notify_retry(failure, self.request.attempt, 0);
+                self.request.attempt -= 1;
+                self.attempt_next(PermitKind::Hinted);
+            }
+            None => self.summary_failed(format!(
+                "the summary request does not fit the context window ({})",
+                failure.message
+            )),
+        }
+    }
+
+    /// The summary request gave up: the paused request resumes waiting, and elision runs.
+    fn summary_failed(&mut self, message: String) {
+        let Some(compacting) = self.compacting.as_mut() else {
+            unreachable!("summary_failed runs only while compacting");
+        };
+        if let Some(summary) = compacting.summary.take() {
+            self.request = summary.paused;
+        }
+        compacting.summary_error = Some(message);
+        self.elide();
+    }
+
+    /// Asks the driver to elide.
+    fn elide(&mut self) {
+        let compaction = CompactionId(self.next_id());
+        self.phase = Phase::Compacting { compaction };
         let conversation = self.snapshot();
         self.emit(Command::Compact {
             compaction,
@@ -553,45 +719,75 @@ impl AgentMachine {
         });
     }
 
-    fn on_compacted(
-        &mut self,
-        result: Result<Conversation, String>,
-        before_bytes: usize,
-        before_messages: usize,
-    ) {
-        let compacted = result.and_then(|c| {
-            let after = c.approx_bytes();
-            if after >= before_bytes {
-                return Err(format!(
-                    "the compacted conversation is not smaller ({after} bytes, was {before_bytes})"
-                ));
-            }
-            if c.last().map(|m| m.role) != self.conversation.last().map(|m| m.role) {
-                return Err("the compactor dropped the latest message".to_owned());
-            }
-            c.check_tool_pairing(false)
-                .map_err(|e| format!("the compacted conversation is inconsistent: {e}"))?;
-            Ok(c)
-        });
-        match compacted {
-            Ok(c) => {
-                let after_messages = c.len();
-                self.conversation = Arc::new(c);
-                let conversation = self.snapshot();
-                self.emit(Command::ReplaceConversation {
-                    conversation,
-                    before_messages,
-                    after_messages,
-                });
-                // The compaction retry costs no attempt.
-                self.request.attempt -= 1;
-                self.attempt_next(PermitKind::Hinted);
-            }
-            Err(message) => {
-                let failure = self.last_failure("context overflow");
-                self.give_up(failure, GiveUp::CompactionFailed { message }, false);
+    /// The summary request was answered with `message`.
+    fn on_summary(&mut self, message: &Message) {
+        let Some(summary) = self.compacting.as_mut().and_then(|c| c.summary.take()) else {
+            unreachable!("on_summary runs only while summarizing");
+        };
+        self.request = summary.paused;
+        let text = message.text();
+        if text.trim().is_empty() {
+            return self
+                .summary_failed("the model answered the summary request without text".to_owned());
+        }
+        let compacted = summarized(&self.conversation, summary.request.keep_from, &text);
+        if let Err(message) = self.accept(compacted, CompactionMethod::Summary) {
+            self.summary_failed(message);
+        }
+    }
+
+    fn on_compacted(&mut self, result: Result<Conversation, String>) {
+        let accepted = result.and_then(|c| self.accept(c, CompactionMethod::Elide));
+        if let Err(message) = accepted {
+            let Some(compacting) = self.compacting.take() else {
+                unreachable!("a compaction finished without one under way");
+            };
+            match compacting.reason {
+                CompactionReason::Overflow => {
+                    let failure = self.last_failure("context overflow");
+                    self.give_up(failure, GiveUp::CompactionFailed { message }, false);
+                }
+                // Nothing refused the request yet: send it as it is.
+                CompactionReason::Threshold => self.attempt_next(compacting.then),
             }
         }
+    }
+
+    /// Checks `compacted` and, if it will do, makes it the conversation and resumes the
+    /// request; else says why it will not do (and changes nothing).
+    fn accept(&mut self, compacted: Conversation, method: CompactionMethod) -> Result<(), String> {
+        let before_bytes = self.conversation.approx_bytes();
+        let after = compacted.approx_bytes();
+        if after >= before_bytes {
+            return Err(format!(
+                "the compacted conversation is not smaller ({after} bytes, was {before_bytes})"
+            ));
+        }
+        if compacted.last().map(|m| m.role) != self.conversation.last().map(|m| m.role) {
+            return Err("the compactor dropped the latest message".to_owned());
+        }
+        compacted
+            .check_tool_pairing(false)
+            .map_err(|e| format!("the compacted conversation is inconsistent: {e}"))?;
+        let Some(compacting) = self.compacting.take() else {
+            unreachable!("accept runs only while compacting");
+        };
+        let mut report =
+            CompactionReport::new(&self.conversation, &compacted, compacting.reason, method);
+        report.summary_error = compacting.summary_error;
+        self.conversation = Arc::new(compacted);
+        // The count was of the conversation before: the next answer tells the new one.
+        self.last_context_tokens = None;
+        let conversation = self.snapshot();
+        self.emit(Command::ReplaceConversation {
+            conversation,
+            report,
+        });
+        if compacting.refund_attempt {
+            self.request.attempt -= 1;
+        }
+        self.attempt_next(compacting.then);
+        Ok(())
     }
 
     fn last_failure(&self, fallback: &str) -> ProviderFailure {
@@ -604,6 +800,10 @@ impl AgentMachine {
     /// Stops retrying the current target: falls back to the next one when allowed and
     /// available, else fails the run.
     fn give_up(&mut self, failure: ProviderFailure, reason: GiveUp, may_fall_back: bool) {
+        if self.summarizing() {
+            // A summary never moves the run to another target: elision needs no provider.
+            return self.summary_failed(format!("{reason}: {}", failure.message));
+        }
         let label = self.config.target_label(self.target);
         if may_fall_back && self.target + 1 < self.config.target_count() {
             let from = self.target;
@@ -698,7 +898,7 @@ impl AgentMachine {
             mut message,
             stop_reason,
             input_problems,
-            ..
+            usage,
         } = response;
         message.role = Role::Assistant;
         if message.is_empty() {
@@ -712,6 +912,13 @@ impl AgentMachine {
                 target: self.target,
             };
             self.emit(Command::NoteBudget { note });
+        }
+        if self.summarizing() {
+            return self.on_summary(&message);
+        }
+        if let Some(provider) = self.config.targets.get(self.target).map(|t| t.provider) {
+            let tokens = usage.context_tokens(provider);
+            self.last_context_tokens = (tokens > 0).then_some(tokens);
         }
         let problems = unique_tool_ids(&mut message, input_problems, self.next_id);
         self.turns += 1;

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::budget::{BudgetConfig, BudgetNote, PermitAsk, PermitKind, RetryBudget, Ticket};
-use crate::compaction::compact;
+use crate::compaction::{compact, CompactionMethod, CompactionReason, CompactionReport};
 use crate::response::Usage;
 use crate::retry::RetryConfig;
 use crate::tool::{CallOutcome, HostFailure, HostFailureKind, ToolOutput, ToolSpec};
@@ -338,8 +338,13 @@ fn context_overflow_compacts_once_and_retries_once() {
         },
     );
     assert!(matches!(
-        out[0],
-        Command::ReplaceConversation { before_messages: 15, after_messages, .. } if after_messages == expected_len
+        &out[0],
+        Command::ReplaceConversation { report, .. } if report.before_messages == 15
+            && report.after_messages == expected_len
+            && report.method == CompactionMethod::Elide
+            && report.reason == CompactionReason::Overflow
+            && report.after_bytes < report.before_bytes
+            && report.after_tokens < report.before_tokens
     ));
     let (req2, attempt2, snap) = sent(&out);
     assert_eq!(attempt2, attempt, "compaction must not consume an attempt");
@@ -823,10 +828,12 @@ fn fallback_config() -> MachineConfig {
             TargetSpec {
                 provider: crate::ProviderKind::Anthropic,
                 model: "claude".into(),
+                context_window: None,
             },
             TargetSpec {
                 provider: crate::ProviderKind::OpenAi,
                 model: "gpt".into(),
+                context_window: None,
             },
         ],
         ..config()
@@ -1336,4 +1343,355 @@ fn after_a_fallback_later_turns_stay_on_the_fallback_target() {
         })
     ));
     assert_eq!(m.target(), 1);
+}
+
+// ----- summarising compaction and compaction before overflow -------------------------------
+
+fn summary_config(window: Option<u64>) -> MachineConfig {
+    MachineConfig {
+        compact_with: CompactionMethod::Summary,
+        targets: vec![TargetSpec {
+            provider: crate::ProviderKind::Anthropic,
+            model: "claude-test".into(),
+            context_window: window,
+        }],
+        ..config()
+    }
+}
+
+/// The single SendRequest among `commands`, with its purpose.
+fn sent_for(commands: &[Command]) -> (RequestId, RequestPurpose, Snapshot) {
+    let sends: Vec<_> = commands
+        .iter()
+        .filter_map(|c| match c {
+            Command::SendRequest {
+                request,
+                purpose,
+                conversation,
+                ..
+            } => Some((*request, *purpose, conversation.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sends.len(), 1, "expected one SendRequest in {commands:#?}");
+    sends.into_iter().next().unwrap()
+}
+
+fn report(commands: &[Command]) -> CompactionReport {
+    commands
+        .iter()
+        .find_map(|c| match c {
+            Command::ReplaceConversation { report, .. } => Some(report.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("expected ReplaceConversation in {commands:#?}"))
+}
+
+#[test]
+fn overflow_asks_the_model_for_a_summary_and_retries_with_it_and_the_latest_exchange() {
+    let original = big_conversation();
+    let mut m = AgentMachine::with_conversation(summary_config(None), 1, original.clone());
+    let (req, _, _) = sent(&m.step(Millis(0), user("continue")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: overflow(),
+        },
+    );
+    assert!(
+        matches!(&out[0], Command::NotifyRetry { info } if info.kind == FailureKind::ContextOverflow)
+    );
+    let (summary_req, purpose, asked) = sent_for(&out);
+    assert_eq!(purpose, RequestPurpose::Summary);
+    assert!(crate::compaction::is_summary_request(&asked));
+    assert!(asked.approx_bytes() < original.approx_bytes());
+    let out = m.step(
+        Millis(2),
+        Event::ProviderSucceeded {
+            request: summary_req,
+            response: text_response("The task: continue. Done: six steps."),
+        },
+    );
+    let r = report(&out);
+    assert_eq!(
+        (r.reason, r.method, r.summary_error.clone()),
+        (CompactionReason::Overflow, CompactionMethod::Summary, None)
+    );
+    assert!(r.after_messages < r.before_messages, "{r:?}");
+    assert!(r.after_bytes * 4 < r.before_bytes, "{r:?}");
+    let (_, purpose, retried) = sent_for(&out);
+    assert_eq!(purpose, RequestPurpose::Turn);
+    let first = &retried.messages()[0];
+    assert_eq!(first.role, Role::User);
+    assert!(first
+        .text()
+        .contains("The task: continue. Done: six steps."));
+    // The latest exchange is kept verbatim; the summary is not an assistant turn.
+    let n = retried.len();
+    assert_eq!(
+        retried.messages()[n - 2..],
+        m.conversation().messages()[n - 2..]
+    );
+    assert_eq!(retried.messages()[n - 1].text(), "continue");
+    assert_eq!(retried.messages()[1].role, Role::Assistant);
+    assert!(!appended(&out)
+        .iter()
+        .any(|msg| msg.text().contains("six steps")));
+}
+
+#[test]
+fn a_failed_summary_request_falls_back_to_elision_and_says_why() {
+    let mut m = AgentMachine::with_conversation(summary_config(None), 1, big_conversation());
+    let (req, _, _) = sent(&m.step(Millis(0), user("continue")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: overflow(),
+        },
+    );
+    let (summary_req, _, _) = sent_for(&out);
+    let out = m.step(
+        Millis(2),
+        Event::ProviderFailed {
+            request: summary_req,
+            failure: failure(FailureKind::BadRequest, 400),
+        },
+    );
+    let Some(Command::Compact {
+        compaction,
+        conversation,
+    }) = out.last()
+    else {
+        panic!("{out:#?}")
+    };
+    let elided = compact(conversation, &m.config().compaction).unwrap();
+    let out = m.step(
+        Millis(3),
+        Event::CompactionFinished {
+            compaction: *compaction,
+            result: Ok(elided),
+        },
+    );
+    let r = report(&out);
+    assert_eq!(r.method, CompactionMethod::Elide);
+    assert!(
+        r.summary_error.as_deref().unwrap().contains("status 400"),
+        "{r:?}"
+    );
+    assert!(r.to_string().contains("elided instead"));
+    let (_, purpose, _) = sent_for(&out);
+    assert_eq!(purpose, RequestPurpose::Turn);
+    assert_eq!(
+        m.target(),
+        0,
+        "a summary failure never falls back to another target"
+    );
+}
+
+#[test]
+fn a_summary_request_is_retried_under_the_retry_policy() {
+    let mut m = AgentMachine::with_conversation(summary_config(None), 1, big_conversation());
+    let (req, _, _) = sent(&m.step(Millis(0), user("continue")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: overflow(),
+        },
+    );
+    let (summary_req, _, first) = sent_for(&out);
+    let out = m.step(
+        Millis(2),
+        Event::ProviderFailed {
+            request: summary_req,
+            failure: failure(FailureKind::Unavailable, 529),
+        },
+    );
+    assert!(matches!(&out[0], Command::NotifyRetry { info } if info.attempt == 2));
+    let (timer, _) = sleep(&out);
+    let out = m.step(Millis(3_000), Event::TimerFired { timer });
+    let (_, purpose, again) = sent_for(&out);
+    assert_eq!(purpose, RequestPurpose::Summary);
+    assert_eq!(again, first);
+}
+
+#[test]
+fn a_summary_request_that_overflows_too_drops_its_oldest_turns_and_is_sent_again() {
+    let mut c = Conversation::new();
+    c.push(Message::user_text("task"));
+    for i in 0..40 {
+        c.push(Message::assistant_text(format!(
+            "step {i} {}",
+            "y".repeat(900)
+        )));
+        c.push(Message::user_text(format!("more {i}")));
+    }
+    c.push(Message::assistant_text("ok"));
+    let mut m = AgentMachine::with_conversation(summary_config(None), 1, c);
+    let (req, _, _) = sent(&m.step(Millis(0), user("continue")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: overflow(),
+        },
+    );
+    let (mut summary_req, _, mut asked) = sent_for(&out);
+    let mut sizes = vec![asked.approx_bytes()];
+    // Keep refusing: it shrinks each time, then gives up on the summary and elides.
+    loop {
+        let out = m.step(
+            Millis(2),
+            Event::ProviderFailed {
+                request: summary_req,
+                failure: overflow(),
+            },
+        );
+        if let Some(Command::Compact { .. }) = out.last() {
+            break;
+        }
+        (summary_req, _, asked) = sent_for(&out);
+        assert!(crate::compaction::is_summary_request(&asked));
+        assert!(asked.approx_bytes() < *sizes.last().unwrap(), "{sizes:?}");
+        assert_eq!(asked.check_tool_pairing(false), Ok(()));
+        sizes.push(asked.approx_bytes());
+        assert!(
+            sizes.len() < 20,
+            "the summary request must stop shrinking: {sizes:?}"
+        );
+    }
+    assert!(sizes.len() > 2, "{sizes:?}");
+}
+
+fn with_usage(text: &str, input_tokens: u64) -> AssistantResponse {
+    let mut r = tool_response(&[("t1", "read", json!({"path": "a"}))]);
+    r.message.content.insert(0, ContentBlock::text(text));
+    r.usage = Usage {
+        input_tokens,
+        output_tokens: 10,
+        ..Usage::default()
+    };
+    r
+}
+
+#[test]
+fn input_tokens_past_the_threshold_compact_before_the_next_request() {
+    let mut m =
+        AgentMachine::with_conversation(summary_config(Some(10_000)), 1, big_conversation());
+    let (req, _, _) = sent(&m.step(Millis(0), user("continue")));
+    // 8,400 tokens of a 10,000 window: under 85 %, no compaction.
+    let out = m.step(
+        Millis(1),
+        Event::ProviderSucceeded {
+            request: req,
+            response: with_usage("a", 8_400),
+        },
+    );
+    let (batch, _) = run_tools(&out);
+    let out = m.step(
+        Millis(2),
+        Event::ToolsFinished {
+            batch,
+            outcome: ok_outcome("t1"),
+        },
+    );
+    let (req, purpose, _) = sent_for(&out);
+    assert_eq!(purpose, RequestPurpose::Turn);
+    // 8,500 tokens: the next request is preceded by a summary.
+    let out = m.step(
+        Millis(3),
+        Event::ProviderSucceeded {
+            request: req,
+            response: with_usage("b", 8_500),
+        },
+    );
+    let (batch, _) = run_tools(&out);
+    let out = m.step(
+        Millis(4),
+        Event::ToolsFinished {
+            batch,
+            outcome: ok_outcome("t1"),
+        },
+    );
+    let (summary_req, purpose, _) = sent_for(&out);
+    assert_eq!(purpose, RequestPurpose::Summary);
+    assert!(!out.iter().any(|c| matches!(c, Command::NotifyRetry { .. })));
+    let out = m.step(
+        Millis(5),
+        Event::ProviderSucceeded {
+            request: summary_req,
+            response: text_response("summary"),
+        },
+    );
+    let r = report(&out);
+    assert_eq!(
+        (r.reason, r.method),
+        (CompactionReason::Threshold, CompactionMethod::Summary)
+    );
+    let (req, purpose, snap) = sent_for(&out);
+    assert_eq!(
+        (purpose, snap.len()),
+        (RequestPurpose::Turn, m.conversation().len())
+    );
+    // The compacted request overflows anyway: no second compaction for it.
+    let out = m.step(
+        Millis(6),
+        Event::ProviderFailed {
+            request: req,
+            failure: overflow(),
+        },
+    );
+    assert!(matches!(
+        fail_error(&out),
+        RunError::Provider {
+            reason: GiveUp::OverflowAfterCompaction,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_threshold_compaction_that_cannot_shrink_sends_the_request_anyway() {
+    let config = MachineConfig {
+        compact_with: CompactionMethod::Elide,
+        ..summary_config(Some(100))
+    };
+    let mut m = AgentMachine::new(config, 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderSucceeded {
+            request: req,
+            response: with_usage("a", 99),
+        },
+    );
+    let (batch, _) = run_tools(&out);
+    let out = m.step(
+        Millis(2),
+        Event::ToolsFinished {
+            batch,
+            outcome: ok_outcome("t1"),
+        },
+    );
+    let Some(Command::Compact { compaction, .. }) = out.last() else {
+        panic!("{out:#?}")
+    };
+    let out = m.step(
+        Millis(3),
+        Event::CompactionFinished {
+            compaction: *compaction,
+            result: Err("cannot shrink".into()),
+        },
+    );
+    let (_, purpose, _) = sent_for(&out);
+    assert_eq!(purpose, RequestPurpose::Turn);
+}
+
+fn ok_outcome(id: &str) -> BatchOutcome {
+    BatchOutcome::PerCall(vec![CallOutcome {
+        tool_use_id: id.into(),
+        result: Ok(ToolOutput::text("contents")),
+    }])
 }

@@ -1,11 +1,12 @@
 //! The CLI's two views of a run: a human one and a JSON event stream.
 
 use crate::receiver::{Receiver, ReceiverError};
+use crate::runner::RunStats;
 use anstyle::{AnsiColor, Style};
 use rebound_core::wire::StreamDelta;
 use rebound_core::{
-    FallbackInfo, FinishReason, Message, ProviderRetryInfo, Role, RunError, ToolCall,
-    ToolResultBlock,
+    CompactionReport, FallbackInfo, FinishReason, Message, ProviderRetryInfo, Role, RunError,
+    ToolCall, ToolResultBlock,
 };
 use serde_json::{json, Value};
 use std::io::Write;
@@ -16,7 +17,55 @@ fn io_error(e: std::io::Error) -> ReceiverError {
 
 /// Writes one JSON object per line to stdout (`--events json`). The schema is in the README.
 #[derive(Debug, Default)]
-pub struct JsonEvents;
+pub struct JsonEvents {
+    totals: Option<Value>,
+}
+
+/// The run's totals as the `done` and `error` events carry them, in the shape of the JSON
+/// result of `claude -p --output-format json` (`duration_ms`, `num_turns`-like counts,
+/// `usage` with Anthropic's token names).
+#[must_use]
+pub fn totals_json(stats: &RunStats) -> Value {
+    json!({
+        "requests": stats.requests,
+        "retries": stats.retries,
+        "compactions": stats.compactions,
+        "duration_ms": stats.wall_ms,
+        "usage": {
+            "input_tokens": stats.input_tokens,
+            "output_tokens": stats.output_tokens,
+            "cache_read_input_tokens": stats.cache_read_tokens,
+            "cache_creation_input_tokens": stats.cache_creation_tokens,
+        },
+    })
+}
+
+/// One line of totals for people, e.g. `3 requests (1 retry), 12,345 input + 678 output
+/// tokens (cache: 0 read, 0 written), 1 compaction, 4.2s`.
+#[must_use]
+pub fn totals_line(stats: &RunStats) -> String {
+    let plural = |n: u32, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    format!(
+        "{} ({}), {} input + {} output tokens (cache: {} read, {} written), {}, {:.1}s",
+        plural(stats.requests, "request", "requests"),
+        plural(stats.retries, "retry", "retries"),
+        stats.input_tokens,
+        stats.output_tokens,
+        stats.cache_read_tokens,
+        stats.cache_creation_tokens,
+        plural(stats.compactions, "compaction", "compactions"),
+        stats.wall_ms as f64 / 1000.0
+    )
+}
+
+fn with_totals(mut event: Value, totals: Option<&Value>) -> Value {
+    if let (Some(Value::Object(fields)), Some(map)) = (totals, event.as_object_mut()) {
+        for (k, v) in fields {
+            map.insert(k.clone(), v.clone());
+        }
+    }
+    event
+}
 
 impl JsonEvents {
     fn emit(&mut self, value: Value) -> Result<(), ReceiverError> {
@@ -88,8 +137,24 @@ impl Receiver for JsonEvents {
         }))
     }
 
-    fn compaction(&mut self, before: usize, after: usize) -> Result<(), ReceiverError> {
-        self.emit(json!({"type": "compaction", "before_messages": before, "after_messages": after}))
+    fn compaction(&mut self, report: &CompactionReport) -> Result<(), ReceiverError> {
+        self.emit(json!({
+            "type": "compaction",
+            "reason": report.reason,
+            "method": report.method,
+            "before_messages": report.before_messages,
+            "after_messages": report.after_messages,
+            "before_bytes": report.before_bytes,
+            "after_bytes": report.after_bytes,
+            "before_tokens": report.before_tokens,
+            "after_tokens": report.after_tokens,
+            "summary_error": report.summary_error,
+        }))
+    }
+
+    fn totals(&mut self, stats: &RunStats) -> Result<(), ReceiverError> {
+        self.totals = Some(totals_json(stats));
+        Ok(())
     }
 
     fn tool_start(&mut self, call: &ToolCall) -> Result<(), ReceiverError> {
@@ -108,12 +173,14 @@ impl Receiver for JsonEvents {
     }
 
     fn finished(&mut self, reason: &FinishReason, turns: u32) -> Result<(), ReceiverError> {
-        self.emit(json!({"type": "done", "stop_reason": reason.to_string(), "turns": turns}))
+        let done = json!({"type": "done", "stop_reason": reason.to_string(), "turns": turns});
+        self.emit(with_totals(done, self.totals.as_ref()))
     }
 
     fn error(&mut self, error: &RunError) {
         // Best effort: the run is failing already.
-        let _ = self.emit(error_event(error));
+        let event = with_totals(error_event(error), self.totals.as_ref());
+        let _ = self.emit(event);
     }
 }
 
@@ -122,6 +189,8 @@ impl Receiver for JsonEvents {
 pub struct HumanView {
     /// Whether the cursor is mid-line on stdout (streamed text without a newline yet).
     mid_line: bool,
+    /// The run's totals, once told.
+    totals: Option<String>,
 }
 
 const DIM: Style = Style::new().dimmed();
@@ -210,11 +279,13 @@ impl Receiver for HumanView {
         self.status(DIM, &info.to_string())
     }
 
-    fn compaction(&mut self, before: usize, after: usize) -> Result<(), ReceiverError> {
-        self.status(
-            DIM,
-            &format!("compacted the conversation: {before} → {after} messages"),
-        )
+    fn compaction(&mut self, report: &CompactionReport) -> Result<(), ReceiverError> {
+        self.status(DIM, &report.to_string())
+    }
+
+    fn totals(&mut self, stats: &RunStats) -> Result<(), ReceiverError> {
+        self.totals = Some(totals_line(stats));
+        Ok(())
     }
 
     fn tool_start(&mut self, call: &ToolCall) -> Result<(), ReceiverError> {
@@ -241,10 +312,16 @@ impl Receiver for HumanView {
         ) {
             self.status(DIM, &format!("done: {reason} after {turns} turns"))?;
         }
+        if let Some(line) = self.totals.take() {
+            self.status(DIM, &line)?;
+        }
         Ok(())
     }
 
     fn error(&mut self, error: &RunError) {
         let _ = self.status(BAD, &format!("error: {error} — {}", advice(error)));
+        if let Some(line) = self.totals.take() {
+            let _ = self.status(DIM, &line);
+        }
     }
 }

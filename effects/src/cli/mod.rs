@@ -159,6 +159,33 @@ pub struct RunArgs {
     /// for a token and fail when none comes.
     #[arg(long)]
     pub retry_budget: bool,
+    /// How to compact a conversation that overflows (or nearly fills) the context window:
+    /// `summary` asks the model for a summary of the older turns (and elides when that
+    /// fails); `elide` cuts old payloads and turns without asking.
+    #[arg(long, value_enum, default_value = "summary")]
+    pub compact: CompactArg,
+    /// The model's context window in tokens, overriding the built-in table (used to compact
+    /// before the provider refuses: at 85 % of it).
+    #[arg(long, value_name = "TOKENS")]
+    pub context_window: Option<u64>,
+}
+
+/// `--compact`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CompactArg {
+    /// A summary written by the model; elision when it fails.
+    Summary,
+    /// Elision only.
+    Elide,
+}
+
+impl From<CompactArg> for rebound_core::CompactionMethod {
+    fn from(a: CompactArg) -> Self {
+        match a {
+            CompactArg::Summary => rebound_core::CompactionMethod::Summary,
+            CompactArg::Elide => rebound_core::CompactionMethod::Elide,
+        }
+    }
 }
 
 /// Options of `rebound demo`.

@@ -129,7 +129,7 @@ fn build_provider(
 fn receiver_for(events: EventsFormat) -> Box<dyn Receiver> {
     match events {
         EventsFormat::Human => Box::new(HumanView::default()),
-        EventsFormat::Json => Box::new(JsonEvents),
+        EventsFormat::Json => Box::new(JsonEvents::default()),
     }
 }
 
@@ -139,10 +139,12 @@ fn announce_seed(events: EventsFormat, runner: &Runner) -> Result<(), i32> {
     if events != EventsFormat::Json {
         return Ok(());
     }
-    JsonEvents.start(runner.jitter_seed()).map_err(|e| {
-        eprintln!("rebound: {}", e.0);
-        EXIT_FAILED
-    })
+    JsonEvents::default()
+        .start(runner.jitter_seed())
+        .map_err(|e| {
+            eprintln!("rebound: {}", e.0);
+            EXIT_FAILED
+        })
 }
 
 /// The first SIGINT/SIGTERM cancels the run cleanly; a second one exits at once.
@@ -293,10 +295,14 @@ pub async fn run(args: RunArgs) -> i32 {
             Ok(p) => providers.push(Box::new(p)),
             Err(e) => return usage_error(e),
         }
-        specs.push(TargetSpec {
-            provider: target.provider,
-            model: resolve_model(&target.model).unwrap_or_default(),
-        });
+        let mut spec = TargetSpec::new(
+            target.provider,
+            resolve_model(&target.model).unwrap_or_default(),
+        );
+        if let Some(tokens) = args.context_window {
+            spec.context_window = Some(tokens);
+        }
+        specs.push(spec);
     }
     let config = MachineConfig {
         retry: RetryConfig {
@@ -309,6 +315,7 @@ pub async fn run(args: RunArgs) -> i32 {
         targets: specs,
         max_turns: args.max_turns,
         retry_budget: args.retry_budget.then(BudgetUse::default),
+        compact_with: args.compact.into(),
         ..MachineConfig::default()
     };
     let mut runner = Runner::new(config, providers);
@@ -375,10 +382,13 @@ pub async fn demo(args: DemoArgs) -> i32 {
         Err(e) => return usage_error(e),
     };
     let config = MachineConfig {
+        // The demo's script compacts by elision, without a context window.
         targets: vec![TargetSpec {
             provider,
             model: "rebound-demo".into(),
+            context_window: None,
         }],
+        compact_with: rebound_core::CompactionMethod::Elide,
         ..MachineConfig::default()
     };
     let scenario = Arc::new(scenario);
@@ -408,7 +418,12 @@ pub async fn demo(args: DemoArgs) -> i32 {
         };
         let faults = requests
             .iter()
-            .filter(|r| !matches!(r.outcome, crate::fake::Outcome::Answered { .. }))
+            .filter(|r| {
+                !matches!(
+                    r.outcome,
+                    crate::fake::Outcome::Answered { .. } | crate::fake::Outcome::Summarized
+                )
+            })
             .count();
         eprintln!(
             "\nsummary: {} requests ({faults} answered with a fault), {} retries waiting {:.1}s, \

@@ -18,7 +18,8 @@ use rebound_core::{
     TransportFault, Usage,
 };
 use rebound_sim::scenario::{
-    final_answer, overflow_body, overflow_body_for, Fault, FaultKind, Planned, ScriptCursor,
+    final_answer, overflow_body, overflow_body_for, with_usage, Fault, FaultKind, Planned,
+    ScriptCursor,
 };
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -89,6 +90,10 @@ enum Act {
         alternate: bool,
         response: AssistantResponse,
     },
+    /// A summary request's answer (it does not move the turns' script).
+    Summary {
+        response: AssistantResponse,
+    },
     Fault(Fault),
     Overflow {
         bytes: usize,
@@ -97,8 +102,11 @@ enum Act {
 }
 
 impl Act {
-    fn from_planned(planned: Planned<'_>) -> Act {
+    fn from_planned(planned: Planned<'_>, conversation: &Conversation) -> Act {
         match planned {
+            Planned::Summary(script) => Act::Summary {
+                response: script.response(conversation),
+            },
             Planned::Fault(f) => Act::Fault(f.clone()),
             Planned::Overflow { bytes, limit } => Act::Overflow { bytes, limit },
             Planned::Answer {
@@ -108,10 +116,13 @@ impl Act {
             } => Act::Answer {
                 turn,
                 alternate,
-                response: match answer {
-                    Some(a) => a.response(turn, alternate),
-                    None => final_answer().response(turn, false),
-                },
+                response: with_usage(
+                    match answer {
+                        Some(a) => a.response(turn, alternate),
+                        None => final_answer().response(turn, false),
+                    },
+                    conversation,
+                ),
             },
         }
     }
@@ -131,6 +142,7 @@ impl Act {
                 turn: *turn,
                 alternate: *alternate,
             },
+            Act::Summary { .. } => Outcome::Summarized,
             Act::Fault(fault) => Outcome::Fault {
                 fault: fault.clone(),
             },
@@ -157,7 +169,10 @@ impl Shared {
     fn plan(&self, at_ms: u64, conversation: &Conversation) -> Plan {
         let scenario = &self.scenario;
         let mut st = self.lock();
-        let first = Act::from_planned(st.cursor.next(scenario, Millis(at_ms), conversation));
+        let first = Act::from_planned(
+            st.cursor.next(scenario, Millis(at_ms), conversation),
+            conversation,
+        );
         st.generation += 1;
         let turn = st.cursor.turn();
         let interrupted = scenario.turns.get(turn).map_or_else(
@@ -183,7 +198,8 @@ impl Shared {
         let mut last = first.clone();
         for _ in 0..MAX_SILENCES {
             let now = at_ms.saturating_add(stall_ms).saturating_add(drip_ms);
-            let next = Act::from_planned(look.next(scenario, Millis(now), conversation));
+            let next =
+                Act::from_planned(look.next(scenario, Millis(now), conversation), conversation);
             match next.silence() {
                 Some(s) => {
                     add(s, &mut stall_ms, &mut drip_ms);
@@ -255,6 +271,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         body: None,
         request_id: request_id.clone(),
         stalled_ms: 0,
+        usage: None,
         outcome: Outcome::Rejected {
             status: 0,
             reason: String::new(),
@@ -332,11 +349,15 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     let plan = shared.plan(at_ms, &parsed.conversation);
     record.stalled_ms = plan.stall_ms;
     record.outcome = plan.act.outcome();
+    record.usage = match &plan.act {
+        Act::Answer { response, .. } | Act::Summary { response } => Some(response.usage),
+        _ => None,
+    };
     shared.log(record);
     if shared.play_latency {
         let timing = &shared.scenario.timing;
         let latency_ms = match &plan.act {
-            Act::Answer { .. } => timing.answer_ms,
+            Act::Answer { .. } | Act::Summary { .. } => timing.answer_ms,
             Act::Fault(fault) if matches!(fault.kind, FaultKind::Http { .. }) => {
                 fault.delay_ms(timing, 0)
             }
@@ -523,7 +544,7 @@ impl Reply {
         };
         let none = BTreeMap::new();
         let fault = match &plan.act {
-            Act::Answer { response, .. } => {
+            Act::Answer { response, .. } | Act::Summary { response } => {
                 if stream {
                     let chunks = events(response);
                     return Ok(self.sse(chunks, End::Clean, plan, shared));

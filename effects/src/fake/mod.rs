@@ -233,6 +233,10 @@ pub struct RequestRecord {
     pub stalled_ms: u64,
     /// What the server did.
     pub outcome: Outcome,
+    /// The token usage the answer reported (for answers only; a cut stream may not have
+    /// delivered it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<rebound_core::Usage>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -273,6 +277,7 @@ impl fmt::Display for RequestRecord {
                     f.write_str(" (after a tool error)")?;
                 }
             }
+            Outcome::Summarized => f.write_str("answered a summary request")?,
             Outcome::Fault { fault } => {
                 let kind = serde_json::to_value(fault).unwrap_or(Value::Null);
                 write!(f, "fault: {kind}")?;
@@ -297,6 +302,9 @@ pub enum Outcome {
         /// Whether it was the turn's `when_last_tool_error` answer.
         alternate: bool,
     },
+    /// A summary request (one ending with `rebound_core::compaction::SUMMARY_PROMPT`) was
+    /// answered with the scenario's summary; the turns' script did not move.
+    Summarized,
     /// A scripted or random fault was injected.
     Fault {
         /// The fault.

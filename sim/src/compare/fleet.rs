@@ -173,6 +173,7 @@ fn play_attempt(
     let mut stalled = 0u64;
     loop {
         match cursor.next(scenario, Millis(sent.saturating_add(stalled)), conversation) {
+            Planned::Summary(_) => return (Next::Answered, sent + stalled + timing.answer_ms),
             Planned::Answer { answer, .. } => {
                 let latency = answer
                     .and_then(|a| a.latency_ms)
