@@ -1,11 +1,11 @@
 //! Files only their owner can read, for everything rebound writes that holds a conversation:
-//! sessions and their temporary files, traces.
+//! sessions (and their temporary files, backups and lock files), traces.
 //!
 //! A new file is created with mode 0600 (on Unix; elsewhere the platform's default), set by
 //! the `open` call itself, so there is no moment when it exists with a wider mode. An existing
 //! file keeps the mode it has: a user who shared a trace with their group on purpose keeps it
-//! shared. (Sessions are replaced through a temporary file renamed over them; the session
-//! store gives the replacement the old file's mode.)
+//! shared. (A session is created, or converted from the old whole-file form, through a
+//! temporary file renamed over it; the session store gives it the old file's mode.)
 //!
 //! ```
 //! # fn main() -> std::io::Result<()> {

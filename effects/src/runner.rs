@@ -6,8 +6,8 @@ use crate::receiver::{NullReceiver, Receiver, ReceiverError};
 use rebound_core::trace::{TraceHeader, TraceStep};
 use rebound_core::{
     compact, AgentMachine, BatchOutcome, Command, ContentBlock, Conversation, Event, FinishReason,
-    HostFailure, HostFailureKind, MachineConfig, Millis, PermitAsk, RequestPurpose, RunError,
-    ToolCall, ToolFailure, ToolSpec, Usage,
+    HostFailure, HostFailureKind, MachineConfig, Message, Millis, PermitAsk, RequestPurpose,
+    RunError, ToolCall, ToolFailure, ToolSpec, Usage,
 };
 use rebound_sim::TraceWriter;
 use std::io::Write;
@@ -48,10 +48,20 @@ impl ToolExecutor for NoTools {
     }
 }
 
-/// Where the conversation is persisted after every change (a session file, a database).
+/// Where the conversation is persisted after every change (a session file, a database): each
+/// change is handed over as it happens, so a store can append it. An error is a host failure:
+/// the run stops.
 pub trait Persist: Send + Sync {
-    /// Saves the whole conversation. An error is a host failure: the run stops.
-    fn save<'a>(&'a self, conversation: &'a Conversation) -> BoxFuture<'a, Result<(), String>>;
+    /// Records `message`, just appended to the conversation.
+    fn append<'a>(&'a self, message: &'a Message) -> BoxFuture<'a, Result<(), String>>;
+    /// Records that the conversation was replaced by `conversation` (after a compaction).
+    fn replace<'a>(&'a self, conversation: &'a Conversation) -> BoxFuture<'a, Result<(), String>>;
+}
+
+/// A change to the conversation, for [`Persist`].
+enum Change<'a> {
+    Append(&'a Message),
+    Replace(&'a Conversation),
 }
 
 /// Shrinks a conversation that overflowed the context window by elision (no provider
@@ -460,7 +470,7 @@ impl Runner {
                     continue;
                 }
             }
-            match self.execute(&machine, commands, &mut stats).await {
+            match self.execute(commands, &mut stats).await {
                 Flow::Next(event) => next = Some(event),
                 Flow::Done(done) => {
                     result = done;
@@ -516,19 +526,14 @@ impl Runner {
 
     /// Executes one step's commands in order. Returns the next event (the answer to the one
     /// command that waits, or a host failure) or the run's end.
-    async fn execute(
-        &mut self,
-        machine: &AgentMachine,
-        commands: Vec<Command>,
-        stats: &mut RunStats,
-    ) -> Flow {
+    async fn execute(&mut self, commands: Vec<Command>, stats: &mut RunStats) -> Flow {
         for command in commands {
             let result = match command {
                 Command::AppendMessage { message } => {
                     stats.tool_calls += message.tool_uses().count() as u32;
                     stats.tool_errors +=
                         message.tool_results().filter(|r| r.is_error).count() as u32;
-                    match self.save(machine.conversation()).await {
+                    match self.save(Change::Append(&message)).await {
                         Err(e) => Err(e),
                         Ok(()) => receiver_result(self.receiver.message(&message))
                             .and_then(|()| {
@@ -544,7 +549,7 @@ impl Runner {
                     report,
                 } => {
                     stats.compactions += 1;
-                    match self.save(&conversation).await {
+                    match self.save(Change::Replace(&conversation)).await {
                         Err(e) => Err(e),
                         Ok(()) => receiver_result(self.receiver.compaction(&report)).map(|()| None),
                     }
@@ -695,14 +700,15 @@ impl Runner {
         })
     }
 
-    async fn save(&self, conversation: &Conversation) -> Result<(), HostFailure> {
-        match self.persist.as_ref() {
-            Some(p) => p
-                .save(conversation)
-                .await
-                .map_err(|e| HostFailure::new(HostFailureKind::SessionStore, e)),
-            None => Ok(()),
+    async fn save(&self, change: Change<'_>) -> Result<(), HostFailure> {
+        let Some(p) = self.persist.as_ref() else {
+            return Ok(());
+        };
+        match change {
+            Change::Append(message) => p.append(message).await,
+            Change::Replace(conversation) => p.replace(conversation).await,
         }
+        .map_err(|e| HostFailure::new(HostFailureKind::SessionStore, e))
     }
 
     /// Sends one request and turns its outcome into the machine's next event, or ends the

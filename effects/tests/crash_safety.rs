@@ -1,10 +1,11 @@
 //! Crash safety: `kill -9` the CLI at random points of runs with `--session`, in a loop.
 //!
 //! A slow provider on loopback drips its answers (a few tool calls, then text), so kills land
-//! everywhere: before the first save, mid-stream, between a tool call and its result, in the
-//! middle of a save. After every kill the session file must load (the old or the new complete
-//! version, never a torn one) and hold at least what the previous run left; the next run
-//! resumes from it. A last, undisturbed run must finish with every tool call answered.
+//! everywhere: before the first append, mid-stream, between a tool call and its result, in the
+//! middle of an append, while an old whole-file session is converted to a transcript. After
+//! every kill the session file must load (a torn last line is ignored) and keep every message
+//! the previous run left, unchanged; the next run resumes from it. A last, undisturbed run
+//! must finish with every tool call answered.
 
 #[path = "hostile_support/server.rs"]
 mod server;
@@ -12,18 +13,20 @@ mod server;
 mod table;
 
 use rebound_core::{ContentBlock, Conversation};
-use rebound_effects::session::decode_session;
+use rebound_effects::session::{decode_session, decode_session_file, SessionForm};
 use server::{serve, write, SSE_HEAD};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// How many runs are killed.
-const KILLS: usize = 20;
+/// How many runs are killed, one after the other, resuming one session.
+const KILLS: usize = 200;
+/// How many runs are killed while converting an old whole-file session.
+const CONVERSION_KILLS: usize = 40;
 /// Tool calls the fake model makes after each user message before it answers in text.
 const CALLS_PER_TURN: usize = 3;
 /// Pause between streamed events.
-const DRIP: Duration = Duration::from_millis(15);
+const DRIP: Duration = Duration::from_millis(5);
 
 /// Tool results since the last user text message (the model's progress on this turn).
 fn results_this_turn(body: &serde_json::Value) -> usize {
@@ -106,7 +109,7 @@ fn rebound(session: &Path, root: &Path, url: &str, prompt: &str) -> Command {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_at_random_points_never_tears_the_session_and_resume_completes() {
+async fn kill_9_at_random_points_never_loses_a_complete_message_and_resume_completes() {
     let server = serve(|mut sock, request| async move {
         let at = request
             .windows(4)
@@ -131,18 +134,25 @@ async fn kill_9_at_random_points_never_tears_the_session_and_resume_completes() 
     std::fs::create_dir(&root).expect("root");
     std::fs::write(root.join("file.txt"), "x").expect("file");
     let session = dir.path().join("session.json");
+    // It starts as an old whole-file session: the first run converts it.
+    std::fs::write(
+        &session,
+        br#"{"version": 1, "messages": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "Hi."}]}"#,
+    )
+    .expect("old session");
 
     let seed = fastrand::u64(..);
     let mut rng = fastrand::Rng::with_seed(seed);
     println!("crash-safety seed {seed}");
-    let mut previous = 0usize;
-    let mut killed_mid_save_window = 0;
+    let mut previous = load(&session).expect("the old session loads");
+    let mut killed_after_an_append = 0;
     for i in 0..KILLS {
         let mut child = rebound(&session, &root, &server.url(), &format!("turn {i}"))
             .spawn()
             .expect("rebound starts");
-        // A whole run takes about (CALLS_PER_TURN + 1) requests × 7 events × DRIP.
-        let after = Duration::from_millis(rng.u64(0..900));
+        // A whole run takes about (CALLS_PER_TURN + 1) requests × 7 events × DRIP, plus
+        // the start of the process and the tools.
+        let after = Duration::from_millis(rng.u64(0..300));
         std::thread::sleep(after);
         let _ = child.kill(); // SIGKILL
         let status = child.wait().expect("wait");
@@ -151,24 +161,38 @@ async fn kill_9_at_random_points_never_tears_the_session_and_resume_completes() 
             matches!(status.code(), None | Some(0)),
             "run {i} (seed {seed}) failed on its own: {status:?}"
         );
-        if let Some(conversation) = load(&session) {
-            conversation
-                .check_tool_pairing(true)
-                .unwrap_or_else(|e| panic!("run {i} (seed {seed}): bad pairing {e}"));
-            let n = conversation.len();
-            assert!(
-                n >= previous,
-                "run {i} (seed {seed}): the session lost messages ({previous} -> {n})"
-            );
-            if n > previous {
-                killed_mid_save_window += 1;
-            }
-            previous = n;
+        let conversation = load(&session).expect("the session is never removed");
+        conversation
+            .check_tool_pairing(true)
+            .unwrap_or_else(|e| panic!("run {i} (seed {seed}): bad pairing {e}"));
+        let n = conversation.len();
+        assert!(
+            n >= previous.len()
+                && conversation.messages()[..previous.len()] == *previous.messages(),
+            "run {i} (seed {seed}): a complete message was lost or changed ({} -> {n})",
+            previous.len()
+        );
+        if n > previous.len() {
+            killed_after_an_append += 1;
         }
+        previous = conversation;
     }
     assert!(
-        killed_mid_save_window > 0,
-        "no kill landed after a save: the loop tests nothing (seed {seed})"
+        killed_after_an_append > 0,
+        "no kill landed after an append: the loop tests nothing (seed {seed})"
+    );
+    let bytes = std::fs::read(&session).expect("read");
+    assert!(
+        matches!(
+            decode_session_file(&bytes).expect("decodes").form,
+            SessionForm::Transcript(_)
+        ),
+        "the old session was converted"
+    );
+    assert!(
+        std::fs::read_to_string(dir.path().join("session.json.v1.bak"))
+            .expect("the old session is kept")
+            .contains("\"Hi.\""),
     );
 
     // An undisturbed run resumes and finishes, answering every interrupted call.
@@ -208,6 +232,104 @@ async fn kill_9_at_random_points_never_tears_the_session_and_resume_completes() 
         .count();
     assert!(strays <= KILLS, "{strays} temporary files");
     table::check("crash-kill-9", KILLS);
+}
+
+/// An old whole-file session, as `rebound` wrote it before transcripts.
+const OLD_SESSION: &[u8] = br#"{
+  "version": 1,
+  "messages": [
+    {"role": "user", "content": [{"type": "text", "text": "list the files"}]},
+    {"role": "assistant", "content": [{"type": "text", "text": "There is file.txt."}]}
+  ]
+}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_while_converting_an_old_session_keeps_it_whole_or_converted_with_a_backup() {
+    let server = serve(|mut sock, _| async move {
+        if !write(&mut sock, SSE_HEAD).await {
+            return;
+        }
+        for event in events(None) {
+            tokio::time::sleep(DRIP).await;
+            if !write(&mut sock, event.as_bytes()).await {
+                return;
+            }
+        }
+    })
+    .await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let old = decode_session(OLD_SESSION).expect("the old form loads");
+    let seed = fastrand::u64(..);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    println!("conversion seed {seed}");
+    // How long a run takes to convert the session on this machine, now: kills land on
+    // both sides of that moment.
+    let calibration = dir.path().join("calibration.json");
+    std::fs::write(&calibration, OLD_SESSION).expect("old session");
+    let started = Instant::now();
+    let mut child = rebound(&calibration, dir.path(), &server.url(), "go on")
+        .spawn()
+        .expect("rebound starts");
+    while std::fs::read(&calibration).is_ok_and(|b| b == OLD_SESSION) {
+        assert!(started.elapsed() < Duration::from_secs(60), "no conversion");
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    let converts_after = started.elapsed().as_micros() as u64;
+    let _ = child.kill();
+    child.wait().expect("wait");
+    println!("a run converts the session {converts_after} µs after it starts");
+
+    let (mut converted, mut untouched) = (0, 0);
+    for i in 0..CONVERSION_KILLS {
+        let folder = dir.path().join(i.to_string());
+        std::fs::create_dir(&folder).expect("folder");
+        let session = folder.join("session.json");
+        std::fs::write(&session, OLD_SESSION).expect("old session");
+        let mut child = rebound(&session, &folder, &server.url(), "go on")
+            .spawn()
+            .expect("rebound starts");
+        std::thread::sleep(Duration::from_micros(rng.u64(0..2 * converts_after)));
+        let _ = child.kill(); // SIGKILL
+        let status = child.wait().expect("wait");
+        assert!(
+            matches!(status.code(), None | Some(0)),
+            "run {i}: {status:?}"
+        );
+
+        let bytes = std::fs::read(&session).expect("the session is never removed");
+        let decoded = decode_session_file(&bytes)
+            .unwrap_or_else(|e| panic!("run {i} (seed {seed}): corrupt session: {e}"));
+        match decoded.form {
+            SessionForm::Whole => {
+                assert_eq!(
+                    bytes, OLD_SESSION,
+                    "run {i}: an unconverted session is untouched"
+                );
+                untouched += 1;
+            }
+            SessionForm::Transcript(header) => {
+                let backup = header.converted_from.expect("the header names the backup");
+                assert_eq!(
+                    std::fs::read(folder.join(&backup)).expect("backup"),
+                    OLD_SESSION,
+                    "run {i} (seed {seed}): the backup is the old file, byte for byte"
+                );
+                assert_eq!(
+                    decoded.conversation.messages()[..old.len()],
+                    *old.messages(),
+                    "run {i} (seed {seed}): the old messages are kept"
+                );
+                converted += 1;
+            }
+        }
+    }
+    println!("{CONVERSION_KILLS} kills: {converted} converted, {untouched} untouched");
+    assert!(
+        converted > 0,
+        "no kill landed after the conversion (seed {seed})"
+    );
+    table::check("crash-kill-9-conversion", CONVERSION_KILLS);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -109,12 +109,14 @@ async fn every_file_run_and_sim_create_is_owner_only_and_an_overwritten_file_kee
         [
             ("run.trace".to_owned(), "600".to_owned()),
             ("session.json".to_owned(), "600".to_owned()),
+            ("session.json.lock".to_owned(), "600".to_owned()),
             ("sim.trace".to_owned(), "600".to_owned()),
         ],
         "every file written, and no other (no temporary file left)"
     );
 
-    // Existing files the user opened up on purpose: rewritten, mode kept.
+    // Existing files the user opened up on purpose: rewritten, mode kept (an old session is
+    // converted to a transcript and kept as a backup, both with its mode).
     let shared = dir.path().join("shared");
     std::fs::create_dir(&shared).expect("mkdir");
     let (session, trace) = (shared.join("session.json"), shared.join("run.trace"));
@@ -137,6 +139,8 @@ async fn every_file_run_and_sim_create_is_owner_only_and_an_overwritten_file_kee
         [
             ("run.trace".to_owned(), "644".to_owned()),
             ("session.json".to_owned(), "640".to_owned()),
+            ("session.json.lock".to_owned(), "600".to_owned()),
+            ("session.json.v1.bak".to_owned(), "640".to_owned()),
         ]
     );
 

@@ -158,15 +158,19 @@ async fn a_receiver_failing_when_the_run_finishes_is_a_receiver_failure_it_is_to
 struct FailsOnTheAnswer;
 
 impl Persist for FailsOnTheAnswer {
-    fn save<'a>(&'a self, conversation: &'a Conversation) -> BoxFuture<'a, Result<(), String>> {
-        let len = conversation.len();
+    fn append<'a>(&'a self, message: &'a Message) -> BoxFuture<'a, Result<(), String>> {
+        let answer = message.role == Role::Assistant;
         Box::pin(async move {
-            if len < 2 {
-                Ok(())
-            } else {
+            if answer {
                 Err("disk full".to_owned())
+            } else {
+                Ok(())
             }
         })
+    }
+
+    fn replace<'a>(&'a self, _: &'a Conversation) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async { Ok(()) })
     }
 }
 

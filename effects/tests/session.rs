@@ -1,13 +1,14 @@
-//! Session files on a real filesystem: round trips, older forms, corrupt files, atomic saves.
+//! Session transcripts on a real filesystem: the line format, appends, compaction, older
+//! forms and their conversion, corrupt files, locking, modes, kills.
 
 use rebound_core::{ContentBlock, Conversation, MediaSource, Message, Role, ToolResultPart};
 use rebound_effects::session::{
-    decode_session, encode_session, load_session, SessionError, SessionFormatError, SessionStore,
-    SESSION_VERSION,
+    decode_session, decode_session_file, encode_session, load_session, message_line, SessionError,
+    SessionForm, SessionFormatError, SessionHeader, SessionStore, SESSION_FORMAT, SESSION_VERSION,
 };
 use serde_json::{json, Value};
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn rich_conversation() -> Conversation {
     Conversation::from(vec![
@@ -49,67 +50,125 @@ fn rich_conversation() -> Conversation {
                 ),
             ],
         },
-        Message::assistant_text("Done — ünïcödé and \"quotes\" survive."),
+        Message::assistant_text("Done — ünïcödé and \"quotes\"\nand newlines survive."),
     ])
 }
 
-fn session_path(dir: &tempfile::TempDir) -> std::path::PathBuf {
-    dir.path().join("session.json")
+fn session_path(dir: &tempfile::TempDir) -> PathBuf {
+    dir.path().join("session.jsonl")
+}
+
+/// The lines of the file, each parsed as JSON.
+fn lines(path: &Path) -> Vec<Value> {
+    let text = fs::read_to_string(path).expect("read");
+    assert!(text.ends_with('\n'), "the file ends with a complete line");
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("line {l:?}: {e}")))
+        .collect()
+}
+
+async fn append_all(store: &SessionStore, conversation: &Conversation) {
+    for message in conversation.messages() {
+        store.append(message).await.expect("append");
+    }
 }
 
 #[tokio::test]
-async fn a_saved_session_loads_back_equal_in_the_documented_shape() {
+async fn a_session_is_a_header_line_then_one_line_per_message_and_loads_back_equal() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = session_path(&dir);
     let (store, empty) = SessionStore::open(&path).await.expect("open");
     assert!(empty.is_empty(), "a missing file opens as a new session");
     assert!(!path.exists(), "opening does not create the file");
 
-    let conversation = rich_conversation();
-    store.save(&conversation).await.expect("save");
+    append_all(&store, &rich_conversation()).await;
+    drop(store);
     let (_, loaded) = SessionStore::open(&path).await.expect("reopen");
-    assert_eq!(loaded, conversation);
+    assert_eq!(loaded, rich_conversation());
 
-    let on_disk: Value = serde_json::from_slice(&fs::read(&path).expect("read")).expect("json");
-    assert_eq!(on_disk["version"], json!(1));
-    assert_eq!(on_disk["messages"][0]["role"], json!("user"));
-    assert_eq!(
-        on_disk["messages"][1]["content"][2]["type"],
-        json!("tool_use")
+    let lines = lines(&path);
+    assert_eq!(lines.len(), 1 + rich_conversation().len());
+    let header = &lines[0];
+    assert_eq!(header["format"], json!(SESSION_FORMAT));
+    assert_eq!(header["version"], json!(SESSION_VERSION));
+    assert!(
+        header["created"].as_str().is_some_and(|c| c.ends_with('Z')),
+        "{header}"
     );
-    assert_eq!(
-        on_disk["messages"][2]["content"][1]["is_error"],
-        json!(true)
-    );
-    assert_eq!(
-        on_disk["messages"][2]["content"][0]["content"][1]["type"],
-        json!("image")
-    );
-    assert!(on_disk["messages"][2]["content"][0]
-        .get("is_error")
-        .is_none());
+    assert!(header["origin"]
+        .as_str()
+        .is_some_and(|o| o.starts_with("rebound ")));
+    for line in &lines[1..] {
+        assert_eq!(line["type"], json!("message"));
+    }
+    assert_eq!(lines[1]["message"]["role"], json!("user"));
+    assert_eq!(lines[2]["message"]["content"][2]["type"], json!("tool_use"));
+    assert_eq!(lines[3]["message"]["content"][1]["is_error"], json!(true));
+    assert!(lines[3]["message"]["content"][0].get("is_error").is_none());
 }
 
 #[tokio::test]
-async fn every_save_replaces_the_whole_file() {
+async fn an_append_writes_exactly_its_line_however_long_the_session() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = session_path(&dir);
-    let (store, mut conversation) = SessionStore::open(&path).await.expect("open");
-    for i in 0..20 {
-        conversation.push(Message::user_text(format!("message {i}")));
-        store.save(&conversation).await.expect("save");
-        assert_eq!(store.load().await.expect("load"), conversation);
-    }
-    let names: Vec<_> = fs::read_dir(dir.path())
-        .expect("list")
-        .map(|e| e.expect("entry").file_name())
-        .collect();
-    assert_eq!(names, ["session.json"], "no temp files are left behind");
+    let many = Conversation::from(
+        (0..2_000)
+            .map(|i| Message::user_text(format!("message {i} {}", "x".repeat(200))))
+            .collect::<Vec<_>>(),
+    );
+    fs::write(&path, encode_session(&SessionHeader::now(), &many)).expect("write");
+    let (store, loaded) = SessionStore::open(&path).await.expect("open");
+    assert_eq!(loaded.len(), 2_000);
+    let before = fs::read(&path).expect("read");
+    let next = Message::assistant_text("the 2001st");
+    store.append(&next).await.expect("append");
+    let after = fs::read(&path).expect("read");
+    assert_eq!(
+        &after[..before.len()],
+        &before[..],
+        "earlier lines untouched"
+    );
+    assert_eq!(&after[before.len()..], &message_line(&next)[..]);
+    assert_eq!(store.load().await.expect("load").len(), 2_001);
 }
 
 #[tokio::test]
-async fn older_forms_load() {
+async fn a_compaction_is_a_line_holding_the_new_conversation_and_the_history_stays() {
     let dir = tempfile::tempdir().expect("temp dir");
+    let path = session_path(&dir);
+    let (store, _) = SessionStore::open(&path).await.expect("open");
+    append_all(&store, &rich_conversation()).await;
+    let compacted = Conversation::from(vec![
+        Message::user_text("[summary] fixed src/main.rs"),
+        Message::assistant_text("Done."),
+    ]);
+    store.replace(&compacted).await.expect("replace");
+    store
+        .append(&Message::user_text("and now?"))
+        .await
+        .expect("append");
+
+    let mut expected = compacted.clone();
+    expected.push(Message::user_text("and now?"));
+    assert_eq!(store.load().await.expect("load"), expected);
+    let lines = lines(&path);
+    assert_eq!(lines.len(), 1 + 4 + 1 + 1);
+    let marker = &lines[5];
+    assert_eq!(marker["type"], json!("compaction"));
+    assert_eq!(marker["replaces"], json!(4));
+    assert_eq!(
+        marker["messages"][0]["content"][0]["text"],
+        json!("[summary] fixed src/main.rs")
+    );
+    // The full history is still in the file, for people to read.
+    let history = decode_session(&fs::read(&path).expect("read")[..]).expect("decode");
+    assert_eq!(history, expected);
+    assert!(fs::read_to_string(&path)
+        .expect("read")
+        .contains("look first"));
+}
+
+fn legacy_messages() -> (Value, Conversation) {
     let expected = Conversation::from(vec![
         Message::user_text("hi"),
         Message {
@@ -130,24 +189,100 @@ async fn older_forms_load() {
         {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "list", "input": {}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a.txt"}]}
     ]);
+    (messages, expected)
+}
+
+#[tokio::test]
+async fn older_forms_load_and_the_next_write_converts_them_keeping_a_backup() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (messages, expected) = legacy_messages();
     for (name, file) in [
         ("bare-array.json", messages.clone()),
         ("no-version.json", json!({ "messages": messages })),
         (
-            "v1-extra-fields.json",
+            "v1.json",
             json!({"version": 1, "messages": messages, "title": "later field"}),
         ),
     ] {
         let path = dir.path().join(name);
-        fs::write(&path, serde_json::to_vec(&file).expect("json")).expect("write");
+        let old = serde_json::to_vec_pretty(&file).expect("json");
+        fs::write(&path, &old).expect("write");
         let (store, loaded) = SessionStore::open(&path).await.expect(name);
         assert_eq!(loaded, expected, "{name}");
-        // The next save writes the current form.
-        store.save(&loaded).await.expect("save");
-        let upgraded: Value =
-            serde_json::from_slice(&fs::read(&path).expect("read")).expect("json");
-        assert_eq!(upgraded["version"], json!(SESSION_VERSION), "{name}");
+        assert_eq!(
+            fs::read(&path).expect("read"),
+            old,
+            "{name}: opening writes nothing"
+        );
+
+        store
+            .append(&Message::assistant_text("converted"))
+            .await
+            .expect("append");
+        let lines = lines(&path);
+        assert_eq!(lines[0]["format"], json!(SESSION_FORMAT), "{name}");
+        let backup_name = format!("{name}.v1.bak");
+        assert_eq!(lines[0]["converted_from"], json!(backup_name), "{name}");
+        assert_eq!(lines.len(), 1 + 3 + 1, "{name}");
+        assert_eq!(
+            fs::read(dir.path().join(&backup_name)).expect("backup"),
+            old,
+            "{name}: the old file is kept, byte for byte"
+        );
+        let mut after = expected.clone();
+        after.push(Message::assistant_text("converted"));
+        assert_eq!(store.load().await.expect("load"), after, "{name}");
+        // Later writes append.
+        let before = fs::read(&path).expect("read").len();
+        store
+            .append(&Message::user_text("more"))
+            .await
+            .expect("append");
+        assert_eq!(
+            fs::read(&path).expect("read").len(),
+            before + message_line(&Message::user_text("more")).len()
+        );
     }
+}
+
+#[tokio::test]
+async fn converting_again_after_a_crash_keeps_every_backup() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("s.json");
+    let (messages, _) = legacy_messages();
+    let old = serde_json::to_vec(&json!({"version": 1, "messages": messages})).expect("json");
+    fs::write(&path, &old).expect("write");
+    // A conversion killed after it linked the backup, before it renamed the transcript in.
+    fs::write(dir.path().join("s.json.v1.bak"), b"an earlier backup").expect("write");
+    let (store, _) = SessionStore::open(&path).await.expect("open");
+    store
+        .append(&Message::user_text("x"))
+        .await
+        .expect("append");
+    assert_eq!(
+        fs::read(dir.path().join("s.json.v1.bak")).expect("read"),
+        b"an earlier backup"
+    );
+    assert_eq!(
+        fs::read(dir.path().join("s.json.v1.1.bak")).expect("read"),
+        old
+    );
+    assert_eq!(lines(&path)[0]["converted_from"], json!("s.json.v1.1.bak"));
+}
+
+#[tokio::test]
+async fn a_compaction_converts_an_old_file_too() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("s.json");
+    let (messages, expected) = legacy_messages();
+    fs::write(&path, serde_json::to_vec(&messages).expect("json")).expect("write");
+    let (store, _) = SessionStore::open(&path).await.expect("open");
+    let compacted = Conversation::from(vec![Message::user_text("summary")]);
+    store.replace(&compacted).await.expect("replace");
+    assert_eq!(store.load().await.expect("load"), compacted);
+    let lines = lines(&path);
+    assert_eq!(lines.len(), 1 + expected.len() + 1);
+    assert_eq!(lines[4]["replaces"], json!(3));
 }
 
 fn assert_untouched(path: &Path, before: &[u8]) {
@@ -159,7 +294,7 @@ fn assert_untouched(path: &Path, before: &[u8]) {
 }
 
 #[tokio::test]
-async fn a_corrupt_file_is_reported_with_its_path_and_left_untouched() {
+async fn a_corrupt_whole_file_is_reported_with_its_path_and_left_untouched() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = session_path(&dir);
     let torn = br#"{"version": 1, "messages": [{"role": "user", "content": "hel"#;
@@ -180,7 +315,7 @@ async fn a_corrupt_file_is_reported_with_its_path_and_left_untouched() {
     );
     let message = err.to_string();
     assert!(
-        message.contains("session.json") && message.contains("left untouched"),
+        message.contains("session.jsonl") && message.contains("left untouched"),
         "{message}"
     );
     assert_untouched(&path, torn);
@@ -238,88 +373,157 @@ async fn malformed_messages_and_shapes_are_corrupt_with_what_is_wrong() {
 }
 
 #[tokio::test]
-async fn a_newer_version_is_a_typed_error_and_the_file_is_untouched() {
+async fn a_bad_line_before_the_last_is_corrupt_naming_the_line() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = session_path(&dir);
-    let bytes = br#"{"version": 7, "messages": [{"role": "user", "content": "from the future"}]}"#;
-    fs::write(&path, bytes).expect("write");
-    let err = SessionStore::open(&path).await.expect_err("too new");
-    assert!(
-        matches!(
-            err,
-            SessionError::UnsupportedVersion {
-                found: 7,
-                supported: 1,
-                ..
-            }
+    let header = String::from_utf8(encode_session(
+        &SessionHeader::now(),
+        &Conversation::default(),
+    ))
+    .expect("utf-8");
+    let good = r#"{"type":"message","message":{"role":"user","content":"ok"}}"#;
+    let cases = [
+        (
+            "not-json",
+            "{\"type\":\"mess",
+            "line 3 is malformed: not valid JSON",
         ),
-        "{err:?}"
-    );
-    assert!(err.to_string().contains("upgrade rebound"), "{err}");
-    assert_untouched(&path, bytes);
+        (
+            "not-object",
+            "[1, 2]",
+            "line 3 is malformed: expected an object",
+        ),
+        (
+            "no-type",
+            r#"{"message":{}}"#,
+            "line 3 is malformed: a line without a `type`",
+        ),
+        (
+            "unknown-type",
+            r#"{"type":"hologram"}"#,
+            "unknown line type `hologram`",
+        ),
+        (
+            "bad-message",
+            r#"{"type":"message","message":{"role":"robot","content":"x"}}"#,
+            "line 3 is malformed: bad message",
+        ),
+        (
+            "bad-compaction",
+            r#"{"type":"compaction","messages":{}}"#,
+            "without a `messages` array",
+        ),
+    ];
+    for (name, bad, expect) in cases {
+        let path = dir.path().join(name);
+        let bytes = format!("{header}{good}\n{bad}\n{good}\n");
+        fs::write(&path, &bytes).expect("write");
+        let err = SessionStore::open(&path).await.expect_err(name);
+        assert!(
+            matches!(
+                &err,
+                SessionError::Corrupt {
+                    problem: SessionFormatError::Line { line: 3, .. },
+                    ..
+                }
+            ),
+            "{name}: {err:?}"
+        );
+        assert!(err.to_string().contains(expect), "{name}: {err}");
+        assert_untouched(&path, bytes.as_bytes());
+    }
+    // A bad header (an unknown format) is line 1.
+    let path = dir.path().join("format");
+    fs::write(&path, "{\"format\":\"other\",\"version\":2}\n").expect("write");
+    let err = load_session(&path).await.expect_err("format");
+    assert!(err.to_string().contains("line 1 is malformed"), "{err}");
 }
 
 #[tokio::test]
-async fn a_crash_before_the_rename_leaves_the_old_session_loadable() {
-    // What a save killed midway leaves: the complete old file and a partial temp file.
+async fn a_newer_version_is_a_typed_error_and_the_file_is_untouched() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (name, bytes) in [
+        (
+            "whole",
+            &br#"{"version": 7, "messages": [{"role": "user", "content": "from the future"}]}"#[..],
+        ),
+        (
+            "transcript",
+            &b"{\"format\":\"rebound-session\",\"version\":3}\n{\"type\":\"hologram\"}\n"[..],
+        ),
+    ] {
+        let path = dir.path().join(name);
+        fs::write(&path, bytes).expect("write");
+        let err = SessionStore::open(&path).await.expect_err("too new");
+        assert!(
+            matches!(
+                err,
+                SessionError::UnsupportedVersion {
+                    supported: SESSION_VERSION,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("upgrade rebound"), "{err}");
+        assert_untouched(&path, bytes);
+    }
+}
+
+#[tokio::test]
+async fn a_crash_while_creating_leaves_no_session_and_a_stray_temp_file_is_harmless() {
+    // What a first write killed midway leaves: no session file, a partial temp file.
     let dir = tempfile::tempdir().expect("temp dir");
     let path = session_path(&dir);
-    let (store, mut conversation) = SessionStore::open(&path).await.expect("open");
-    conversation.push(Message::user_text("kept"));
-    store.save(&conversation).await.expect("save");
-    let complete = encode_session(&rich_conversation());
+    let complete = encode_session(&SessionHeader::now(), &rich_conversation());
     fs::write(
-        dir.path().join(".session.json.99999.0.tmp"),
+        dir.path().join(".session.jsonl.99999.0.tmp"),
         &complete[..complete.len() / 2],
     )
     .expect("write partial temp");
 
-    let (store, loaded) = SessionStore::open(&path).await.expect("old file loads");
-    assert_eq!(loaded, conversation);
-    store
-        .save(&rich_conversation())
-        .await
-        .expect("saving still works");
+    let (store, loaded) = SessionStore::open(&path).await.expect("opens as new");
+    assert!(loaded.is_empty());
+    append_all(&store, &rich_conversation()).await;
     assert_eq!(store.load().await.expect("load"), rich_conversation());
 }
 
 #[tokio::test]
-async fn a_failed_save_reports_the_path_and_keeps_the_previous_content() {
+async fn a_failed_write_reports_the_path_and_keeps_the_previous_lines() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = session_path(&dir);
-    let (store, mut conversation) = SessionStore::open(&path).await.expect("open");
-    conversation.push(Message::user_text("first"));
-    store.save(&conversation).await.expect("save");
+    let (store, _) = SessionStore::open(&path).await.expect("open");
+    store
+        .append(&Message::user_text("first"))
+        .await
+        .expect("append");
     let before = fs::read(&path).expect("read");
 
-    // A read-only folder: creating the temp file fails. Root ignores permissions, so the
-    // test checks the permission is effective before relying on it.
-    let mut perms = fs::metadata(dir.path()).expect("meta").permissions();
+    // A read-only session file: appending fails. Root ignores permissions, so the test checks
+    // the permission is effective before relying on it.
+    let mut perms = fs::metadata(&path).expect("meta").permissions();
     perms.set_readonly(true);
-    fs::set_permissions(dir.path(), perms.clone()).expect("chmod");
-    let privileged = fs::write(dir.path().join("probe"), "x").is_ok();
+    fs::set_permissions(&path, perms.clone()).expect("chmod");
+    let privileged = fs::OpenOptions::new().append(true).open(&path).is_ok();
     if !privileged {
-        conversation.push(Message::assistant_text("second"));
+        let (store, _) = {
+            drop(store);
+            SessionStore::open(&path).await.expect("reopen")
+        };
         let err = store
-            .save(&conversation)
+            .append(&Message::assistant_text("second"))
             .await
-            .expect_err("read-only folder");
+            .expect_err("read-only file");
         assert!(matches!(err, SessionError::Write { .. }), "{err:?}");
-        assert!(err.to_string().contains("session.json"), "{err}");
+        assert!(err.to_string().contains("session.jsonl"), "{err}");
         assert_untouched(&path, &before);
     }
-    #[allow(clippy::permissions_set_readonly_false)]
-    perms.set_readonly(false);
-    fs::set_permissions(dir.path(), perms).expect("chmod back");
 
-    // A folder that does not exist fails the same way, with the path.
-    let missing = SessionStore::open(dir.path().join("no/such/dir/s.json"))
+    // A folder that does not exist: opening fails (it cannot take the lock), with the path.
+    let err = SessionStore::open(dir.path().join("no/such/dir/s.jsonl"))
         .await
-        .expect("open of a missing file works")
-        .0;
-    let err = missing.save(&conversation).await.expect_err("no folder");
-    assert!(matches!(err, SessionError::Write { .. }), "{err:?}");
-    assert!(err.to_string().contains("no/such/dir/s.json"), "{err}");
+        .expect_err("no folder");
+    assert!(matches!(err, SessionError::Lock { .. }), "{err:?}");
+    assert!(err.to_string().contains("no/such/dir/s.jsonl"), "{err}");
 }
 
 #[cfg(unix)]
@@ -327,21 +531,43 @@ async fn a_failed_save_reports_the_path_and_keeps_the_previous_content() {
 async fn a_new_session_file_is_private_and_an_existing_files_mode_is_kept() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = session_path(&dir);
-    let (store, conversation) = SessionStore::open(&path).await.expect("open");
-    store.save(&conversation).await.expect("save");
     let mode = |p: &Path| fs::metadata(p).expect("meta").permissions().mode() & 0o777;
+    let path = session_path(&dir);
+    let (store, _) = SessionStore::open(&path).await.expect("open");
+    store
+        .append(&Message::user_text("hi"))
+        .await
+        .expect("append");
     assert_eq!(mode(&path), 0o600);
+    assert_eq!(mode(&dir.path().join("session.jsonl.lock")), 0o600);
     fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).expect("chmod");
-    store.save(&rich_conversation()).await.expect("save");
+    store
+        .append(&Message::user_text("again"))
+        .await
+        .expect("append");
     assert_eq!(mode(&path), 0o640);
+
+    // Converting an old file keeps its mode, in the transcript and the backup.
+    let old = dir.path().join("old.json");
+    fs::write(&old, r#"{"version":1,"messages":[]}"#).expect("write");
+    fs::set_permissions(&old, fs::Permissions::from_mode(0o640)).expect("chmod");
+    let (store, _) = SessionStore::open(&old).await.expect("open");
+    store
+        .append(&Message::user_text("hi"))
+        .await
+        .expect("append");
+    assert_eq!(mode(&old), 0o640);
+    assert_eq!(mode(&dir.path().join("old.json.v1.bak")), 0o640);
 }
 
 #[test]
 fn decoding_is_a_pure_function_of_the_bytes() {
-    let bytes = encode_session(&rich_conversation());
+    let bytes = encode_session(&SessionHeader::now(), &rich_conversation());
     assert!(bytes.ends_with(b"\n"));
-    assert_eq!(decode_session(&bytes), Ok(rich_conversation()));
+    let decoded = decode_session_file(&bytes).expect("decodes");
+    assert_eq!(decoded.conversation, rich_conversation());
+    assert_eq!(decoded.complete_len, bytes.len());
+    assert!(matches!(decoded.form, SessionForm::Transcript(_)));
     assert!(matches!(
         decode_session(b"\xff\xfe"),
         Err(SessionFormatError::Json { .. })
@@ -351,98 +577,30 @@ fn decoding_is_a_pure_function_of_the_bytes() {
         decode_session(deep.as_bytes()).is_err(),
         "deep nesting is an error, not a crash"
     );
+    let mut deep_line = bytes.clone();
+    deep_line.extend_from_slice(format!("{}\n{}\n", "[".repeat(10_000), "{}").as_bytes());
+    assert!(decode_session(&deep_line).is_err());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn overlapping_saves_through_one_store_end_with_the_last_one() {
+async fn overlapping_appends_through_clones_are_all_recorded_in_the_order_they_came() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = session_path(&dir);
     let (store, _) = SessionStore::open(&path).await.expect("open");
-    let versions: Vec<Conversation> = (1..=4)
-        .map(|n| {
-            Conversation::from(
-                (0..n)
-                    .map(|i| Message::user_text(format!("m{i}")))
-                    .collect::<Vec<_>>(),
-            )
-        })
-        .collect();
     let clone = store.clone();
+    let m: Vec<Message> = (0..4)
+        .map(|i| Message::user_text(format!("m{i}")))
+        .collect();
     let (a, b, c, d) = tokio::join!(
-        store.save(&versions[0]),
-        clone.save(&versions[1]),
-        store.save(&versions[2]),
-        clone.save(&versions[3]),
+        store.append(&m[0]),
+        clone.append(&m[1]),
+        store.append(&m[2]),
+        clone.append(&m[3]),
     );
     for r in [a, b, c, d] {
-        r.expect("save");
+        r.expect("append");
     }
-    assert_eq!(store.load().await.expect("load"), versions[3]);
-}
-
-/// Set in the child process of the kill test: the session file to save to, forever.
-const CHILD_ENV: &str = "REBOUND_TEST_SESSION_SAVER";
-
-/// Not a test on its own: when started by the kill test, saves ever-growing conversations to
-/// the file named in [`CHILD_ENV`] until it is killed.
-#[tokio::test]
-async fn session_saver_child_process() {
-    let Some(path) = std::env::var_os(CHILD_ENV) else {
-        return;
-    };
-    let (store, mut conversation) = SessionStore::open(&path).await.expect("open");
-    loop {
-        conversation.push(Message::user_text("x".repeat(conversation.len() * 100)));
-        store.save(&conversation).await.expect("save");
-    }
-}
-
-#[cfg(unix)]
-#[test]
-fn a_process_killed_while_saving_leaves_a_complete_session() {
-    use std::process::{Command, Stdio};
-    use std::time::{Duration, Instant};
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = session_path(&dir);
-    let exe = std::env::current_exe().expect("test binary");
-    let mut last_len = 0;
-    for round in 0..8u64 {
-        let mut child = Command::new(&exe)
-            .args(["session_saver_child_process", "--exact", "--nocapture"])
-            .env(CHILD_ENV, &path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn child");
-        // Wait until the child has saved something this round, then kill it mid-stream.
-        let start = Instant::now();
-        let before = fs::metadata(&path)
-            .map(|m| m.modified().ok())
-            .ok()
-            .flatten();
-        while start.elapsed() < Duration::from_secs(20) {
-            let now = fs::metadata(&path)
-                .map(|m| m.modified().ok())
-                .ok()
-                .flatten();
-            if now.is_some() && now != before {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        std::thread::sleep(Duration::from_millis(5 + round * 7));
-        child.kill().expect("SIGKILL");
-        child.wait().expect("reap");
-
-        let loaded = decode_session(&fs::read(&path).expect("the file exists"))
-            .unwrap_or_else(|e| panic!("round {round}: torn session file: {e}"));
-        assert!(
-            loaded.len() >= last_len,
-            "round {round}: the session went backwards"
-        );
-        last_len = loaded.len();
-    }
-    assert!(last_len > 0);
+    assert_eq!(store.load().await.expect("load"), Conversation::from(m));
 }
 
 #[tokio::test]
@@ -452,18 +610,166 @@ async fn a_session_store_persists_for_the_runner() {
     let path = session_path(&dir);
     let (store, _) = SessionStore::open(&path).await.expect("open");
     let persist: Box<dyn Persist> = Box::new(store.clone());
-    persist.save(&rich_conversation()).await.expect("save");
+    for message in rich_conversation().messages() {
+        persist.append(message).await.expect("append");
+    }
     assert_eq!(store.load().await.expect("load"), rich_conversation());
+    let compacted = Conversation::from(vec![Message::user_text("summary")]);
+    persist.replace(&compacted).await.expect("replace");
+    assert_eq!(store.load().await.expect("load"), compacted);
 
-    let broken: Box<dyn Persist> = Box::new(
-        SessionStore::open(dir.path().join("missing/s.json"))
-            .await
-            .expect("open")
-            .0,
-    );
-    let err = broken
-        .save(&rich_conversation())
+    // A failing store reports the file: here, a folder has taken the file's place.
+    drop(persist);
+    drop(store);
+    let other = dir.path().join("other.jsonl");
+    fs::write(&other, encode_session(&SessionHeader::now(), &compacted)).expect("write");
+    let (broken, _) = SessionStore::open(&other).await.expect("open");
+    fs::remove_file(&other).expect("rm");
+    fs::create_dir(&other).expect("mkdir");
+    let persist: Box<dyn Persist> = Box::new(broken);
+    let err = persist
+        .append(&Message::user_text("x"))
         .await
-        .expect_err("no folder");
-    assert!(err.contains("missing/s.json"), "{err}");
+        .expect_err("not a file");
+    assert!(err.contains("other.jsonl"), "{err}");
+}
+
+/// How many messages the kill test's child has appended to `conversation` in all: a
+/// compaction leaves `summary of N`, standing for the first N.
+fn appended_in_all(conversation: &Conversation) -> usize {
+    let summarized = conversation
+        .messages()
+        .first()
+        .and_then(|m| m.text().strip_prefix("summary of ")?.parse::<usize>().ok());
+    match summarized {
+        Some(n) => n + conversation.len() - 1,
+        None => conversation.len(),
+    }
+}
+
+/// Set in the child process of the kill test: the session file to append to, forever.
+const CHILD_ENV: &str = "REBOUND_TEST_SESSION_APPENDER";
+
+/// Not a test on its own: when started by the kill test, appends messages to the session
+/// named in [`CHILD_ENV`] until it is killed, compacting now and then, and printing
+/// [`appended_in_all`] after each append returned (so after it was fsynced).
+#[tokio::test]
+async fn session_appender_child_process() {
+    use std::io::Write;
+    let Some(path) = std::env::var_os(CHILD_ENV) else {
+        return;
+    };
+    let (store, conversation) = SessionStore::open(&path).await.expect("open");
+    let mut n = appended_in_all(&conversation);
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "open").expect("stdout");
+    out.flush().expect("flush");
+    loop {
+        n += 1;
+        let message = if n % 10 == 0 {
+            Message::assistant_text("y".repeat(64 * 1024))
+        } else {
+            Message::user_text(format!("message {n} {}", "x".repeat(n % 7 * 300)))
+        };
+        store.append(&message).await.expect("append");
+        if n % 25 == 0 {
+            let kept = Conversation::from(vec![Message::user_text(format!("summary of {n}"))]);
+            store.replace(&kept).await.expect("replace");
+        }
+        writeln!(out, "{n}").expect("stdout");
+        out.flush().expect("flush");
+    }
+}
+
+/// How many times the kill test kills an appending process.
+const KILLS: u64 = 200;
+
+#[cfg(unix)]
+#[test]
+fn a_process_killed_while_appending_loses_no_acknowledged_message() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    use std::time::Duration;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = session_path(&dir);
+    let exe = std::env::current_exe().expect("test binary");
+    let seed = fastrand::u64(..);
+    println!("kill test seed {seed}");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut acknowledged_total = 0;
+    for round in 0..KILLS {
+        let mut child = Command::new(&exe)
+            .args(["session_appender_child_process", "--exact", "--nocapture"])
+            .env(CHILD_ENV, &path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn child");
+        let stdout = child.stdout.take().expect("stdout");
+        let (lines_tx, lines_rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut acknowledged = Vec::new();
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(n) = line.trim().parse::<usize>() {
+                    acknowledged.push(n);
+                }
+                let _ = lines_tx.send(());
+            }
+            acknowledged
+        });
+        // One round in ten kills the child while it starts and opens the session; the others
+        // once it has opened it, while it appends.
+        if round % 10 != 0 {
+            lines_rx
+                .recv_timeout(Duration::from_secs(20))
+                .expect("the child opens the session");
+        }
+        std::thread::sleep(Duration::from_micros(rng.u64(0..20_000)));
+        child.kill().expect("SIGKILL");
+        let status = child.wait().expect("reap");
+        assert!(
+            status.code().is_none(),
+            "round {round}: the child ended on its own"
+        );
+        let acknowledged = reader.join().expect("reader");
+        acknowledged_total += acknowledged.len();
+
+        let loaded = match fs::read(&path) {
+            Ok(bytes) => decode_session(&bytes)
+                .unwrap_or_else(|e| panic!("round {round} (seed {seed}): corrupt session: {e}")),
+            Err(_) => {
+                assert!(
+                    acknowledged.is_empty(),
+                    "round {round}: acknowledged but no file"
+                );
+                continue;
+            }
+        };
+        if let Some(&last) = acknowledged.last() {
+            let kept = appended_in_all(&loaded);
+            assert!(
+                kept >= last,
+                "round {round} (seed {seed}): {last} messages acknowledged, {kept} kept"
+            );
+        }
+    }
+    assert!(
+        acknowledged_total > 0,
+        "no append ever completed (seed {seed})"
+    );
+    // After all the kills, every line of the file is complete JSON once one more append
+    // repaired a torn tail, if any.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let (store, before) = SessionStore::open(&path).await.expect("open");
+        store
+            .append(&Message::user_text("after the kills"))
+            .await
+            .expect("append");
+        assert_eq!(store.load().await.expect("load").len(), before.len() + 1);
+    });
+    let _ = lines(&path);
+    println!("{KILLS} kills, {acknowledged_total} acknowledged appends");
 }

@@ -22,7 +22,9 @@ use rebound_core::{
     BatchOutcome, Headers, ProviderFailure, ProviderKind, ToolCall, ToolFailure, ToolOutput,
     ToolSpec,
 };
-use rebound_effects::session::{decode_session, encode_session};
+use rebound_effects::session::{
+    decode_session, decode_session_file, encode_session, message_line, SessionForm, SessionHeader,
+};
 use rebound_effects::tools::{FnTool, ToolSet};
 use rebound_sim::{replay, simulate, Scenario, SimConfig, Trace};
 
@@ -217,20 +219,71 @@ pub fn wire_bodies(data: &[u8]) {
     }
 }
 
-/// Session files: a file that loads survives save and load unchanged.
+/// Session files, in both forms (transcripts and the older whole files): a file that loads
+/// writes as a transcript that loads back to the same conversation and re-encodes
+/// byte-identically; in a transcript, a line appended where the decoder says is loaded, and
+/// half of it (a torn append) is ignored.
 pub fn session(data: &[u8]) {
-    let Ok(conversation) = decode_session(data) else {
+    let Ok(decoded) = decode_session_file(data) else {
         return;
     };
-    let saved = encode_session(&conversation);
+    let conversation = &decoded.conversation;
+    assert_eq!(
+        decode_session(data).as_ref(),
+        Ok(conversation),
+        "two decoders disagree"
+    );
+    let header = SessionHeader {
+        created: "2026-01-01T00:00:00Z".to_owned(),
+        ..SessionHeader::now()
+    };
+    let saved = encode_session(&header, conversation);
     let reloaded = decode_session(&saved).unwrap_or_else(|e| {
         panic!("a saved session does not load: {e}");
     });
     assert_eq!(
-        encode_session(&reloaded),
-        saved,
+        &reloaded, conversation,
         "saving a loaded session changed it"
     );
+    assert_eq!(
+        encode_session(&header, &reloaded),
+        saved,
+        "saving a loaded session changed its bytes"
+    );
+
+    let SessionForm::Transcript(_) = decoded.form else {
+        assert_eq!(decoded.complete_len, data.len());
+        return;
+    };
+    assert!(decoded.complete_len <= data.len());
+    // What the store writes on the next append: the complete lines, a newline if the last
+    // one lost it, the new line.
+    let mut appended = data[..decoded.complete_len].to_vec();
+    if appended.last() != Some(&b'\n') {
+        appended.push(b'\n');
+    }
+    let kept = appended.len();
+    let message = rebound_core::Message::user_text("appended by the fuzzer");
+    let line = message_line(&message);
+    appended.extend_from_slice(&line);
+    let after = decode_session_file(&appended)
+        .unwrap_or_else(|e| panic!("a transcript does not load after an append: {e}"));
+    let mut expected = conversation.clone();
+    expected.push(message);
+    assert_eq!(
+        after.conversation, expected,
+        "the appended message is not loaded"
+    );
+    assert_eq!(after.complete_len, appended.len());
+    // The same append, torn by a crash halfway: ignored.
+    appended.truncate(kept + line.len() / 2);
+    let torn = decode_session_file(&appended)
+        .unwrap_or_else(|e| panic!("a torn append makes the transcript fail: {e}"));
+    assert_eq!(
+        &torn.conversation, conversation,
+        "a torn line changed the conversation"
+    );
+    assert_eq!(torn.complete_len, kept);
 }
 
 /// Trace files: a trace that parses survives writing and parsing, and replays (a divergence

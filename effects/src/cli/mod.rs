@@ -101,7 +101,8 @@ pub struct RunArgs {
     /// Enable the built-in file tools (read, list, write) confined to this folder.
     #[arg(long)]
     pub tools_root: Option<PathBuf>,
-    /// Session file: loaded if it exists, saved after every appended message.
+    /// Session file (a JSON Lines transcript): resumed if it exists, one line appended per
+    /// message. A second run on the same file while this one runs is refused.
     #[arg(long)]
     pub session: Option<PathBuf>,
     /// Write a replayable trace (JSON Lines) here.
