@@ -6,8 +6,8 @@ use crate::receiver::{NullReceiver, Receiver, ReceiverError};
 use rebound_core::trace::{TraceHeader, TraceStep};
 use rebound_core::{
     compact, AgentMachine, BatchOutcome, Command, ContentBlock, Conversation, Event, FinishReason,
-    HostFailure, HostFailureKind, MachineConfig, Message, Millis, PermitAsk, RequestPurpose,
-    RunError, ToolCall, ToolFailure, ToolSpec, Usage,
+    HostFailure, HostFailureKind, MachineConfig, Message, Millis, RequestPurpose, RunError,
+    ToolCall, ToolFailure, ToolSpec, Usage,
 };
 use rebound_sim::TraceWriter;
 use std::io::Write;
@@ -635,21 +635,9 @@ impl Runner {
                     };
                     Ok(Some(Event::CompactionFinished { compaction, result }))
                 }
-                Command::AcquirePermit {
-                    permit,
-                    kind,
-                    target,
-                    deadline,
-                    since,
-                } => {
+                Command::AcquirePermit { permit, ask } => {
                     let decision = match &self.budget {
                         Some(budget) => {
-                            let ask = PermitAsk {
-                                kind,
-                                target,
-                                deadline,
-                                since,
-                            };
                             tokio::select! {
                                 biased;
                                 () = self.cancel.0.cancelled() => return Flow::Next(Event::Cancel),

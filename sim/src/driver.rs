@@ -621,20 +621,8 @@ impl<'s> Agent<'s> {
                     },
                 );
             }
-            Command::AcquirePermit {
-                permit,
-                kind,
-                target,
-                deadline,
-                since,
-            } => {
-                let ask = PermitAsk {
-                    kind: *kind,
-                    target: *target,
-                    deadline: *deadline,
-                    since: *since,
-                };
-                world.ask(now, self.index, *permit, ask);
+            Command::AcquirePermit { permit, ask } => {
+                world.ask(now, self.index, *permit, *ask);
             }
             Command::NoteBudget { note } => world.note(now, *note),
             Command::AppendMessage { .. }

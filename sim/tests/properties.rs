@@ -18,8 +18,8 @@ use proptest::test_runner::{Config as ProptestConfig, RngSeed};
 use rebound_core::trace::command_value;
 use rebound_core::{
     BatchOutcome, BudgetConfig, BudgetUse, Command, Event, FailureAction, FailureKind, GiveUp,
-    HostFailureKind, InputProblemKind, PermitKind, ProviderFailure, ProviderKind, RequestId,
-    RunError, TargetSpec, ToolFailure, TransportFault,
+    HostFailureKind, InputProblemKind, PermitAsk, PermitKind, ProviderFailure, ProviderKind,
+    RequestId, RunError, TargetSpec, ToolFailure, TransportFault,
 };
 use rebound_sim::scenario::{
     Answer, Cancel, Fault, FaultKind, History, InputProblem, Outage, RandomFaults, Scenario,
@@ -886,8 +886,12 @@ fn non_retryable_failures_are_never_retried(case: &Case) -> Result<(), String> {
                     target, attempt: 1, ..
                 }]
                 | [Command::NotifyFallback { info }, Command::AcquirePermit {
-                    target,
-                    kind: PermitKind::FirstAttempt,
+                    ask:
+                        PermitAsk {
+                            target,
+                            kind: PermitKind::FirstAttempt,
+                            ..
+                        },
                     ..
                 }] => Some((info, target)),
                 _ => None,

@@ -2,12 +2,11 @@
 
 use super::error::RunError;
 use super::ids::{BatchId, CompactionId, PermitId, RequestId, TimerId};
-use crate::budget::{BudgetNote, PermitKind};
+use crate::budget::{BudgetNote, PermitAsk};
 use crate::compaction::CompactionReport;
 use crate::conversation::{Conversation, Message};
 use crate::failure::FailureKind;
 use crate::response::StopReason;
-use crate::time::Millis;
 use crate::tool::ToolCall;
 use serde::{Serialize, Serializer};
 use std::fmt;
@@ -246,14 +245,9 @@ pub enum Command {
     AcquirePermit {
         /// The id to answer with.
         permit: PermitId,
-        /// What the permit is for.
-        kind: PermitKind,
-        /// Index of the target the request will go to.
-        target: usize,
-        /// The latest time the machine is willing to wait until for a token.
-        deadline: Millis,
-        /// When the request being retried started (the budget serves the oldest first).
-        since: Millis,
+        /// What to ask the budget, as [`RetryBudget::request`] takes it: the kind of
+        /// permit, the target, the deadline, and when the request started.
+        ask: PermitAsk,
     },
     /// Tell the shared retry budget what happened ([`RetryBudget::record`]); no answer.
     /// Only emitted when [`MachineConfig::retry_budget`](crate::MachineConfig::retry_budget)

@@ -14,7 +14,7 @@ pub use error::{GiveUp, RunError, TargetFailure};
 pub use event::{Event, Handled, IgnoreReason};
 pub use ids::{BatchId, CompactionId, PermitId, RequestId, TimerId};
 
-use crate::budget::{BudgetNote, PermitDecision, PermitKind};
+use crate::budget::{BudgetNote, PermitAsk, PermitDecision, PermitKind};
 use crate::compaction::{
     summarized, summary_request, CompactionMethod, CompactionReason, CompactionReport,
     SummaryRequest,
@@ -493,13 +493,13 @@ impl AgentMachine {
                 };
                 let permit = PermitId(self.next_id());
                 self.phase = Phase::AwaitingPermit { permit, kind };
-                self.emit(Command::AcquirePermit {
-                    permit,
+                let ask = PermitAsk {
                     kind,
                     target: self.target,
                     deadline,
                     since: self.request.since,
-                });
+                };
+                self.emit(Command::AcquirePermit { permit, ask });
             }
             None => self.send(),
         }

@@ -1,7 +1,7 @@
 //! Machine behaviour, including the spec's "Phase 6" list at the machine level.
 
 use super::*;
-use crate::budget::{BudgetConfig, BudgetNote, PermitAsk, PermitKind, RetryBudget, Ticket};
+use crate::budget::{BudgetConfig, BudgetNote, PermitKind, RetryBudget, Ticket};
 use crate::compaction::{compact, CompactionMethod, CompactionReason, CompactionReport};
 use crate::response::Usage;
 use crate::retry::RetryConfig;
@@ -971,13 +971,9 @@ fn permit(commands: &[Command]) -> (PermitId, PermitKind, usize, Millis) {
     commands
         .iter()
         .find_map(|c| match c {
-            Command::AcquirePermit {
-                permit,
-                kind,
-                target,
-                deadline,
-                ..
-            } => Some((*permit, *kind, *target, *deadline)),
+            Command::AcquirePermit { permit, ask } => {
+                Some((*permit, ask.kind, ask.target, ask.deadline))
+            }
             _ => None,
         })
         .unwrap_or_else(|| panic!("no AcquirePermit in {commands:#?}"))
@@ -1211,21 +1207,9 @@ fn a_budgeted_fleet_on_one_budget_completes_a_blip_that_drains_the_bucket() {
         let now = Millis(at);
         for command in machines[agent].step(now, event) {
             match command {
-                Command::AcquirePermit {
-                    permit,
-                    kind,
-                    target,
-                    deadline,
-                    since,
-                } => {
+                Command::AcquirePermit { permit, ask } => {
                     let ticket = Ticket(permit.0 * 100 + agent as u64);
                     tickets.insert(ticket, (agent, permit));
-                    let ask = PermitAsk {
-                        kind,
-                        target,
-                        deadline,
-                        since,
-                    };
                     if let Some(decision) = budget.request(now, ticket, ask) {
                         push(
                             &mut inbox,
