@@ -13,7 +13,16 @@ use serde::{Deserialize, Serialize};
 ///
 /// A server hint wins over the computed delay:
 /// - an explicit `retry-after` / `retry-after-ms` is used as it is when it is at most
-///   `max_retry_after_ms`. **Above the cap the machine does not retry this target at all**,
+///   `max_retry_after_ms` (default 10 minutes), and waited out visibly and cancellably: a
+///   server that names its delay is telling the truth more often than not (the official
+///   SDKs wait any `retry-after`), and an agent with nowhere else to go loses less by
+///   waiting 90 s than by failing a task a person must restart. Ten minutes is about the
+///   longest a person watching a countdown keeps a task alive rather than cancelling it, and
+///   the longest a provider's windows usually run (per-minute limits, short overload
+///   shedding); a longer hint (an hourly or daily quota) is a quota, not a delay.
+///   When the fallback chain has a next target, a server delay above `fallback_after_ms`
+///   (default 30 s) is not waited: the machine moves on at once ([`Self::moves_on`]).
+///   **Above the cap the machine does not retry this target at all**,
 ///   whatever the hint's size (an hour, a day, year 9999): retrying sooner than the server
 ///   asked only earns another refusal, and waiting longer than the cap is what the cap
 ///   forbids, so the failure goes to the fallback target or to the embedder at once
@@ -61,6 +70,12 @@ pub struct RetryConfig {
     pub jitter: bool,
     /// The longest server-requested delay the policy will honour, in ms.
     pub max_retry_after_ms: u64,
+    /// The longest server-requested delay worth waiting while the fallback chain has a next
+    /// target, in ms: above it the machine moves to that target at once. Missing from a
+    /// serialized config (a trace recorded before this field), it is `u64::MAX`: never move
+    /// on early, as those runs did.
+    #[serde(default = "never")]
+    pub fallback_after_ms: u64,
     /// Empty assistant responses tolerated per request before giving up (a small cap: an
     /// empty answer is more often the model's choice than a fault).
     pub max_empty_responses: u32,
@@ -74,10 +89,16 @@ impl Default for RetryConfig {
             max_delay_ms: 10_000,
             multiplier: 2.0,
             jitter: true,
-            max_retry_after_ms: 60_000,
+            max_retry_after_ms: 600_000,
+            fallback_after_ms: 30_000,
             max_empty_responses: 2,
         }
     }
+}
+
+/// `fallback_after_ms` of a config serialized before it existed.
+fn never() -> u64 {
+    u64::MAX
 }
 
 /// The delay chosen before a retry.
@@ -140,6 +161,22 @@ impl RetryConfig {
         }
     }
 
+    /// Whether a server delay of `server_delay_ms` should move the run to the next target at
+    /// once (when there is one) instead of being waited out: it is above
+    /// `fallback_after_ms`, or above the cap.
+    ///
+    /// ```
+    /// use rebound_core::RetryConfig;
+    ///
+    /// let policy = RetryConfig::default();
+    /// assert!(!policy.moves_on(30_000));
+    /// assert!(policy.moves_on(90_000));
+    /// ```
+    #[must_use]
+    pub fn moves_on(&self, server_delay_ms: u64) -> bool {
+        server_delay_ms > self.fallback_after_ms.min(self.max_retry_after_ms)
+    }
+
     /// The delay before retry `retry` after `failure`, honouring server hints as documented on
     /// [`RetryConfig`].
     pub fn delay_for(
@@ -195,8 +232,9 @@ mod tests {
                 c.max_delay_ms,
                 c.max_retry_after_ms
             ),
-            (4, 500, 10_000, 60_000)
+            (4, 500, 10_000, 600_000)
         );
+        assert_eq!(c.fallback_after_ms, 30_000);
         assert!(c.jitter);
     }
 
@@ -272,7 +310,7 @@ mod tests {
             ..RetryConfig::default()
         };
         let mut f = rate_limited();
-        f.rate_limit_reset_ms = Some(120_000);
+        f.rate_limit_reset_ms = Some(700_000);
         let mut rng = fastrand::Rng::with_seed(1);
         assert_eq!(c.delay_for(2, &f, &mut rng), RetryDelay::Backoff(1_000));
         f.rate_limit_reset_ms = Some(2_500);
@@ -322,6 +360,16 @@ mod tests {
                 "{kind:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_config_serialized_before_the_fallback_threshold_never_moves_on_early() {
+        let old = r#"{"max_attempts":4,"initial_delay_ms":500,"max_delay_ms":10000,
+            "multiplier":2.0,"jitter":true,"max_retry_after_ms":60000,"max_empty_responses":2}"#;
+        let c: RetryConfig = serde_json::from_str(old).unwrap();
+        assert_eq!(c.fallback_after_ms, u64::MAX);
+        assert!(!c.moves_on(60_000));
+        assert!(c.moves_on(60_001));
     }
 
     #[test]

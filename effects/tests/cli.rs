@@ -304,6 +304,61 @@ async fn sigint_during_a_long_retry_delay_exits_130_promptly_and_the_session_kee
 }
 
 #[tokio::test]
+async fn a_long_server_delay_moves_to_the_fallback_at_once_and_above_the_cap_fails() {
+    let faulty = r#"{"turns": [{"faults": [{"type": "http", "status": 429,
+                                           "headers": {"retry-after-ms": "5000"}}],
+                               "answer": {"text": "Hi from the fallback."}}]}"#;
+    // With a fallback at hand, 5 s is above --fallback-after-ms: no wait, the next target.
+    let s = server(faulty).await;
+    let fallback = format!("anthropic:test-model@{}", s.base_url());
+    let started = Instant::now();
+    let out = output(run_cmd(
+        &s,
+        &[
+            "--events",
+            "json",
+            "--fallback",
+            &fallback,
+            "--fallback-after-ms",
+            "1000",
+        ],
+    ))
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(started.elapsed() < Duration::from_secs(5), "it waited");
+    let kinds = types(&json_events(&out));
+    assert!(kinds.contains(&"fallback".to_owned()), "{kinds:?}");
+    assert!(!kinds.contains(&"provider_retry".to_owned()), "{kinds:?}");
+    s.shutdown().await;
+
+    // Without one, 5 s above --max-retry-after-ms fails at once.
+    let s = server(faulty).await;
+    let out = output(run_cmd(
+        &s,
+        &["--events", "json", "--max-retry-after-ms", "1000"],
+    ))
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    let events = json_events(&out);
+    let error = events.last().unwrap();
+    assert_eq!(error["type"], "error");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than the 1.0s allowed"),
+        "{error}"
+    );
+    assert_eq!(s.requests().len(), 1);
+    s.shutdown().await;
+}
+
+#[tokio::test]
 async fn demo_completes_offline() {
     let mut cmd = Command::new(BIN);
     cmd.args(["demo", "--events", "json"])

@@ -19,7 +19,7 @@ use rebound_core::trace::command_value;
 use rebound_core::{
     BatchOutcome, BudgetConfig, BudgetUse, Command, Event, FailureAction, FailureKind, GiveUp,
     HostFailureKind, InputProblemKind, PermitAsk, PermitKind, ProviderFailure, ProviderKind,
-    RequestId, RunError, TargetSpec, ToolFailure, TransportFault,
+    RequestId, RequestPurpose, RunError, TargetSpec, ToolFailure, TransportFault,
 };
 use rebound_sim::scenario::{
     Answer, Cancel, Fault, FaultKind, History, InputProblem, Outage, RandomFaults, Scenario,
@@ -410,6 +410,7 @@ fn sim_config() -> impl Strategy<Value = SimConfig> {
         1_000u64..60_000,
         1u32..=3,
         prop_oneof![3 => Just(None), 1 => (1u32..4).prop_map(Some)],
+        1_000u64..60_000,
     )
         .prop_map(
             |(
@@ -421,6 +422,7 @@ fn sim_config() -> impl Strategy<Value = SimConfig> {
                 max_retry_after,
                 empties,
                 max_turns,
+                fallback_after,
             )| {
                 let mut c = SimConfig::default();
                 c.machine.max_turns = max_turns;
@@ -431,6 +433,7 @@ fn sim_config() -> impl Strategy<Value = SimConfig> {
                 r.multiplier = multiplier;
                 r.max_delay_ms = max_delay;
                 r.max_retry_after_ms = max_retry_after;
+                r.fallback_after_ms = fallback_after;
                 r.max_empty_responses = empties;
                 c
             },
@@ -729,10 +732,24 @@ fn retry_delays_follow_the_policy_or_the_capped_server_hint(case: &Case) -> Resu
             _ => None,
         });
         let cap = retry.max_retry_after_ms;
+        // With a next target (a summary request never moves), a hint above the fallback
+        // threshold is not waited either.
+        let summary = o.commands().any(|(_, c)| {
+            matches!(c, Command::SendRequest { request: r, purpose: RequestPurpose::Summary, .. }
+                if *r == request)
+        });
+        let can_move = !summary && target_of(&o, request) + 1 < case.config.machine.target_count();
+        let moves_on = |hint| can_move && retry.moves_on(hint);
+        let fell_back = s
+            .commands
+            .iter()
+            .any(|c| matches!(c, Command::NotifyFallback { .. }));
         match (failure.retry_after_ms, sleep) {
             (Some(hint), Some(d)) => ensure!(
-                hint <= cap && d == hint,
-                "step {i}: slept {d} ms for a server hint of {hint} ms (cap {cap})"
+                hint <= cap && d == hint && !moves_on(hint),
+                "step {i}: slept {d} ms for a server hint of {hint} ms (cap {cap}, fallback \
+                 after {} ms, next target: {can_move})",
+                retry.fallback_after_ms
             ),
             (Some(hint), None) if hint > cap && failure.action() == FailureAction::Retry => {
                 ensure!(
@@ -745,8 +762,17 @@ fn retry_delays_follow_the_policy_or_the_capped_server_hint(case: &Case) -> Resu
                             }
                         }
                     )) || n >= retry.attempts()
-                        || matches!(s.commands.first(), Some(Command::NotifyFallback { .. })),
+                        || fell_back,
                     "step {i}: a hint of {hint} ms over the cap {cap} did not end the run: {:?}",
+                    s.commands
+                );
+            }
+            (Some(hint), None) if moves_on(hint) && failure.action() == FailureAction::Retry => {
+                ensure!(
+                    fell_back || n >= retry.attempts(),
+                    "step {i}: a hint of {hint} ms over the fallback threshold {} ms did not \
+                     move to the next target: {:?}",
+                    retry.fallback_after_ms,
                     s.commands
                 );
             }
@@ -1494,6 +1520,7 @@ fn generated_cases_reach_every_interesting_path() {
                 GiveUp::AttemptsExhausted { .. } => "attempts exhausted",
                 GiveUp::EmptyResponses { .. } => "empty responses",
                 GiveUp::RetryAfterTooLong { .. } => "hint too long",
+                GiveUp::RetryAfterLong { .. } => "hint long, fallback at hand",
                 GiveUp::OverflowAfterCompaction => "overflow after compaction",
                 GiveUp::CompactionFailed { .. } => "compaction failed",
                 GiveUp::BudgetExhausted => "budget exhausted",

@@ -234,6 +234,7 @@ fn scaled_config(scale: f64) -> (MachineConfig, BudgetConfig) {
     machine.retry.initial_delay_ms = ms(machine.retry.initial_delay_ms);
     machine.retry.max_delay_ms = ms(machine.retry.max_delay_ms);
     machine.retry.max_retry_after_ms = ms(machine.retry.max_retry_after_ms);
+    machine.retry.fallback_after_ms = ms(machine.retry.fallback_after_ms);
     if let Some(b) = machine.retry_budget.as_mut() {
         b.max_wait_ms = ms(b.max_wait_ms);
     }

@@ -85,7 +85,8 @@ pub struct MachineConfig {
     /// The fallback chain, primary first. Empty means one unnamed target (index 0).
     ///
     /// A request moves to the next target when the current one's attempts are spent on a
-    /// retryable failure (or its server asked to wait longer than `max_retry_after_ms`), and
+    /// retryable failure (or its server asked to wait longer than `max_retry_after_ms`, or,
+    /// with this next target at hand, longer than `fallback_after_ms`), and
     /// at once on quota exhaustion or an unknown model — never on cancel, host failures, a
     /// plain bad request, auth failures or a context overflow. Each target gets its own
     /// attempt budget and the same conversation snapshot.

@@ -30,6 +30,13 @@ pub enum GiveUp {
         /// The policy's cap, in ms.
         cap_ms: u64,
     },
+    /// The server asked to wait longer than is worth waiting with a next target at hand.
+    RetryAfterLong {
+        /// The server's hint, in ms.
+        hint_ms: u64,
+        /// The policy's `fallback_after_ms`.
+        fallback_after_ms: u64,
+    },
     /// The context overflowed and automatic compaction is off.
     CompactionDisabled,
     /// The context overflowed again after compaction.
@@ -59,6 +66,15 @@ impl fmt::Display for GiveUp {
                 "the server asked to wait {:.1}s, more than the {:.1}s allowed",
                 *hint_ms as f64 / 1000.0,
                 *cap_ms as f64 / 1000.0
+            ),
+            GiveUp::RetryAfterLong {
+                hint_ms,
+                fallback_after_ms,
+            } => write!(
+                f,
+                "the server asked to wait {:.1}s, more than the {:.1}s worth waiting with a fallback at hand",
+                *hint_ms as f64 / 1000.0,
+                *fallback_after_ms as f64 / 1000.0
             ),
             GiveUp::CompactionDisabled => f.write_str("automatic compaction is off"),
             GiveUp::OverflowAfterCompaction => {

@@ -564,20 +564,28 @@ impl AgentMachine {
             );
         }
         let delay = retry.delay_for(attempt, &failure, &mut self.rng);
+        if let RetryDelay::ServerHint(ms) | RetryDelay::HintTooLong(ms) = delay {
+            if failure.kind == FailureKind::RateLimited && self.config.retry_budget.is_some() {
+                // The fleet learns the provider's delay instead of each agent spending a
+                // request to hear it, whether this agent waits, moves on or gives up.
+                let note = BudgetNote::RateLimited {
+                    target: self.target,
+                    until: self.now.plus(ms),
+                };
+                self.emit(Command::NoteBudget { note });
+            }
+        }
         let (delay_ms, kind) = match delay {
             RetryDelay::Backoff(ms) => (ms, PermitKind::Charged),
-            RetryDelay::ServerHint(ms) => {
-                if failure.kind == FailureKind::RateLimited && self.config.retry_budget.is_some() {
-                    // The fleet learns the provider's delay instead of each agent spending a
-                    // request to hear it.
-                    let note = BudgetNote::RateLimited {
-                        target: self.target,
-                        until: self.now.plus(ms),
-                    };
-                    self.emit(Command::NoteBudget { note });
-                }
-                (ms, PermitKind::Hinted)
+            RetryDelay::ServerHint(hint_ms) if self.moves_on(hint_ms) => {
+                let fallback_after_ms = self.config.retry.fallback_after_ms;
+                let reason = GiveUp::RetryAfterLong {
+                    hint_ms,
+                    fallback_after_ms,
+                };
+                return self.give_up(failure, reason, true);
             }
+            RetryDelay::ServerHint(ms) => (ms, PermitKind::Hinted),
             RetryDelay::HintTooLong(hint_ms) => {
                 let cap_ms = self.config.retry.max_retry_after_ms;
                 return self.give_up(failure, GiveUp::RetryAfterTooLong { hint_ms, cap_ms }, true);
@@ -587,6 +595,15 @@ impl AgentMachine {
         let timer = TimerId(self.next_id());
         self.phase = Phase::BackingOff { timer, kind };
         self.emit(Command::Sleep { timer, delay_ms });
+    }
+
+    /// Whether a server delay of `delay_ms` moves the run to the next target at once: there
+    /// is one (a summary request never moves), and the policy says the delay is too long to
+    /// wait with somewhere else to go.
+    fn moves_on(&self, delay_ms: u64) -> bool {
+        !self.summarizing()
+            && self.target + 1 < self.config.target_count()
+            && self.config.retry.moves_on(delay_ms)
     }
 
     /// Keeps `failure` as the request's last one and tells the UI that attempt `attempt`
@@ -876,6 +893,14 @@ impl AgentMachine {
         failure.retry_after_ms = Some(hint_ms);
         if hint_ms > cap_ms {
             return self.give_up(failure, GiveUp::RetryAfterTooLong { hint_ms, cap_ms }, true);
+        }
+        if self.moves_on(hint_ms) {
+            let fallback_after_ms = self.config.retry.fallback_after_ms;
+            let reason = GiveUp::RetryAfterLong {
+                hint_ms,
+                fallback_after_ms,
+            };
+            return self.give_up(failure, reason, true);
         }
         // Spread the fleet's return over a quarter of the wait, and over at least four
         // initial backoffs (2 s by default) however little of the wait is left for this

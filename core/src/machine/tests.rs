@@ -266,7 +266,7 @@ fn server_retry_after_wins_and_above_the_cap_fails_at_once() {
     let mut m = AgentMachine::new(config(), 1);
     let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
     let mut f = failure(FailureKind::RateLimited, 429);
-    f.retry_after_ms = Some(600_000);
+    f.retry_after_ms = Some(600_001);
     let out = m.step(
         Millis(1),
         Event::ProviderFailed {
@@ -278,8 +278,8 @@ fn server_retry_after_wins_and_above_the_cap_fails_at_once() {
         fail_error(&out),
         RunError::Provider {
             reason: GiveUp::RetryAfterTooLong {
-                hint_ms: 600_000,
-                cap_ms: 60_000
+                hint_ms: 600_001,
+                cap_ms: 600_000
             },
             ..
         }
@@ -887,6 +887,138 @@ fn fallback_happens_only_after_the_primary_attempts_are_spent() {
     }
 }
 
+fn rate_limited_for(retry_after_ms: u64) -> ProviderFailure {
+    let mut f = failure(FailureKind::RateLimited, 429);
+    f.retry_after_ms = Some(retry_after_ms);
+    f
+}
+
+#[test]
+fn a_90_s_retry_after_with_nowhere_else_to_go_is_waited_out_and_shown_first() {
+    let mut m = AgentMachine::new(config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: rate_limited_for(90_000),
+        },
+    );
+    let Some(Command::NotifyRetry { info }) = out.first() else {
+        panic!("the wait is told before it starts: {out:#?}")
+    };
+    assert_eq!((info.delay_ms, info.retry_after_ms), (90_000, Some(90_000)));
+    let (timer, delay) = sleep(&out);
+    assert_eq!(delay, 90_000);
+    let (_, attempt, _) = sent(&m.step(Millis(90_001), Event::TimerFired { timer }));
+    assert_eq!(attempt, 2);
+}
+
+#[test]
+fn a_90_s_retry_after_with_a_fallback_target_moves_to_it_at_once() {
+    let mut m = AgentMachine::new(fallback_config(), 1);
+    let (req, _, first) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: rate_limited_for(90_000),
+        },
+    );
+    assert!(!out.iter().any(|c| matches!(c, Command::Sleep { .. })));
+    let Command::NotifyFallback { info } = &out[0] else {
+        panic!("{out:#?}")
+    };
+    assert_eq!((info.from, info.to), (0, 1));
+    match &out[1] {
+        Command::SendRequest {
+            target: 1,
+            attempt: 1,
+            conversation,
+            ..
+        } => assert_eq!(conversation, &first),
+        other => panic!("{other:#?}"),
+    }
+    // The first target's reason is kept for the final error.
+    let out = m.step(
+        Millis(2),
+        Event::ProviderFailed {
+            request: sent(&out).0,
+            failure: failure(FailureKind::AuthFailed, 401),
+        },
+    );
+    let RunError::Provider { earlier, .. } = fail_error(&out) else {
+        panic!("{out:#?}")
+    };
+    assert_eq!(
+        earlier[0].reason,
+        GiveUp::RetryAfterLong {
+            hint_ms: 90_000,
+            fallback_after_ms: 30_000
+        }
+    );
+}
+
+#[test]
+fn a_retry_after_within_the_fallback_threshold_is_waited_even_with_a_fallback() {
+    let mut m = AgentMachine::new(fallback_config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: rate_limited_for(30_000),
+        },
+    );
+    assert_eq!(sleep(&out).1, 30_000);
+}
+
+#[test]
+fn a_retry_after_above_the_cap_with_nowhere_else_to_go_fails_the_run() {
+    let mut m = AgentMachine::new(config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: rate_limited_for(3_600_000),
+        },
+    );
+    assert!(!out.iter().any(|c| matches!(c, Command::Sleep { .. })));
+    assert!(matches!(
+        fail_error(&out),
+        RunError::Provider {
+            reason: GiveUp::RetryAfterTooLong {
+                hint_ms: 3_600_000,
+                cap_ms: 600_000
+            },
+            target: 0,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn cancel_ends_a_long_server_wait_at_once() {
+    let mut m = AgentMachine::new(config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: rate_limited_for(90_000),
+        },
+    );
+    let (timer, _) = sleep(&out);
+    assert_eq!(
+        fail_error(&m.step(Millis(2), Event::Cancel)),
+        RunError::Canceled
+    );
+    assert!(m
+        .step(Millis(90_001), Event::TimerFired { timer })
+        .is_empty());
+}
+
 #[test]
 fn quota_exhaustion_falls_back_at_once_and_the_final_error_lists_every_target() {
     let mut m = AgentMachine::new(fallback_config(), 1);
@@ -1172,6 +1304,65 @@ fn a_shared_rate_limit_above_the_cap_gives_up_the_target() {
             ..
         }
     ));
+}
+
+#[test]
+fn a_90_s_retry_after_is_noted_to_the_fleet_whether_the_agent_waits_or_moves_on() {
+    for (config, waits) in [
+        (budgeted(5_000), true),
+        (
+            MachineConfig {
+                retry_budget: Some(BudgetUse { max_wait_ms: 5_000 }),
+                ..fallback_config()
+            },
+            false,
+        ),
+    ] {
+        let mut m = AgentMachine::new(config, 1);
+        let (p, _, _, _) = permit(&m.step(Millis(0), user("hi")));
+        let (req, _, _) = sent(&m.step(Millis(0), granted(p)));
+        let out = m.step(
+            Millis(10),
+            Event::ProviderFailed {
+                request: req,
+                failure: rate_limited_for(90_000),
+            },
+        );
+        assert!(
+            out.contains(&Command::NoteBudget {
+                note: BudgetNote::RateLimited {
+                    target: 0,
+                    until: Millis(90_010)
+                }
+            }),
+            "{out:#?}"
+        );
+        let slept = out.iter().any(|c| matches!(c, Command::Sleep { .. }));
+        assert_eq!(slept, waits, "{out:#?}");
+    }
+}
+
+#[test]
+fn a_long_shared_rate_limit_with_a_fallback_target_moves_to_it_at_once() {
+    let mut m = AgentMachine::new(
+        MachineConfig {
+            retry_budget: Some(BudgetUse { max_wait_ms: 5_000 }),
+            ..fallback_config()
+        },
+        1,
+    );
+    let (p, _, _, _) = permit(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(0),
+        Event::PermitAnswered {
+            permit: p,
+            decision: PermitDecision::WaitUntil(Millis(90_000)),
+        },
+    );
+    assert!(!out.iter().any(|c| matches!(c, Command::Sleep { .. })));
+    assert!(matches!(out[0], Command::NotifyFallback { .. }), "{out:#?}");
+    let (_, kind, target, _) = permit(&out);
+    assert_eq!((kind, target), (PermitKind::FirstAttempt, 1));
 }
 
 #[test]

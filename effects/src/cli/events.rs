@@ -9,7 +9,10 @@ use rebound_core::{
     ToolCall, ToolResultBlock,
 };
 use serde_json::{json, Value};
-use std::io::Write;
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 fn io_error(e: std::io::Error) -> ReceiverError {
     ReceiverError(format!("could not write to the terminal: {e}"))
@@ -185,13 +188,70 @@ impl Receiver for JsonEvents {
 }
 
 /// Streams text to stdout and status lines (dim) to stderr, for people (`--events human`).
+/// A retry wait of a few seconds or more is counted down on stderr when it is a terminal.
 #[derive(Debug, Default)]
 pub struct HumanView {
     /// Whether the cursor is mid-line on stdout (streamed text without a newline yet).
     mid_line: bool,
     /// The run's totals, once told.
     totals: Option<String>,
+    /// The retry wait being counted down on a terminal, if any.
+    countdown: Option<Countdown>,
 }
+
+/// A retry line redrawn once a second with the time left, on a terminal's stderr, until the
+/// next thing the view prints (the retry itself, a cancel, anything) stops it.
+#[derive(Debug)]
+struct Countdown {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Countdown {
+    /// Prints `info`'s line without ending it and starts redrawing it.
+    fn start(info: &ProviderRetryInfo) -> Countdown {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let total = Duration::from_millis(info.delay_ms);
+        let info = info.clone();
+        let draw = move |left_ms: u64| {
+            let line = ProviderRetryInfo {
+                delay_ms: left_ms,
+                ..info.clone()
+            };
+            let mut err = anstream::stderr();
+            let _ = write!(err, "\r\x1b[2K{DIM}{line}{DIM:#}");
+            let _ = err.flush();
+        };
+        draw(u64::try_from(total.as_millis()).unwrap_or(u64::MAX));
+        let started = Instant::now();
+        let thread = std::thread::spawn(move || {
+            let mut shown = started;
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(50));
+                let now = Instant::now();
+                if now.duration_since(shown) >= Duration::from_secs(1) {
+                    shown = now;
+                    let left = total.saturating_sub(now.duration_since(started));
+                    draw(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
+                }
+            }
+        });
+        Countdown { stop, thread }
+    }
+
+    /// Stops redrawing and ends the line.
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+        let mut err = anstream::stderr();
+        let _ = err.write_all(b"\n");
+        let _ = err.flush();
+    }
+}
+
+/// Waits shorter than this are printed once, not counted down.
+const COUNTDOWN_FROM_MS: u64 = 3_000;
 
 const DIM: Style = Style::new().dimmed();
 const TOOL: Style = Style::new().fg_color(Some(anstyle::Color::Ansi(AnsiColor::Cyan)));
@@ -199,8 +259,21 @@ const BAD: Style = Style::new()
     .fg_color(Some(anstyle::Color::Ansi(AnsiColor::Red)))
     .bold();
 
+impl Drop for HumanView {
+    fn drop(&mut self) {
+        self.stop_countdown();
+    }
+}
+
 impl HumanView {
+    fn stop_countdown(&mut self) {
+        if let Some(countdown) = self.countdown.take() {
+            countdown.stop();
+        }
+    }
+
     fn end_line(&mut self) -> Result<(), ReceiverError> {
+        self.stop_countdown();
         if self.mid_line {
             self.mid_line = false;
             let mut out = anstream::stdout();
@@ -248,6 +321,7 @@ pub fn advice(error: &RunError) -> &'static str {
 
 impl Receiver for HumanView {
     fn delta(&mut self, delta: &StreamDelta) -> Result<(), ReceiverError> {
+        self.stop_countdown();
         if let StreamDelta::Text { text, .. } = delta {
             let mut out = anstream::stdout();
             out.write_all(text.as_bytes()).map_err(io_error)?;
@@ -272,6 +346,11 @@ impl Receiver for HumanView {
     }
 
     fn provider_retry(&mut self, info: &ProviderRetryInfo) -> Result<(), ReceiverError> {
+        if info.delay_ms >= COUNTDOWN_FROM_MS && std::io::stderr().is_terminal() {
+            self.end_line()?;
+            self.countdown = Some(Countdown::start(info));
+            return Ok(());
+        }
         self.status(DIM, &info.to_string())
     }
 

@@ -120,6 +120,15 @@ pub struct RunArgs {
     /// Upper bound of the backoff delay, in ms.
     #[arg(long, default_value_t = 10_000)]
     pub max_delay_ms: u64,
+    /// The longest delay a server may ask for (`retry-after`) that is waited out, in ms
+    /// (default 10 minutes), counted down and cancellable with Ctrl-C. Above it the target
+    /// is given up: the run moves to the next `--fallback`, or fails.
+    #[arg(long, default_value_t = 600_000, value_name = "MS")]
+    pub max_retry_after_ms: u64,
+    /// With a `--fallback` still to try, a server delay longer than this (in ms) moves to it
+    /// at once instead of waiting.
+    #[arg(long, default_value_t = 30_000, value_name = "MS")]
+    pub fallback_after_ms: u64,
     /// Do not jitter backoff delays.
     #[arg(long)]
     pub no_jitter: bool,

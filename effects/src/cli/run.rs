@@ -309,6 +309,8 @@ pub async fn run(args: RunArgs) -> i32 {
             max_attempts: args.max_attempts,
             initial_delay_ms: args.initial_delay_ms,
             max_delay_ms: args.max_delay_ms,
+            max_retry_after_ms: args.max_retry_after_ms,
+            fallback_after_ms: args.fallback_after_ms,
             jitter: !args.no_jitter,
             ..RetryConfig::default()
         },
