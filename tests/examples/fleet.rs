@@ -103,6 +103,8 @@ struct Figures {
     completed: usize,
     requests: usize,
     peak_per_sec: usize,
+    /// The standard deviation of requests per agent, where it is known (the simulated side).
+    per_agent_sd: Option<f64>,
 }
 
 impl Figures {
@@ -112,6 +114,7 @@ impl Figures {
             completed: completed.iter().filter(|c| **c).count(),
             requests: requests.len(),
             peak_per_sec: peak(requests, window_ms),
+            per_agent_sd: None,
         }
     }
 
@@ -138,11 +141,18 @@ fn peak(requests: &[u64], window_ms: Option<(u64, u64)>) -> usize {
     buckets.into_values().max().unwrap_or(0)
 }
 
-/// Differences beyond noise between the real and the simulated fleet: success more than
-/// 3 points apart, or requests per agent more than 10 % apart.
+/// Differences beyond noise between the real and the simulated fleet: success or requests
+/// per agent further apart than three standard errors of the difference of two samples of
+/// this size (the server draws random faults from one stream, the simulator per agent), and
+/// than 3 points of success or 10 % of requests per agent.
 fn differs(real: &Figures, sim: &Figures) -> bool {
-    (real.success() - sim.success()).abs() > 0.03
-        || (real.per_agent() - sim.per_agent()).abs() > 0.1 * sim.per_agent().max(1.0)
+    let n = sim.agents.max(1) as f64;
+    let p = sim.success();
+    let success_noise = (3.0 * (2.0 * p * (1.0 - p) / n).sqrt()).max(0.03);
+    let sd = sim.per_agent_sd.unwrap_or(0.0);
+    let requests_noise = (3.0 * sd * (2.0 / n).sqrt()).max(0.1 * sim.per_agent().max(1.0));
+    (real.success() - sim.success()).abs() > success_noise
+        || (real.per_agent() - sim.per_agent()).abs() > requests_noise
 }
 
 async fn parent(options: Options) -> ExitCode {
@@ -215,9 +225,10 @@ async fn parent(options: Options) -> ExitCode {
     println!(
         "\nReal and simulated fleets {}.",
         if any_differs {
-            "**differ** beyond noise (3 points of success or 10 % of requests per agent)"
+            "**differ** beyond noise (three standard errors, and 3 points of success or 10 % of \
+             requests per agent)"
         } else {
-            "agree within noise (3 points of success, 10 % of requests per agent)"
+            "agree within noise"
         }
     );
     if any_differs {
@@ -313,6 +324,7 @@ fn play_sim(
     };
     let mut completed = Vec::new();
     let mut requests = Vec::new();
+    let mut per_agent = Vec::new();
     for p in 0..processes {
         let agents: Vec<FleetAgent<'_>> = share(options.agents, processes, p)
             .map(|i| FleetAgent {
@@ -323,6 +335,7 @@ fn play_sim(
             .collect();
         for outcome in simulate_fleet(&agents, &config)? {
             completed.push(outcome.succeeded());
+            per_agent.push(f64::from(outcome.requests()));
             requests.extend(
                 outcome
                     .commands()
@@ -331,7 +344,13 @@ fn play_sim(
             );
         }
     }
-    Ok(Figures::of(&completed, &requests, model.window_ms))
+    let n = per_agent.len().max(1) as f64;
+    let mean = per_agent.iter().sum::<f64>() / n;
+    let variance = per_agent.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / n;
+    Ok(Figures {
+        per_agent_sd: Some(variance.sqrt()),
+        ..Figures::of(&completed, &requests, model.window_ms)
+    })
 }
 
 fn scaled_start(experiment: &ExperimentConfig, i: usize, scale: f64) -> u64 {
