@@ -338,21 +338,10 @@ fn transcript_header(bytes: &[u8]) -> Result<Option<(SessionHeader, usize)>, Ses
             crate::tools::bounded(&format.to_string(), 60)
         )));
     }
-    let version = fields.get("version").unwrap_or(&Value::Null);
-    match version.as_u64() {
-        Some(v) if v == SESSION_VERSION => {}
-        Some(found) if found > SESSION_VERSION => {
-            return Err(SessionFormatError::NewerVersion {
-                found,
-                supported: SESSION_VERSION,
-            })
-        }
-        _ => {
-            return Err(SessionFormatError::BadVersion {
-                found: crate::tools::bounded(&version.to_string(), 60),
-            })
-        }
-    }
+    check_version(
+        fields.get("version").unwrap_or(&Value::Null),
+        SESSION_VERSION,
+    )?;
     let header = serde_json::from_value::<SessionHeader>(Value::Object(fields))
         .map_err(|e| header_error(crate::tools::bounded(&e.to_string(), 300)))?;
     Ok(Some((header, end)))
@@ -456,20 +445,7 @@ fn decode_whole(bytes: &[u8]) -> Result<Conversation, SessionFormatError> {
         Value::Array(items) => items,
         Value::Object(mut fields) => {
             if let Some(version) = fields.remove("version") {
-                match version.as_u64() {
-                    Some(1) => {}
-                    Some(found) if found > 1 => {
-                        return Err(SessionFormatError::NewerVersion {
-                            found,
-                            supported: SESSION_VERSION,
-                        })
-                    }
-                    _ => {
-                        return Err(SessionFormatError::BadVersion {
-                            found: crate::tools::bounded(&version.to_string(), 60),
-                        })
-                    }
-                }
+                check_version(&version, 1)?;
             }
             match fields.remove("messages") {
                 Some(Value::Array(items)) => items,
@@ -1118,6 +1094,21 @@ fn sync_dir(_dir: &Path) -> io::Result<()> {
 }
 
 /// A forced failure in the middle of a write, for tests only.
+/// Accepts `version` when it is `expected`; a larger number is a file from a newer rebound,
+/// anything else is not a version.
+fn check_version(version: &Value, expected: u64) -> Result<(), SessionFormatError> {
+    match version.as_u64() {
+        Some(v) if v == expected => Ok(()),
+        Some(found) if found > expected => Err(SessionFormatError::NewerVersion {
+            found,
+            supported: SESSION_VERSION,
+        }),
+        _ => Err(SessionFormatError::BadVersion {
+            found: crate::tools::bounded(&version.to_string(), 60),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod failpoint {
     use std::io;
