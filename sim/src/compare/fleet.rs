@@ -132,6 +132,7 @@ pub(crate) fn run_peer_fleet(
                 if admitted {
                     agent.record.requests.push(now);
                     let (next, at) = play_attempt(
+                        peer,
                         &mut agent.cursor,
                         scenario,
                         &conversation,
@@ -159,8 +160,9 @@ pub(crate) fn run_peer_fleet(
     agents.into_iter().map(|a| a.record).collect()
 }
 
-/// Sends one attempt at `sent`: what it gets, and when the client learns it.
+/// Sends one attempt of `peer` at `sent`: what it gets, and when the client learns it.
 fn play_attempt(
+    peer: Peer,
     cursor: &mut ScriptCursor,
     scenario: &Scenario,
     conversation: &Conversation,
@@ -181,7 +183,7 @@ fn play_attempt(
                 return (Next::Answered, sent + stalled + latency);
             }
             Planned::Overflow { .. } => {
-                let seen = Seen::of(&FaultKind::ContextOverflow);
+                let seen = Seen::of(&FaultKind::ContextOverflow, scenario.provider, peer);
                 return (Next::Failed(seen), sent + stalled + timing.error_ms);
             }
             Planned::Fault(fault) => {
@@ -192,7 +194,10 @@ fn play_attempt(
                     }
                 }
                 let delay = fault.delay_ms(timing, idle_timeout_ms);
-                return (Next::Failed(Seen::of(&fault.kind)), sent + stalled + delay);
+                return (
+                    Next::Failed(Seen::of(&fault.kind, scenario.provider, peer)),
+                    sent + stalled + delay,
+                );
             }
         }
     }

@@ -39,7 +39,7 @@ pub use report::{Miss, Report, Row, Verdict};
 
 use crate::driver::{simulate_fleet, FleetAgent, SimConfig, SimError, SimOutcome};
 use crate::scenario::{Answer, Fault, FaultKind, Outage, RandomFaults, Scenario, Turn};
-use rebound_core::{BudgetConfig, BudgetUse, Command, MachineConfig};
+use rebound_core::{BudgetConfig, BudgetUse, Command, MachineConfig, TargetSpec};
 use std::fmt;
 
 /// Who retries: rebound or a modelled peer.
@@ -106,6 +106,13 @@ pub struct OutageModel {
     /// The least share of "rebound, no budget"'s success rebound must reach in this model,
     /// if any (`0.99`: 99 % of it): what the budget may cost when the failure is short.
     pub min_success_of_unbudgeted: Option<f64>,
+    /// Whether rebound's agents have somewhere else to go: a second target of the fallback
+    /// chain (another model) that the model's outages spare. The peers model one client
+    /// each and have no chain.
+    pub fallback: bool,
+    /// Whether rebound must complete its turns sooner than every other policy: its median
+    /// time to completion below every other row's of the model that completed a turn.
+    pub fastest: bool,
     /// Whether the bar applies to this model (extra models only inform).
     pub in_bar: bool,
 }
@@ -126,14 +133,17 @@ impl OutageModel {
             max_requests_per_turn: None,
             min_success: None,
             min_success_of_unbudgeted: None,
+            fallback: false,
+            fastest: false,
             in_bar: true,
         }
     }
 
     /// The five outage models of the issue, then four where a failure hits all agents of
     /// one process and a shared budget binds: the blip, a three-second total outage, the
-    /// brownout and the rate limit. All are in the bar; the limits each adds are on the
-    /// model.
+    /// brownout and the rate limit; then a rate limit whose server delay (90 s) is longer
+    /// than some clients honour, once with nowhere else to go and once with a fallback
+    /// target. All are in the bar; the limits each adds are on the model.
     #[must_use]
     pub fn standard() -> Vec<OutageModel> {
         let one_turn = |faults: Vec<Fault>, random: Option<RandomFaults>| Scenario {
@@ -160,6 +170,7 @@ impl OutageModel {
             12_000,
             Fault::http_with(429, "retry-after", "5"),
         ));
+        let long_retry_after = Outage::total(0, 60_000, Fault::http_with(429, "retry-after", "90"));
         vec![
             OutageModel::new(
                 "blip",
@@ -252,6 +263,33 @@ impl OutageModel {
                     "rate-limit-shared",
                     "the rate limit, all agents in one process",
                     one_turn(vec![], rate_limit),
+                )
+            },
+            OutageModel {
+                window_ms: Some((0, 60_000)),
+                min_success: Some(1.0),
+                ..OutageModel::new(
+                    "long-retry-after",
+                    "429 with `retry-after: 90` for every attempt in the first 60 s",
+                    one_turn(vec![], window(long_retry_after.clone())),
+                )
+            },
+            OutageModel {
+                window_ms: Some((0, 60_000)),
+                min_success: Some(1.0),
+                fallback: true,
+                fastest: true,
+                ..OutageModel::new(
+                    "long-retry-after-fallback",
+                    "the long retry-after on the primary model; rebound has a healthy fallback \
+                     model",
+                    one_turn(
+                        vec![],
+                        window(Outage {
+                            target: Some(0),
+                            ..long_retry_after
+                        }),
+                    ),
                 )
             },
         ]
@@ -401,6 +439,13 @@ fn run_rebound(
     budgeted: bool,
 ) -> Result<Vec<AgentTurn>, SimError> {
     let mut machine = config.machine.clone();
+    if model.fallback {
+        let provider = model.scenario.provider;
+        machine.targets = vec![
+            TargetSpec::new(provider, "primary-model"),
+            TargetSpec::new(provider, "fallback-model"),
+        ];
+    }
     let budget = if budgeted {
         if machine.retry_budget.is_none() && config.budget.is_some() {
             machine.retry_budget = Some(BudgetUse::default());

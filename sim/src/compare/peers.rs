@@ -27,7 +27,7 @@
 
 use super::budgets::{AdaptiveThrottle, FinagleRetryBudget, RetryQuota, RetryThrottle};
 use crate::scenario::FaultKind;
-use rebound_core::TransportFault;
+use rebound_core::{ProviderKind, TransportFault};
 use std::fmt;
 
 /// A retry policy of another stack, modelled.
@@ -269,7 +269,8 @@ impl Seen {
         should_retry: None,
     };
 
-    pub(crate) fn of(kind: &FaultKind) -> Seen {
+    /// What `peer`, a client of `provider`'s wire format, sees of `kind`.
+    pub(crate) fn of(kind: &FaultKind, provider: ProviderKind, peer: Peer) -> Seen {
         match kind {
             FaultKind::Http {
                 status, headers, ..
@@ -310,6 +311,23 @@ impl Seen {
                 retry_after_s: None,
                 should_retry: None,
             },
+            // @ai-sdk/openai's chat model reads ahead to the first output chunk and throws an
+            // error frame found before it from `doStream`, as an `APICallError` with a status
+            // derived from the frame (see `openai_stream_error_status`). The simulator's
+            // error event follows the stream's first event (`Fault::delay_ms`), which in
+            // Chat Completions is the role-only chunk: before any output.
+            FaultKind::StreamError { error_type, .. }
+                if peer == Peer::VercelAi && provider == ProviderKind::OpenAi =>
+            {
+                match openai_stream_error_status(error_type) {
+                    Some(status) => Seen::Http {
+                        status,
+                        retry_after_s: None,
+                        should_retry: None,
+                    },
+                    None => Seen::MidStream,
+                }
+            }
             FaultKind::StreamCut { .. }
             | FaultKind::StreamCutBytes { .. }
             | FaultKind::SlowDrip { .. }
@@ -351,19 +369,20 @@ struct StainlessCaps {
 }
 
 impl StainlessCaps {
-    // anthropics/anthropic-sdk-python, src/anthropic/_base_client.py (commit 0235ed2a):
-    // `_calculate_retry_timeout` returns `retry_after` when `0 < retry_after <= 60`, else
+    // anthropic 2.14.0 from PyPI (anthropics/anthropic-sdk-python), src/anthropic/
+    // _base_client.py: `_calculate_retry_timeout` returns `min(retry_after, 4_294_967.0)`
+    // for any `retry_after > 0` ("If the API asks us to wait a certain amount of time, just
+    // do what it says"; the 60 s cap of <= 1.5.0 went in 1.6.0), else
     // `min(INITIAL_RETRY_DELAY * 2**nb_retries, MAX_RETRY_DELAY) * (1 - 0.25 * random())`;
-    // `_should_retry` obeys `x-should-retry`, then retries 408, 409, 424, 429 and >= 500.
-    // Constants (src/anthropic/_constants.py): DEFAULT_MAX_RETRIES = 2,
-    // INITIAL_RETRY_DELAY = 0.5, MAX_RETRY_DELAY = 8.0. A longer `retry-after` falls back
-    // to the computed backoff.
+    // `_should_retry` obeys `x-should-retry`, then retries 408, 409, 429 and >= 500 (not
+    // 424). Constants (src/anthropic/_constants.py): DEFAULT_MAX_RETRIES = 2,
+    // INITIAL_RETRY_DELAY = 0.5, MAX_RETRY_DELAY = 8.0.
     const ANTHROPIC: StainlessCaps = StainlessCaps {
-        max_retry_after_s: 60.0,
+        max_retry_after_s: 4_294_967.0,
         longer_hint_refuses: false,
-        retries_424: true,
+        retries_424: false,
     };
-    // openai/openai-python, src/openai/_base_client.py (commit 000f030a): the same loop,
+    // openai 3.57.0 from PyPI (openai/openai-python), src/openai/_base_client.py: the same loop,
     // but `retry_after` is honoured up to MAX_RETRY_AFTER_DELAY ("Honor server-directed
     // delays up to two minutes": 120 s), and `_should_retry` returns False when
     // `retry_after > MAX_RETRY_AFTER_DELAY` — a longer hint means no retry at all. 424 is
@@ -427,12 +446,16 @@ fn stainless_python(
     Some(seconds_to_ms(sleep * jitter))
 }
 
-/// vercel/ai, packages/ai/src/util/retry-with-exponential-backoff.ts (commit 0530ac34):
+/// The Vercel AI SDK, ai 6.0.326 from npm: packages/ai/src/util/retry-with-exponential-
+/// backoff.ts with @ai-sdk/provider-utils 4.0.66's `retryWithExponentialBackoff`:
 /// `maxRetries = 2`, `initialDelayInMs = 2000`, `backoffFactor = 2`, no jitter; an
 /// `APICallError` is retryable when its status is 408, 409, 429 or >= 500 (or the fetch
 /// itself failed); `retry-after-ms` / `retry-after` win when `0 <= ms` and
 /// `(ms < 60 s || ms < backoff)`. The retry wraps the call that opens the stream
-/// (`doStream`), so an error inside the stream is never retried.
+/// (`doStream`), so an error inside the stream is not retried — except that
+/// @ai-sdk/openai 3.0.141's chat model (`throwIfOpenAIStreamErrorBeforeOutput` in
+/// src/openai-stream-error.ts) reads ahead until the first output chunk and throws an error
+/// frame found before it as an `APICallError` from `doStream`, inside the retry.
 fn vercel_ai(seen: &Seen, state: &mut PeerState) -> Option<u64> {
     const MAX_RETRIES: u32 = 2;
     if state.request_retries >= MAX_RETRIES {
@@ -458,6 +481,38 @@ fn vercel_ai(seen: &Seen, state: &mut PeerState) -> Option<u64> {
     };
     state.request_retries += 1;
     Some(delay_ms.round() as u64)
+}
+
+/// The status @ai-sdk/openai 3.0.141 gives the `APICallError` it makes of an OpenAI stream
+/// error frame with this `type` (`getStatusCode` in src/openai-stream-error.ts, for a frame
+/// without a numeric `code`): `rate_limit` 429, `authentication` 401, `permission` 403,
+/// `not_found` 404, `invalid`, `bad_request` or `context_length` 400, `overload` 503,
+/// `timeout` 504, anything else 500. `None` for `insufficient_quota`, which
+/// `isRetryableStreamError` marks not retryable whatever its status: it fails the call
+/// like an error after output.
+fn openai_stream_error_status(error_type: &str) -> Option<u16> {
+    let t = error_type.to_ascii_lowercase();
+    let has = |terms: &[&str]| terms.iter().any(|term| t.contains(term));
+    if t == "insufficient_quota" {
+        return None;
+    }
+    Some(if has(&["insufficient_quota", "rate_limit"]) {
+        429
+    } else if has(&["authentication"]) {
+        401
+    } else if has(&["permission"]) {
+        403
+    } else if has(&["not_found"]) {
+        404
+    } else if has(&["invalid", "bad_request", "context_length"]) {
+        400
+    } else if has(&["overload"]) {
+        503
+    } else if has(&["timeout"]) {
+        504
+    } else {
+        500
+    })
 }
 
 /// openai/codex, codex-rs. The HTTP request goes through `run_with_retry`
@@ -751,7 +806,7 @@ mod tests {
             Some(v) => Fault::http_with(status, "retry-after", v),
             None => Fault::http(status),
         };
-        Seen::of(&fault.kind)
+        Seen::of(&fault.kind, ProviderKind::Anthropic, Peer::AnthropicPython)
     }
 
     /// The delays one turn waits when every attempt fails with `seen`, in a fresh process.
@@ -822,9 +877,12 @@ mod tests {
     #[test]
     fn retry_after_caps_differ_between_the_python_sdks() {
         let long = http(429, Some("90"));
-        // Anthropic: above 60 s the hint is ignored in favour of backoff.
-        let d = delays(Peer::AnthropicPython, &long);
-        assert!(d.len() == 2 && d[0] <= 500, "{d:?}");
+        // Anthropic (>= 1.6.0): any hint is waited out.
+        assert_eq!(delays(Peer::AnthropicPython, &long), [90_000, 90_000]);
+        assert_eq!(
+            delays(Peer::AnthropicPython, &http(429, Some("600"))),
+            [600_000, 600_000]
+        );
         // OpenAI: up to 120 s is honoured.
         assert_eq!(delays(Peer::OpenAiPython, &long), [90_000, 90_000]);
         // OpenAI: above 120 s there is no retry at all.
@@ -836,14 +894,53 @@ mod tests {
     }
 
     #[test]
+    fn neither_python_sdk_retries_424() {
+        for peer in [Peer::AnthropicPython, Peer::OpenAiPython] {
+            assert!(delays(peer, &http(424, None)).is_empty(), "{peer}");
+        }
+    }
+
+    #[test]
     fn vercel_retries_twice_after_two_then_four_seconds_but_never_mid_stream() {
         assert_eq!(delays(Peer::VercelAi, &http(503, None)), [2_000, 4_000]);
         assert_eq!(
             delays(Peer::VercelAi, &http(429, Some("5"))),
             [5_000, 5_000]
         );
+        // A hint of a minute or more loses to the backoff.
+        assert_eq!(
+            delays(Peer::VercelAi, &http(429, Some("90"))),
+            [2_000, 4_000]
+        );
         assert!(delays(Peer::VercelAi, &Seen::MidStream).is_empty());
         assert!(delays(Peer::AnthropicPython, &Seen::MidStream).is_empty());
+    }
+
+    #[test]
+    fn only_vercel_on_openai_retries_an_error_event_before_any_output() {
+        let event = |error_type: &str| FaultKind::StreamError {
+            error_type: error_type.to_owned(),
+            message: "boom".to_owned(),
+        };
+        let seen = |peer, provider, error_type: &str| Seen::of(&event(error_type), provider, peer);
+        let openai = ProviderKind::OpenAi;
+        let vercel =
+            |error_type: &str| delays(Peer::VercelAi, &seen(Peer::VercelAi, openai, error_type));
+        assert_eq!(vercel("server_error"), [2_000, 4_000]);
+        assert_eq!(vercel("overloaded_error"), [2_000, 4_000]);
+        assert_eq!(vercel("rate_limit_exceeded"), [2_000, 4_000]);
+        assert!(vercel("invalid_request_error").is_empty());
+        assert!(vercel("insufficient_quota").is_empty());
+        // @ai-sdk/anthropic does not read ahead; the Python SDKs raise from the iterator.
+        let anthropic = seen(Peer::VercelAi, ProviderKind::Anthropic, "overloaded_error");
+        assert_eq!(anthropic, Seen::MidStream);
+        for peer in [Peer::AnthropicPython, Peer::OpenAiPython] {
+            assert_eq!(
+                seen(peer, openai, "server_error"),
+                Seen::MidStream,
+                "{peer}"
+            );
+        }
     }
 
     #[test]

@@ -172,6 +172,18 @@ pub enum Miss {
         /// The share of it required.
         min_share: f64,
     },
+    /// A peer's median time to completion is no longer than rebound's, in a model
+    /// with [`OutageModel::fastest`].
+    Slower {
+        /// The model.
+        model: String,
+        /// The policy at least as fast, as the table names it.
+        policy: String,
+        /// rebound's median time to completion, in ms (`None`: no turn completed).
+        rebound_p50_ms: Option<u64>,
+        /// The policy's, in ms.
+        p50_ms: u64,
+    },
     /// A rule of the model that needs "rebound, no budget", which did not run.
     Unchecked {
         /// The model.
@@ -247,6 +259,17 @@ impl fmt::Display for Miss {
                 pct(*unbudgeted),
                 pct(min_share * unbudgeted),
             ),
+            Miss::Slower {
+                model,
+                policy,
+                rebound_p50_ms,
+                p50_ms,
+            } => write!(
+                f,
+                "{model}: {policy} completes its median turn in {}, rebound in {}",
+                secs(Some(*p50_ms)),
+                secs(*rebound_p50_ms),
+            ),
             Miss::Unchecked { model } => write!(
                 f,
                 "{model}: not checked: its limit compares rebound with \"rebound, no budget\", \
@@ -262,7 +285,8 @@ impl fmt::Display for Miss {
 /// rebound's own rows has both strictly higher success and strictly fewer requests per
 /// completed turn than rebound ([`Row::dominates`]); and the model's own limits hold —
 /// [`OutageModel::max_requests_per_agent`], [`OutageModel::max_requests_per_turn`],
-/// [`OutageModel::min_success`], [`OutageModel::min_success_of_unbudgeted`].
+/// [`OutageModel::min_success`], [`OutageModel::min_success_of_unbudgeted`],
+/// [`OutageModel::fastest`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verdict {
     /// Every rule broken, model by model in table order.
@@ -370,6 +394,22 @@ fn model_misses(model: &OutageModel, rebound: &Row, rows: &[Row]) -> Vec<Miss> {
             });
         }
     }
+    if model.fastest {
+        for other in rows
+            .iter()
+            .filter(|r| r.model == rebound.model && !r.policy.is_rebound())
+        {
+            let Some(p50_ms) = other.p50_ms else { continue };
+            if rebound.p50_ms.map_or(true, |ours| ours >= p50_ms) {
+                misses.push(Miss::Slower {
+                    model: name(),
+                    policy: other.policy.to_string(),
+                    rebound_p50_ms: rebound.p50_ms,
+                    p50_ms,
+                });
+            }
+        }
+    }
     if let Some(min_share) = model.min_success_of_unbudgeted {
         match rows
             .iter()
@@ -408,6 +448,9 @@ fn bar_in_words(models: &[OutageModel]) -> String {
         }
         if let Some(x) = m.max_requests_per_turn {
             limits.push(format!("at most {x} requests per completed turn"));
+        }
+        if m.fastest {
+            limits.push("a shorter median time to completion than every other policy".to_owned());
         }
         if let Some(x) = m.min_success_of_unbudgeted {
             limits.push(format!(
@@ -553,6 +596,39 @@ mod tests {
                 .verdict()
                 .met()
         );
+    }
+
+    #[test]
+    fn with_a_fallback_at_hand_rebound_must_finish_before_every_peer() {
+        let timed = |policy, p50_ms| Row {
+            p50_ms,
+            ..row("long-retry-after-fallback", policy, 100, 200)
+        };
+        let slow = report(vec![
+            timed(Policy::Rebound, Some(91_700)),
+            // rebound's own rows are not rivals.
+            timed(Policy::ReboundWithoutBudget, Some(1_600)),
+            timed(Policy::Peer(Peer::OpenAiPython), Some(91_700)),
+            // A peer that completed nothing has no time to beat.
+            Row {
+                completed: 0,
+                ..timed(Policy::Peer(Peer::VercelAi), None)
+            },
+        ])
+        .verdict();
+        let text: Vec<String> = slow.misses.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                "long-retry-after-fallback: openai-python completes its median turn in 91.7 s, \
+              rebound in 91.7 s"
+            ]
+        );
+        let fast = report(vec![
+            timed(Policy::Rebound, Some(1_600)),
+            timed(Policy::Peer(Peer::OpenAiPython), Some(91_700)),
+        ]);
+        assert!(fast.verdict().met());
     }
 
     #[test]
