@@ -567,3 +567,60 @@ async fn the_seed_shown_is_the_one_in_the_trace_and_seed_reproduces_it() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// Quotes `arg` for `sh -c`.
+fn sh_quote(arg: &str) -> String {
+    format!("'{}'", arg.replace('\'', r"'\''"))
+}
+
+#[tokio::test]
+async fn on_a_terminal_a_long_server_delay_is_counted_down_then_the_answer_streams() {
+    let s = server(
+        r#"{"turns": [{"faults": [{"type": "http", "status": 429,
+                                   "headers": {"retry-after": "4"}}],
+                       "answer": {"text": "Counted down."}}]}"#,
+    )
+    .await;
+    let cmd = run_cmd(&s, &["--events", "human"]);
+    let line = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| sh_quote(&a.to_string_lossy()))
+        .collect::<Vec<_>>()
+        .join(" ");
+    // `script` gives the binary a pseudo-terminal for stdout and stderr (util-linux).
+    let mut script = Command::new("script");
+    script
+        .args(["--quiet", "--return", "--command", &line, "/dev/null"])
+        .env("ANTHROPIC_API_KEY", "sk-ant-cli-test")
+        .stdin(Stdio::null());
+    let started = Instant::now();
+    let out = output(script).await;
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{:?}: {screen}", out.status);
+    assert!(
+        started.elapsed() >= Duration::from_secs(4),
+        "the server's delay was waited out"
+    );
+    // The retry line is drawn, then redrawn in place with less time left, at least twice.
+    let draws: Vec<f64> = screen
+        .split("\r\x1b[2K")
+        .skip(1)
+        .filter_map(|draw| {
+            let at = draw.find("retrying in ")? + "retrying in ".len();
+            let rest = &draw[at..];
+            rest[..rest.find('s')?].parse().ok()
+        })
+        .collect();
+    assert!(draws.len() >= 3, "{draws:?} in {screen:?}");
+    assert!(
+        (draws[0] - 4.0).abs() < 0.05,
+        "starts at the full delay: {draws:?}"
+    );
+    assert!(
+        draws.windows(2).all(|w| w[1] < w[0]),
+        "counts down: {draws:?}"
+    );
+    assert!(screen.contains("Counted down."), "{screen:?}");
+    assert_eq!(s.requests().len(), 2);
+    s.shutdown().await;
+}
