@@ -533,7 +533,7 @@ impl Runner {
                     stats.tool_calls += message.tool_uses().count() as u32;
                     stats.tool_errors +=
                         message.tool_results().filter(|r| r.is_error).count() as u32;
-                    match self.save(Change::Append(&message)).await {
+                    match save(self.persist.as_deref(), Change::Append(&message)).await {
                         Err(e) => Err(e),
                         Ok(()) => receiver_result(self.receiver.message(&message))
                             .and_then(|()| {
@@ -549,7 +549,7 @@ impl Runner {
                     report,
                 } => {
                     stats.compactions += 1;
-                    match self.save(Change::Replace(&conversation)).await {
+                    match save(self.persist.as_deref(), Change::Replace(&conversation)).await {
                         Err(e) => Err(e),
                         Ok(()) => receiver_result(self.receiver.compaction(&report)).map(|()| None),
                     }
@@ -688,17 +688,6 @@ impl Runner {
         })
     }
 
-    async fn save(&self, change: Change<'_>) -> Result<(), HostFailure> {
-        let Some(p) = self.persist.as_ref() else {
-            return Ok(());
-        };
-        match change {
-            Change::Append(message) => p.append(message).await,
-            Change::Replace(conversation) => p.replace(conversation).await,
-        }
-        .map_err(|e| HostFailure::new(HostFailureKind::SessionStore, e))
-    }
-
     /// Sends one request and turns its outcome into the machine's next event, or ends the
     /// run when no request could be built from the conversation.
     async fn send(
@@ -771,6 +760,20 @@ impl Runner {
             }
         })
     }
+}
+
+/// Stores `change` with `persist`, if there is one. A free function, not a method: a
+/// `&Runner` held across the await would make `Runner::run`'s future need `Runner: Sync`,
+/// which its receiver and trace writer are not, and so not `Send`.
+async fn save(persist: Option<&dyn Persist>, change: Change<'_>) -> Result<(), HostFailure> {
+    let Some(p) = persist else {
+        return Ok(());
+    };
+    match change {
+        Change::Append(message) => p.append(message).await,
+        Change::Replace(conversation) => p.replace(conversation).await,
+    }
+    .map_err(|e| HostFailure::new(HostFailureKind::SessionStore, e))
 }
 
 fn host_event(kind: HostFailureKind, message: String) -> Event {

@@ -308,3 +308,32 @@ async fn a_caller_that_stops_reading_the_stream_is_not_a_provider_failure() {
     assert_eq!(error, SendError::Stopped);
     s.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_spawned_on_a_multi_threaded_runtime_each_finish_with_its_answer() {
+    // `tokio::spawn` needs `Runner::run`'s future to be `Send`: this does not compile if it is
+    // not. Several runs at once, with a retry each, so they cross await points on any worker.
+    let s = server(
+        r#"{"turns": [{"faults": [{"type": "http", "status": 529}],
+                       "answer": {"text": "spawned"}}]}"#,
+    )
+    .await;
+    let runs: Vec<_> = (0..8)
+        .map(|_| {
+            let mut runner = runner(&s);
+            tokio::spawn(async move { runner.run(RunInput::text("hello")).await })
+        })
+        .collect();
+    for run in runs {
+        let summary = run.await.expect("the task ends").expect("the run finishes");
+        assert_eq!(
+            summary.reason,
+            FinishReason::Model(rebound_core::StopReason::EndTurn)
+        );
+        let last = summary.conversation.messages().last().expect("an answer");
+        assert_eq!(last.role, Role::Assistant);
+    }
+    // The server's script is one for all: one 529, then answers.
+    assert_eq!(s.requests().len(), 9);
+    s.shutdown().await;
+}
