@@ -1,0 +1,445 @@
+//! Many runners in one process, each streaming its answer from a loopback server: memory per
+//! agent, CPU per streamed MB, threads, and the delay from a chunk leaving the server to the
+//! runner's receiver seeing its text.
+//!
+//! Run: `cargo bench -p rebound-effects --bench concurrency` (a plain `harness = false` main;
+//! `-- --agents N --deltas N --interval-ms N --workers N` change the defaults 1000, 200, 20, 2).
+//!
+//! Three rows, each in a fresh child process with the same in-process server (hyper 1, HTTP/1,
+//! one connection per agent), so the server's share of the CPU is the same in each:
+//!
+//! - `reqwest, bytes only`: one plain reqwest streaming request per agent, bytes counted and
+//!   dropped — the floor;
+//! - `reqwest + StreamDecoder`: the same, every chunk through `wire::StreamDecoder`;
+//! - `Runner`: one `Runner::run` per agent (`tokio::spawn`ed), with a receiver that reads the
+//!   server's send time out of every text delta.
+//!
+//! Every answer is an Anthropic stream of `--deltas` text deltas, one every `--interval-ms`,
+//! each carrying the server's clock (µs since the bench started) when it was written; the
+//! receiver subtracts it from its own clock on arrival. That delay includes loopback, hyper's
+//! and reqwest's buffering, SSE decoding, JSON parsing and the runner: everything between the
+//! server's write and the UI.
+//!
+//! CPU is the process's user + system time (`/proc/self/stat`) over the row, server included;
+//! memory is the growth of the resident set (`VmRSS`) at the peak of the row (sampled every
+//! 10 ms) over the resident set before it, divided by the agents.
+
+use hyper::body::{Bytes, Frame};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use rebound_core::wire::{encode_stream, StreamDecoder, StreamDelta};
+use rebound_core::{
+    AssistantResponse, MachineConfig, Message, ProviderKind, RetryConfig, TargetSpec,
+};
+use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig};
+use rebound_effects::receiver::{Receiver, ReceiverError};
+use rebound_effects::runner::{RunInput, Runner};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+static ORIGIN: OnceLock<Instant> = OnceLock::new();
+
+/// Microseconds since the bench started, the clock both sides read.
+fn micros() -> u64 {
+    u64::try_from(ORIGIN.get_or_init(Instant::now).elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+#[derive(Clone, Copy)]
+struct Options {
+    agents: usize,
+    deltas: usize,
+    interval: Duration,
+    workers: usize,
+}
+
+impl Options {
+    fn parse() -> Options {
+        let mut o = Options {
+            agents: 1000,
+            deltas: 200,
+            interval: Duration::from_millis(20),
+            workers: 2,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(arg) = args.next() {
+            // `cargo bench` passes `--bench`; ignore what is not ours.
+            let mut value = || args.next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            match arg.as_str() {
+                "--agents" => o.agents = usize::try_from(value()).unwrap_or(1).max(1),
+                "--deltas" => o.deltas = usize::try_from(value()).unwrap_or(1).max(1),
+                "--interval-ms" => o.interval = Duration::from_millis(value()),
+                "--workers" => o.workers = usize::try_from(value()).unwrap_or(1).max(1),
+                "--row" => {
+                    value();
+                }
+                _ => {}
+            }
+        }
+        o
+    }
+}
+
+/// The answer's SSE events: everything before the text delta, the delta (its text `"X"` to be
+/// replaced), and everything after.
+struct Template {
+    head: Vec<Bytes>,
+    delta: (String, String),
+    tail: Vec<Bytes>,
+}
+
+impl Template {
+    fn new() -> Template {
+        let response = AssistantResponse::end_turn(Message::assistant_text("X"));
+        let events = encode_stream(ProviderKind::Anthropic, &response, "bench", "msg_bench");
+        let at = events
+            .iter()
+            .position(|e| String::from_utf8_lossy(e).contains("text_delta"))
+            .expect("an Anthropic stream has a text delta");
+        let delta = String::from_utf8_lossy(&events[at]).into_owned();
+        let (before, after) = delta
+            .split_once("\"X\"")
+            .expect("the delta carries the text");
+        Template {
+            head: events[..at].iter().cloned().map(Bytes::from).collect(),
+            delta: (before.to_owned(), after.to_owned()),
+            tail: events[at + 1..].iter().cloned().map(Bytes::from).collect(),
+        }
+    }
+
+    /// A delta whose text is the server's clock now, padded to about 60 bytes of text.
+    fn delta_now(&self) -> Bytes {
+        let text = format!("\"{:>20} {:<38}\"", micros(), "tokens tokens tokens tokens");
+        Bytes::from(format!("{}{text}{}", self.delta.0, self.delta.1))
+    }
+}
+
+/// Serves every POST with the paced answer; counts the bytes written.
+async fn serve(options: Options, written: Arc<AtomicU64>) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("local address");
+    let template = Arc::new(Template::new());
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let template = Arc::clone(&template);
+            let written = Arc::clone(&written);
+            tokio::spawn(async move {
+                let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+                    let template = Arc::clone(&template);
+                    let written = Arc::clone(&written);
+                    async move {
+                        use http_body_util::BodyExt;
+                        let _ = request.into_body().collect().await;
+                        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(4);
+                        tokio::spawn(async move {
+                            let send = |b: Bytes| {
+                                written.fetch_add(b.len() as u64, Ordering::Relaxed);
+                                tx.send(b)
+                            };
+                            for b in template.head.clone() {
+                                if send(b).await.is_err() {
+                                    return;
+                                }
+                            }
+                            for _ in 0..options.deltas {
+                                tokio::time::sleep(options.interval).await;
+                                if send(template.delta_now()).await.is_err() {
+                                    return;
+                                }
+                            }
+                            for b in template.tail.clone() {
+                                if send(b).await.is_err() {
+                                    return;
+                                }
+                            }
+                        });
+                        let body = http_body_util::StreamBody::new(futures_util::stream::unfold(
+                            rx,
+                            |mut rx| async move {
+                                rx.recv()
+                                    .await
+                                    .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+                            },
+                        ));
+                        Response::builder()
+                            .header("content-type", "text/event-stream")
+                            .body(body)
+                    }
+                });
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// Reads the server's clock out of every text delta.
+struct Probe {
+    delays: Vec<u64>,
+    all: Arc<Mutex<Vec<u64>>>,
+}
+
+fn sent_at(text: &str) -> Option<u64> {
+    text.split_whitespace().next()?.parse().ok()
+}
+
+impl Receiver for Probe {
+    fn delta(&mut self, delta: &StreamDelta) -> Result<(), ReceiverError> {
+        if let StreamDelta::Text { text, .. } = delta {
+            if let Some(at) = sent_at(text) {
+                self.delays.push(micros().saturating_sub(at));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        if let Ok(mut all) = self.all.lock() {
+            all.append(&mut self.delays);
+        }
+    }
+}
+
+/// `(utime + stime)` of this process, in seconds.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command's closing parenthesis; utime and stime are the 12th and 13th.
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // Counted in USER_HZ, which Linux's user ABI fixes at 100 per second.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// A line of `/proc/self/status`, e.g. `VmRSS` in KiB or `Threads`.
+fn status(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+struct Row {
+    name: &'static str,
+    wall: Duration,
+    cpu: f64,
+    bytes: u64,
+    rss_kib: u64,
+    threads: u64,
+    delays: Vec<u64>,
+    failed: usize,
+}
+
+fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1] as f64 / 1000.0
+}
+
+#[derive(Clone, Copy)]
+enum Client {
+    Bytes,
+    Decoder,
+    Runner,
+}
+
+async fn one_agent(client: Client, url: String, all: Arc<Mutex<Vec<u64>>>) -> bool {
+    match client {
+        Client::Bytes | Client::Decoder => {
+            let http = reqwest::Client::new();
+            let Ok(mut response) = http
+                .post(format!("{url}/v1/messages"))
+                .body("{}")
+                .send()
+                .await
+            else {
+                return false;
+            };
+            let mut decoder = StreamDecoder::new(ProviderKind::Anthropic);
+            let mut deltas = Vec::new();
+            let mut probe = Probe {
+                delays: Vec::new(),
+                all,
+            };
+            while let Ok(Some(chunk)) = response.chunk().await {
+                if let Client::Decoder = client {
+                    if decoder.feed_into(&chunk, &mut deltas).is_err() {
+                        return false;
+                    }
+                    for d in deltas.drain(..) {
+                        let _ = probe.delta(&d);
+                    }
+                }
+            }
+            matches!(client, Client::Bytes) || decoder.finish().is_ok()
+        }
+        Client::Runner => {
+            let mut http =
+                HttpProviderConfig::new(ProviderKind::Anthropic, "bench", ApiKey::new("sk-bench"));
+            http.base_url = url;
+            let Ok(provider) = HttpProvider::new(http) else {
+                return false;
+            };
+            let config = MachineConfig {
+                retry: RetryConfig {
+                    max_attempts: 1,
+                    ..RetryConfig::default()
+                },
+                targets: vec![TargetSpec::new(ProviderKind::Anthropic, "bench")],
+                ..MachineConfig::default()
+            };
+            let mut runner = Runner::new(config, vec![Box::new(provider)])
+                .seed(1)
+                .receiver(Probe {
+                    delays: Vec::new(),
+                    all,
+                });
+            runner.run(RunInput::text("go")).await.is_ok()
+        }
+    }
+}
+
+async fn row(name: &'static str, client: Client, options: Options) -> Row {
+    let written = Arc::new(AtomicU64::new(0));
+    let addr = serve(options, Arc::clone(&written)).await;
+    let url = format!("http://{addr}");
+    let all = Arc::new(Mutex::new(Vec::new()));
+    let rss_before = status("VmRSS");
+    let peak = Arc::new(AtomicU64::new(rss_before));
+    let threads = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (peak, threads, done) = (Arc::clone(&peak), Arc::clone(&threads), Arc::clone(&done));
+        tokio::spawn(async move {
+            while !done.load(Ordering::Relaxed) {
+                peak.fetch_max(status("VmRSS"), Ordering::Relaxed);
+                threads.fetch_max(status("Threads"), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    let cpu_before = cpu_seconds();
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..options.agents)
+        .map(|_| tokio::spawn(one_agent(client, url.clone(), Arc::clone(&all))))
+        .collect();
+    let mut failed = 0;
+    for t in tasks {
+        if !t.await.unwrap_or(false) {
+            failed += 1;
+        }
+    }
+    let wall = started.elapsed();
+    let cpu = cpu_seconds() - cpu_before;
+    done.store(true, Ordering::Relaxed);
+    let _ = sampler.await;
+    let mut delays = std::mem::take(&mut *all.lock().expect("no panics while held"));
+    delays.sort_unstable();
+    Row {
+        name,
+        wall,
+        cpu,
+        bytes: written.load(Ordering::Relaxed),
+        rss_kib: peak.load(Ordering::Relaxed).saturating_sub(rss_before),
+        threads: threads.load(Ordering::Relaxed),
+        delays,
+        failed,
+    }
+}
+
+const CLIENTS: [(&str, Client); 3] = [
+    ("reqwest, bytes only", Client::Bytes),
+    ("reqwest + StreamDecoder", Client::Decoder),
+    ("Runner", Client::Runner),
+];
+
+/// Each row runs in a child process of its own (`--row N`), so that one row's heap does not
+/// lower the next one's resident-set growth.
+fn main() {
+    let options = Options::parse();
+    let row_arg = std::env::args()
+        .skip_while(|a| a != "--row")
+        .nth(1)
+        .and_then(|v| v.parse::<usize>().ok());
+    if let Some(i) = row_arg {
+        run_row(i, options);
+        return;
+    }
+    println!(
+        "{} agents, {} deltas each every {} ms, {} runtime workers; server in the same process.\n",
+        options.agents,
+        options.deltas,
+        options.interval.as_millis(),
+        options.workers
+    );
+    println!("| client | wall | CPU s | streamed MB | CPU s / MB | RSS growth / agent | threads (peak) | delay p50 | p99 | failed |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let me = std::env::current_exe().expect("the bench's own path");
+    for i in 0..CLIENTS.len() {
+        let status = std::process::Command::new(&me)
+            .args(std::env::args().skip(1))
+            .args(["--row", &i.to_string()])
+            .status();
+        if !matches!(status, Ok(s) if s.success()) {
+            eprintln!("row {i} failed: {status:?}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn run_row(i: usize, options: Options) {
+    let Some(&(name, client)) = CLIENTS.get(i) else {
+        eprintln!("no row {i}");
+        std::process::exit(2);
+    };
+    micros();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(options.workers)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let r = runtime.block_on(row(name, client, options));
+    let mb = r.bytes as f64 / 1e6;
+    let delay = |p| {
+        if r.delays.is_empty() {
+            "—".to_owned()
+        } else {
+            format!("{:.2} ms", percentile(&r.delays, p))
+        }
+    };
+    println!(
+        "| {} | {:.1} s | {:.2} | {:.1} | {:.3} | {:.1} KiB | {} | {} | {} | {} |",
+        r.name,
+        r.wall.as_secs_f64(),
+        r.cpu,
+        mb,
+        r.cpu / mb.max(1e-9),
+        r.rss_kib as f64 / options.agents as f64,
+        r.threads,
+        delay(50.0),
+        delay(99.0),
+        r.failed
+    );
+}
