@@ -152,3 +152,62 @@ pub fn tool_error_text(tool: &str, message: &str) -> String {
          You may fix the arguments, try a different tool, or explain the failure to the user."
     )
 }
+
+/// What the model is told when it calls a tool that is not configured: the name it used
+/// (its first 80 bytes) and the names it may use, at most 1,000 bytes in all. The machine
+/// says it for calls outside its tool list, and a tool set for calls outside its own, in the
+/// same words.
+///
+/// ```
+/// assert_eq!(
+///     rebound_core::tool::unknown_tool_message("rm", &["read", "list"]),
+///     "unknown tool `rm`; available tools: read, list"
+/// );
+/// assert_eq!(
+///     rebound_core::tool::unknown_tool_message("rm", &[]),
+///     "unknown tool `rm`; no tools are available"
+/// );
+/// ```
+#[must_use]
+pub fn unknown_tool_message(name: &str, available: &[&str]) -> String {
+    let name = cut(name, 80);
+    let text = if available.is_empty() {
+        format!("unknown tool `{name}`; no tools are available")
+    } else {
+        format!(
+            "unknown tool `{name}`; available tools: {}",
+            available.join(", ")
+        )
+    };
+    cut(&text, 1000)
+}
+
+/// `text` cut to at most `max` bytes at a character boundary, with `…` when cut.
+fn cut(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+mod unknown_tool_tests {
+    use super::*;
+
+    #[test]
+    fn a_hostile_name_or_a_huge_tool_list_stays_bounded() {
+        let long = "é".repeat(10_000);
+        let text = unknown_tool_message(&long, &["read"]);
+        assert!(text.len() < 200, "{}", text.len());
+        assert!(text.contains('…'));
+        let many: Vec<String> = (0..1000).map(|i| format!("tool_{i}")).collect();
+        let names: Vec<&str> = many.iter().map(String::as_str).collect();
+        let text = unknown_tool_message("x", &names);
+        assert!(text.len() <= 1000 + '…'.len_utf8());
+        assert!(text.starts_with("unknown tool `x`; available tools: tool_0, tool_1"));
+    }
+}

@@ -14,6 +14,9 @@
 //! - `Runner`: one `Runner::run` per agent (`tokio::spawn`ed), with a receiver that reads the
 //!   server's send time out of every text delta.
 //!
+//! With `--agents 1 --interval-ms 0` it measures one turn streamed as fast as the server can
+//! write it: the runner's overhead per turn over plain reqwest on the same bytes.
+//!
 //! Every answer is an Anthropic stream of `--deltas` text deltas, one every `--interval-ms`,
 //! each carrying the server's clock (µs since the bench started) when it was written; the
 //! receiver subtracts it from its own clock on arrival. That delay includes loopback, hyper's
@@ -151,7 +154,9 @@ async fn serve(options: Options, written: Arc<AtomicU64>) -> SocketAddr {
                                 }
                             }
                             for _ in 0..options.deltas {
-                                tokio::time::sleep(options.interval).await;
+                                if !options.interval.is_zero() {
+                                    tokio::time::sleep(options.interval).await;
+                                }
                                 if send(template.delta_now()).await.is_err() {
                                     return;
                                 }
@@ -430,7 +435,7 @@ fn run_row(i: usize, options: Options) {
         }
     };
     println!(
-        "| {} | {:.1} s | {:.2} | {:.1} | {:.3} | {:.1} KiB | {} | {} | {} | {} |",
+        "| {} | {:.2} s | {:.2} | {:.1} | {:.3} | {:.1} KiB | {} | {} | {} | {} |",
         r.name,
         r.wall.as_secs_f64(),
         r.cpu,

@@ -1008,14 +1008,7 @@ impl AgentMachine {
         }
         if !self.config.tools.iter().any(|t| t.name == name) {
             let known: Vec<&str> = self.config.tools.iter().map(|t| t.name.as_str()).collect();
-            return Some(if known.is_empty() {
-                format!("unknown tool `{name}`; no tools are available")
-            } else {
-                format!(
-                    "unknown tool `{name}`; available tools: {}",
-                    known.join(", ")
-                )
-            });
+            return Some(crate::tool::unknown_tool_message(name, &known));
         }
         if !input.is_object() {
             return Some(format!(

@@ -466,16 +466,11 @@ impl ToolSet {
         )
     }
 
+    /// A call to a tool outside this set (the machine refuses calls outside its own list
+    /// before they get here; a set used without the machine says the same).
     fn unknown_tool(&self, name: &str) -> String {
         let names: Vec<&str> = self.specs.iter().map(|s| s.name.as_str()).collect();
-        bounded(
-            &format!(
-                "unknown tool `{}`; the available tools are: {}",
-                bounded(name, 80),
-                names.join(", ")
-            ),
-            1000,
-        )
+        rebound_core::tool::unknown_tool_message(name, &names)
     }
 
     /// The task body for one job. Owns everything it needs (tasks are `'static`).
