@@ -5,8 +5,8 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use rebound_core::{
     AgentMachine, AssistantResponse, BatchOutcome, CallOutcome, Command, ContentBlock, Event,
-    FailureKind, MachineConfig, Message, Millis, ProviderFailure, Role, StopReason, ToolOutput,
-    ToolSpec, Usage,
+    FailureKind, Handled, IgnoreReason, MachineConfig, Message, Millis, ProviderFailure, Role,
+    StopReason, ToolOutput, ToolSpec, Usage,
 };
 use serde_json::json;
 
@@ -35,7 +35,10 @@ fn retry_heavy_run(turns: usize) -> usize {
     let mut turn = 0;
     while let Some(event) = inbox.pop() {
         events += 1;
-        m.handle(now, event);
+        assert_ne!(
+            m.handle(now, event),
+            Handled::Ignored(IgnoreReason::Unexpected)
+        );
         while let Some(cmd) = m.poll() {
             match cmd {
                 Command::SendRequest { request, .. } => {

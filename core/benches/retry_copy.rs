@@ -8,8 +8,8 @@
 //! values are built before counting starts, so the figures are the machine's own.
 
 use rebound_core::{
-    AgentMachine, Command, ContentBlock, Conversation, Event, FailureKind, MachineConfig, Message,
-    Millis, ProviderFailure, RequestId, RetryConfig,
+    AgentMachine, Command, ContentBlock, Conversation, Event, FailureKind, Handled, MachineConfig,
+    Message, Millis, ProviderFailure, RequestId, RetryConfig,
 };
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
@@ -132,13 +132,14 @@ fn measure(messages: usize, retries: u64) -> Figures {
             let Some(r) = request.take() else {
                 panic!("every retry sends a request");
             };
-            machine.handle(
+            let handled = machine.handle(
                 now,
                 Event::ProviderFailed {
                     request: r,
                     failure,
                 },
             );
+            assert_eq!(handled, Handled::Accepted);
             let mut timer = None;
             while let Some(command) = machine.poll() {
                 if let Command::Sleep { timer: t, delay_ms } = &command {
@@ -149,7 +150,8 @@ fn measure(messages: usize, retries: u64) -> Figures {
             }
             commands.clear();
             let timer = timer.expect("a retry sleeps first");
-            machine.handle(now, Event::TimerFired { timer });
+            let handled = machine.handle(now, Event::TimerFired { timer });
+            assert_eq!(handled, Handled::Accepted);
             while let Some(command) = machine.poll() {
                 if let Command::SendRequest {
                     request: r,

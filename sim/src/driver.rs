@@ -27,8 +27,8 @@ use crate::trace::Trace;
 use rebound_core::trace::{TraceHeader, TraceStep};
 use rebound_core::{
     compact, AgentMachine, AssistantResponse, BudgetConfig, BudgetNote, Command, Conversation,
-    Event, FallbackInfo, FinishReason, MachineConfig, Millis, PermitAsk, PermitDecision, PermitId,
-    ProviderFailure, ProviderRetryInfo, RetryBudget, RunError, Ticket,
+    Event, FallbackInfo, FinishReason, Handled, IgnoreReason, MachineConfig, Millis, PermitAsk,
+    PermitDecision, PermitId, ProviderFailure, ProviderRetryInfo, RetryBudget, RunError, Ticket,
 };
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
@@ -327,7 +327,14 @@ fn run_world(
                 now,
             });
         }
-        state.machine.handle(at, event.clone());
+        let handled = state.machine.handle(at, event.clone());
+        // Answers racing a cancel or the run's end are normal (`Stale`, `Terminal`); an
+        // event the machine never asked for is a bug of this driver.
+        debug_assert_ne!(
+            handled,
+            Handled::Ignored(IgnoreReason::Unexpected),
+            "the simulator sent agent {agent} an event its machine did not ask for: {event:?}"
+        );
         let mut commands = Vec::new();
         while let Some(command) = state.machine.poll() {
             state.execute(at, &command, &mut world);

@@ -173,6 +173,15 @@ impl RequestPurpose {
 }
 
 /// Something the driver must do, taken from [`AgentMachine::poll`](crate::AgentMachine::poll).
+///
+/// **Time.** A [`Sleep`](Command::Sleep) is relative (`delay_ms`): it concerns this machine
+/// alone, and the driver's one job is to wait that long on its own timer, whatever its clock
+/// reads. The times in an [`AcquirePermit`](Command::AcquirePermit)'s ask (deadline, request
+/// start) and in a budget's answers and notes (`WaitUntil`, `RateLimited { until }`) are
+/// absolute [`Millis`](crate::Millis) on the machine's clock, which with a shared budget must
+/// be the budget's clock: they are compared with other machines' times in one queue and may be
+/// read long after they were written (a queued ask, a rate limit learned by another agent),
+/// when a relative time would no longer mean anything.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Command {

@@ -74,8 +74,16 @@ pub enum Event {
 }
 
 /// What the machine did with an event.
+///
+/// What a driver does with it: `Accepted` and `Ignored(Terminal)` or `Ignored(Stale)` are
+/// normal (an answer or a timer can race a cancel or the end of the run); nothing needs to
+/// be done. `Ignored(Unexpected)` means the driver broke the protocol (it sent an event the
+/// machine never asked for, like a second user message during a run): drivers check it with
+/// a debug assertion, as [`AgentMachine::step`](crate::AgentMachine::step) does for its
+/// callers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[must_use = "an ignored event can mean the driver broke the protocol; see `Handled`"]
 pub enum Handled {
     /// The event changed the machine's state (and may have queued commands).
     Accepted,

@@ -83,7 +83,8 @@ use std::sync::Arc;
 /// let mut attempts = 0;
 /// let outcome = 'run: loop {
 ///     let event = inbox.pop().expect("every command that needs an answer got one");
-///     machine.handle(now, event);
+///     let handled = machine.handle(now, event);
+///     debug_assert_ne!(handled, Handled::Ignored(IgnoreReason::Unexpected)); // a driver bug
 ///     while let Some(command) = machine.poll() {
 ///         match command {
 ///             Command::SendRequest { request, .. } => {
@@ -280,9 +281,17 @@ impl AgentMachine {
         self.queue.pop_front()
     }
 
-    /// [`handle`](Self::handle) followed by draining [`poll`](Self::poll).
+    /// [`handle`](Self::handle) followed by draining [`poll`](Self::poll), for drivers that
+    /// never send an event the machine did not ask for: in debug builds it panics on
+    /// [`Handled::Ignored`]`(`[`IgnoreReason::Unexpected`]`)`, a driver bug (see
+    /// [`Handled`]).
     pub fn step(&mut self, now: Millis, event: Event) -> Vec<Command> {
-        self.handle(now, event);
+        let handled = self.handle(now, event);
+        debug_assert_ne!(
+            handled,
+            Handled::Ignored(IgnoreReason::Unexpected),
+            "the driver sent an event the machine did not ask for"
+        );
         self.queue.drain(..).collect()
     }
 
