@@ -567,3 +567,32 @@ async fn the_seed_shown_is_the_one_in_the_trace_and_seed_reproduces_it() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+#[tokio::test]
+async fn sim_with_charts_writes_the_time_to_completion_and_attempts_charts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let charts = dir.path().join("charts");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["sim", "--scenario", "brownout", "--runs", "50", "--charts"])
+        .arg(&charts);
+    let out = output(cmd).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut written: Vec<String> = std::fs::read_dir(&charts)
+        .expect("the charts directory was created")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    assert_eq!(
+        written,
+        ["brownout-attempts.svg", "brownout-time-to-completion.svg"]
+    );
+    let ttc = std::fs::read_to_string(charts.join("brownout-time-to-completion.svg")).unwrap();
+    assert!(ttc.contains("brownout: time to completion"));
+    assert!(ttc.contains("50 runs (seeds 0–49)"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("wrote 2 charts"));
+}

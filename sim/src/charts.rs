@@ -420,8 +420,9 @@ struct Placed {
     at: (i32, i32),
     names: Vec<(String, Mark)>,
     label: Boxed,
-    /// Whether the label is away from its marker and needs a line to it.
-    leader: bool,
+    /// Where the names did not fit beside the marker: the number drawn there instead,
+    /// whose names the key under the chart gives.
+    number: Option<usize>,
 }
 
 #[derive(Clone, Copy)]
@@ -439,8 +440,9 @@ impl Boxed {
 }
 
 /// Success against requests per completed turn in outage model `model`: one marker per
-/// policy (rebound's large and coloured), policies on the same spot named together, and the
-/// policies that completed no turn (no requests per completed turn to plot) listed below.
+/// policy (rebound's large and coloured), policies on the same spot named together beside
+/// it (or, where spots crowd, by a number the key under the chart names), and the policies
+/// that completed no turn (no requests per completed turn to plot) listed below.
 ///
 /// # Errors
 ///
@@ -475,9 +477,45 @@ pub fn success_vs_amplification_svg(
     } else {
         (1.0, (hi * 1.3).max(2.0))
     };
-    let size = (1000u32, 700u32);
-    render(&title, size, |root| {
-        root.draw(&Text::new(title.clone(), (20, 14), left_top(bold(26))))?;
+    // The foot (legend, the policies not plotted, the key of numbered spots) is as tall as
+    // its lines: drawn once to count them, again if they need more room.
+    let mut foot_height = 100u32;
+    loop {
+        let needed = std::cell::Cell::new(0u32);
+        let svg = render(&title, (1000, 80 + 520 + foot_height), |root| {
+            draw_scatter(
+                root,
+                report,
+                model,
+                &spots,
+                &none,
+                (log, x_lo, x_hi),
+                &needed,
+            )
+        })?;
+        if needed.get() <= foot_height {
+            return Ok(svg);
+        }
+        foot_height = needed.get();
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn draw_scatter(
+    root: &Area<'_>,
+    report: &Report,
+    model: &OutageModel,
+    spots: &[Spot],
+    none: &[String],
+    (log, x_lo, x_hi): (bool, f64, f64),
+    needed: &std::cell::Cell<u32>,
+) -> Drawn {
+    let title = format!(
+        "{}: success against requests per completed turn",
+        model.name
+    );
+    {
+        root.draw(&Text::new(title, (20, 14), left_top(bold(26))))?;
         root.draw(&Text::new(
             format!(
                 "{} ({} agents; seed {}). Up and to the left is better.",
@@ -487,7 +525,7 @@ pub fn success_vs_amplification_svg(
             left_top(text(16)),
         ))?;
         let (_, rest) = root.split_vertically(80);
-        let (plot, foot) = rest.split_vertically(size.1 - 80 - 100);
+        let (plot, foot) = rest.split_vertically(520);
         let x_desc = if log {
             "requests per completed turn (log scale)"
         } else {
@@ -500,7 +538,7 @@ pub fn success_vs_amplification_svg(
             .x_label_area_size(45)
             .y_label_area_size(70);
         let place = |to_px: &dyn Fn(f64, f64) -> (i32, i32), bounds: Boxed| {
-            place_labels(&spots, to_px, bounds)
+            place_labels(spots, to_px, bounds)
         };
         let placed = if log {
             let mut chart = builder.build_cartesian_2d(
@@ -546,19 +584,6 @@ pub fn success_vs_amplification_svg(
                 Boxed { x0, y0, x1, y1 },
             )
         };
-        for p in placed.iter().filter(|p| p.leader) {
-            let (px, py) = p.at;
-            let x = if p.label.x0 > px {
-                p.label.x0 - 3
-            } else {
-                p.label.x1 + 3
-            };
-            let y = (p.label.y0 + 8).clamp(p.label.y0, p.label.y1);
-            root.draw(&PathElement::new(
-                vec![(px, py), (x, y)],
-                RGBColor(120, 120, 120).stroke_width(1),
-            ))?;
-        }
         // One marker per spot, of its first policy's kind (rebound's, where it is), then
         // the names.
         for p in placed.iter().rev() {
@@ -567,6 +592,14 @@ pub fn success_vs_amplification_svg(
             }
         }
         for p in &placed {
+            if let Some(n) = p.number {
+                root.draw(&Text::new(
+                    n.to_string(),
+                    (p.label.x0, p.label.y0),
+                    left_top(bold(15)),
+                ))?;
+                continue;
+            }
             for (i, (name, mark)) in p.names.iter().enumerate() {
                 let style = if *mark == Mark::Rebound {
                     bold(15)
@@ -593,8 +626,16 @@ pub fn success_vs_amplification_svg(
                 text(18).pos(Pos::new(HPos::Center, VPos::Center)),
             ))?;
         }
-        scatter_legend(&foot, &none, spots.is_empty())
-    })
+        let key: Vec<String> = placed
+            .iter()
+            .filter_map(|p| {
+                let names: Vec<&str> = p.names.iter().map(|(n, _)| n.as_str()).collect();
+                Some(format!("{}: {}", p.number?, names.join(" · ")))
+            })
+            .collect();
+        needed.set(scatter_legend(&foot, none, spots.is_empty(), &key)?);
+        Ok(())
+    }
 }
 
 /// Groups the spots whose markers would touch (drawn once, named together), then places
@@ -608,7 +649,12 @@ fn place_labels(
 ) -> Vec<Placed> {
     const LINE: i32 = 17;
     const SIZE: u32 = 15;
-    const CLEAR: i32 = 13;
+    // Around every other marker a label keeps this clear, wider than high: a name level
+    // with a neighbour's marker would read as the neighbour's.
+    const CLEAR_X: i32 = 36;
+    const CLEAR_Y: i32 = 14;
+    // Between a label and its own marker.
+    const GAP: i32 = 14;
     type Group = ((i32, i32), Vec<(String, Mark)>);
     let mut groups: Vec<Group> = Vec::new();
     for spot in spots {
@@ -622,43 +668,45 @@ fn place_labels(
             None => groups.push((at, vec![entry])),
         }
     }
-    // A marker keeps a margin clear, so no label reads as belonging to a neighbour.
-    let mut taken: Vec<Boxed> = groups
+    let markers: Vec<Boxed> = groups
         .iter()
         .map(|&((x, y), _)| Boxed {
-            x0: x - CLEAR,
-            y0: y - CLEAR,
-            x1: x + CLEAR,
-            y1: y + CLEAR,
+            x0: x - CLEAR_X,
+            y0: y - CLEAR_Y,
+            x1: x + CLEAR_X,
+            y1: y + CLEAR_Y,
         })
         .collect();
+    let own_marker = |(x, y): (i32, i32)| Boxed {
+        x0: x - 10,
+        y0: y - 10,
+        x1: x + 10,
+        y1: y + 10,
+    };
+    let tight: Vec<Boxed> = groups.iter().map(|&(at, _)| own_marker(at)).collect();
+    let centres: Vec<(i32, i32)> = groups.iter().map(|&(at, _)| at).collect();
+    let mut labels: Vec<Boxed> = Vec::new();
+    let mut numbered = 0;
     let mut placed = Vec::new();
-    for ((px, py), names) in groups {
+    for (index, ((px, py), names)) in groups.into_iter().enumerate() {
         let w = names
             .iter()
             .map(|(n, _)| text_width(n, SIZE))
             .max()
             .unwrap_or(0);
         let h = LINE * names.len() as i32;
-        let gap = CLEAR + 4;
+        let gap = GAP;
         let near = [
             (px + gap, py - LINE / 2),
             (px - gap - w, py - LINE / 2),
             (px - w / 2, py - gap - h),
             (px - w / 2, py + gap),
+            (px - gap - w, py - h - 4),
+            (px + gap, py - h - 4),
+            (px - gap - w, py + 4),
+            (px + gap, py + 4),
         ];
-        let mut far = Vec::new();
-        for step in 1..16 {
-            for (dx, dy) in [(1, 1), (1, -1), (-1, 1), (-1, -1)] {
-                let x = if dx > 0 {
-                    px + gap + 20
-                } else {
-                    px - gap - 20 - w
-                };
-                far.push((x, py - LINE / 2 + dy * step * LINE));
-            }
-        }
-        let fits = |&(x, y): &(i32, i32)| {
+        let fits = |(x, y): (i32, i32), w: i32, h: i32, clear: &[Boxed]| {
             let b = Boxed {
                 x0: x - 3,
                 y0: y - 3,
@@ -669,24 +717,68 @@ fn place_labels(
                 && b.x1 <= bounds.x1
                 && b.y0 >= bounds.y0
                 && b.y1 <= bounds.y1
-                && !taken.iter().any(|t| t.overlaps(&b))
+                && !own_marker((px, py)).overlaps(&b)
+                && !labels.iter().any(|t| t.overlaps(&b))
+                && !clear
+                    .iter()
+                    .enumerate()
+                    .any(|(i, m)| i != index && m.overlaps(&b))
         };
-        let (at, leader) = match near.iter().copied().find(fits) {
-            Some(at) => (at, false),
-            None => (far.iter().copied().find(fits).unwrap_or(near[0]), true),
+        let (at, size, number) = match near.iter().copied().find(|&at| fits(at, w, h, &markers)) {
+            Some(at) => (at, (w, h), None),
+            None => {
+                // Too crowded to name in place: a number, named in the key.
+                numbered += 1;
+                let digits = numbered.to_string();
+                let (w, h) = (text_width(&digits, SIZE), LINE);
+                // Beside the marker, then further out in the same eight directions.
+                let spots: Vec<(i32, i32)> = [16, 28, 40]
+                    .into_iter()
+                    .flat_map(|r| {
+                        [
+                            (px + r, py - h / 2),
+                            (px - r - w, py - h / 2),
+                            (px - w / 2, py - r - h),
+                            (px - w / 2, py + r),
+                            (px + r - 2, py - r + 2 - h),
+                            (px + r - 2, py + r - 2),
+                            (px - r + 2 - w, py - r + 2 - h),
+                            (px - r + 2 - w, py + r - 2),
+                        ]
+                    })
+                    .collect();
+                // A number must be nearer its own marker than any other, or it would name
+                // the neighbour.
+                let nearest_is_own = |(x, y): (i32, i32)| {
+                    let centre = (x + w / 2, y + h / 2);
+                    let d2 = |(ax, ay): (i32, i32)| (ax - centre.0).pow(2) + (ay - centre.1).pow(2);
+                    let own = d2((px, py));
+                    centres
+                        .iter()
+                        .enumerate()
+                        .all(|(i, &c)| i == index || d2(c) > own)
+                };
+                let at = spots
+                    .iter()
+                    .copied()
+                    .find(|&at| fits(at, w, h, &tight) && nearest_is_own(at))
+                    .or_else(|| spots.iter().copied().find(|&at| fits(at, w, h, &tight)))
+                    .unwrap_or(spots[0]);
+                (at, (w, h), Some(numbered))
+            }
         };
         let label = Boxed {
             x0: at.0,
             y0: at.1,
-            x1: at.0 + w,
-            y1: at.1 + h,
+            x1: at.0 + size.0,
+            y1: at.1 + size.1,
         };
-        taken.push(label);
+        labels.push(label);
         placed.push(Placed {
             at: (px, py),
             names,
             label,
-            leader,
+            number,
         });
     }
     placed
@@ -727,7 +819,14 @@ fn per_turn_label(x: f64) -> String {
     }
 }
 
-fn scatter_legend(area: &Area<'_>, none: &[String], all: bool) -> Drawn {
+/// Draws the legend, the policies not plotted and the key of numbered spots, and returns
+/// the height they took.
+fn scatter_legend(
+    area: &Area<'_>,
+    none: &[String],
+    all: bool,
+    key: &[String],
+) -> Result<u32, Box<dyn std::error::Error + Send + Sync>> {
     let mut x = 90;
     let y = 22;
     for mark in [
@@ -740,17 +839,13 @@ fn scatter_legend(area: &Area<'_>, none: &[String], all: bool) -> Drawn {
         area.draw(&Text::new(mark.label(), (x + 16, y), left_top(text(15))))?;
         x += 16 + text_width(mark.label(), 15) + 30;
     }
+    let mut lines: Vec<String> = key.to_vec();
     if all {
-        area.draw(&Text::new(
-            "No policy completed a turn.",
-            (90, y + 30),
-            left_top(text(14)),
-        ))?;
-        return Ok(());
+        lines.push("No policy completed a turn.".to_owned());
+    } else if !none.is_empty() {
+        lines.push("No turn completed (not plotted): ".to_owned());
     }
-    // The policies that completed nothing, wrapped to the chart's width.
-    let mut lines = vec!["No turn completed (not plotted): ".to_owned()];
-    for (i, name) in none.iter().enumerate() {
+    for (i, name) in none.iter().enumerate().filter(|_| !all) {
         let piece = if i + 1 < none.len() {
             format!("{name}, ")
         } else {
@@ -763,16 +858,14 @@ fn scatter_legend(area: &Area<'_>, none: &[String], all: bool) -> Drawn {
         let last = lines.len() - 1;
         lines[last].push_str(&piece);
     }
-    if !none.is_empty() {
-        for (i, line) in lines.iter().enumerate() {
-            area.draw(&Text::new(
-                line.clone(),
-                (90, y + 30 + 18 * i as i32),
-                left_top(text(14)),
-            ))?;
-        }
+    for (i, line) in lines.iter().enumerate() {
+        area.draw(&Text::new(
+            line.clone(),
+            (90, y + 30 + 18 * i as i32),
+            left_top(text(14)),
+        ))?;
     }
-    Ok(())
+    Ok(u32::try_from(y + 30 + 18 * lines.len() as i32 + 12).unwrap_or(0))
 }
 
 /// Writes, for every model of `report`, `MODEL-requests-per-second.svg`
@@ -1239,6 +1332,53 @@ mod tests {
         let finished = stats.per_run.iter().filter(|r| r.succeeded).count();
         assert_eq!(finished, stats.succeeded as usize);
         assert!(runs_line(&stats).contains(&format!("{finished} finished")));
+    }
+
+    #[test]
+    fn labels_never_overlap_and_crowded_spots_get_numbers() {
+        use crate::compare::Peer;
+        let spot = |policy, per_turn, success| Spot {
+            policy,
+            per_turn,
+            success,
+        };
+        // Pixels are the values themselves; four spots within a few pixels of each other,
+        // one alone, and two on the same pixel.
+        let spots = [
+            spot(Policy::Rebound, 500.0, 100.0),
+            spot(Policy::ReboundWithoutBudget, 500.0, 100.0),
+            spot(Policy::Peer(Peer::CodexCli), 501.0, 112.0),
+            spot(Policy::Peer(Peer::GrpcThrottled), 497.0, 121.0),
+            spot(Policy::Peer(Peer::NoRetries), 503.0, 130.0),
+            spot(Policy::Peer(Peer::AnthropicPython), 200.0, 400.0),
+        ];
+        let bounds = Boxed {
+            x0: 0,
+            y0: 0,
+            x1: 1_000,
+            y1: 600,
+        };
+        let placed = place_labels(&spots, &|x, y| (x as i32, y as i32), bounds);
+        assert_eq!(placed.len(), 5, "the two on one pixel are one spot");
+        assert_eq!(
+            placed[0]
+                .names
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .collect::<Vec<_>>(),
+            ["rebound", "rebound, no budget"]
+        );
+        assert!(
+            placed.iter().any(|p| p.number.is_some()),
+            "the crowd is numbered"
+        );
+        let alone = placed.iter().find(|p| p.at == (200, 400)).unwrap();
+        assert_eq!(alone.number, None, "a spot with room is named in place");
+        for (i, a) in placed.iter().enumerate() {
+            for b in &placed[i + 1..] {
+                assert!(!a.label.overlaps(&b.label), "labels overlap");
+            }
+        }
     }
 
     #[test]
