@@ -10,7 +10,7 @@
 //! - [`trace`]: JSON Lines traces, written while simulating (or by any driver) and
 //!   replayed ([`replay`]) into a fresh machine, reporting the first divergence.
 //! - [`stats`]: many seeded runs summarized ([`run_many`]).
-//! - [`charts`] (feature `charts`, on by default): SVG charts of the outage experiment and
+//! - `charts` (feature `charts`, on by default): SVG charts of the outage experiment and
 //!   of many runs.
 //! - [`compare`]: the outage experiment — rebound against the retry policies of other agent
 //!   stacks on the same seeded outages ([`compare::run_experiment`]).

@@ -30,8 +30,8 @@ pub struct Stats {
     pub elapsed_ms: Vec<u64>,
     /// Retry notifications over all runs.
     pub retries: u64,
-    /// Every run the simulator completed, in seed order: what the charts of
-    /// [`crate::charts`] draw.
+    /// Every run the simulator completed, in seed order: what the scenario charts (module
+    /// `charts`, feature `charts`) draw.
     pub per_run: Vec<RunSummary>,
 }
 

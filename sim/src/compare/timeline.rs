@@ -1,5 +1,5 @@
 //! Requests per second over virtual time, per (model, policy): the retry storm as the charts
-//! draw it ([`crate::charts`]). Recorded beside the [`Report`], never changing it.
+//! (module `charts`) draw it. Recorded beside the [`Report`], never changing it.
 
 use super::{AgentTurn, ExperimentConfig, OutageModel, Policy, Report};
 use crate::driver::SimError;
