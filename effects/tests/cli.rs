@@ -623,4 +623,65 @@ async fn on_a_terminal_a_long_server_delay_is_counted_down_then_the_answer_strea
     assert!(screen.contains("Counted down."), "{screen:?}");
     assert_eq!(s.requests().len(), 2);
     s.shutdown().await;
+
+#[tokio::test]
+async fn sim_with_charts_writes_the_time_to_completion_and_attempts_charts() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let charts = dir.path().join("charts");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["sim", "--scenario", "brownout", "--runs", "50", "--charts"])
+        .arg(&charts);
+    let out = output(cmd).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut written: Vec<String> = std::fs::read_dir(&charts)
+        .expect("the charts directory was created")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    written.sort();
+    assert_eq!(
+        written,
+        ["brownout-attempts.svg", "brownout-time-to-completion.svg"]
+    );
+    let ttc = std::fs::read_to_string(charts.join("brownout-time-to-completion.svg")).unwrap();
+    assert!(ttc.contains("brownout: time to completion"));
+    assert!(ttc.contains("50 runs (seeds 0–49)"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("wrote 2 charts"));
+}
+
+#[tokio::test]
+async fn sim_compare_with_charts_writes_two_charts_per_outage_model() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["sim", "--compare", "--seed", "1", "--charts"])
+        .arg(dir.path());
+    let out = output(cmd).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("| model | policy |"));
+    let models = rebound_sim::compare::OutageModel::standard();
+    for model in &models {
+        for chart in ["requests-per-second", "success-vs-amplification"] {
+            let path = dir.path().join(format!("{}-{chart}.svg", model.name));
+            let svg = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(
+                svg.contains(&format!("{}: ", model.name)),
+                "{}",
+                path.display()
+            );
+        }
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        2 * models.len()
+    );
 }

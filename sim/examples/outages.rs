@@ -1,33 +1,45 @@
 //! The outage experiment: rebound against today's retry policies on the same seeded outages.
 //!
 //! ```text
-//! cargo run --release -p rebound-sim --example outages [-- --seed N --agents N --sweep]
+//! cargo run --release -p rebound-sim --example outages [-- --seed N --agents N --sweep --charts DIR]
 //! ```
 //!
 //! Prints a Markdown table (the one in `docs/outages.md`) and whether the bar is met, with
-//! every rule that failed (exit status 1 when it is not met). `--sweep` instead prints one
+//! every rule that failed (exit status 1 when it is not met). `--charts DIR` also writes the
+//! SVG charts of [`rebound_sim::charts::write_experiment_charts`] into `DIR` (those in
+//! `docs/charts/` are `--charts docs/charts`). `--sweep` instead prints one
 //! line per candidate configuration of rebound (attempt cap, budget parameters), the search
 //! behind [`MachineConfig::resilient`] and [`BudgetConfig::default`].
 
 use rebound_core::{BudgetConfig, BudgetUse, MachineConfig};
-use rebound_sim::compare::{run_experiment, ExperimentConfig, Policy, Report};
+use rebound_sim::compare::{
+    run_experiment, run_experiment_with_timelines, ExperimentConfig, Policy, Report,
+};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let mut config = ExperimentConfig::default();
     let mut sweep = false;
+    let mut charts: Option<PathBuf> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         if arg == "--sweep" {
             sweep = true;
             continue;
         }
+        if arg == "--charts" {
+            charts = args.next().map(PathBuf::from);
+            if charts.is_some() {
+                continue;
+            }
+        }
         let value = args.next().and_then(|v| v.parse::<u64>().ok());
         match (arg.as_str(), value) {
             ("--seed", Some(v)) => config.seed = v,
             ("--agents", Some(v)) => config.agents = usize::try_from(v).unwrap_or(usize::MAX),
             _ => {
-                eprintln!("usage: outages [--seed N] [--agents N] [--sweep]");
+                eprintln!("usage: outages [--seed N] [--agents N] [--sweep] [--charts DIR]");
                 return ExitCode::from(2);
             }
         }
@@ -35,9 +47,20 @@ fn main() -> ExitCode {
     if sweep {
         return run_sweep(config);
     }
-    match run_experiment(&config) {
-        Ok(report) => {
+    match run_experiment_with_timelines(&config) {
+        Ok((report, timelines)) => {
             print!("{report}");
+            if let Some(dir) = &charts {
+                match rebound_sim::charts::write_experiment_charts(&report, &timelines, dir) {
+                    Ok(written) => {
+                        eprintln!("wrote {} charts into {}", written.len(), dir.display())
+                    }
+                    Err(e) => {
+                        eprintln!("{e}");
+                        return ExitCode::from(2);
+                    }
+                }
+            }
             if report.verdict().met() {
                 ExitCode::SUCCESS
             } else {

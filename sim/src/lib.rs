@@ -10,6 +10,8 @@
 //! - [`trace`]: JSON Lines traces, written while simulating (or by any driver) and
 //!   replayed ([`replay`]) into a fresh machine, reporting the first divergence.
 //! - [`stats`]: many seeded runs summarized ([`run_many`]).
+//! - `charts` (feature `charts`, on by default): SVG charts of the outage experiment and
+//!   of many runs.
 //! - [`compare`]: the outage experiment — rebound against the retry policies of other agent
 //!   stacks on the same seeded outages ([`compare::run_experiment`]).
 //!
@@ -28,6 +30,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "charts")]
+pub mod charts;
 pub mod compare;
 pub mod driver;
 pub mod scenario;
@@ -41,5 +45,5 @@ pub use driver::{
 };
 pub use scenario::{Scenario, ScenarioError};
 pub use scripted::ScriptedTools;
-pub use stats::{run_many, Stats};
+pub use stats::{run_many, RunSummary, Stats};
 pub use trace::{replay, Divergence, ReplayError, ReplayReport, Trace, TraceError, TraceWriter};

@@ -30,6 +30,22 @@ pub struct Stats {
     pub elapsed_ms: Vec<u64>,
     /// Retry notifications over all runs.
     pub retries: u64,
+    /// Every run the simulator completed, in seed order: what the scenario charts (module
+    /// `charts`, feature `charts`) draw.
+    pub per_run: Vec<RunSummary>,
+}
+
+/// One run of [`run_many`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunSummary {
+    /// The run's seed.
+    pub seed: u64,
+    /// Whether it finished (rather than failed).
+    pub succeeded: bool,
+    /// Provider requests it sent (attempts, over all turns and targets).
+    pub requests: u32,
+    /// Its virtual time from start to finish or failure, in ms.
+    pub elapsed_ms: u64,
 }
 
 /// Runs `scenario` `runs` times with seeds `first_seed..first_seed + runs`.
@@ -52,6 +68,12 @@ pub fn run_many(scenario: &Scenario, config: &SimConfig, first_seed: u64, runs: 
         stats.runs += 1;
         match simulate(scenario, config, seed) {
             Ok(outcome) => {
+                stats.per_run.push(RunSummary {
+                    seed,
+                    succeeded: outcome.result.is_ok(),
+                    requests: outcome.requests(),
+                    elapsed_ms: outcome.duration_ms(),
+                });
                 stats.requests.push(outcome.requests());
                 stats.elapsed_ms.push(outcome.duration_ms());
                 stats.retries += outcome.retry_notifications().count() as u64;

@@ -248,6 +248,11 @@ pub struct SimArgs {
     /// Write the trace of the first run here.
     #[arg(long)]
     pub trace_out: Option<PathBuf>,
+    /// Write SVG charts into this directory (created if missing): with `--compare`, per
+    /// outage model the requests per second of every policy and success against requests
+    /// per completed turn; with `--scenario`, the runs' time to completion and attempts.
+    #[arg(long, value_name = "DIR")]
+    pub charts: Option<PathBuf>,
 }
 
 /// Options of `rebound replay`.

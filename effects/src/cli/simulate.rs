@@ -2,13 +2,14 @@
 
 use super::{load_scenario, SimArgs, EXIT_FAILED, EXIT_OK, EXIT_USAGE};
 use rebound_sim::{run_many, simulate, SimConfig, Stats};
+use std::path::{Path, PathBuf};
 
 /// Runs `rebound sim` and returns the exit code: 0 when every run completed in the simulator
 /// (a scenario may well make runs fail — that is a statistic), 1 when the simulator itself
 /// failed (a livelock or stall: a bug, printed with the command that reproduces it).
 pub fn sim(args: &SimArgs) -> i32 {
     if args.compare {
-        return compare(args.seed);
+        return compare(args.seed, args.charts.as_deref());
     }
     let name = args.scenario.clone().unwrap_or_default();
     let scenario = match load_scenario(&name) {
@@ -39,6 +40,15 @@ pub fn sim(args: &SimArgs) -> i32 {
     let stats = run_many(&scenario, &config, args.seed, args.runs.max(1));
     println!("{}", Stats::markdown_header());
     println!("{}", stats.markdown_row());
+    if let Some(dir) = &args.charts {
+        match rebound_sim::charts::write_scenario_charts(&stats, dir) {
+            Ok(written) => report_charts(&written, dir),
+            Err(e) => {
+                eprintln!("rebound: {e}");
+                return EXIT_FAILED;
+            }
+        }
+    }
     if let Some(error) = &stats.first_sim_error {
         eprintln!("rebound: the simulator failed: {error}");
         if let Some(seed) = error_seed(error) {
@@ -47,6 +57,14 @@ pub fn sim(args: &SimArgs) -> i32 {
         return EXIT_FAILED;
     }
     EXIT_OK
+}
+
+fn report_charts(written: &[PathBuf], dir: &Path) {
+    eprintln!(
+        "rebound: wrote {} charts into {}",
+        written.len(),
+        dir.display()
+    );
 }
 
 fn repro(scenario: &str, seed: u64) -> String {
@@ -63,14 +81,24 @@ fn error_seed(error: &rebound_sim::SimError) -> Option<u64> {
 /// `rebound sim --compare`: the outage experiment, as a Markdown table; exit 1 when rebound
 /// misses its bar (dominated by a peer in any model, or one of the per-model limits of
 /// `docs/outages.md`, each named in the report).
-fn compare(seed: u64) -> i32 {
+/// With `charts`, also writes the experiment's charts there.
+fn compare(seed: u64, charts: Option<&Path>) -> i32 {
     let config = rebound_sim::compare::ExperimentConfig {
         seed,
         ..rebound_sim::compare::ExperimentConfig::default()
     };
-    match rebound_sim::compare::run_experiment(&config) {
-        Ok(report) => {
+    match rebound_sim::compare::run_experiment_with_timelines(&config) {
+        Ok((report, timelines)) => {
             println!("{report}");
+            if let Some(dir) = charts {
+                match rebound_sim::charts::write_experiment_charts(&report, &timelines, dir) {
+                    Ok(written) => report_charts(&written, dir),
+                    Err(e) => {
+                        eprintln!("rebound: {e}");
+                        return EXIT_FAILED;
+                    }
+                }
+            }
             if report.verdict().met() {
                 EXIT_OK
             } else {

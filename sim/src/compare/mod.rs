@@ -33,9 +33,11 @@ mod budgets;
 mod fleet;
 pub mod peers;
 mod report;
+mod timeline;
 
 pub use peers::Peer;
 pub use report::{Miss, Report, Row, Verdict};
+pub use timeline::{run_experiment_with_timelines, Timeline};
 
 use crate::driver::{simulate_fleet, FleetAgent, SimConfig, SimError, SimOutcome};
 use crate::scenario::{Answer, Fault, FaultKind, Outage, RandomFaults, Scenario, Turn};
@@ -377,6 +379,14 @@ struct AgentTurn {
 ///
 /// A [`SimError`] when rebound's machine livelocks or stalls in the simulator (a bug).
 pub fn run_experiment(config: &ExperimentConfig) -> Result<Report, SimError> {
+    run_observed(config, |_, _, _| {})
+}
+
+/// [`run_experiment`], showing every (model, policy)'s turns to `observe` as they are made.
+fn run_observed(
+    config: &ExperimentConfig,
+    mut observe: impl FnMut(&OutageModel, Policy, &[AgentTurn]),
+) -> Result<Report, SimError> {
     let mut rows = Vec::new();
     for (m, model) in config.models.iter().enumerate() {
         for &policy in &config.policies {
@@ -385,6 +395,7 @@ pub fn run_experiment(config: &ExperimentConfig) -> Result<Report, SimError> {
                 Policy::ReboundWithoutBudget => run_rebound(config, m, model, false)?,
                 Policy::Peer(peer) => run_peer(config, m, model, peer),
             };
+            observe(model, policy, &turns);
             rows.push(Row::summarize(model, policy, &turns_view(&turns)));
         }
     }
