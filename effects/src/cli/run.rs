@@ -339,6 +339,7 @@ pub async fn run(args: RunArgs) -> i32 {
         Some(BudgetLocation::Redis(url)) => {
             let options = RedisOptions {
                 on_event: Some(budget_event_hook(args.events)),
+                call_timeout: std::time::Duration::from_millis(args.budget_timeout_ms.max(1)),
                 ..RedisOptions::default()
             };
             match RedisBudget::new(&url, budget_config, options) {
@@ -587,6 +588,33 @@ mod tests {
         assert!(!err.contains("secret"), "{err}");
         let err = mcp_configs(&run_args(&["--mcp", "a", "--mcp-env", "=v"])).expect_err("no name");
         assert!(err.contains("needs a variable name"), "{err}");
+    }
+
+    #[test]
+    fn retry_budget_is_budget_local_and_a_redis_budget_names_its_server_and_name() {
+        assert_eq!(
+            budget_location(&run_args(&["--retry-budget"])),
+            Some(BudgetLocation::Local)
+        );
+        assert_eq!(
+            budget_location(&run_args(&["--budget", "local"])),
+            Some(BudgetLocation::Local)
+        );
+        assert_eq!(budget_location(&run_args(&[])), None);
+        let Some(BudgetLocation::Redis(url)) =
+            budget_location(&run_args(&["--budget", "redis://127.0.0.1:6380/evals"]))
+        else {
+            panic!("a redis budget");
+        };
+        assert_eq!(url.name(), "evals");
+        for bad in [
+            &["--budget", "redis://127.0.0.1:6380"][..],
+            &["--budget", "memcached://x/y"],
+            &["--budget", "local", "--retry-budget"],
+        ] {
+            let args = ["rebound", "run", "hi"].iter().chain(bad);
+            assert!(super::super::parse(args).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
