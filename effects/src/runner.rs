@@ -1,6 +1,6 @@
 //! The tokio runner: executes an [`AgentMachine`]'s commands for real.
 
-use crate::budget::SharedBudget;
+use crate::budget::BudgetStore;
 use crate::provider::{BoxFuture, Provider, SendError};
 use crate::receiver::{NullReceiver, Receiver, ReceiverError};
 use rebound_core::trace::{TraceHeader, TraceStep};
@@ -270,7 +270,7 @@ pub struct Runner {
     persist: Option<Box<dyn Persist>>,
     compactor: Option<Arc<dyn Compactor>>,
     trace: Option<TraceRecorder>,
-    budget: Option<SharedBudget>,
+    budget: Option<Arc<dyn BudgetStore>>,
     conversation: Conversation,
     cancel: CancelHandle,
     trace_meta: Vec<(String, String)>,
@@ -388,11 +388,13 @@ impl Runner {
         self
     }
 
-    /// Shares a retry budget with other runners in this process. The machine then runs on
-    /// the budget's clock, so every runner sharing it agrees on time.
+    /// Shares a retry budget with other runners: of this process
+    /// ([`SharedBudget`](crate::budget::SharedBudget)), or of every process naming the same
+    /// budget in Redis ([`RedisBudget`](crate::budget::RedisBudget)). The machine then runs
+    /// on the budget's clock, so every runner sharing it agrees on time.
     #[must_use]
-    pub fn budget(mut self, budget: SharedBudget) -> Self {
-        self.budget = Some(budget);
+    pub fn budget(mut self, budget: impl BudgetStore + 'static) -> Self {
+        self.budget = Some(Arc::new(budget));
         self
     }
 
@@ -428,7 +430,7 @@ impl Runner {
         let start = self
             .budget
             .as_ref()
-            .map_or_else(Instant::now, SharedBudget::origin);
+            .map_or_else(Instant::now, |budget| budget.origin());
         let mut machine = AgentMachine::with_conversation(
             self.config.clone(),
             self.seed,
@@ -650,7 +652,8 @@ impl Runner {
                 }
                 Command::NoteBudget { note } => {
                     if let Some(budget) = &self.budget {
-                        budget.record(note);
+                        // Bounded by the store (a Redis call times out and falls back).
+                        budget.record(note).await;
                     }
                     Ok(None)
                 }

@@ -623,6 +623,7 @@ async fn on_a_terminal_a_long_server_delay_is_counted_down_then_the_answer_strea
     assert!(screen.contains("Counted down."), "{screen:?}");
     assert_eq!(s.requests().len(), 2);
     s.shutdown().await;
+}
 
 #[tokio::test]
 async fn sim_with_charts_writes_the_time_to_completion_and_attempts_charts() {

@@ -1,5 +1,6 @@
 //! The CLI's two views of a run: a human one and a JSON event stream.
 
+use crate::budget::BudgetEvent;
 use crate::receiver::{Receiver, ReceiverError};
 use crate::runner::RunStats;
 use anstyle::{AnsiColor, Style};
@@ -85,6 +86,33 @@ impl JsonEvents {
     /// the run can be reproduced with `--seed` (it is also in the trace header).
     pub fn start(&mut self, seed: u64) -> Result<(), ReceiverError> {
         self.emit(json!({"type": "start", "seed": seed}))
+    }
+}
+
+impl JsonEvents {
+    /// Writes a change of a shared budget's health: `{"type": "budget_fallback", "budget",
+    /// "error"}` when Redis failed and this process decides locally, `{"type":
+    /// "budget_restored", "budget"}` when Redis answers again.
+    pub fn budget(&mut self, event: &BudgetEvent) -> Result<(), ReceiverError> {
+        self.emit(budget_event_json(event))
+    }
+}
+
+/// The JSON form of a [`BudgetEvent`] (see [`JsonEvents::budget`]).
+#[must_use]
+pub fn budget_event_json(event: &BudgetEvent) -> Value {
+    match event {
+        BudgetEvent::FellBack { budget, error } => json!({
+            "type": "budget_fallback",
+            "budget": budget,
+            "error": error.to_string(),
+            "message": event.to_string(),
+        }),
+        BudgetEvent::Restored { budget } => json!({
+            "type": "budget_restored",
+            "budget": budget,
+            "message": event.to_string(),
+        }),
     }
 }
 

@@ -8,7 +8,7 @@ mod replay;
 mod run;
 mod simulate;
 
-pub use events::{advice, error_event, HumanView, JsonEvents};
+pub use events::{advice, budget_event_json, error_event, HumanView, JsonEvents};
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -166,9 +166,28 @@ pub struct RunArgs {
     #[arg(skip)]
     pub mcp_env_server: Vec<Option<usize>>,
     /// Share a retry budget (token bucket) between retries: charged retries wait, bounded,
-    /// for a token and fail when none comes.
-    #[arg(long)]
+    /// for a token and fail when none comes. `local`: a budget of this process;
+    /// `redis://HOST:PORT/NAME`: one budget for every process naming it (a fleet on many
+    /// machines), with this process falling back to a local budget while Redis fails.
+    #[arg(long, value_name = "local|redis://HOST:PORT/NAME")]
+    pub budget: Option<crate::budget::BudgetLocation>,
+    /// The same as `--budget local`.
+    #[arg(long, conflicts_with = "budget")]
     pub retry_budget: bool,
+    /// With `--budget`: tokens the budget holds at most and starts with (one token pays for
+    /// one retry on the policy's own backoff).
+    #[arg(long, default_value_t = 10.0, value_name = "TOKENS")]
+    pub budget_tokens: f64,
+    /// With `--budget`: tokens the budget earns per second whatever happens.
+    #[arg(long, default_value_t = 0.5, value_name = "TOKENS")]
+    pub budget_refill: f64,
+    /// With `--budget`: how long a retry may wait for a token, in ms, before it gives up.
+    #[arg(long, default_value_t = 15_000, value_name = "MS")]
+    pub budget_max_wait_ms: u64,
+    /// With `--budget redis://…`: the longest one call to Redis may take, connecting
+    /// included, in ms; past it this process decides with a local budget for a while.
+    #[arg(long, default_value_t = 50, value_name = "MS")]
+    pub budget_timeout_ms: u64,
     /// How to compact a conversation that overflows (or nearly fills) the context window:
     /// `summary` asks the model for a summary of the older turns (and elides when that
     /// fails); `elide` cuts old payloads and turns without asking.

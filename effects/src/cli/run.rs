@@ -4,7 +4,7 @@ use super::{
     DemoArgs, EventsFormat, HumanView, JsonEvents, RunArgs, ServeArgs, EXIT_CANCELED, EXIT_FAILED,
     EXIT_OK, EXIT_USAGE,
 };
-use crate::budget::SharedBudget;
+use crate::budget::{BudgetEvent, BudgetLocation, RedisBudget, RedisOptions, SharedBudget};
 use crate::config::ConfigError;
 use crate::fake::{FakeServer, FakeServerConfig};
 use crate::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider};
@@ -316,7 +316,9 @@ pub async fn run(args: RunArgs) -> i32 {
         },
         targets: specs,
         max_turns: args.max_turns,
-        retry_budget: args.retry_budget.then(BudgetUse::default),
+        retry_budget: budget_location(&args).map(|_| BudgetUse {
+            max_wait_ms: args.budget_max_wait_ms,
+        }),
         compact_with: args.compact.into(),
         ..MachineConfig::default()
     };
@@ -324,8 +326,30 @@ pub async fn run(args: RunArgs) -> i32 {
     if let Some(seed) = args.seed {
         runner = runner.seed(seed);
     }
-    if args.retry_budget {
-        runner = runner.budget(SharedBudget::new(BudgetConfig::default()));
+    let budget_config = BudgetConfig {
+        capacity: args.budget_tokens,
+        initial: args.budget_tokens,
+        refill_per_sec: args.budget_refill,
+        ..BudgetConfig::default()
+    };
+    let mut redis_budget = None;
+    match budget_location(&args) {
+        None => {}
+        Some(BudgetLocation::Local) => runner = runner.budget(SharedBudget::new(budget_config)),
+        Some(BudgetLocation::Redis(url)) => {
+            let options = RedisOptions {
+                on_event: Some(budget_event_hook(args.events)),
+                call_timeout: std::time::Duration::from_millis(args.budget_timeout_ms.max(1)),
+                ..RedisOptions::default()
+            };
+            match RedisBudget::new(&url, budget_config, options) {
+                Ok(budget) => {
+                    runner = runner.budget(budget.clone());
+                    redis_budget = Some(budget);
+                }
+                Err(e) => return usage_error(format!("--budget {url}: {e}")),
+            }
+        }
     }
     match build_tools(&args).await {
         Ok(Some(set)) => runner = runner.tools(Arc::new(set)),
@@ -350,9 +374,36 @@ pub async fn run(args: RunArgs) -> i32 {
     if let Err(code) = announce_seed(args.events, &runner) {
         return code;
     }
+    if let Some(budget) = &redis_budget {
+        // Bounded; a Redis that does not answer is reported now, and the run goes on with a
+        // local budget.
+        let _ = budget.check().await;
+    }
     cancel_on_signals(runner.canceler());
     let result = runner.run(RunInput::text(args.prompt)).await;
     exit_code(&result)
+}
+
+/// `--budget`, or `local` for `--retry-budget`.
+fn budget_location(args: &RunArgs) -> Option<BudgetLocation> {
+    match (&args.budget, args.retry_budget) {
+        (Some(location), _) => Some(location.clone()),
+        (None, true) => Some(BudgetLocation::Local),
+        (None, false) => None,
+    }
+}
+
+/// Tells people (a line on stderr) and, with `--events json`, programs (a `budget_fallback`
+/// or `budget_restored` event on stdout) that the budget moved between Redis and this
+/// process.
+fn budget_event_hook(events: EventsFormat) -> crate::budget::BudgetEventHook {
+    Arc::new(move |event: &BudgetEvent| {
+        eprintln!("rebound: {event}");
+        if events == EventsFormat::Json {
+            // Best effort: a closed stdout fails the run at its next event anyway.
+            let _ = JsonEvents::default().budget(event);
+        }
+    })
 }
 
 /// `rebound demo`: the fake provider on loopback, the real runner over HTTP, a scripted
@@ -537,6 +588,33 @@ mod tests {
         assert!(!err.contains("secret"), "{err}");
         let err = mcp_configs(&run_args(&["--mcp", "a", "--mcp-env", "=v"])).expect_err("no name");
         assert!(err.contains("needs a variable name"), "{err}");
+    }
+
+    #[test]
+    fn retry_budget_is_budget_local_and_a_redis_budget_names_its_server_and_name() {
+        assert_eq!(
+            budget_location(&run_args(&["--retry-budget"])),
+            Some(BudgetLocation::Local)
+        );
+        assert_eq!(
+            budget_location(&run_args(&["--budget", "local"])),
+            Some(BudgetLocation::Local)
+        );
+        assert_eq!(budget_location(&run_args(&[])), None);
+        let Some(BudgetLocation::Redis(url)) =
+            budget_location(&run_args(&["--budget", "redis://127.0.0.1:6380/evals"]))
+        else {
+            panic!("a redis budget");
+        };
+        assert_eq!(url.name(), "evals");
+        for bad in [
+            &["--budget", "redis://127.0.0.1:6380"][..],
+            &["--budget", "memcached://x/y"],
+            &["--budget", "local", "--retry-budget"],
+        ] {
+            let args = ["rebound", "run", "hi"].iter().chain(bad);
+            assert!(super::super::parse(args).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

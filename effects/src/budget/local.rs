@@ -3,8 +3,13 @@
 //!
 //! The arithmetic and the queue policy are core's [`RetryBudget`]; this module only gives it
 //! a clock, a lock, and a way to wake the runner whose permit was decided — so the runner
-//! and the simulator apply the same rules.
+//! and the simulator apply the same rules. It is also what a [`RedisBudget`] falls back to
+//! when Redis fails.
+//!
+//! [`RedisBudget`]: super::RedisBudget
 
+use super::BudgetStore;
+use async_trait::async_trait;
 use rebound_core::{
     BudgetConfig, BudgetNote, BudgetStats, Millis, PermitAsk, PermitDecision, RetryBudget, Ticket,
 };
@@ -187,6 +192,21 @@ impl SharedBudget {
             .state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[async_trait]
+impl BudgetStore for SharedBudget {
+    fn origin(&self) -> Instant {
+        SharedBudget::origin(self)
+    }
+
+    async fn acquire(&self, ask: PermitAsk) -> PermitDecision {
+        SharedBudget::acquire(self, ask).await
+    }
+
+    async fn record(&self, note: BudgetNote) {
+        SharedBudget::record(self, note);
     }
 }
 

@@ -1,0 +1,323 @@
+//! Fleets of `rebound run` processes sharing one retry budget in Redis, against the fake
+//! provider server (the server behind `rebound serve`) on loopback, counting what the server
+//! received: a total outage costs the fleet what one budget funds, not what twenty do; a 429
+//! is learned once for everyone; and Redis dying mid-run changes no run's outcome.
+//!
+//! Each test starts its own `redis-server` (see `redis_support/server.rs`).
+
+#[path = "redis_support/server.rs"]
+mod server;
+
+use rebound_effects::budget::{RedisBudget, RedisOptions};
+use rebound_effects::fake::{FakeServer, FakeServerConfig, Outcome};
+use rebound_sim::Scenario;
+use serde_json::Value;
+use server::RedisServer;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rebound");
+const AGENTS: usize = 20;
+
+/// One fleet at a time: twenty processes are already a lot for a 2-core machine, and the
+/// tests measure what a fleet does, not what a starved scheduler does.
+static ONE_FLEET_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn fake_server(json: &str) -> FakeServer {
+    let scenario = Scenario::from_json(json).unwrap_or_else(|e| panic!("bad scenario: {e}"));
+    FakeServer::start(FakeServerConfig::new(scenario, 1))
+        .await
+        .expect("fake server starts")
+}
+
+/// One `rebound run` against `server`, no jitter, JSON events; `extra` appended.
+fn agent(server: &FakeServer, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", "hello", "--base-url", &server.base_url()])
+        .args(["--model", "test-model", "--no-jitter", "--events", "json"])
+        .args(extra)
+        .env("ANTHROPIC_API_KEY", "sk-ant-fleet-test")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+fn spawn(server: &FakeServer, n: usize, extra: &[&str]) -> Vec<Child> {
+    (0..n)
+        .map(|_| agent(server, extra).spawn().expect("rebound runs"))
+        .collect()
+}
+
+async fn finish(children: Vec<Child>) -> Vec<Output> {
+    tokio::task::spawn_blocking(move || {
+        children
+            .into_iter()
+            .map(|c| c.wait_with_output().expect("rebound exits"))
+            .collect()
+    })
+    .await
+    .expect("joins")
+}
+
+fn events(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect()
+}
+
+fn has_event(out: &Output, kind: &str) -> bool {
+    events(out).iter().any(|e| e["type"] == kind)
+}
+
+fn codes(outputs: &[Output]) -> Vec<Option<i32>> {
+    outputs.iter().map(|o| o.status.code()).collect()
+}
+
+fn faults(server: &FakeServer) -> usize {
+    server
+        .requests()
+        .iter()
+        .filter(|r| matches!(r.outcome, Outcome::Fault { .. }))
+        .count()
+}
+
+fn stderr(outputs: &[Output]) -> String {
+    outputs
+        .iter()
+        .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+const TOTAL_OUTAGE: &str = r#"{"random": {"outages": [
+    {"from_ms": 0, "until_ms": 600000, "fault": {"type": "http", "status": 503}}]}}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_processes_sharing_a_redis_budget_send_only_what_it_funds_in_a_total_outage() {
+    let Some(redis) = RedisServer::start("twenty_processes_sharing_a_redis_budget") else {
+        return;
+    };
+    let _fleet = ONE_FLEET_AT_A_TIME.lock().await;
+    let budget = redis.budget_url("outage");
+    // 4 attempts each; a budget of 3 tokens refilling 1 a second, deposits of 0.1 per first
+    // attempt (the default); a retry waits at most 300 ms for a token.
+    let common = [
+        "--max-attempts",
+        "4",
+        "--initial-delay-ms",
+        "20",
+        "--max-delay-ms",
+        "40",
+        "--budget-tokens",
+        "3",
+        "--budget-refill",
+        "1",
+        "--budget-max-wait-ms",
+        "300",
+    ];
+    let shared = fake_server(TOTAL_OUTAGE).await;
+    let mut args = common.to_vec();
+    // Generous: this test is about the count, not about a loaded machine's scheduling.
+    args.extend(["--budget", &budget, "--budget-timeout-ms", "1000"]);
+    let started = Instant::now();
+    let outputs = finish(spawn(&shared, AGENTS, &args)).await;
+    let wall = started.elapsed().as_secs_f64();
+    assert!(
+        codes(&outputs).iter().all(|c| *c == Some(1)),
+        "every run fails in a total outage: {:?}\n{}",
+        codes(&outputs),
+        stderr(&outputs)
+    );
+    assert!(
+        outputs.iter().all(|o| !has_event(o, "budget_fallback")),
+        "Redis answered throughout:\n{}",
+        stderr(&outputs)
+    );
+    let sent = shared.requests().len();
+    // What the budget funds: its initial tokens, a tenth of a token per first attempt, and
+    // a token per second of the fleet's wall time.
+    let funded = 3.0 + 0.1 * AGENTS as f64 + wall;
+    eprintln!("shared budget: {sent} requests in {wall:.2} s (funded: {funded:.1} retries)");
+    assert!(sent >= AGENTS, "every first attempt is sent: {sent}");
+    assert!(
+        (sent - AGENTS) as f64 <= funded.floor(),
+        "{sent} requests: more retries than the shared budget funds ({funded:.1})"
+    );
+    let stats = RedisBudget::new(
+        &budget.parse().expect("a budget url"),
+        rebound_core::BudgetConfig::default(),
+        RedisOptions::default(),
+    )
+    .expect("a client")
+    .stats()
+    .await
+    .expect("redis answers");
+    assert_eq!(
+        stats.stats.granted as usize,
+        sent - AGENTS,
+        "every retry the server saw was granted by the budget in Redis"
+    );
+    shared.shutdown().await;
+
+    let local = fake_server(TOTAL_OUTAGE).await;
+    let mut args = common.to_vec();
+    args.extend(["--budget", "local"]);
+    let outputs = finish(spawn(&local, AGENTS, &args)).await;
+    assert!(codes(&outputs).iter().all(|c| *c == Some(1)));
+    let sent_local = local.requests().len();
+    eprintln!("local budgets: {sent_local} requests");
+    assert_eq!(
+        sent_local,
+        AGENTS * 4,
+        "a budget per process funds every process's three retries"
+    );
+    local.shutdown().await;
+}
+
+/// 429 with `retry-after: 3` for every request in the first three seconds.
+const RATE_LIMIT_WINDOW: &str = r#"{"random": {"outages": [
+    {"from_ms": 0, "until_ms": 3000,
+     "fault": {"type": "http", "status": 429, "headers": {"retry-after": "3"}}}]}}"#;
+
+/// One agent first; once the server has sent it a 429, nineteen more. Returns the 429s sent
+/// and the runs' exit codes.
+async fn rate_limited_fleet(budget: &str) -> (usize, Vec<Option<i32>>, String) {
+    let server = fake_server(RATE_LIMIT_WINDOW).await;
+    let args = ["--budget", budget, "--budget-timeout-ms", "1000"];
+    let mut children = spawn(&server, 1, &args);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while faults(&server) == 0 {
+        assert!(Instant::now() < deadline, "the first agent got no 429");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Time for the first agent to tell the budget.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    children.extend(spawn(&server, AGENTS - 1, &args));
+    let outputs = finish(children).await;
+    let sent = faults(&server);
+    server.shutdown().await;
+    (sent, codes(&outputs), stderr(&outputs))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_first_429_the_other_processes_wait_instead_of_each_getting_one() {
+    let Some(redis) = RedisServer::start("after_the_first_429_the_other_processes_wait") else {
+        return;
+    };
+    let _fleet = ONE_FLEET_AT_A_TIME.lock().await;
+    let (shared, codes_shared, errors) = rate_limited_fleet(&redis.budget_url("window")).await;
+    assert!(
+        codes_shared.iter().all(|c| *c == Some(0)),
+        "{codes_shared:?}\n{errors}"
+    );
+    let (local, codes_local, errors) = rate_limited_fleet("local").await;
+    assert!(
+        codes_local.iter().all(|c| *c == Some(0)),
+        "{codes_local:?}\n{errors}"
+    );
+    eprintln!("429s sent: {shared} with a budget in Redis, {local} with local budgets");
+    assert_eq!(shared, 1, "the fleet learns the window from one 429");
+    assert!(
+        local >= AGENTS / 2,
+        "with a budget each, each process learns it itself: {local}"
+    );
+}
+
+/// 503 for three seconds, then answers.
+const THREE_SECOND_OUTAGE: &str = r#"{"random": {"outages": [
+    {"from_ms": 0, "until_ms": 3000, "fault": {"type": "http", "status": 503}}]}}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_mid_run_changes_no_outcome_and_is_used_again_once_restarted() {
+    let Some(mut redis) = RedisServer::start("redis_killed_mid_run") else {
+        return;
+    };
+    let _fleet = ONE_FLEET_AT_A_TIME.lock().await;
+    let budget = redis.budget_url("killed");
+    // Retries every 150-250 ms until the outage ends; plenty of tokens, so the budget
+    // shapes nothing here and a run's outcome is the policy's.
+    let common = [
+        "--max-attempts",
+        "20",
+        "--initial-delay-ms",
+        "150",
+        "--max-delay-ms",
+        "250",
+        "--budget-tokens",
+        "1000",
+        "--budget-refill",
+        "0",
+    ];
+
+    let local = fake_server(THREE_SECOND_OUTAGE).await;
+    let mut args = common.to_vec();
+    args.extend(["--budget", "local"]);
+    let with_local = finish(spawn(&local, AGENTS, &args)).await;
+    local.shutdown().await;
+
+    let shared = fake_server(THREE_SECOND_OUTAGE).await;
+    let mut args = common.to_vec();
+    args.extend(["--budget", &budget]);
+    let children = spawn(&shared, AGENTS, &args);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    redis.kill();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let redis = tokio::task::spawn_blocking(move || {
+        redis.restart();
+        redis
+    })
+    .await
+    .expect("joins");
+    let with_redis = finish(children).await;
+    shared.shutdown().await;
+
+    assert_eq!(
+        codes(&with_redis),
+        codes(&with_local),
+        "the same outcomes as with local budgets\n{}",
+        stderr(&with_redis)
+    );
+    assert!(codes(&with_local).iter().all(|c| *c == Some(0)));
+    for (i, out) in with_redis.iter().enumerate() {
+        let seen: Vec<String> = events(out)
+            .iter()
+            .filter_map(|e| e["type"].as_str())
+            .filter(|t| t.starts_with("budget_"))
+            .map(str::to_owned)
+            .collect();
+        // Told once when Redis went and once when it came back. A loaded machine may make a
+        // call miss its 50 ms once more, a change of its own, told as one.
+        let alternate = seen
+            .iter()
+            .enumerate()
+            .all(|(at, kind)| kind == ["budget_fallback", "budget_restored"][at % 2]);
+        assert!(
+            seen.len() >= 2 && alternate,
+            "agent {i}: {seen:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let errors = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            errors.contains("using a local budget for this process"),
+            "agent {i}: a line for people too: {errors}"
+        );
+    }
+    // The restarted Redis started empty: what it holds now, the fleet put there after it
+    // came back.
+    let stats = RedisBudget::new(
+        &budget.parse().expect("a budget url"),
+        rebound_core::BudgetConfig::default(),
+        RedisOptions::default(),
+    )
+    .expect("a client")
+    .stats()
+    .await
+    .expect("redis is back");
+    assert!(
+        stats.stats.granted > 0 && stats.stats.deposited_milli > 0,
+        "the budget in Redis is used again: {stats:?}"
+    );
+    drop(redis);
+}
