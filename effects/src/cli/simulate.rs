@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 /// failed (a livelock or stall: a bug, printed with the command that reproduces it).
 pub fn sim(args: &SimArgs) -> i32 {
     if args.compare {
-        return compare(args.seed, args.charts.as_deref());
+        return compare(args.seed.unwrap_or(1), args.charts.as_deref());
     }
+    let seed = args.seed.unwrap_or(0);
     let name = args.scenario.clone().unwrap_or_default();
     let scenario = match load_scenario(&name) {
         Ok(s) => s,
@@ -21,7 +22,7 @@ pub fn sim(args: &SimArgs) -> i32 {
     };
     let config = SimConfig::default();
     if let Some(path) = &args.trace_out {
-        match simulate(&scenario, &config, args.seed) {
+        match simulate(&scenario, &config, seed) {
             Ok(outcome) => {
                 let written = crate::private_file::create(path)
                     .and_then(|f| outcome.trace().write_to(std::io::BufWriter::new(f)));
@@ -32,12 +33,12 @@ pub fn sim(args: &SimArgs) -> i32 {
             }
             Err(e) => {
                 eprintln!("rebound: {e}");
-                eprintln!("reproduce: {}", repro(&name, args.seed));
+                eprintln!("reproduce: {}", repro(&name, seed));
                 return EXIT_FAILED;
             }
         }
     }
-    let stats = run_many(&scenario, &config, args.seed, args.runs.max(1));
+    let stats = run_many(&scenario, &config, seed, args.runs.max(1));
     println!("{}", Stats::markdown_header());
     println!("{}", stats.markdown_row());
     if let Some(dir) = &args.charts {
