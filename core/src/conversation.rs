@@ -147,6 +147,15 @@ pub enum ContentBlock {
         #[serde(default)]
         signature: String,
     },
+    /// An OpenAI Responses `reasoning` output item, kept exactly as received (its `id`,
+    /// `summary`, `encrypted_content`, …) and sent back unchanged to the Responses API on
+    /// later requests; requests to other providers leave it out (they cannot read it).
+    ///
+    /// Serialized as `{"type": "reasoning", "item": {…}}`.
+    Reasoning {
+        /// The item as the provider sent it.
+        item: Value,
+    },
 }
 
 impl ContentBlock {
@@ -240,7 +249,7 @@ impl Message {
     pub fn is_empty(&self) -> bool {
         self.content.iter().all(|b| match b {
             ContentBlock::Text { text } => text.trim().is_empty(),
-            ContentBlock::Thinking { .. } => true,
+            ContentBlock::Thinking { .. } | ContentBlock::Reasoning { .. } => true,
             _ => false,
         })
     }
@@ -487,6 +496,7 @@ fn block_bytes(block: &ContentBlock) -> usize {
             thinking,
             signature,
         } => thinking.len() + signature.len(),
+        ContentBlock::Reasoning { item } => item.to_string().len(),
     }
 }
 

@@ -831,7 +831,7 @@ pub fn default_error_message(provider: ProviderKind, status: u16) -> &'static st
             529 => "Overloaded",
             _ => "Internal server error",
         },
-        ProviderKind::OpenAi => match status {
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => match status {
             400 => "Invalid request",
             401 => "Incorrect API key provided",
             403 => "Country, region, or territory not supported",
@@ -862,6 +862,7 @@ pub fn overflow_tokens(provider: ProviderKind) -> (u64, u64) {
     match provider {
         ProviderKind::Anthropic => (208_310, 200_000),
         ProviderKind::OpenAi => (130_412, 128_000),
+        ProviderKind::OpenAiResponses => (272_913, 272_000),
     }
 }
 
@@ -871,7 +872,7 @@ pub fn overflow_body_for(provider: ProviderKind, tokens: u64, limit: u64) -> Str
     let message = wire::context_overflow_message(provider, tokens, limit);
     let error_type = match provider {
         ProviderKind::Anthropic => "invalid_request_error",
-        ProviderKind::OpenAi => "context_length_exceeded",
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => "context_length_exceeded",
     };
     let body = wire::encode_error_body(provider, 400, Some(error_type), &message);
     String::from_utf8_lossy(&body).into_owned()

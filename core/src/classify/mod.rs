@@ -80,7 +80,7 @@ pub fn classify_http(
     };
     let (first, second) = match provider {
         ProviderKind::Anthropic => ("request-id", "x-request-id"),
-        ProviderKind::OpenAi => ("x-request-id", "request-id"),
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => ("x-request-id", "request-id"),
     };
     let header_id = headers
         .get(first)
@@ -137,7 +137,7 @@ pub fn classify_error_body(
             let (error_type, code) = (p.error_type.filter(telling), p.code.filter(telling));
             let error_type = match provider {
                 ProviderKind::Anthropic => error_type.or(code),
-                ProviderKind::OpenAi => code.or(error_type),
+                ProviderKind::OpenAi | ProviderKind::OpenAiResponses => code.or(error_type),
             };
             let message = p
                 .message

@@ -67,6 +67,8 @@ pub enum ProviderArg {
     Anthropic,
     /// OpenAI Chat Completions (and compatible servers).
     Openai,
+    /// OpenAI Responses API (`/v1/responses`), stateless: reasoning items are passed back.
+    OpenaiResponses,
 }
 
 impl From<ProviderArg> for rebound_core::ProviderKind {
@@ -74,6 +76,7 @@ impl From<ProviderArg> for rebound_core::ProviderKind {
         match p {
             ProviderArg::Anthropic => rebound_core::ProviderKind::Anthropic,
             ProviderArg::Openai => rebound_core::ProviderKind::OpenAi,
+            ProviderArg::OpenaiResponses => rebound_core::ProviderKind::OpenAiResponses,
         }
     }
 }
