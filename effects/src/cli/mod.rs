@@ -142,9 +142,10 @@ pub struct RunArgs {
     /// Stop after this many assistant messages.
     #[arg(long)]
     pub max_turns: Option<u32>,
-    /// Fallback target `PROVIDER:MODEL[@BASE_URL]` (repeatable), tried in order when the
-    /// previous target's retries are spent or its quota is exhausted. Keys come from the
-    /// provider's conventional variable.
+    /// Fallback target `PROVIDER:MODEL[@BASE_URL]` (repeatable; PROVIDER is `anthropic`,
+    /// `openai` or `openai-responses`), tried in order when the previous target's retries
+    /// are spent or its quota is exhausted. Keys come from the provider's conventional
+    /// variable.
     #[arg(long = "fallback", value_name = "PROVIDER:MODEL[@BASE_URL]")]
     pub fallbacks: Vec<String>,
     /// Load Lua tools (one `*.lua` file per tool) from this folder; their file access is
