@@ -1651,6 +1651,33 @@ mod tests {
     }
 
     #[test]
+    fn responses_stream_errors_are_classified_like_their_http_twins() {
+        let r = ProviderKind::OpenAiResponses;
+        for (code, status) in [
+            ("rate_limit_exceeded", 429),
+            ("server_error", 500),
+            ("context_length_exceeded", 400),
+        ] {
+            let in_stream = Fault::from(FaultKind::StreamError {
+                error_type: code.into(),
+                message: "failed".into(),
+            })
+            .failure(r);
+            let http = Fault::from(FaultKind::Http {
+                status,
+                headers: BTreeMap::new(),
+                error_type: Some(code.into()),
+                message: None,
+            })
+            .failure(r);
+            assert_eq!(in_stream.kind, http.kind, "{code}");
+            assert_eq!(in_stream.status, None, "{code}");
+        }
+        let overflow = Fault::from(FaultKind::ContextOverflow).failure(r);
+        assert_eq!(overflow.kind, FailureKind::ContextOverflow);
+    }
+
+    #[test]
     fn conditional_answers_follow_the_last_tool_result() {
         let s = Scenario::builtin("demo").unwrap();
         let mut cursor = ScriptCursor::new(1);
