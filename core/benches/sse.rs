@@ -18,7 +18,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use rebound_core::wire::sse::{SseDecoder, SseError};
-use rebound_core::wire::{encode_stream, StreamDecoder};
+use rebound_core::wire::{encode_stream, StreamDecoder, StreamLimits};
 use rebound_core::{
     AssistantResponse, ContentBlock, Message, ProviderKind, Role, StopReason, Usage,
 };
@@ -136,8 +136,8 @@ fn rebound_decode_assemble(provider: ProviderKind, bytes: &[u8]) -> usize {
     r.message.content.len()
 }
 
-fn rebound_sse_only(bytes: &[u8]) -> usize {
-    let mut d = SseDecoder::new();
+fn rebound_sse_only(provider: ProviderKind, bytes: &[u8]) -> usize {
+    let mut d = SseDecoder::with_limits(StreamLimits::for_provider(provider).sse);
     let mut n = 0;
     for chunk in bytes.chunks(READ) {
         d.feed_with(chunk, |e| {
@@ -184,7 +184,7 @@ fn bench(c: &mut Criterion) {
     for (name, provider, bytes) in &inputs {
         // Both decoders must see the same events before their speed is compared.
         assert_eq!(
-            rebound_sse_only(bytes),
+            rebound_sse_only(*provider, bytes),
             eventsource_stream_sse_only(bytes),
             "{name}"
         );
@@ -200,7 +200,7 @@ fn bench(c: &mut Criterion) {
             BenchmarkId::new("rebound_sse_only", name),
             bytes,
             |b, bytes| {
-                b.iter(|| black_box(rebound_sse_only(black_box(bytes))));
+                b.iter(|| black_box(rebound_sse_only(*provider, black_box(bytes))));
             },
         );
         group.bench_with_input(

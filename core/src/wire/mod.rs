@@ -214,6 +214,34 @@ impl Default for StreamLimits {
     }
 }
 
+impl StreamLimits {
+    /// The defaults for `provider`: [`StreamLimits::default`], except that a Responses
+    /// stream's line and event limits are its message limit, because its last event
+    /// (`response.completed`, one `data:` line) repeats the whole message, which may be
+    /// longer than the 1 MiB line limit that is ample for the other formats' deltas.
+    ///
+    /// ```
+    /// use rebound_core::{wire::StreamLimits, ProviderKind};
+    /// let limits = StreamLimits::for_provider(ProviderKind::OpenAiResponses);
+    /// assert_eq!(limits.sse.max_line_bytes, limits.max_message_bytes);
+    /// assert_eq!(StreamLimits::for_provider(ProviderKind::OpenAi), StreamLimits::default());
+    /// ```
+    #[must_use]
+    pub fn for_provider(provider: ProviderKind) -> Self {
+        let limits = StreamLimits::default();
+        match provider {
+            ProviderKind::Anthropic | ProviderKind::OpenAi => limits,
+            ProviderKind::OpenAiResponses => StreamLimits {
+                sse: SseLimits {
+                    max_line_bytes: limits.max_message_bytes,
+                    max_event_bytes: limits.max_message_bytes,
+                },
+                ..limits
+            },
+        }
+    }
+}
+
 /// The URL path of a request, to append to the provider's base URL.
 ///
 /// OpenAI base URLs include `/v1` (as in the official SDKs); Anthropic's do not.
@@ -472,10 +500,10 @@ impl ProviderState {
 }
 
 impl StreamDecoder {
-    /// A decoder for `provider` with [`StreamLimits::default`].
+    /// A decoder for `provider` with [`StreamLimits::for_provider`].
     #[must_use]
     pub fn new(provider: ProviderKind) -> Self {
-        Self::with_limits(provider, StreamLimits::default())
+        Self::with_limits(provider, StreamLimits::for_provider(provider))
     }
 
     /// A decoder for `provider` with the given limits.

@@ -430,3 +430,13 @@ fn tool_results_with_images_send_output_parts() {
     assert_eq!(output[0]["type"], "input_text");
     assert_eq!(output[1]["image_url"], "data:image/png;base64,iVBORw0KGgo=");
 }
+
+#[test]
+fn an_answer_longer_than_the_sse_line_limit_decodes_though_its_last_event_repeats_it() {
+    // `response.completed` carries the whole output on one `data:` line: 2 MiB of text
+    // makes a line twice the 1 MiB that bounds the other formats' lines.
+    let text = "word ".repeat(2 << 20 >> 2);
+    let sent = AssistantResponse::end_turn(Message::assistant_text(text));
+    let bytes = encode_stream(R, &sent, "gpt-test", "resp_long").concat();
+    assert_eq!(decode(R, &bytes).unwrap().message, sent.message);
+}
