@@ -568,6 +568,22 @@ mod tests {
         assert_eq!(back, m);
     }
 
+    #[test]
+    fn reasoning_items_keep_the_provider_item_verbatim_in_sessions() {
+        let item = json!({"id": "rs_1", "type": "reasoning", "summary": [],
+                          "encrypted_content": "gAAAAB-opaque"});
+        let block = ContentBlock::Reasoning { item: item.clone() };
+        let v = serde_json::to_value(&block).unwrap();
+        assert_eq!(v, json!({"type": "reasoning", "item": item}));
+        assert_eq!(serde_json::from_value::<ContentBlock>(v).unwrap(), block);
+        // Like thinking, a reasoning item alone is no content worth sending.
+        let m = Message {
+            role: Role::Assistant,
+            content: vec![block],
+        };
+        assert!(m.is_empty());
+    }
+
     fn exchange(results: Vec<ContentBlock>) -> Conversation {
         Conversation::from(vec![
             Message::user_text("go"),

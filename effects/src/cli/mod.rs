@@ -43,7 +43,8 @@ pub enum Commands {
     Run(Box<RunArgs>),
     /// Run the agent against a local fake provider through a scripted outage (offline).
     Demo(DemoArgs),
-    /// Serve a fake Anthropic/OpenAI provider that injects faults, for testing other agents.
+    /// Serve a fake Anthropic/OpenAI (Chat Completions and Responses) provider that injects
+    /// faults, for testing other agents.
     Serve(ServeArgs),
     /// Simulate runs of a scenario in virtual time and print outcome statistics.
     Sim(SimArgs),

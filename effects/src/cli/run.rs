@@ -471,7 +471,8 @@ pub async fn serve(args: ServeArgs) -> i32 {
     };
     println!("http://{}", server.addr());
     eprintln!(
-        "serving scenario `{}`: Anthropic base URL {} , OpenAI base URL {} ; stop with Ctrl-C",
+        "serving scenario `{}`: Anthropic base URL {} , OpenAI base URL {} (Chat Completions \
+         and Responses) ; stop with Ctrl-C",
         server.scenario().name,
         server.base_url(),
         server.openai_base_url()

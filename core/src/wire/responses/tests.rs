@@ -440,3 +440,30 @@ fn an_answer_longer_than_the_sse_line_limit_decodes_though_its_last_event_repeat
     let bytes = encode_stream(R, &sent, "gpt-test", "resp_long").concat();
     assert_eq!(decode(R, &bytes).unwrap().message, sent.message);
 }
+
+#[test]
+fn an_in_stream_rate_limit_carries_the_delay_its_message_names() {
+    // OpenAI's wording (BuilderIO/micro-agent#86); in a stream there is no retry-after header.
+    let message = "Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): \
+                   Limit 30000, Used 29937, Requested 385. Please try again in 644ms.";
+    let event = encode_stream_error_event(R, "rate_limit_exceeded", message);
+    let f = decode(R, &started_then(&event)).unwrap_err();
+    assert_eq!(f.kind, FailureKind::RateLimited);
+    assert_eq!(f.retry_after_ms, Some(644));
+    let event = encode_stream_error_event(R, "rate_limit_exceeded", "Please try again in 1.898s.");
+    assert_eq!(
+        decode(R, &started_then(&event)).unwrap_err().retry_after_ms,
+        Some(1898)
+    );
+    // No delay named, or not a rate limit: no hint.
+    let event = encode_stream_error_event(R, "rate_limit_exceeded", "Please try again later.");
+    assert_eq!(
+        decode(R, &started_then(&event)).unwrap_err().retry_after_ms,
+        None
+    );
+    let event = encode_stream_error_event(R, "server_error", "Please try again in 5s.");
+    assert_eq!(
+        decode(R, &started_then(&event)).unwrap_err().retry_after_ms,
+        None
+    );
+}
