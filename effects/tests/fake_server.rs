@@ -234,7 +234,7 @@ fn expected_answer() -> AssistantResponse {
 }
 
 #[tokio::test]
-async fn healthy_streams_decode_into_the_scripted_answer_for_both_providers() {
+async fn healthy_streams_decode_into_the_scripted_answer_for_every_provider() {
     for provider in [A, O, R] {
         let server = start(with_faults(json!([]))).await;
         let r = send(&server, provider, true).await;
