@@ -5,7 +5,12 @@
 //! - `anthropic_encoded`: one long Anthropic response (text, thinking, tool calls with large
 //!   JSON inputs) rendered by `wire::encode_stream`;
 //! - `openai_capture_repeated`: the captured gpt-4o stream from the fixtures, its content
-//!   chunks repeated until the body is a few MB.
+//!   chunks repeated until the body is a few MB;
+//! - `responses_encoded`: the same long response rendered as an OpenAI Responses stream (its
+//!   thinking left out; each item whole again in `output_item.done` and `response.completed`,
+//!   as the API sends them);
+//! - `responses_capture_repeated`: the openai-node Responses capture from the fixtures, its
+//!   `output_text.delta` events repeated until the body is a few MB.
 //!
 //! Run: `cargo bench -p rebound-core --bench sse -j2 -- --warm-up-time 1 --measurement-time 3`
 
@@ -13,7 +18,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use rebound_core::wire::sse::{SseDecoder, SseError};
-use rebound_core::wire::{encode_stream, StreamDecoder};
+use rebound_core::wire::{encode_stream, StreamDecoder, StreamLimits};
 use rebound_core::{
     AssistantResponse, ContentBlock, Message, ProviderKind, Role, StopReason, Usage,
 };
@@ -23,7 +28,8 @@ use std::hint::black_box;
 const READ: usize = 16 * 1024;
 const TARGET_BYTES: usize = 4 << 20;
 
-fn anthropic_encoded() -> Vec<u8> {
+/// One long response: text, thinking, tool calls with large JSON inputs.
+fn long_response() -> AssistantResponse {
     let words = [
         "retry ", "backoff ", "jitter ", "stream ", "déjà ", "vu ", "中文 ", "😀 ", "\n",
     ];
@@ -50,7 +56,7 @@ fn anthropic_encoded() -> Vec<u8> {
             json!({"path": format!("src/file_{n}.rs"), "lines": lines}),
         ));
     }
-    let response = AssistantResponse {
+    AssistantResponse {
         message: Message {
             role: Role::Assistant,
             content,
@@ -62,14 +68,47 @@ fn anthropic_encoded() -> Vec<u8> {
             ..Usage::default()
         },
         input_problems: Vec::new(),
-    };
+    }
+}
+
+fn anthropic_encoded() -> Vec<u8> {
     encode_stream(
         ProviderKind::Anthropic,
-        &response,
+        &long_response(),
         "claude-bench",
         "msg_bench",
     )
     .concat()
+}
+
+fn responses_encoded() -> Vec<u8> {
+    encode_stream(
+        ProviderKind::OpenAiResponses,
+        &long_response(),
+        "gpt-bench",
+        "resp_bench",
+    )
+    .concat()
+}
+
+fn responses_capture_repeated() -> Vec<u8> {
+    let capture = include_str!("../fixtures/streams/responses/text_stream.sse");
+    let events: Vec<&str> = capture.split_inclusive("\n\n").collect();
+    let deltas: String = events
+        .iter()
+        .filter(|e| e.contains("\"type\":\"response.output_text.delta\""))
+        .copied()
+        .collect();
+    let first = events
+        .iter()
+        .position(|e| e.contains("response.output_text.delta"))
+        .expect("the capture has deltas");
+    let mut out = events[..first].concat();
+    while out.len() < TARGET_BYTES {
+        out.push_str(&deltas);
+    }
+    out.push_str(&events[first..].concat());
+    out.into_bytes()
 }
 
 fn openai_capture_repeated() -> Vec<u8> {
@@ -97,8 +136,8 @@ fn rebound_decode_assemble(provider: ProviderKind, bytes: &[u8]) -> usize {
     r.message.content.len()
 }
 
-fn rebound_sse_only(bytes: &[u8]) -> usize {
-    let mut d = SseDecoder::new();
+fn rebound_sse_only(provider: ProviderKind, bytes: &[u8]) -> usize {
+    let mut d = SseDecoder::with_limits(StreamLimits::for_provider(provider).sse);
     let mut n = 0;
     for chunk in bytes.chunks(READ) {
         d.feed_with(chunk, |e| {
@@ -130,12 +169,22 @@ fn bench(c: &mut Criterion) {
             ProviderKind::OpenAi,
             openai_capture_repeated(),
         ),
+        (
+            "responses_encoded",
+            ProviderKind::OpenAiResponses,
+            responses_encoded(),
+        ),
+        (
+            "responses_capture_repeated",
+            ProviderKind::OpenAiResponses,
+            responses_capture_repeated(),
+        ),
     ];
     let mut group = c.benchmark_group("sse");
     for (name, provider, bytes) in &inputs {
         // Both decoders must see the same events before their speed is compared.
         assert_eq!(
-            rebound_sse_only(bytes),
+            rebound_sse_only(*provider, bytes),
             eventsource_stream_sse_only(bytes),
             "{name}"
         );
@@ -151,7 +200,7 @@ fn bench(c: &mut Criterion) {
             BenchmarkId::new("rebound_sse_only", name),
             bytes,
             |b, bytes| {
-                b.iter(|| black_box(rebound_sse_only(black_box(bytes))));
+                b.iter(|| black_box(rebound_sse_only(*provider, black_box(bytes))));
             },
         );
         group.bench_with_input(

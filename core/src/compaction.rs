@@ -433,7 +433,12 @@ fn elide_message(m: &Message, policy: &CompactionPolicy) -> Message {
     let content = m
         .content
         .iter()
-        .filter(|b| !matches!(b, ContentBlock::Thinking { .. }))
+        .filter(|b| {
+            !matches!(
+                b,
+                ContentBlock::Thinking { .. } | ContentBlock::Reasoning { .. }
+            )
+        })
         .map(|b| match b {
             ContentBlock::Text { text } if text.len() > limit => {
                 ContentBlock::text(elide_text(text, policy.keep_head_bytes))

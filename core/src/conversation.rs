@@ -147,6 +147,15 @@ pub enum ContentBlock {
         #[serde(default)]
         signature: String,
     },
+    /// An OpenAI Responses `reasoning` output item, kept exactly as received (its `id`,
+    /// `summary`, `encrypted_content`, …) and sent back unchanged to the Responses API on
+    /// later requests; requests to other providers leave it out (they cannot read it).
+    ///
+    /// Serialized as `{"type": "reasoning", "item": {…}}`.
+    Reasoning {
+        /// The item as the provider sent it.
+        item: Value,
+    },
 }
 
 impl ContentBlock {
@@ -240,7 +249,7 @@ impl Message {
     pub fn is_empty(&self) -> bool {
         self.content.iter().all(|b| match b {
             ContentBlock::Text { text } => text.trim().is_empty(),
-            ContentBlock::Thinking { .. } => true,
+            ContentBlock::Thinking { .. } | ContentBlock::Reasoning { .. } => true,
             _ => false,
         })
     }
@@ -487,6 +496,7 @@ fn block_bytes(block: &ContentBlock) -> usize {
             thinking,
             signature,
         } => thinking.len() + signature.len(),
+        ContentBlock::Reasoning { item } => item.to_string().len(),
     }
 }
 
@@ -556,6 +566,22 @@ mod tests {
         assert_eq!(v["content"][3]["source"]["type"], "base64");
         let back: Message = serde_json::from_value(v).unwrap();
         assert_eq!(back, m);
+    }
+
+    #[test]
+    fn reasoning_items_keep_the_provider_item_verbatim_in_sessions() {
+        let item = json!({"id": "rs_1", "type": "reasoning", "summary": [],
+                          "encrypted_content": "gAAAAB-opaque"});
+        let block = ContentBlock::Reasoning { item: item.clone() };
+        let v = serde_json::to_value(&block).unwrap();
+        assert_eq!(v, json!({"type": "reasoning", "item": item}));
+        assert_eq!(serde_json::from_value::<ContentBlock>(v).unwrap(), block);
+        // Like thinking, a reasoning item alone is no content worth sending.
+        let m = Message {
+            role: Role::Assistant,
+            content: vec![block],
+        };
+        assert!(m.is_empty());
     }
 
     fn exchange(results: Vec<ContentBlock>) -> Conversation {

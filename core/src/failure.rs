@@ -12,6 +12,10 @@ pub enum ProviderKind {
     /// OpenAI Chat Completions (`POST {base}/chat/completions`) and compatible servers.
     #[serde(rename = "openai")]
     OpenAi,
+    /// OpenAI Responses API (`POST {base}/responses`), as OpenAI's newer models and Codex use:
+    /// typed input and output items, reasoning items passed back between turns.
+    #[serde(rename = "openai_responses")]
+    OpenAiResponses,
 }
 
 impl fmt::Display for ProviderKind {
@@ -19,6 +23,7 @@ impl fmt::Display for ProviderKind {
         f.write_str(match self {
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::OpenAi => "openai",
+            ProviderKind::OpenAiResponses => "openai-responses",
         })
     }
 }

@@ -92,12 +92,12 @@ pub struct Usage {
 
 impl Usage {
     /// The tokens of the prompt as the context window counts them: OpenAI's `prompt_tokens`
-    /// already include cached tokens; Anthropic's `input_tokens` exclude the tokens read
+    /// (Responses: `input_tokens`) already include cached tokens; Anthropic's `input_tokens` exclude the tokens read
     /// from and written to the cache, which count too.
     #[must_use]
     pub fn context_tokens(&self, provider: ProviderKind) -> u64 {
         match provider {
-            ProviderKind::OpenAi => self.input_tokens,
+            ProviderKind::OpenAi | ProviderKind::OpenAiResponses => self.input_tokens,
             ProviderKind::Anthropic => self
                 .input_tokens
                 .saturating_add(self.cache_read_input_tokens.unwrap_or(0))

@@ -686,3 +686,76 @@ async fn sim_compare_with_charts_writes_two_charts_per_outage_model() {
         2 * models.len()
     );
 }
+
+#[tokio::test]
+async fn provider_openai_responses_speaks_v1_responses_and_is_a_fallback_target() {
+    // As the primary: `/v1` base URL, key from OPENAI_API_KEY, a retried in-stream failure.
+    let s = server(
+        r#"{"turns": [{"faults": [{"type": "stream_error", "error_type": "server_error",
+                                   "message": "The model failed to generate a response."}],
+                       "answer": {"text": "Hi from Responses."}}]}"#,
+    )
+    .await;
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", "hello", "--provider", "openai-responses"])
+        .args(["--base-url", &s.openai_base_url()])
+        .args(["--model", "gpt-test", "--events", "json", "--no-jitter"])
+        .args(["--initial-delay-ms", "10"])
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("OPENAI_API_KEY", "sk-cli-test")
+        .stdin(Stdio::null());
+    let out = output(cmd).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let kinds = types(&json_events(&out));
+    assert!(kinds.contains(&"provider_retry".to_owned()), "{kinds:?}");
+    let requests = s.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(requests.iter().all(|r| r.path == "/v1/responses"));
+    assert_eq!(
+        requests[0].header("authorization"),
+        Some("<redacted>"),
+        "the key is sent and never logged"
+    );
+    s.shutdown().await;
+
+    // As a fallback behind an overloaded Anthropic primary.
+    let primary = server(
+        r#"{"random": {"outages": [{"from_ms": 0, "until_ms": 600000,
+                                     "fault": {"type": "http", "status": 529}}]}}"#,
+    )
+    .await;
+    let fallback_server =
+        server(r#"{"turns": [{"answer": {"text": "Hi from the fallback."}}]}"#).await;
+    let fallback = format!(
+        "openai-responses:gpt-test@{}",
+        fallback_server.openai_base_url()
+    );
+    let mut cmd = run_cmd(
+        &primary,
+        &[
+            "--events",
+            "json",
+            "--max-attempts",
+            "2",
+            "--fallback",
+            &fallback,
+        ],
+    );
+    cmd.env("OPENAI_API_KEY", "sk-cli-test");
+    let out = output(cmd).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(types(&json_events(&out)).contains(&"fallback".to_owned()));
+    assert_eq!(fallback_server.requests()[0].path, "/v1/responses");
+    primary.shutdown().await;
+    fallback_server.shutdown().await;
+}

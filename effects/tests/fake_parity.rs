@@ -26,6 +26,11 @@ async fn wire_failure(server: &FakeServer, provider: ProviderKind) -> Option<Pro
             json!({"model": "m", "stream": true,
                    "messages": [{"role": "user", "content": "hi"}]}),
         ),
+        ProviderKind::OpenAiResponses => (
+            format!("{}/responses", server.openai_base_url()),
+            json!({"model": "m", "stream": true, "store": false,
+                   "input": [{"role": "user", "content": "hi"}]}),
+        ),
     };
     let response = match client
         .post(url)
@@ -92,7 +97,11 @@ async fn every_fault_is_classified_on_the_wire_as_in_the_simulator() {
         {"type": "transport", "fault": "connect"}
     ]);
     let faults: Vec<Fault> = serde_json::from_value(faults).expect("faults");
-    for provider in [ProviderKind::Anthropic, ProviderKind::OpenAi] {
+    for provider in [
+        ProviderKind::Anthropic,
+        ProviderKind::OpenAi,
+        ProviderKind::OpenAiResponses,
+    ] {
         for fault in &faults {
             let scenario = Scenario {
                 provider,

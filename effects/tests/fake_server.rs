@@ -16,6 +16,7 @@ use tokio::net::TcpStream;
 
 const A: ProviderKind = ProviderKind::Anthropic;
 const O: ProviderKind = ProviderKind::OpenAi;
+const R: ProviderKind = ProviderKind::OpenAiResponses;
 
 /// What a raw HTTP/1.1 client received.
 #[derive(Debug)]
@@ -164,7 +165,7 @@ fn auth(provider: ProviderKind) -> Vec<(&'static str, &'static str)> {
             ("anthropic-version", "2023-06-01"),
             ("content-type", "application/json"),
         ],
-        O => vec![
+        O | R => vec![
             ("authorization", "Bearer sk-test-key"),
             ("content-type", "application/json"),
         ],
@@ -175,6 +176,7 @@ fn path(provider: ProviderKind) -> &'static str {
     match provider {
         A => "/v1/messages",
         O => "/v1/chat/completions",
+        R => "/v1/responses",
     }
 }
 
@@ -184,6 +186,8 @@ fn user_body(provider: ProviderKind, stream: bool) -> Vec<u8> {
                     "messages": [{"role": "user", "content": "Fix the failing test."}]}),
         O => json!({"model": "gpt-test", "stream": stream,
                     "messages": [{"role": "user", "content": "Fix the failing test."}]}),
+        R => json!({"model": "gpt-test", "stream": stream, "store": false,
+                    "input": [{"role": "user", "content": "Fix the failing test."}]}),
     };
     body.to_string().into_bytes()
 }
@@ -211,6 +215,15 @@ fn with_faults(faults: Value) -> Value {
         "tool_calls": [{"name": "read", "input": {"path": "src/parse.rs"}}]}}]})
 }
 
+/// `response` without the reasoning item the fake model adds on the Responses API.
+fn without_reasoning(mut response: AssistantResponse) -> AssistantResponse {
+    response
+        .message
+        .content
+        .retain(|b| !matches!(b, rebound_core::ContentBlock::Reasoning { .. }));
+    response
+}
+
 /// The scripted answer to `user_body`, with the usage the server reports for it.
 fn expected_answer() -> AssistantResponse {
     let s = Scenario::from_json(&with_faults(json!([])).to_string()).expect("scenario");
@@ -221,8 +234,8 @@ fn expected_answer() -> AssistantResponse {
 }
 
 #[tokio::test]
-async fn healthy_streams_decode_into_the_scripted_answer_for_both_providers() {
-    for provider in [A, O] {
+async fn healthy_streams_decode_into_the_scripted_answer_for_every_provider() {
+    for provider in [A, O, R] {
         let server = start(with_faults(json!([]))).await;
         let r = send(&server, provider, true).await;
         assert_eq!(r.status, Some(200));
@@ -236,13 +249,16 @@ async fn healthy_streams_decode_into_the_scripted_answer_for_both_providers() {
             "x-request-id"
         };
         assert!(r.header(id_header).is_some_and(|v| v.starts_with("req_")));
+        let answer = r.decode(provider).expect("a complete answer");
         assert_eq!(
-            r.decode(provider).expect("a complete answer"),
-            expected_answer()
+            answer.message.content.len() - expected_answer().message.content.len(),
+            usize::from(provider == R),
+            "on the Responses API a reasoning item comes first"
         );
+        assert_eq!(without_reasoning(answer), expected_answer());
         // After the script: the final "Done.".
         let r = send(&server, provider, true).await;
-        let done = r.decode(provider).expect("done");
+        let done = without_reasoning(r.decode(provider).expect("done"));
         assert_eq!(
             done.message,
             Answer::text("Done.").response(1, false).message
@@ -253,13 +269,13 @@ async fn healthy_streams_decode_into_the_scripted_answer_for_both_providers() {
 
 #[tokio::test]
 async fn non_streaming_requests_get_json_answers() {
-    for provider in [A, O] {
+    for provider in [A, O, R] {
         let server = start(with_faults(json!([]))).await;
         let r = send(&server, provider, false).await;
         assert_eq!(r.status, Some(200));
         assert_eq!(r.header("content-type"), Some("application/json"));
         let got = wire::parse_response(provider, &r.body).expect("a response");
-        assert_eq!(got.message, expected_answer().message);
+        assert_eq!(without_reasoning(got).message, expected_answer().message);
         server.shutdown().await;
     }
 }
@@ -342,7 +358,7 @@ async fn a_timeout_holds_the_connection_silent_then_closes_it() {
 
 #[tokio::test]
 async fn a_stream_cut_after_events_ends_without_the_terminating_chunk() {
-    for provider in [A, O] {
+    for provider in [A, O, R] {
         let server = start(with_faults(
             json!([{"type": "stream_cut", "after_events": 3}]),
         ))
@@ -357,14 +373,17 @@ async fn a_stream_cut_after_events_ends_without_the_terminating_chunk() {
         assert_eq!(f.transport, Some(TransportFault::StreamCut));
         // The next request gets the whole answer.
         let r = send(&server, provider, true).await;
-        assert_eq!(r.decode(provider).expect("answer"), expected_answer());
+        assert_eq!(
+            without_reasoning(r.decode(provider).expect("answer")),
+            expected_answer()
+        );
         server.shutdown().await;
     }
 }
 
 #[tokio::test]
 async fn a_stream_cut_never_lets_the_message_complete() {
-    for provider in [A, O] {
+    for provider in [A, O, R] {
         let server = start(with_faults(
             json!([{"type": "stream_cut", "after_events": 1000}]),
         ))
@@ -379,7 +398,7 @@ async fn a_stream_cut_never_lets_the_message_complete() {
 
 #[tokio::test]
 async fn a_stream_cut_after_bytes_can_end_inside_an_event() {
-    for provider in [A, O] {
+    for provider in [A, O, R] {
         let server = start(with_faults(
             json!([{"type": "stream_cut_bytes", "after_bytes": 250}]),
         ))
@@ -408,7 +427,7 @@ async fn a_non_streaming_cut_is_an_incomplete_json_body() {
 
 #[tokio::test]
 async fn a_mid_stream_error_event_is_classified_by_its_type() {
-    for provider in [A, O] {
+    for provider in [A, O, R] {
         let server = start(with_faults(json!([
             {"type": "stream_error", "error_type": "overloaded_error", "message": "Overloaded"}
         ])))
@@ -432,7 +451,7 @@ async fn a_mid_stream_error_event_is_classified_by_its_type() {
 
 #[tokio::test]
 async fn malformed_streams_and_bodies_fail_as_malformed() {
-    for provider in [A, O] {
+    for provider in [A, O, R] {
         let server = start(with_faults(json!([
             {"type": "malformed_stream"}, {"type": "malformed_stream"}
         ])))
@@ -450,7 +469,7 @@ async fn malformed_streams_and_bodies_fail_as_malformed() {
 
 #[tokio::test]
 async fn an_empty_message_is_an_empty_response() {
-    for provider in [A, O] {
+    for provider in [A, O, R] {
         let server = start(with_faults(json!([{"type": "empty_message"}]))).await;
         let r = send(&server, provider, true).await;
         assert!(r.complete);
@@ -790,7 +809,7 @@ async fn bad_input_gets_provider_errors_never_a_panic() {
     config.max_body_bytes = 10_000;
     let server = FakeServer::start(config).await.expect("start");
     let addr = server.addr();
-    for provider in [A, O] {
+    for provider in [A, O, R] {
         let r = raw(addr, path(provider), &auth(provider), b"{not json").await;
         assert_eq!(r.status, Some(400));
         assert_eq!(r.classify(provider).kind, FailureKind::BadRequest);

@@ -32,7 +32,7 @@ fn config(kind: ProviderKind, url: &str) -> HttpProviderConfig {
     let mut c = HttpProviderConfig::new(kind, "test-model", ApiKey::new("sk-test-hostile"));
     c.base_url = match kind {
         ProviderKind::Anthropic => url.to_owned(),
-        ProviderKind::OpenAi => format!("{url}/v1"),
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => format!("{url}/v1"),
     };
     c.idle_timeout = IDLE;
     c.progress_timeout = PROGRESS;
@@ -205,7 +205,11 @@ async fn huge_and_endless_bodies_end_in_a_typed_error_with_bounded_reads() {
     assert!(started.elapsed() < PROGRESS * 4, "{:?}", started.elapsed());
 
     // One keep-alive comment just inside the idle timeout, forever (slowloris).
-    for kind in [ProviderKind::Anthropic, ProviderKind::OpenAi] {
+    for kind in [
+        ProviderKind::Anthropic,
+        ProviderKind::OpenAi,
+        ProviderKind::OpenAiResponses,
+    ] {
         let s = serve(|mut sock, _| async move {
             write(&mut sock, SSE_HEAD).await;
             while write(&mut sock, b": keep-alive\n\n").await {
@@ -275,7 +279,11 @@ async fn invalid_utf8_and_deep_json_never_panic() {
     assert!(response.message.text().contains('\u{fffd}'), "{response:?}");
 
     // Invalid UTF-8 error bodies and header values.
-    for kind in [ProviderKind::Anthropic, ProviderKind::OpenAi] {
+    for kind in [
+        ProviderKind::Anthropic,
+        ProviderKind::OpenAi,
+        ProviderKind::OpenAiResponses,
+    ] {
         let s = serve(|mut sock, _| async move {
             let mut bytes =
                 b"HTTP/1.1 401 Unauthorized\r\nrequest-id: \xff\xfe\r\ncontent-length: 8\r\n\r\n"
@@ -308,7 +316,11 @@ async fn invalid_utf8_and_deep_json_never_panic() {
         }
     })
     .await;
-    for kind in [ProviderKind::Anthropic, ProviderKind::OpenAi] {
+    for kind in [
+        ProviderKind::Anthropic,
+        ProviderKind::OpenAi,
+        ProviderKind::OpenAiResponses,
+    ] {
         expect_failure(
             &mut cases,
             "deep JSON error body",
@@ -327,7 +339,11 @@ async fn invalid_utf8_and_deep_json_never_panic() {
         }
     })
     .await;
-    for kind in [ProviderKind::Anthropic, ProviderKind::OpenAi] {
+    for kind in [
+        ProviderKind::Anthropic,
+        ProviderKind::OpenAi,
+        ProviderKind::OpenAiResponses,
+    ] {
         expect_failure(
             &mut cases,
             "deep JSON 200 body",
@@ -345,7 +361,11 @@ async fn invalid_utf8_and_deep_json_never_panic() {
         }
     })
     .await;
-    for kind in [ProviderKind::Anthropic, ProviderKind::OpenAi] {
+    for kind in [
+        ProviderKind::Anthropic,
+        ProviderKind::OpenAi,
+        ProviderKind::OpenAiResponses,
+    ] {
         expect_failure(
             &mut cases,
             "deep JSON SSE event",
@@ -379,7 +399,11 @@ async fn absurd_retry_after_values_never_stall_a_run() {
             async move { respond_once(&mut sock, &bytes).await }
         })
         .await;
-        for kind in [ProviderKind::Anthropic, ProviderKind::OpenAi] {
+        for kind in [
+            ProviderKind::Anthropic,
+            ProviderKind::OpenAi,
+            ProviderKind::OpenAiResponses,
+        ] {
             let f = expect_failure(
                 &mut cases,
                 value,
@@ -662,7 +686,11 @@ async fn header_injection_through_the_key_or_model_never_reaches_the_wire() {
         "sk-test\nx-injected: 1",
         "sk-\u{0}test",
     ] {
-        for kind in [ProviderKind::Anthropic, ProviderKind::OpenAi] {
+        for kind in [
+            ProviderKind::Anthropic,
+            ProviderKind::OpenAi,
+            ProviderKind::OpenAiResponses,
+        ] {
             cases += 1;
             let mut c = config(kind, &s.url());
             c.api_key = ApiKey::new(key);

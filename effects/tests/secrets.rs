@@ -68,6 +68,7 @@ fn run_cli(run: &CliRun, dir: &Path, json: bool) -> Output {
     let (provider, var, key) = match run.provider {
         ProviderKind::Anthropic => ("anthropic", "ANTHROPIC_API_KEY", ANTHROPIC_KEY),
         ProviderKind::OpenAi => ("openai", "OPENAI_API_KEY", OPENAI_KEY),
+        ProviderKind::OpenAiResponses => ("openai-responses", "OPENAI_API_KEY", OPENAI_KEY),
     };
     let mut command = Command::new(env!("CARGO_BIN_EXE_rebound"));
     command
@@ -279,12 +280,13 @@ async fn library_errors_and_debug_forms_never_contain_the_key() {
         (403, ProviderKind::OpenAi, OPENAI_KEY),
         (500, ProviderKind::OpenAi, OPENAI_KEY),
         (429, ProviderKind::Anthropic, ANTHROPIC_KEY),
+        (401, ProviderKind::OpenAiResponses, OPENAI_KEY),
     ] {
         let s = echoing(status, key).await;
         let mut c = HttpProviderConfig::new(kind, "m", ApiKey::new(key));
         c.base_url = match kind {
             ProviderKind::Anthropic => s.url(),
-            ProviderKind::OpenAi => format!("{}/v1", s.url()),
+            ProviderKind::OpenAi | ProviderKind::OpenAiResponses => format!("{}/v1", s.url()),
         };
         let provider = HttpProvider::new(c).expect("valid");
         let conversation = Conversation::from(vec![Message::user_text("hi")]);

@@ -33,6 +33,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("sse", sse),
     ("stream_anthropic", stream_anthropic),
     ("stream_openai", stream_openai),
+    ("stream_responses", stream_responses),
     ("classify", classify),
     ("wire_bodies", wire_bodies),
     ("session", session),
@@ -159,6 +160,12 @@ pub fn stream_openai(data: &[u8]) {
     stream(ProviderKind::OpenAi, data);
 }
 
+/// The OpenAI Responses stream decoder and assembler (typed events, whole items settling
+/// the blocks their deltas built, in-stream `response.failed`).
+pub fn stream_responses(data: &[u8]) {
+    stream(ProviderKind::OpenAiResponses, data);
+}
+
 /// What every classified failure must be: one line, bounded. (Delay hints have no bound of
 /// their own: a huge well-formed one is kept, saturated, for the retry policy's cap.)
 fn check_failure(f: &ProviderFailure) {
@@ -170,8 +177,8 @@ fn check_failure(f: &ProviderFailure) {
     }
 }
 
-/// Error classification: bytes 0–1 the status, byte 2 flags (provider, whether wall time is
-/// known), bytes 3–10 the wall time, then header lines (`name: value`), a NUL, the body.
+/// Error classification: bytes 0–1 the status, byte 2 flags (bit 0 OpenAI, bit 1 wall time
+/// known, bit 2 with bit 0 the Responses API), bytes 3–10 the wall time, then header lines (`name: value`), a NUL, the body.
 pub fn classify(data: &[u8]) {
     if data.len() < 11 {
         return;
@@ -193,10 +200,10 @@ pub fn classify(data: &[u8]) {
             Some((name.to_owned(), value.to_owned()))
         })
         .collect();
-    let kind = if flags & 1 == 0 {
-        ProviderKind::Anthropic
-    } else {
-        ProviderKind::OpenAi
+    let kind = match (flags & 1, flags & 4) {
+        (0, _) => ProviderKind::Anthropic,
+        (_, 0) => ProviderKind::OpenAi,
+        _ => ProviderKind::OpenAiResponses,
     };
     let f = classify_http(kind, status, &headers, body, now);
     check_failure(&f);
@@ -209,9 +216,13 @@ pub fn classify(data: &[u8]) {
     check_failure(&classify_error_body(kind, None, body));
 }
 
-/// Non-streaming bodies: `parse_response` and `parse_request` of both providers.
+/// Non-streaming bodies: `parse_response` and `parse_request` of every wire format.
 pub fn wire_bodies(data: &[u8]) {
-    for kind in [ProviderKind::Anthropic, ProviderKind::OpenAi] {
+    for kind in [
+        ProviderKind::Anthropic,
+        ProviderKind::OpenAi,
+        ProviderKind::OpenAiResponses,
+    ] {
         if let Err(f) = parse_response(kind, data) {
             check_failure(&f);
         }

@@ -831,7 +831,7 @@ pub fn default_error_message(provider: ProviderKind, status: u16) -> &'static st
             529 => "Overloaded",
             _ => "Internal server error",
         },
-        ProviderKind::OpenAi => match status {
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => match status {
             400 => "Invalid request",
             401 => "Incorrect API key provided",
             403 => "Country, region, or territory not supported",
@@ -862,6 +862,7 @@ pub fn overflow_tokens(provider: ProviderKind) -> (u64, u64) {
     match provider {
         ProviderKind::Anthropic => (208_310, 200_000),
         ProviderKind::OpenAi => (130_412, 128_000),
+        ProviderKind::OpenAiResponses => (272_913, 272_000),
     }
 }
 
@@ -871,7 +872,7 @@ pub fn overflow_body_for(provider: ProviderKind, tokens: u64, limit: u64) -> Str
     let message = wire::context_overflow_message(provider, tokens, limit);
     let error_type = match provider {
         ProviderKind::Anthropic => "invalid_request_error",
-        ProviderKind::OpenAi => "context_length_exceeded",
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => "context_length_exceeded",
     };
     let body = wire::encode_error_body(provider, 400, Some(error_type), &message);
     String::from_utf8_lossy(&body).into_owned()
@@ -1647,6 +1648,33 @@ mod tests {
         let overflow = Fault::from(FaultKind::ContextOverflow).failure(ProviderKind::OpenAi);
         assert_eq!(overflow.kind, FailureKind::ContextOverflow);
         assert_eq!(overflow.status, Some(400));
+    }
+
+    #[test]
+    fn responses_stream_errors_are_classified_like_their_http_twins() {
+        let r = ProviderKind::OpenAiResponses;
+        for (code, status) in [
+            ("rate_limit_exceeded", 429),
+            ("server_error", 500),
+            ("context_length_exceeded", 400),
+        ] {
+            let in_stream = Fault::from(FaultKind::StreamError {
+                error_type: code.into(),
+                message: "failed".into(),
+            })
+            .failure(r);
+            let http = Fault::from(FaultKind::Http {
+                status,
+                headers: BTreeMap::new(),
+                error_type: Some(code.into()),
+                message: None,
+            })
+            .failure(r);
+            assert_eq!(in_stream.kind, http.kind, "{code}");
+            assert_eq!(in_stream.status, None, "{code}");
+        }
+        let overflow = Fault::from(FaultKind::ContextOverflow).failure(r);
+        assert_eq!(overflow.kind, FailureKind::ContextOverflow);
     }
 
     #[test]

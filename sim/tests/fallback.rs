@@ -25,11 +25,11 @@ fn config(attempts: u32, targets: usize) -> SimConfig {
             },
             targets: (0..targets)
                 .map(|i| TargetSpec {
-                    provider: if i % 2 == 0 {
-                        ProviderKind::Anthropic
-                    } else {
-                        ProviderKind::OpenAi
-                    },
+                    provider: [
+                        ProviderKind::Anthropic,
+                        ProviderKind::OpenAi,
+                        ProviderKind::OpenAiResponses,
+                    ][i % 3],
                     model: format!("model-{i}"),
                     context_window: None,
                 })

@@ -327,7 +327,11 @@ fn random_faults(mix: Mix, cap: u64) -> impl Strategy<Value = Option<RandomFault
 }
 
 fn scenario(mix: Mix, cap: u64) -> impl Strategy<Value = Scenario> {
-    let provider = prop::sample::select(vec![ProviderKind::Anthropic, ProviderKind::OpenAi]);
+    let provider = prop::sample::select(vec![
+        ProviderKind::Anthropic,
+        ProviderKind::OpenAi,
+        ProviderKind::OpenAiResponses,
+    ]);
     let history = if mix.overflow {
         prop::option::of((0usize..8, 0usize..4_000, any::<bool>()).prop_map(
             |(turns, bytes, interrupted)| History {
@@ -451,6 +455,11 @@ fn chain() -> impl Strategy<Value = (Vec<TargetSpec>, Option<(BudgetUse, BudgetC
         TargetSpec {
             provider: ProviderKind::OpenAi,
             model: "gpt-4.1".into(),
+            context_window: None,
+        },
+        TargetSpec {
+            provider: ProviderKind::OpenAiResponses,
+            model: "gpt-5".into(),
             context_window: None,
         },
     ]);

@@ -1,4 +1,5 @@
-"""The fake provider server, checked by the official Anthropic and OpenAI Python SDKs.
+"""The fake provider server, checked by the official Anthropic and OpenAI Python SDKs
+(OpenAI's Chat Completions and Responses APIs).
 
 Each test starts the `fake_server` example (path in $REBOUND_FAKE_SERVER) with a scenario,
 reads its address from the first line of its output and its request log from the JSON
@@ -101,6 +102,9 @@ TOOLS_A = [{"name": "read", "description": "Read a file.",
 TOOLS_O = [{"type": "function", "function": {
     "name": "read", "description": "Read a file.",
     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
+TOOLS_R = [{"type": "function", "name": "read", "description": "Read a file.", "strict": False,
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}]
+STATELESS = {"store": False, "include": ["reasoning.encrypted_content"]}
 
 
 class AnthropicSdk(ServerTest):
@@ -278,6 +282,122 @@ class OpenAiSdk(ServerTest):
         server = self.serve(scenario([{"type": "http", "status": 401}]))
         with self.assertRaises(openai.AuthenticationError):
             self.stream(self.openai(server, max_retries=2))
+        time.sleep(0.3)
+        self.assertEqual(len(server.requests()), 1, "401 is not retried")
+
+
+class OpenAiResponsesSdk(ServerTest):
+    def create(self, client, stream, **kw):
+        return client.responses.create(model="gpt-test", input=kw.pop("input", MESSAGES),
+                                       tools=TOOLS_R, stream=stream, **STATELESS, **kw)
+
+    def events(self, client):
+        return list(self.create(client, True))
+
+    def check_answer(self, response):
+        # The fake model reasons first: a reasoning item with encrypted content.
+        self.assertEqual([i.type for i in response.output],
+                         ["reasoning", "message", "function_call"])
+        self.assertTrue(response.output[0].encrypted_content.startswith("gAAAA"))
+        self.assertEqual(response.output_text, ANSWER_TEXT)
+        call = response.output[2]
+        self.assertEqual((call.call_id, call.name), ("toolu_01", "read"))
+        self.assertEqual(json.loads(call.arguments), ANSWER_CALL["input"])
+
+    def test_stream_events_parse_into_reasoning_text_and_function_call(self):
+        server = self.serve(scenario())
+        events = self.events(self.openai(server))
+        types = [e.type for e in events]
+        self.assertEqual((types[0], types[-1]), ("response.created", "response.completed"))
+        self.assertEqual([e.sequence_number for e in events], list(range(len(events))))
+        text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        self.assertEqual(text, ANSWER_TEXT)
+        args = "".join(e.delta for e in events
+                       if e.type == "response.function_call_arguments.delta")
+        self.assertEqual(json.loads(args), ANSWER_CALL["input"])
+        self.check_answer(events[-1].response)
+        self.assertEqual(events[-1].response.status, "completed")
+
+    def test_stream_helper_accumulates_the_final_response(self):
+        server = self.serve(scenario())
+        with self.openai(server).responses.stream(model="gpt-test", input=MESSAGES,
+                                                  tools=TOOLS_R, **STATELESS) as s:
+            for _ in s:
+                pass
+            final = s.get_final_response()
+        self.check_answer(final)
+
+    def test_non_streaming_create_parses(self):
+        server = self.serve(scenario())
+        self.check_answer(self.create(self.openai(server), False))
+
+    def test_reasoning_passed_back_is_accepted_and_a_changed_one_refused(self):
+        server = self.serve({"turns": [
+            {"answer": {"text": ANSWER_TEXT, "tool_calls": [dict(ANSWER_CALL, id="toolu_01")]}},
+            {"answer": {"text": "Done reading."}}]})
+        client = self.openai(server)
+        first = self.create(client, False)
+        items = [i.model_dump(exclude_none=True) for i in first.output]
+        result = {"type": "function_call_output", "call_id": "toolu_01", "output": "fn parse()"}
+        second = self.create(client, False, input=MESSAGES + items + [result])
+        self.assertEqual(second.output_text, "Done reading.")
+        log = server.requests(at_least=2)
+        self.assertEqual(log[1]["body"]["input"][1], items[0], "passed back unchanged")
+
+        items[0]["encrypted_content"] = items[0]["encrypted_content"] + "x"
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.create(client, False, input=MESSAGES + items + [result])
+        self.assertEqual(cm.exception.code, "invalid_encrypted_content")
+
+    def test_429_is_a_rate_limit_error_with_its_header(self):
+        server = self.serve(scenario([{"type": "http", "status": 429,
+                                       "headers": {"retry-after": "7"}}]))
+        with self.assertRaises(openai.RateLimitError) as cm:
+            self.events(self.openai(server))
+        self.assertEqual(cm.exception.response.headers.get("retry-after"), "7")
+        self.assertTrue(cm.exception.response.headers.get("x-request-id", "").startswith("req_"))
+
+    def test_529_is_an_internal_server_error(self):
+        server = self.serve(scenario([{"type": "http", "status": 529}]))
+        with self.assertRaises(openai.InternalServerError) as cm:
+            self.events(self.openai(server))
+        self.assertEqual(cm.exception.status_code, 529)
+
+    def test_failure_inside_the_stream_is_a_response_failed_event(self):
+        server = self.serve(scenario([{"type": "stream_error", "error_type": "rate_limit_exceeded",
+                                       "message": "Rate limit reached for requests"}]))
+        events = self.events(self.openai(server))
+        last = events[-1]
+        self.assertEqual(last.type, "response.failed")
+        self.assertEqual(last.response.status, "failed")
+        self.assertEqual(last.response.error.code, "rate_limit_exceeded")
+        self.assertEqual(last.response.error.message, "Rate limit reached for requests")
+
+    def test_cut_stream_is_a_connection_error(self):
+        server = self.serve(scenario([{"type": "stream_cut", "after_events": 3}]))
+        with self.assertRaises(openai.APIConnectionError):
+            self.events(self.openai(server))
+
+    def test_context_overflow_is_a_bad_request_with_its_code(self):
+        server = self.serve(scenario([{"type": "context_overflow"}]))
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.events(self.openai(server))
+        self.assertEqual(cm.exception.code, "context_length_exceeded")
+
+    def test_default_retries_retry_429_and_529_but_not_401(self):
+        server = self.serve(scenario([
+            {"type": "http", "status": 429, "headers": {"retry-after-ms": "50"}},
+            {"type": "http", "status": 529, "headers": {"retry-after-ms": "50"}},
+        ]))
+        self.check_answer(self.create(self.openai(server, max_retries=2), False))
+        log = server.requests(at_least=3)
+        self.assertEqual([r["outcome"]["type"] for r in log], ["fault", "fault", "answered"])
+        self.assertTrue(all(r["path"] == "/v1/responses" for r in log))
+        self.assertNotIn(KEY, json.dumps(log))
+
+        server = self.serve(scenario([{"type": "http", "status": 401}]))
+        with self.assertRaises(openai.AuthenticationError):
+            self.events(self.openai(server, max_retries=2))
         time.sleep(0.3)
         self.assertEqual(len(server.requests()), 1, "401 is not retried")
 

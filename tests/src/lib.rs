@@ -252,8 +252,12 @@ impl Play {
     }
 }
 
-/// Both wire formats, for tests that must hold for each.
-pub const PROVIDERS: [ProviderKind; 2] = [ProviderKind::Anthropic, ProviderKind::OpenAi];
+/// Every wire format, for tests that must hold for each.
+pub const PROVIDERS: [ProviderKind; 3] = [
+    ProviderKind::Anthropic,
+    ProviderKind::OpenAi,
+    ProviderKind::OpenAiResponses,
+];
 
 /// Parses a scenario written inline in a test.
 #[must_use]

@@ -1,7 +1,8 @@
 //! Compaction end to end: the real runner over HTTP against the fake provider server, for
-//! both wire formats — a model-written summary on overflow, its fallback to elision, a
-//! compaction before the provider refuses anything, and usage totals as the server reported
-//! them. Every run's trace replays in the simulator.
+//! every wire format (Anthropic, OpenAI Chat Completions, OpenAI Responses) — a model-written
+//! summary on overflow, its fallback to elision, a compaction before the provider refuses
+//! anything, and usage totals as the server reported them. Every run's trace replays in the
+//! simulator.
 
 use rebound_core::compaction::{is_summary_request, SUMMARY_PREFIX};
 use rebound_core::wire::parse_request;

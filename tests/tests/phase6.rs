@@ -1,6 +1,7 @@
 //! The spec's "Phase 6" list, end to end: the real tokio runner, over HTTP, against the fake
-//! provider server on loopback, for both wire formats. Every test also replays the trace the
-//! runner recorded in the simulator, which must not diverge.
+//! provider server on loopback, for every wire format (Anthropic, OpenAI Chat Completions,
+//! OpenAI Responses). Every test also replays the trace the runner recorded in the
+//! simulator, which must not diverge.
 
 use rebound_core::wire::parse_request;
 use rebound_core::{

@@ -4,6 +4,10 @@
 //!   (also the `data:` of a mid-stream `event: error`).
 //! - OpenAI and compatible servers: `{"error":{"message":"…","type":"…","param":…,"code":"…"}}`
 //!   (`code` may be a string, a number as in vLLM, or null).
+//! - OpenAI Responses, inside a 200 stream: the `response.failed` event,
+//!   `{"type":"response.failed","response":{…,"error":{"code":"…","message":"…"}}}` (the
+//!   response's `error` is read), and the `error` event, `{"type":"error","code":"…",
+//!   "message":"…","param":…}` (a flat object, below).
 //! - Ollama's native API: `{"error":"…"}`.
 //! - Flat objects from older compatible servers and frameworks:
 //!   `{"object":"error","message":"…","type":"…","code":400}` or `{"detail":"…"}`.
@@ -43,7 +47,12 @@ pub(crate) fn parse(body: &[u8]) -> Option<ErrorBody> {
         request_id: string_field(top, "request_id"),
         ..ErrorBody::default()
     };
-    match top.get("error") {
+    // A Responses `response.failed` event (or a failed response object inside another body).
+    let nested = top
+        .get("response")
+        .and_then(|r| r.get("error"))
+        .filter(|e| e.is_object());
+    match nested.or_else(|| top.get("error")) {
         Some(Value::Object(error)) => {
             parsed.error_type =
                 string_field(error, "type").or_else(|| string_field(error, "status"));
@@ -107,6 +116,16 @@ mod tests {
                 .expect("error body");
         assert_eq!(parsed.code, None);
         assert_eq!(parsed.error_type.as_deref(), Some("BadRequestError"));
+    }
+
+    #[test]
+    fn responses_failed_event_yields_the_response_error() {
+        let parsed = parse(
+            br#"{"type":"response.failed","sequence_number":3,"response":{"id":"resp_1","status":"failed","error":{"code":"rate_limit_exceeded","message":"slow down"}}}"#,
+        )
+        .expect("error body");
+        assert_eq!(parsed.code.as_deref(), Some("rate_limit_exceeded"));
+        assert_eq!(parsed.message.as_deref(), Some("slow down"));
     }
 
     #[test]

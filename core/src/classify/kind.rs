@@ -124,6 +124,25 @@ fn kind_from_type(code: &str) -> Option<FailureKind> {
         | "unauthenticated" => FailureKind::AuthFailed,
         "not_found_error" | "model_not_found" | "not_found" => FailureKind::ModelNotFound,
         "invalid_request_error" | "badrequesterror" | "invalid_argument" => FailureKind::BadRequest,
+        // The codes of a Responses `response.failed` event that blame the request (the
+        // `ResponseError.code` enum of OpenAI's OpenAPI description): as a 400 would be.
+        "invalid_prompt"
+        | "invalid_image"
+        | "invalid_image_format"
+        | "invalid_base64_image"
+        | "invalid_image_url"
+        | "image_too_large"
+        | "image_too_small"
+        | "image_parse_error"
+        | "image_content_policy_violation"
+        | "invalid_image_mode"
+        | "image_file_too_large"
+        | "unsupported_image_media_type"
+        | "empty_image_file"
+        | "failed_to_download_image"
+        | "image_file_not_found" => FailureKind::BadRequest,
+        // Its `vector_store_timeout`: the server's own slowness, retryable.
+        "vector_store_timeout" => FailureKind::ServerError,
         _ => return None,
     })
 }

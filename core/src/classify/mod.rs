@@ -80,7 +80,7 @@ pub fn classify_http(
     };
     let (first, second) = match provider {
         ProviderKind::Anthropic => ("request-id", "x-request-id"),
-        ProviderKind::OpenAi => ("x-request-id", "request-id"),
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => ("x-request-id", "request-id"),
     };
     let header_id = headers
         .get(first)
@@ -95,6 +95,9 @@ pub fn classify_http(
 
 /// Classifies an error body without headers: a mid-stream error event, or a 200 response
 /// whose body is an error object. `status` is the HTTP status when there was one.
+///
+/// A rate limit without a status (inside a stream) also gets the delay OpenAI writes in its
+/// message ("Please try again in 644ms."), as `retry_after_ms`: it has no headers to carry one.
 ///
 /// Fills `kind`, `status`, `error_type` (Anthropic's `error.type`; for OpenAI the more
 /// specific `error.code` when it is a string, else `error.type`; neither when it only repeats
@@ -137,7 +140,7 @@ pub fn classify_error_body(
             let (error_type, code) = (p.error_type.filter(telling), p.code.filter(telling));
             let error_type = match provider {
                 ProviderKind::Anthropic => error_type.or(code),
-                ProviderKind::OpenAi => code.or(error_type),
+                ProviderKind::OpenAi | ProviderKind::OpenAiResponses => code.or(error_type),
             };
             let message = p
                 .message
@@ -150,6 +153,9 @@ pub fn classify_error_body(
     };
 
     let mut failure = ProviderFailure::new(kind, message);
+    if status.is_none() && kind == crate::failure::FailureKind::RateLimited {
+        failure.retry_after_ms = try_again_in_ms(&failure.message);
+    }
     failure.status = status;
     failure.error_type = error_type
         .map(|t| one_line(&t, MAX_REQUEST_ID_CHARS))
@@ -158,6 +164,16 @@ pub fn classify_error_body(
         .map(|id| one_line(&id, MAX_REQUEST_ID_CHARS))
         .filter(|id| !id.is_empty());
     failure
+}
+
+/// OpenAI's delay in a rate-limit message ("… Please try again in 644ms." / "in 1.898s"):
+/// the only hint a failure inside a 200 stream (a Responses `response.failed`) can carry,
+/// having no headers. Read like a Go duration; anything else is no hint.
+fn try_again_in_ms(message: &str) -> Option<u64> {
+    const MARK: &str = "try again in ";
+    let at = message.to_ascii_lowercase().find(MARK)? + MARK.len();
+    let word = message.get(at..)?.split_whitespace().next()?;
+    go_duration::parse_go_duration_ms(word.trim_end_matches(['.', ',', ')']))
 }
 
 /// Whether an error type or code says nothing the status does not: the status itself (the

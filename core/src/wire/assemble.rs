@@ -29,6 +29,21 @@ pub(crate) enum Part {
         /// Whether the block's stop event arrived.
         closed: bool,
     },
+    /// An opaque provider item kept verbatim (an OpenAI Responses reasoning item).
+    Reasoning(Value),
+}
+
+/// What a part costs against the message budget beyond [`BLOCK_OVERHEAD`].
+fn part_bytes(part: &Part) -> usize {
+    match part {
+        Part::Text(text) => text.len(),
+        Part::Thinking {
+            thinking,
+            signature,
+        } => thinking.len() + signature.len(),
+        Part::ToolUse { id, name, json, .. } => id.len() + name.len() + json.len(),
+        Part::Reasoning(item) => item.to_string().len(),
+    }
 }
 
 /// Blocks keyed by their stream index, plus usage and a size budget.
@@ -111,7 +126,26 @@ impl Assembly {
                     name: name.clone(),
                 });
             }
+            Part::Reasoning(_) => self.charge(part_bytes(&part))?,
         }
+        self.parts.insert(index, part);
+        Ok(())
+    }
+
+    /// Puts the final form of block `index` in place (a Responses `output_item.done`): a new
+    /// block is started (its deltas emitted, so a UI shows content that arrived only whole);
+    /// an existing one is replaced silently, its cost swapped for the new one's.
+    pub(crate) fn settle(
+        &mut self,
+        index: u64,
+        part: Part,
+        deltas: &mut Vec<StreamDelta>,
+    ) -> Result<(), ProviderFailure> {
+        let Some(old) = self.parts.get(&index) else {
+            return self.start(index, part, deltas);
+        };
+        self.bytes = self.bytes.saturating_sub(part_bytes(old));
+        self.charge(part_bytes(&part))?;
         self.parts.insert(index, part);
         Ok(())
     }
@@ -242,6 +276,7 @@ impl Assembly {
                     thinking,
                     signature,
                 }),
+                Part::Reasoning(item) => content.push(ContentBlock::Reasoning { item }),
                 Part::ToolUse {
                     id,
                     name,

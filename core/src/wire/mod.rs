@@ -1,4 +1,5 @@
-//! Provider wire formats: Anthropic Messages and OpenAI Chat Completions.
+//! Provider wire formats: Anthropic Messages, OpenAI Chat Completions and the OpenAI
+//! Responses API.
 //!
 //! Everything here is bytes in, values out (or the reverse), with no I/O, so the HTTP
 //! providers, the fake provider server, the simulator and fuzzers share one implementation:
@@ -55,6 +56,28 @@
 //! - An OpenAI stream that ends cleanly after its `finish_reason` but before `data: [DONE]`
 //!   is accepted (some compatible servers never send `[DONE]`); one that ends earlier is a
 //!   cut stream.
+//! - Responses requests are stateless (`store: false`, `include:
+//!   ["reasoning.encrypted_content"]`, no `previous_response_id`): the whole conversation
+//!   is sent each time. Reasoning items arrive as [`ContentBlock::Reasoning`], kept verbatim
+//!   and sent back unchanged, in place, to the Responses API; Anthropic and Chat requests
+//!   leave them out, and Responses requests leave out thinking blocks (another provider's
+//!   signatures mean nothing to OpenAI). Tool calls are `function_call` items whose
+//!   `call_id` is the tool-use id (sent in the same form as for Chat); results are
+//!   `function_call_output` items whose `output` is the result's text (an error's
+//!   model-readable text, as for Chat), or text and image parts when the result has images.
+//!   Function tools are sent with `strict: false` (the API's default is strict, which
+//!   refuses ordinary JSON Schemas).
+//! - A Responses stream completes with `response.completed` (stop reason: tool use when it
+//!   made calls, else end of turn) or `response.incomplete` (`max_output_tokens` → max
+//!   tokens, `content_filter` → content filter, exactly as Chat's `length` and
+//!   `content_filter`). Whole items (`response.output_item.done`, the terminal event's
+//!   `output`) win over the deltas that preceded them. A failure inside the 200 stream —
+//!   `response.failed` with its `error.code`, or an `error` event — is classified like the
+//!   HTTP error with that code (`rate_limit_exceeded` → rate limited, `server_error` →
+//!   server error, `context_length_exceeded` → overflow, `insufficient_quota` → quota, …).
+//!   A stream that ends without a terminal event, `data: [DONE]` or not, is a cut stream.
+//!
+//! [`ContentBlock::Reasoning`]: crate::ContentBlock::Reasoning
 //!
 //! [`InputProblemKind::Truncated`]: crate::InputProblemKind::Truncated
 //! [`InputProblemKind::InvalidJson`]: crate::InputProblemKind::InvalidJson
@@ -67,6 +90,7 @@ mod assemble;
 mod borrow;
 mod openai;
 mod render;
+mod responses;
 
 use crate::conversation::{Conversation, PairingError};
 use crate::failure::{ProviderFailure, ProviderKind, TransportFault};
@@ -134,7 +158,8 @@ pub enum WireError {
 ///
 /// `index` identifies the content block the piece belongs to: Anthropic's block index; for
 /// OpenAI, 0 is reasoning text (from compatible servers), 1 the answer text and tool call `i`
-/// is `i + 2`.
+/// is `i + 2`; for Responses, content part `c` of output item `o` is `o * 64 + c` (a tool
+/// call or reasoning item is its item's part 0).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamDelta {
     /// More answer text.
@@ -189,6 +214,34 @@ impl Default for StreamLimits {
     }
 }
 
+impl StreamLimits {
+    /// The defaults for `provider`: [`StreamLimits::default`], except that a Responses
+    /// stream's line and event limits are its message limit, because its last event
+    /// (`response.completed`, one `data:` line) repeats the whole message, which may be
+    /// longer than the 1 MiB line limit that is ample for the other formats' deltas.
+    ///
+    /// ```
+    /// use rebound_core::{wire::StreamLimits, ProviderKind};
+    /// let limits = StreamLimits::for_provider(ProviderKind::OpenAiResponses);
+    /// assert_eq!(limits.sse.max_line_bytes, limits.max_message_bytes);
+    /// assert_eq!(StreamLimits::for_provider(ProviderKind::OpenAi), StreamLimits::default());
+    /// ```
+    #[must_use]
+    pub fn for_provider(provider: ProviderKind) -> Self {
+        let limits = StreamLimits::default();
+        match provider {
+            ProviderKind::Anthropic | ProviderKind::OpenAi => limits,
+            ProviderKind::OpenAiResponses => StreamLimits {
+                sse: SseLimits {
+                    max_line_bytes: limits.max_message_bytes,
+                    max_event_bytes: limits.max_message_bytes,
+                },
+                ..limits
+            },
+        }
+    }
+}
+
 /// The URL path of a request, to append to the provider's base URL.
 ///
 /// OpenAI base URLs include `/v1` (as in the official SDKs); Anthropic's do not.
@@ -197,12 +250,14 @@ impl Default for StreamLimits {
 /// use rebound_core::{wire::request_path, ProviderKind};
 /// assert_eq!(request_path(ProviderKind::Anthropic), "/v1/messages");
 /// assert_eq!(request_path(ProviderKind::OpenAi), "/chat/completions");
+/// assert_eq!(request_path(ProviderKind::OpenAiResponses), "/responses");
 /// ```
 #[must_use]
 pub fn request_path(provider: ProviderKind) -> &'static str {
     match provider {
         ProviderKind::Anthropic => "/v1/messages",
         ProviderKind::OpenAi => "/chat/completions",
+        ProviderKind::OpenAiResponses => "/responses",
     }
 }
 
@@ -251,6 +306,7 @@ pub fn request_body(
     match provider {
         ProviderKind::Anthropic => anthropic::request::body(conversation, params),
         ProviderKind::OpenAi => openai::request::body(conversation, params),
+        ProviderKind::OpenAiResponses => responses::request::body(conversation, params),
     }
 }
 
@@ -262,6 +318,7 @@ pub fn parse_request(provider: ProviderKind, body: &[u8]) -> Result<ParsedReques
     match provider {
         ProviderKind::Anthropic => anthropic::request::parse(&value),
         ProviderKind::OpenAi => openai::request::parse(&value),
+        ProviderKind::OpenAiResponses => responses::request::parse(&value),
     }
 }
 
@@ -279,6 +336,7 @@ pub fn parse_response(
     match provider {
         ProviderKind::Anthropic => anthropic::stream::parse_response(&value, body),
         ProviderKind::OpenAi => openai::stream::parse_response(&value, body),
+        ProviderKind::OpenAiResponses => responses::stream::parse_response(&value, body),
     }
 }
 
@@ -287,7 +345,8 @@ pub fn parse_response(
 ///
 /// Text and tool arguments are split into several deltas, as real streams do. A tool call
 /// listed in `response.input_problems` is sent with the problem's raw text as its arguments,
-/// so decoding reproduces the problem. OpenAI streams leave thinking blocks out.
+/// so decoding reproduces the problem. OpenAI streams leave thinking blocks out; only
+/// Responses streams carry reasoning items.
 #[must_use]
 pub fn encode_stream(
     provider: ProviderKind,
@@ -298,6 +357,7 @@ pub fn encode_stream(
     match provider {
         ProviderKind::Anthropic => anthropic::encode::stream(response, model, message_id),
         ProviderKind::OpenAi => openai::encode::stream(response, model, message_id),
+        ProviderKind::OpenAiResponses => responses::encode::stream(response, model, message_id),
     }
 }
 
@@ -312,6 +372,9 @@ pub fn encode_response_json(
     match provider {
         ProviderKind::Anthropic => anthropic::encode::response_json(response, model, message_id),
         ProviderKind::OpenAi => openai::encode::response_json(response, model, message_id),
+        ProviderKind::OpenAiResponses => {
+            responses::encode::response_json(response, model, message_id)
+        }
     }
 }
 
@@ -320,7 +383,7 @@ pub fn encode_response_json(
 /// `error_type` is the provider's error type (Anthropic `overloaded_error`, OpenAI
 /// `insufficient_quota`, …; for OpenAI a known error *code* such as
 /// `context_length_exceeded` also works and fills `code`); `None` picks the type the
-/// provider uses for that status.
+/// provider uses for that status. The Responses API sends Chat's error bodies.
 ///
 /// ```
 /// use rebound_core::{wire::encode_error_body, ProviderKind};
@@ -339,12 +402,15 @@ pub fn encode_error_body(
 ) -> Vec<u8> {
     match provider {
         ProviderKind::Anthropic => anthropic::encode::error_body(status, error_type, message),
-        ProviderKind::OpenAi => openai::encode::error_body(status, error_type, message),
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => {
+            openai::encode::error_body(status, error_type, message)
+        }
     }
 }
 
 /// The server-sent event a provider sends when a stream fails after it started (Anthropic
-/// `event: error`, OpenAI a `data:` line holding an `error` object).
+/// `event: error`, OpenAI a `data:` line holding an `error` object, Responses a
+/// `response.failed` event whose response's `error.code` is `error_type`).
 #[must_use]
 pub fn encode_stream_error_event(
     provider: ProviderKind,
@@ -354,6 +420,7 @@ pub fn encode_stream_error_event(
     match provider {
         ProviderKind::Anthropic => anthropic::encode::stream_error_event(error_type, message),
         ProviderKind::OpenAi => openai::encode::stream_error_event(error_type, message),
+        ProviderKind::OpenAiResponses => responses::encode::stream_error_event(error_type, message),
     }
 }
 
@@ -374,6 +441,10 @@ pub fn context_overflow_message(provider: ProviderKind, tokens: u64, limit: u64)
             "This model's maximum context length is {limit} tokens. However, your messages \
              resulted in {tokens} tokens. Please reduce the length of the messages."
         ),
+        // The Responses API does not count: its code `context_length_exceeded` carries this.
+        ProviderKind::OpenAiResponses => "Your input exceeds the context window of this model. \
+                                          Please adjust your input and try again."
+            .to_owned(),
     }
 }
 
@@ -411,6 +482,7 @@ pub struct StreamDecoder {
 enum ProviderState {
     Anthropic(anthropic::stream::StreamState),
     OpenAi(openai::stream::StreamState),
+    Responses(responses::stream::StreamState),
 }
 
 impl ProviderState {
@@ -422,15 +494,16 @@ impl ProviderState {
         match self {
             ProviderState::Anthropic(s) => s.on_event(event, deltas),
             ProviderState::OpenAi(s) => s.on_event(event, deltas),
+            ProviderState::Responses(s) => s.on_event(event, deltas),
         }
     }
 }
 
 impl StreamDecoder {
-    /// A decoder for `provider` with [`StreamLimits::default`].
+    /// A decoder for `provider` with [`StreamLimits::for_provider`].
     #[must_use]
     pub fn new(provider: ProviderKind) -> Self {
-        Self::with_limits(provider, StreamLimits::default())
+        Self::with_limits(provider, StreamLimits::for_provider(provider))
     }
 
     /// A decoder for `provider` with the given limits.
@@ -443,6 +516,9 @@ impl StreamDecoder {
             ProviderKind::OpenAi => {
                 ProviderState::OpenAi(openai::stream::StreamState::new(limits.max_message_bytes))
             }
+            ProviderKind::OpenAiResponses => ProviderState::Responses(
+                responses::stream::StreamState::new(limits.max_message_bytes),
+            ),
         };
         StreamDecoder {
             sse: SseDecoder::with_limits(limits.sse),
@@ -495,7 +571,8 @@ impl StreamDecoder {
         }
     }
 
-    /// Whether the terminal event (`message_stop`, `data: [DONE]`) has arrived.
+    /// Whether the terminal event (`message_stop`, `data: [DONE]`, `response.completed` or
+    /// `response.incomplete`) has arrived.
     #[must_use]
     pub fn is_complete(&self) -> bool {
         self.complete && self.failure.is_none()
@@ -535,6 +612,7 @@ impl StreamDecoder {
         match self.state {
             ProviderState::Anthropic(s) => s.finish(self.complete),
             ProviderState::OpenAi(s) => s.finish(self.complete),
+            ProviderState::Responses(s) => s.finish(self.complete),
         }
     }
 }

@@ -17,8 +17,12 @@ const ANTHROPIC_ERROR_EVENT: &[u8] =
     include_bytes!("../../fixtures/streams/anthropic/error_event_documented.sse");
 const OPENAI_TEXT: &[u8] = include_bytes!("../../fixtures/streams/openai/text_with_usage.sse");
 const OPENAI_TOOLS: &[u8] = include_bytes!("../../fixtures/streams/openai/parallel_tool_calls.sse");
+pub(super) const RESPONSES_TEXT: &[u8] =
+    include_bytes!("../../fixtures/streams/responses/text_stream.sse");
+pub(super) const RESPONSES_REASONING: &[u8] =
+    include_bytes!("../../fixtures/streams/responses/reasoning_stream.sse");
 
-const FIXTURES: [(ProviderKind, &str, &[u8]); 5] = [
+const FIXTURES: [(ProviderKind, &str, &[u8]); 7] = [
     (ProviderKind::Anthropic, "basic", ANTHROPIC_BASIC),
     (ProviderKind::Anthropic, "tool_use", ANTHROPIC_TOOL_USE),
     (
@@ -28,15 +32,28 @@ const FIXTURES: [(ProviderKind, &str, &[u8]); 5] = [
     ),
     (ProviderKind::OpenAi, "text", OPENAI_TEXT),
     (ProviderKind::OpenAi, "tools", OPENAI_TOOLS),
+    (
+        ProviderKind::OpenAiResponses,
+        "responses text",
+        RESPONSES_TEXT,
+    ),
+    (
+        ProviderKind::OpenAiResponses,
+        "responses reasoning",
+        RESPONSES_REASONING,
+    ),
 ];
 
-fn decode(provider: ProviderKind, bytes: &[u8]) -> Result<AssistantResponse, ProviderFailure> {
+pub(super) fn decode(
+    provider: ProviderKind,
+    bytes: &[u8],
+) -> Result<AssistantResponse, ProviderFailure> {
     let mut d = StreamDecoder::new(provider);
     d.feed(bytes)?;
     d.finish()
 }
 
-fn decode_with_deltas(
+pub(super) fn decode_with_deltas(
     provider: ProviderKind,
     bytes: &[u8],
 ) -> (Vec<StreamDelta>, AssistantResponse) {
@@ -204,6 +221,12 @@ fn stream_cut_inside_an_event_is_a_stream_cut_at_every_byte() {
             ProviderKind::OpenAi => {
                 let text = std::str::from_utf8(bytes).unwrap();
                 text.find("\"finish_reason\":\"").unwrap()
+            }
+            // Up to the closing brace of the terminal event's data.
+            ProviderKind::OpenAiResponses => {
+                let text = std::str::from_utf8(bytes).unwrap();
+                let terminal = "\"type\":\"response.completed\"";
+                text.find(terminal).unwrap() + terminal.len()
             }
         };
         for len in 0..last_needed {
@@ -623,7 +646,11 @@ fn non_streaming_bodies_round_trip_through_encode_and_parse() {
         },
         input_problems: Vec::new(),
     };
-    for provider in [ProviderKind::Anthropic, ProviderKind::OpenAi] {
+    for provider in [
+        ProviderKind::Anthropic,
+        ProviderKind::OpenAi,
+        ProviderKind::OpenAiResponses,
+    ] {
         let body = encode_response_json(provider, &response, "model-x", "msg_1").to_string();
         assert_eq!(
             parse_response(provider, body.as_bytes()).unwrap(),
@@ -635,7 +662,11 @@ fn non_streaming_bodies_round_trip_through_encode_and_parse() {
 
 #[test]
 fn non_streaming_error_and_garbage_bodies_are_failures() {
-    for provider in [ProviderKind::Anthropic, ProviderKind::OpenAi] {
+    for provider in [
+        ProviderKind::Anthropic,
+        ProviderKind::OpenAi,
+        ProviderKind::OpenAiResponses,
+    ] {
         let error = encode_error_body(provider, 500, None, "boom");
         let f = parse_response(provider, &error).unwrap_err();
         assert_eq!(f.transport, None, "{provider}");
@@ -878,7 +909,11 @@ fn parse_request_reads_back_what_request_body_wrote() {
 
 #[test]
 fn parse_request_rejects_garbage_with_typed_errors() {
-    for provider in [ProviderKind::Anthropic, ProviderKind::OpenAi] {
+    for provider in [
+        ProviderKind::Anthropic,
+        ProviderKind::OpenAi,
+        ProviderKind::OpenAiResponses,
+    ] {
         assert!(matches!(
             parse_request(provider, b"{not json"),
             Err(WireError::InvalidJson { .. })
@@ -1083,6 +1118,57 @@ mod round_trip {
             .prop_filter("message must not be empty", |r| !r.message.is_empty())
     }
 
+    /// A Responses reasoning item as the API sends it back with `include:
+    /// ["reasoning.encrypted_content"]`.
+    fn reasoning_item() -> impl Strategy<Value = ContentBlock> {
+        ("[a-f0-9]{8}", any::<String>(), "[A-Za-z0-9+/=_-]{0,64}").prop_map(
+            |(id, summary, encrypted)| {
+                let summary = if summary.is_empty() {
+                    json!([])
+                } else {
+                    json!([{"type": "summary_text", "text": summary}])
+                };
+                ContentBlock::Reasoning {
+                    item: json!({"id": format!("rs_{id}"), "type": "reasoning",
+                                 "summary": summary, "encrypted_content": encrypted}),
+                }
+            },
+        )
+    }
+
+    /// What Responses carries: reasoning items, texts and tool calls in any order; the stop
+    /// reason a completed response implies, or an incomplete one's.
+    fn responses_response() -> impl Strategy<Value = AssistantResponse> {
+        let block = prop_oneof![
+            text().prop_map(ContentBlock::text),
+            reasoning_item(),
+            tool_use(0),
+        ];
+        let incomplete = prop_oneof![
+            Just(None),
+            Just(Some(StopReason::MaxTokens)),
+            Just(Some(StopReason::ContentFilter)),
+        ];
+        (prop::collection::vec(block, 1..6), incomplete, usage(false))
+            .prop_map(|(blocks, incomplete, usage)| {
+                let content: Vec<ContentBlock> = blocks
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, b)| unique_id(b, i))
+                    .collect();
+                let has_calls = content
+                    .iter()
+                    .any(|b| matches!(b, ContentBlock::ToolUse { .. }));
+                let stop = incomplete.unwrap_or(if has_calls {
+                    StopReason::ToolUse
+                } else {
+                    StopReason::EndTurn
+                });
+                response(content, stop, usage)
+            })
+            .prop_filter("message must not be empty", |r| !r.message.is_empty())
+    }
+
     fn unique_id(block: ContentBlock, i: usize) -> ContentBlock {
         match block {
             ContentBlock::ToolUse { id, name, input } => ContentBlock::ToolUse {
@@ -1146,6 +1232,35 @@ mod round_trip {
         }
 
         #[test]
+        fn responses_any_response_survives_encode_split_anywhere_decode(
+            r in responses_response(),
+            cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12),
+        ) {
+            let bytes = encode_stream(ProviderKind::OpenAiResponses, &r, "gpt-test", "resp_1")
+                .concat();
+            prop_assert_eq!(
+                split_and_decode(ProviderKind::OpenAiResponses, &bytes, &cuts),
+                Ok(r.clone())
+            );
+            let body = encode_response_json(ProviderKind::OpenAiResponses, &r, "gpt-test", "resp_1")
+                .to_string();
+            prop_assert_eq!(parse_response(ProviderKind::OpenAiResponses, body.as_bytes()), Ok(r));
+        }
+
+        #[test]
+        fn responses_any_prefix_of_an_encoded_stream_is_a_cut(
+            r in responses_response(),
+            cut in any::<prop::sample::Index>(),
+        ) {
+            let chunks = encode_stream(ProviderKind::OpenAiResponses, &r, "m", "id");
+            let bytes = chunks.concat();
+            let last = chunks.last().map_or(0, Vec::len);
+            let len = cut.index(bytes.len() - last);
+            let f = decode(ProviderKind::OpenAiResponses, &bytes[..len]).unwrap_err();
+            prop_assert_eq!(f.transport, Some(TransportFault::StreamCut));
+        }
+
+        #[test]
         fn any_prefix_of_an_encoded_stream_is_a_cut_never_a_panic(
             r in anthropic_response(),
             cut in any::<prop::sample::Index>(),
@@ -1162,7 +1277,11 @@ mod round_trip {
         fn arbitrary_bytes_never_panic_the_decoders(
             bytes in prop::collection::vec(any::<u8>(), 0..512),
         ) {
-            for provider in [ProviderKind::Anthropic, ProviderKind::OpenAi] {
+            for provider in [
+                ProviderKind::Anthropic,
+                ProviderKind::OpenAi,
+                ProviderKind::OpenAiResponses,
+            ] {
                 let _ = decode(provider, &bytes);
                 let _ = parse_response(provider, &bytes);
                 let _ = parse_request(provider, &bytes);

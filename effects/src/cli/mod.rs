@@ -43,7 +43,8 @@ pub enum Commands {
     Run(Box<RunArgs>),
     /// Run the agent against a local fake provider through a scripted outage (offline).
     Demo(DemoArgs),
-    /// Serve a fake Anthropic/OpenAI provider that injects faults, for testing other agents.
+    /// Serve a fake Anthropic/OpenAI (Chat Completions and Responses) provider that injects
+    /// faults, for testing other agents.
     Serve(ServeArgs),
     /// Simulate runs of a scenario in virtual time and print outcome statistics.
     Sim(SimArgs),
@@ -67,6 +68,8 @@ pub enum ProviderArg {
     Anthropic,
     /// OpenAI Chat Completions (and compatible servers).
     Openai,
+    /// OpenAI Responses API (`/v1/responses`), stateless: reasoning items are passed back.
+    OpenaiResponses,
 }
 
 impl From<ProviderArg> for rebound_core::ProviderKind {
@@ -74,6 +77,7 @@ impl From<ProviderArg> for rebound_core::ProviderKind {
         match p {
             ProviderArg::Anthropic => rebound_core::ProviderKind::Anthropic,
             ProviderArg::Openai => rebound_core::ProviderKind::OpenAi,
+            ProviderArg::OpenaiResponses => rebound_core::ProviderKind::OpenAiResponses,
         }
     }
 }
@@ -139,9 +143,10 @@ pub struct RunArgs {
     /// Stop after this many assistant messages.
     #[arg(long)]
     pub max_turns: Option<u32>,
-    /// Fallback target `PROVIDER:MODEL[@BASE_URL]` (repeatable), tried in order when the
-    /// previous target's retries are spent or its quota is exhausted. Keys come from the
-    /// provider's conventional variable.
+    /// Fallback target `PROVIDER:MODEL[@BASE_URL]` (repeatable; PROVIDER is `anthropic`,
+    /// `openai` or `openai-responses`), tried in order when the previous target's retries
+    /// are spent or its quota is exhausted. Keys come from the provider's conventional
+    /// variable.
     #[arg(long = "fallback", value_name = "PROVIDER:MODEL[@BASE_URL]")]
     pub fallbacks: Vec<String>,
     /// Load Lua tools (one `*.lua` file per tool) from this folder; their file access is

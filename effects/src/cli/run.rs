@@ -41,13 +41,14 @@ fn default_model(provider: ProviderKind) -> &'static str {
     match provider {
         ProviderKind::Anthropic => "claude-sonnet-4-5",
         ProviderKind::OpenAi => "gpt-4o",
+        ProviderKind::OpenAiResponses => "gpt-5",
     }
 }
 
 fn default_key_env(provider: ProviderKind) -> &'static str {
     match provider {
         ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
-        ProviderKind::OpenAi => "OPENAI_API_KEY",
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => "OPENAI_API_KEY",
     }
 }
 
@@ -85,6 +86,7 @@ fn parse_fallback(spec: &str) -> Result<TargetArg, ConfigError> {
     let provider = match provider {
         "anthropic" => ProviderKind::Anthropic,
         "openai" => ProviderKind::OpenAi,
+        "openai-responses" => ProviderKind::OpenAiResponses,
         _ => return Err(bad()),
     };
     // A model never contains '@' except as an alias prefix; a base URL always has "://".
@@ -520,7 +522,8 @@ pub async fn serve(args: ServeArgs) -> i32 {
     };
     println!("http://{}", server.addr());
     eprintln!(
-        "serving scenario `{}`: Anthropic base URL {} , OpenAI base URL {} ; stop with Ctrl-C",
+        "serving scenario `{}`: Anthropic base URL {} , OpenAI base URL {} (Chat Completions \
+         and Responses) ; stop with Ctrl-C",
         server.scenario().name,
         server.base_url(),
         server.openai_base_url()

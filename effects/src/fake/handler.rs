@@ -2,6 +2,7 @@
 //! the wire.
 
 use super::body::{Cut, FakeBody};
+use super::reasoning;
 use super::reject::{self, Rejection};
 use super::{Outcome, RequestRecord, Shared};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -257,6 +258,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     let provider = match path.as_str() {
         "/v1/messages" => Some(ProviderKind::Anthropic),
         "/v1/chat/completions" | "/chat/completions" => Some(ProviderKind::OpenAi),
+        "/v1/responses" | "/responses" => Some(ProviderKind::OpenAiResponses),
         _ => None,
     };
     let id = shared.next_request_id.fetch_add(1, Ordering::Relaxed);
@@ -336,6 +338,11 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         if let Err(r) = reject::content(provider, raw) {
             return Ok(reply.reject(&shared, record, r));
         }
+        if provider == ProviderKind::OpenAiResponses {
+            if let Err(r) = reasoning::check(raw) {
+                return Ok(reply.reject(&shared, record, r));
+            }
+        }
     }
     if parsed.conversation.is_empty() {
         let e = wire::WireError::EmptyConversation;
@@ -388,7 +395,7 @@ impl Reply {
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let id_header = match self.provider {
             ProviderKind::Anthropic => "request-id",
-            ProviderKind::OpenAi => "x-request-id",
+            ProviderKind::OpenAi | ProviderKind::OpenAiResponses => "x-request-id",
         };
         let builder = Response::builder()
             .status(status)
@@ -534,7 +541,25 @@ impl Reply {
         let message_id = match provider {
             ProviderKind::Anthropic => format!("msg_{}", self.request_id),
             ProviderKind::OpenAi => format!("chatcmpl-{}", self.request_id),
+            ProviderKind::OpenAiResponses => format!("resp_{}", self.request_id),
         };
+        if provider == ProviderKind::OpenAiResponses {
+            match &mut plan.act {
+                Act::Answer {
+                    turn,
+                    alternate,
+                    response,
+                } => {
+                    let step = format!("t{turn}{}", if *alternate { "_alt" } else { "" });
+                    *response = reasoning::with_reasoning(response.clone(), &step);
+                }
+                Act::Summary { response } => {
+                    *response = reasoning::with_reasoning(response.clone(), "summary");
+                }
+                _ => {}
+            }
+            plan.interrupted = reasoning::with_reasoning(plan.interrupted.clone(), "interrupted");
+        }
         let stream = request.stream && !shared.ignore_stream;
         let events = |r: &AssistantResponse| wire::encode_stream(provider, r, model, &message_id);
         let json = |r: &AssistantResponse| {
@@ -702,12 +727,14 @@ impl Reply {
 }
 
 /// How many events come before the one that finishes the message (Anthropic's
-/// `message_delta`; OpenAI's chunk with the `finish_reason`): a cut at or before it is
+/// `message_delta`; OpenAI's chunk with the `finish_reason`; Responses' terminal
+/// `response.completed`): a cut at or before it is
 /// always visible as a cut.
 fn before_finish(provider: ProviderKind, chunks: &[Vec<u8>]) -> usize {
     let tail = match provider {
         ProviderKind::Anthropic => 2,
         ProviderKind::OpenAi => 3,
+        ProviderKind::OpenAiResponses => 1,
     };
     chunks.len().saturating_sub(tail)
 }
@@ -734,6 +761,7 @@ fn malformed_event(provider: ProviderKind) -> Vec<u8> {
     match provider {
         ProviderKind::Anthropic => b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\n\n".to_vec(),
         ProviderKind::OpenAi => b"data: {\"id\":\"chatcmpl-broken\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\n\n".to_vec(),
+        ProviderKind::OpenAiResponses => b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_broken\",\"output_index\":0,\"content_index\":0,\"delta\":\n\n".to_vec(),
     }
 }
 

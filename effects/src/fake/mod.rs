@@ -1,5 +1,5 @@
-//! A fault-injecting fake provider server that speaks the real Anthropic Messages and OpenAI
-//! Chat Completions wire formats, driven by a [`Scenario`] — the same file, walked by the same
+//! A fault-injecting fake provider server that speaks the real Anthropic Messages, OpenAI
+//! Chat Completions and OpenAI Responses wire formats, driven by a [`Scenario`] — the same file, walked by the same
 //! [`ScriptCursor`], that the simulator plays.
 //!
 //! Start it on loopback, point any client at it (the rebound runner, the official SDKs, your
@@ -42,6 +42,12 @@
 //!   answers the API's real 401 / 400. Base URL for clients: [`FakeServer::base_url`].
 //! - `POST /v1/chat/completions` (and `/chat/completions`) — OpenAI. Needs `Authorization:
 //!   Bearer`. Base URL for clients: [`FakeServer::openai_base_url`].
+//! - `POST /v1/responses` (and `/responses`) — the OpenAI Responses API, same key and base
+//!   URL as Chat. Streams are its typed events; an in-stream failure is `response.failed`.
+//!
+//! On the Responses API the fake model is a reasoning model: each answer starts with a
+//! reasoning item (with encrypted content), and a request that passes a reasoning item back
+//! changed, or one the server never sent, gets the API's 400 `invalid_encrypted_content`.
 //!
 //! Streaming requests (`"stream": true`) get server-sent events encoded by
 //! [`rebound_core::wire::encode_stream`]; others (and every request, with
@@ -93,6 +99,7 @@
 
 mod body;
 mod handler;
+mod reasoning;
 mod reject;
 
 use rebound_core::ProviderKind;
@@ -456,7 +463,7 @@ impl FakeServer {
     pub fn base_url_for(&self, provider: ProviderKind) -> String {
         match provider {
             ProviderKind::Anthropic => self.base_url(),
-            ProviderKind::OpenAi => self.openai_base_url(),
+            ProviderKind::OpenAi | ProviderKind::OpenAiResponses => self.openai_base_url(),
         }
     }
 

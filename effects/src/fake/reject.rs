@@ -54,7 +54,7 @@ fn api_key(provider: ProviderKind, headers: &HeaderMap) -> Option<String> {
     });
     match provider {
         ProviderKind::Anthropic => header("x-api-key").or(bearer),
-        ProviderKind::OpenAi => bearer,
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => bearer,
     }
 }
 
@@ -93,7 +93,7 @@ pub(crate) fn check_headers(
                 ));
             }
         }
-        ProviderKind::OpenAi => {
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => {
             let Some(key) = key else {
                 return Err(Rejection::new(
                     provider,
@@ -145,7 +145,7 @@ pub(crate) fn too_large(provider: ProviderKind, limit: usize) -> Rejection {
             Some("request_too_large"),
             "Request exceeds the maximum allowed number of bytes.",
         ),
-        ProviderKind::OpenAi => Rejection::new(
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => Rejection::new(
             provider,
             413,
             Some("invalid_request_error"),
@@ -159,15 +159,17 @@ pub(crate) fn too_large(provider: ProviderKind, limit: usize) -> Rejection {
 /// 400: the body is not JSON, or not a request of this provider.
 pub(crate) fn bad_body(provider: ProviderKind, error: &WireError) -> Rejection {
     match (provider, error) {
-        (ProviderKind::OpenAi, WireError::InvalidJson { .. }) => Rejection::new(
-            provider,
-            400,
-            Some("invalid_request_error"),
-            "We could not parse the JSON body of your request. (HINT: This likely means you \
+        (ProviderKind::OpenAi | ProviderKind::OpenAiResponses, WireError::InvalidJson { .. }) => {
+            Rejection::new(
+                provider,
+                400,
+                Some("invalid_request_error"),
+                "We could not parse the JSON body of your request. (HINT: This likely means you \
              aren't using your HTTP library correctly. The OpenAI API expects a JSON payload, \
              but what was sent was not valid JSON. If you have trouble figuring out how to fix \
              this, please contact us through our help center at help.openai.com.)",
-        ),
+            )
+        }
         (ProviderKind::Anthropic, WireError::InvalidJson { detail }) => Rejection::new(
             provider,
             400,
@@ -183,6 +185,12 @@ pub(crate) fn bad_body(provider: ProviderKind, error: &WireError) -> Rejection {
         (ProviderKind::OpenAi, WireError::EmptyConversation) => {
             Rejection::openai_param(400, "[] is too short - 'messages'", "messages")
         }
+        (ProviderKind::OpenAiResponses, WireError::EmptyConversation) => Rejection::openai_param(
+            400,
+            "Invalid 'input': empty array. Expected an array with minimum length 1, but got an \
+             empty array instead.",
+            "input",
+        ),
         (_, WireError::InvalidRequest { detail }) => {
             Rejection::new(provider, 400, Some("invalid_request_error"), detail)
         }
@@ -209,6 +217,8 @@ pub(crate) fn content(provider: ProviderKind, body: &Value) -> Result<(), Reject
     match provider {
         ProviderKind::Anthropic => anthropic_content(messages),
         ProviderKind::OpenAi => openai_tool_call_ids(messages),
+        // Its items are read from `input`, not `messages`.
+        ProviderKind::OpenAiResponses => Ok(()),
     }
 }
 
@@ -387,6 +397,24 @@ pub(crate) fn pairing(
                 &format!("messages.[{message}].tool_calls"),
             ),
         },
+        // The Responses API's own wording (quoted in openai/codex issues).
+        ProviderKind::OpenAiResponses => {
+            let message = match error {
+                PairingError::MissingResult { tool_use_id, .. } => {
+                    format!("No tool output found for function call {tool_use_id}.")
+                }
+                PairingError::UnknownResult { tool_use_id, .. } => format!(
+                    "No tool call found for function call output with call_id {tool_use_id}."
+                ),
+                PairingError::ResultsOutOfOrder { .. } => {
+                    "Function call outputs must follow their function calls, in order.".to_owned()
+                }
+                PairingError::DuplicateToolUseId { tool_use_id, .. } => {
+                    format!("Duplicate value for 'call_id': {tool_use_id}.")
+                }
+            };
+            Rejection::openai_param(400, &message, "input")
+        }
     }
 }
 

@@ -74,7 +74,7 @@ impl HttpProviderConfig {
 pub fn default_base_url(provider: ProviderKind) -> &'static str {
     match provider {
         ProviderKind::Anthropic => "https://api.anthropic.com",
-        ProviderKind::OpenAi => "https://api.openai.com/v1",
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => "https://api.openai.com/v1",
     }
 }
 
@@ -154,7 +154,9 @@ impl HttpProvider {
             ProviderKind::Anthropic => request
                 .header("x-api-key", self.config.api_key.expose())
                 .header("anthropic-version", ANTHROPIC_VERSION),
-            ProviderKind::OpenAi => request.bearer_auth(self.config.api_key.expose()),
+            ProviderKind::OpenAi | ProviderKind::OpenAiResponses => {
+                request.bearer_auth(self.config.api_key.expose())
+            }
         };
         let send = request.body(body).send();
         let mut response = match tokio::time::timeout(self.config.idle_timeout, send).await {

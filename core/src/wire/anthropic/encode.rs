@@ -113,8 +113,11 @@ pub(crate) fn stream(response: &AssistantResponse, model: &str, message_id: &str
                     )));
                 }
             }
-            // Results and images never appear in an assistant message.
-            ContentBlock::ToolResult(_) | ContentBlock::Image { .. } => continue,
+            // Results and images never appear in an assistant message; Anthropic has no
+            // OpenAI reasoning items.
+            ContentBlock::ToolResult(_)
+            | ContentBlock::Image { .. }
+            | ContentBlock::Reasoning { .. } => continue,
         }
         if close {
             out.push(event(
@@ -156,7 +159,9 @@ pub(crate) fn response_json(response: &AssistantResponse, model: &str, message_i
             ContentBlock::ToolUse { id, name, input } => {
                 Some(json!({"type": "tool_use", "id": id, "name": name, "input": input}))
             }
-            ContentBlock::ToolResult(_) | ContentBlock::Image { .. } => None,
+            ContentBlock::ToolResult(_)
+            | ContentBlock::Image { .. }
+            | ContentBlock::Reasoning { .. } => None,
         })
         .collect();
     let mut usage = json!({

@@ -55,14 +55,16 @@ fn blank(text: &str) -> bool {
 }
 
 /// One message in the Messages shape (the conversation model's own serde shape), without
-/// the blocks Anthropic would reject: blank text (also inside tool results), and thinking
-/// that carries no signature; tool ids in the form Anthropic accepts ([`ToolIds`]).
+/// the blocks Anthropic would reject: blank text (also inside tool results), thinking
+/// that carries no signature and OpenAI Responses reasoning items; tool ids in the form Anthropic accepts ([`ToolIds`]).
 fn message<'a>(m: &'a Message, ids: &mut ToolIds<'a>) -> Option<Value> {
     let mut content = Vec::with_capacity(m.content.len());
     for b in &m.content {
         let keep = match b {
             ContentBlock::Text { text } => !blank(text),
             ContentBlock::Thinking { signature, .. } => !signature.is_empty(),
+            // An OpenAI Responses reasoning item: Anthropic cannot read it.
+            ContentBlock::Reasoning { .. } => false,
             _ => true,
         };
         if !keep {
