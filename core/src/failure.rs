@@ -258,16 +258,6 @@ impl ProviderFailure {
             (_, Some(false)) => FailureAction::Fail,
         }
     }
-
-    /// The server's preferred delay before a retry: the explicit `retry-after` hint, else, for
-    /// a rate limit only, the rate-limit reset time (OpenAI sends reset headers on every
-    /// response; on a 5xx or a transport failure they say nothing about when to retry).
-    #[must_use]
-    pub fn server_delay_hint_ms(&self) -> Option<u64> {
-        self.retry_after_ms.or(self
-            .rate_limit_reset_ms
-            .filter(|_| self.kind == FailureKind::RateLimited))
-    }
 }
 
 impl fmt::Display for ProviderFailure {

@@ -113,17 +113,6 @@ pub enum RetryDelay {
     HintTooLong(u64),
 }
 
-impl RetryDelay {
-    /// The delay to wait, or `None` when the retry must not happen.
-    #[must_use]
-    pub fn wait_ms(self) -> Option<u64> {
-        match self {
-            RetryDelay::Backoff(ms) | RetryDelay::ServerHint(ms) => Some(ms),
-            RetryDelay::HintTooLong(_) => None,
-        }
-    }
-}
-
 impl RetryConfig {
     /// `max_attempts`, at least 1.
     #[must_use]
@@ -296,7 +285,6 @@ mod tests {
         let mut rng = fastrand::Rng::with_seed(1);
         let d = c.delay_for(1, &f, &mut rng);
         assert_eq!(d, RetryDelay::HintTooLong(3_600_000));
-        assert_eq!(d.wait_ms(), None);
     }
 
     fn rate_limited() -> ProviderFailure {

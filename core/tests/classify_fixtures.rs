@@ -433,15 +433,13 @@ fn delay_hints_are_attached_to_the_failure() {
     let f = classify_http(Anthropic, 429, &headers, body, Some(1_696_004_797_000));
     assert_eq!(f.retry_after_ms, Some(17_000));
     assert_eq!(f.rate_limit_reset_ms, Some(30_000));
-    assert_eq!(f.server_delay_hint_ms(), Some(17_000));
     let reset_only = Headers::new()
         .with("x-ratelimit-remaining-requests", "0")
         .with("x-ratelimit-reset-requests", "3ms");
     let limited = classify_http(OpenAi, 429, &reset_only, b"{}", None);
-    assert_eq!(limited.server_delay_hint_ms(), Some(3));
+    assert_eq!(limited.rate_limit_reset_ms, Some(3));
     let down = classify_http(OpenAi, 503, &reset_only, b"{}", None);
     assert_eq!(down.rate_limit_reset_ms, Some(3));
-    assert_eq!(down.server_delay_hint_ms(), None);
 }
 
 #[test]
