@@ -321,3 +321,56 @@ async fn redis_killed_mid_run_changes_no_outcome_and_is_used_again_once_restarte
     );
     drop(redis);
 }
+
+#[tokio::test]
+async fn a_redis_password_from_the_environment_authenticates_and_is_never_shown() {
+    let Some(redis) = RedisServer::start("a_redis_password_from_the_environment") else {
+        return;
+    };
+    const PASSWORD: &str = "s3cret-budget-pw";
+    assert!(redis
+        .command(&format!("CONFIG SET requirepass {PASSWORD}"))
+        .starts_with("+OK"));
+    let provider = fake_server(r#"{"turns": [{"answer": {"text": "ok"}}]}"#).await;
+    let budget = redis.budget_url("authed");
+    let args = ["--budget", budget.as_str(), "--budget-timeout-ms", "1000"];
+    let with_password = {
+        let mut cmd = agent(&provider, &args);
+        cmd.env("REBOUND_REDIS_PASSWORD", PASSWORD);
+        tokio::task::spawn_blocking(move || cmd.output().expect("rebound runs"))
+            .await
+            .expect("joins")
+    };
+    let without = {
+        let mut cmd = agent(&provider, &args);
+        cmd.env_remove("REBOUND_REDIS_PASSWORD");
+        tokio::task::spawn_blocking(move || cmd.output().expect("rebound runs"))
+            .await
+            .expect("joins")
+    };
+    for out in [&with_password, &without] {
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            stderr(std::slice::from_ref(out))
+        );
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!all.contains(PASSWORD), "the password was shown: {all}");
+    }
+    // With it, Redis keeps the budget; without it, Redis refuses and the run goes on with a
+    // local budget, saying so.
+    assert!(
+        !has_event(&with_password, "budget_fallback"),
+        "{}",
+        stderr(std::slice::from_ref(&with_password))
+    );
+    assert!(has_event(&without, "budget_fallback"));
+    assert!(redis
+        .command(&format!("AUTH {PASSWORD}"))
+        .starts_with("+OK"));
+}

@@ -112,6 +112,36 @@ impl RedisUrl {
     pub fn server(&self) -> &str {
         &self.server
     }
+
+    /// Whether the URL carries credentials (`USER[:PASSWORD]@`).
+    #[must_use]
+    pub fn has_credentials(&self) -> bool {
+        self.server.contains('@')
+    }
+
+    /// The same server with `password` (Redis `AUTH` with the default user), for a password
+    /// kept out of the command line, where every process on the machine could read it. A URL
+    /// that already has credentials keeps them.
+    #[must_use]
+    pub fn with_password(mut self, password: &str) -> RedisUrl {
+        if self.has_credentials() || password.is_empty() {
+            return self;
+        }
+        let hostport = self.server.trim_start_matches("redis://").to_owned();
+        let encoded: String = password
+            .bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                    char::from(b).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect();
+        self.server = format!("redis://:{encoded}@{hostport}");
+        self.shown = format!("redis://:***@{hostport}");
+        self
+    }
 }
 
 impl fmt::Display for RedisUrl {
@@ -208,6 +238,24 @@ pub enum BudgetLocationError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_password_from_elsewhere_is_used_to_connect_and_never_shown() {
+        let url: RedisUrl = "redis://10.0.0.5:6380/fleet".parse().unwrap();
+        assert!(!url.has_credentials());
+        let url = url.with_password("p@ss word");
+        assert_eq!(url.server(), "redis://:p%40ss%20word@10.0.0.5:6380");
+        assert_eq!(url.to_string(), "redis://:***@10.0.0.5:6380/fleet");
+        assert!(!format!("{url:?}").contains("ss"));
+        // Credentials in the URL win; an empty password changes nothing.
+        let given: RedisUrl = "redis://u:pw@h:1/n".parse().unwrap();
+        assert_eq!(
+            given.clone().with_password("other").server(),
+            "redis://u:pw@h:1"
+        );
+        let plain: RedisUrl = "redis://h:1/n".parse().unwrap();
+        assert_eq!(plain.clone().with_password(""), plain);
+    }
 
     #[test]
     fn budget_locations_parse_and_never_show_a_password() {

@@ -173,7 +173,9 @@ pub struct RunArgs {
     /// Share a retry budget (token bucket) between retries: charged retries wait, bounded,
     /// for a token and fail when none comes. `local`: a budget of this process;
     /// `redis://HOST:PORT/NAME`: one budget for every process naming it (a fleet on many
-    /// machines), with this process falling back to a local budget while Redis fails.
+    /// machines), with this process falling back to a local budget while Redis fails. A
+    /// Redis password is best given in `REBOUND_REDIS_PASSWORD`, not in the URL, where any
+    /// process on the machine can read it.
     #[arg(long, value_name = "local|redis://HOST:PORT/NAME")]
     pub budget: Option<crate::budget::BudgetLocation>,
     /// The same as `--budget local`.

@@ -339,6 +339,12 @@ pub async fn run(args: RunArgs) -> i32 {
         None => {}
         Some(BudgetLocation::Local) => runner = runner.budget(SharedBudget::new(budget_config)),
         Some(BudgetLocation::Redis(url)) => {
+            // A password in the URL is visible to every process on the machine (`ps`); one
+            // in the environment is not.
+            let url = match std::env::var(REDIS_PASSWORD_ENV) {
+                Ok(password) => url.with_password(&password),
+                Err(_) => url,
+            };
             let options = RedisOptions {
                 on_event: Some(budget_event_hook(args.events)),
                 call_timeout: std::time::Duration::from_millis(args.budget_timeout_ms.max(1)),
@@ -385,6 +391,10 @@ pub async fn run(args: RunArgs) -> i32 {
     let result = runner.run(RunInput::text(args.prompt)).await;
     exit_code(&result)
 }
+
+/// The environment variable holding the Redis password of `--budget redis://…`, used when
+/// the URL has no credentials.
+const REDIS_PASSWORD_ENV: &str = "REBOUND_REDIS_PASSWORD";
 
 /// `--budget`, or `local` for `--retry-budget`.
 fn budget_location(args: &RunArgs) -> Option<BudgetLocation> {
