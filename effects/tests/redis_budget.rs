@@ -69,6 +69,22 @@ fn charged(budget: &impl BudgetStore, wait_ms: u64, age_ms: u64) -> PermitAsk {
     }
 }
 
+/// Waits until `n` asks in all have been queued in `budget`'s Redis (at most 10 s).
+async fn queued(budget: &RedisBudget, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stats = budget.stats().await.expect("redis answers");
+        if stats.stats.queued >= n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{n} asks never queued: {stats:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 fn tokens(initial: f64, success: f64) -> BudgetConfig {
     BudgetConfig {
         capacity: initial.max(1.0),
@@ -311,20 +327,25 @@ async fn the_oldest_request_is_served_first_whichever_process_asked_first() {
     let config = tokens(1.0, 1.0);
     let a = budget(&url, config.clone(), patient());
     let b = budget(&url, config, patient());
+    // A request's age is measured on its process's clock, which starts with the budget: let
+    // the clocks run long enough for the "old" request's age to be what the test says, with
+    // room for a loaded machine's scheduling delays (the age is read before the call).
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
     assert_eq!(a.acquire(charged(&a, 0, 0)).await, PermitDecision::Granted);
     let young = {
         let a = a.clone();
         let ask = charged(&a, 10_000, 0);
         tokio::spawn(async move { a.acquire(ask).await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    // Asked later, but for a request five seconds old: it goes first.
+    queued(&a, 1).await;
+    // Asked later, but for a request 1.5 s old: it goes first. (Both must be in the
+    // queue before the success pays: on a loaded machine a sleep does not make sure of it.)
     let old = {
         let b = b.clone();
-        let ask = charged(&b, 10_000, 5_000);
+        let ask = charged(&b, 10_000, 1_500);
         tokio::spawn(async move { b.acquire(ask).await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    queued(&a, 2).await;
     a.record(BudgetNote::Succeeded { target: 0 }).await;
     let first = tokio::time::timeout(Duration::from_secs(2), old)
         .await
