@@ -35,8 +35,10 @@
 //! head of the queue at once, in Redis, and a waiter whose deadline came is denied. The
 //! waiting process learns its answer by polling its ticket: every `poll_interval` (50 ms by
 //! default), sooner when the script says refill or its deadline decides it earlier. So
-//! tokens go to the oldest request first, as in one process; the only difference is that a
-//! granted retry may start up to one poll interval later. A poll also says "I am still
+//! tokens go to the oldest request first, as in one process; the differences are that a
+//! granted retry may start up to one poll interval later, and that a request's age is read
+//! on its process's clock just before the call, so an ask that reaches Redis late (a busy
+//! process, a slow network) counts as younger by that delay. A poll also says "I am still
 //! here": a ticket not polled for `waiter_stale_after` (its process died or was killed) leaves
 //! the queue, as a canceled waiter does in core, and a dropped wait cancels its ticket.
 //!
