@@ -170,7 +170,7 @@ pub fn tool_error_text(tool: &str, message: &str) -> String {
 /// ```
 #[must_use]
 pub fn unknown_tool_message(name: &str, available: &[&str]) -> String {
-    let name = cut(name, 80);
+    let name = bounded(name, 80);
     let text = if available.is_empty() {
         format!("unknown tool `{name}`; no tools are available")
     } else {
@@ -179,11 +179,20 @@ pub fn unknown_tool_message(name: &str, available: &[&str]) -> String {
             available.join(", ")
         )
     };
-    cut(&text, 1000)
+    bounded(&text, 1000)
 }
 
-/// `text` cut to at most `max` bytes at a character boundary, with `…` when cut.
-fn cut(text: &str, max: usize) -> String {
+/// `text` cut to at most `max` bytes at a character boundary, with `…` when cut: how
+/// model-readable error texts stay bounded whatever a model or a tool sent.
+///
+/// ```
+/// use rebound_core::tool::bounded;
+/// assert_eq!(bounded("héllo", 2), "h…");
+/// assert_eq!(bounded("héllo", 3), "hé…");
+/// assert_eq!(bounded("hi", 2), "hi");
+/// ```
+#[must_use]
+pub fn bounded(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_owned();
     }

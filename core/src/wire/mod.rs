@@ -131,6 +131,36 @@ pub struct ParsedRequest {
     pub conversation: Conversation,
 }
 
+/// A request body that could not be read, with what was wrong.
+pub(crate) fn invalid_request(detail: &str) -> WireError {
+    WireError::InvalidRequest {
+        detail: detail.to_owned(),
+    }
+}
+
+/// One tool declaration of a request body, in the shape every wire format shares: `name`
+/// (required; without it the error says `missing_name`), `description`, and the input schema
+/// under `schema_key` (`input_schema` for Anthropic, `parameters` for OpenAI's).
+pub(crate) fn parse_tool_spec(
+    tool: &Value,
+    schema_key: &str,
+    missing_name: &str,
+) -> Result<ToolSpec, WireError> {
+    Ok(ToolSpec {
+        name: tool
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| invalid_request(missing_name))?
+            .to_owned(),
+        description: tool
+            .get("description")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        input_schema: tool.get(schema_key).cloned().unwrap_or(Value::Null),
+    })
+}
+
 /// Why a request body could not be built or read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {

@@ -53,29 +53,12 @@ impl InputSchema {
     }
 }
 
-/// `text` cut to at most `max` bytes at a character boundary, with `…` when cut.
-pub(crate) fn bounded(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
+pub(crate) use rebound_core::tool::bounded;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn bounded_cuts_at_a_char_boundary() {
-        assert_eq!(bounded("héllo", 2), "h…");
-        assert_eq!(bounded("héllo", 3), "hé…");
-        assert_eq!(bounded("hi", 2), "hi");
-    }
 
     #[test]
     fn huge_instances_give_short_messages() {

@@ -1,8 +1,8 @@
 //! Anthropic Messages request bodies (`POST /v1/messages`), both directions.
 
 use crate::conversation::{ContentBlock, Conversation, Message};
-use crate::tool::ToolSpec;
 use crate::wire::anthropic::tool_id::ToolIds;
+use crate::wire::{invalid_request as invalid, parse_tool_spec};
 use crate::wire::{ParsedRequest, RequestParams, WireError};
 use serde_json::{json, Map, Value};
 
@@ -131,21 +131,7 @@ pub(crate) fn parse(v: &Value) -> Result<ParsedRequest, WireError> {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(tools)) => tools
             .iter()
-            .map(|t| {
-                Ok(ToolSpec {
-                    name: t
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .ok_or_else(|| invalid("tool without a \"name\""))?
-                        .to_owned(),
-                    description: t
-                        .get("description")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned(),
-                    input_schema: t.get("input_schema").cloned().unwrap_or(Value::Null),
-                })
-            })
+            .map(|t| parse_tool_spec(t, "input_schema", "tool without a \"name\""))
             .collect::<Result<_, WireError>>()?,
         Some(_) => return Err(invalid("\"tools\" must be an array")),
     };
@@ -157,10 +143,4 @@ pub(crate) fn parse(v: &Value) -> Result<ParsedRequest, WireError> {
         stream: v.get("stream").and_then(Value::as_bool).unwrap_or(false),
         conversation: Conversation::from(messages),
     })
-}
-
-fn invalid(detail: &str) -> WireError {
-    WireError::InvalidRequest {
-        detail: detail.to_owned(),
-    }
 }

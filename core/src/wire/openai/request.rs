@@ -3,8 +3,8 @@
 use crate::conversation::{
     ContentBlock, Conversation, MediaSource, Message, Role, ToolResultBlock, ToolResultPart,
 };
-use crate::tool::ToolSpec;
 use crate::wire::openai::tool_id;
+use crate::wire::{invalid_request as invalid, parse_tool_spec};
 use crate::wire::{ParsedRequest, RequestParams, WireError};
 use serde_json::{json, Map, Value};
 
@@ -266,19 +266,7 @@ pub(crate) fn parse(v: &Value) -> Result<ParsedRequest, WireError> {
             .iter()
             .map(|t| {
                 let f = t.get("function").unwrap_or(&Value::Null);
-                Ok(ToolSpec {
-                    name: f
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .ok_or_else(|| invalid("tool without a function name"))?
-                        .to_owned(),
-                    description: f
-                        .get("description")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned(),
-                    input_schema: f.get("parameters").cloned().unwrap_or(Value::Null),
-                })
+                parse_tool_spec(f, "parameters", "tool without a function name")
             })
             .collect::<Result<_, WireError>>()?,
         Some(_) => return Err(invalid("\"tools\" must be an array")),
@@ -344,11 +332,5 @@ fn media_source(url: &str) -> MediaSource {
     }
     MediaSource::Url {
         url: url.to_owned(),
-    }
-}
-
-fn invalid(detail: &str) -> WireError {
-    WireError::InvalidRequest {
-        detail: detail.to_owned(),
     }
 }

@@ -7,8 +7,8 @@
 use crate::conversation::{
     ContentBlock, Conversation, MediaSource, Message, Role, ToolResultBlock, ToolResultPart,
 };
-use crate::tool::ToolSpec;
 use crate::wire::openai::tool_id;
+use crate::wire::{invalid_request as invalid, parse_tool_spec};
 use crate::wire::{ParsedRequest, RequestParams, WireError};
 use serde_json::{json, Map, Value};
 
@@ -195,21 +195,7 @@ pub(crate) fn parse(v: &Value) -> Result<ParsedRequest, WireError> {
             .iter()
             // Built-in tools (web search, file search, …) are not rebound's to run.
             .filter(|t| t.get("type").and_then(Value::as_str) == Some("function"))
-            .map(|t| {
-                Ok(ToolSpec {
-                    name: t
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .ok_or_else(|| invalid("function tool without a \"name\""))?
-                        .to_owned(),
-                    description: t
-                        .get("description")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned(),
-                    input_schema: t.get("parameters").cloned().unwrap_or(Value::Null),
-                })
-            })
+            .map(|t| parse_tool_spec(t, "parameters", "function tool without a \"name\""))
             .collect::<Result<_, WireError>>()?,
         Some(_) => return Err(invalid("\"tools\" must be an array")),
     };
@@ -385,11 +371,5 @@ fn media_source(url: &str) -> MediaSource {
     }
     MediaSource::Url {
         url: url.to_owned(),
-    }
-}
-
-fn invalid(detail: &str) -> WireError {
-    WireError::InvalidRequest {
-        detail: detail.to_owned(),
     }
 }
