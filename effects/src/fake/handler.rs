@@ -14,13 +14,10 @@ use hyper::service::service_fn;
 use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rebound_core::wire::{self, ParsedRequest};
-use rebound_core::{
-    AssistantResponse, Conversation, Message, Millis, ProviderKind, Role, StopReason,
-    TransportFault, Usage,
-};
+use rebound_core::{AssistantResponse, Conversation, Millis, ProviderKind, TransportFault};
 use rebound_sim::scenario::{
-    final_answer, overflow_body, overflow_body_for, with_usage, Fault, FaultKind, Planned,
-    ScriptCursor,
+    final_answer, message_id, overflow_body_for, render, with_usage, BodyKind, Fault, FaultKind,
+    Planned, Rendered, ScriptCursor, WireRequest,
 };
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -538,11 +535,7 @@ impl Reply {
     ) -> Result<Response<FakeBody>, Abort> {
         let provider = self.provider;
         let model = request.model.as_str();
-        let message_id = match provider {
-            ProviderKind::Anthropic => format!("msg_{}", self.request_id),
-            ProviderKind::OpenAi => format!("chatcmpl-{}", self.request_id),
-            ProviderKind::OpenAiResponses => format!("resp_{}", self.request_id),
-        };
+        let message_id = message_id(provider, &self.request_id);
         if provider == ProviderKind::OpenAiResponses {
             match &mut plan.act {
                 Act::Answer {
@@ -588,180 +581,39 @@ impl Reply {
             }
             Act::Fault(f) => f.clone(),
         };
-        let interrupted = plan.interrupted.clone();
-        let kind = match fault.kind {
-            FaultKind::Transport {
-                fault: TransportFault::StreamCut,
-            } => FaultKind::StreamCut { after_events: 1 },
-            FaultKind::Transport {
-                fault: TransportFault::MalformedStream,
-            } => FaultKind::MalformedStream,
-            FaultKind::Transport {
-                fault: TransportFault::EmptyMessage,
-            } => FaultKind::EmptyMessage,
-            k => k,
+        let request = WireRequest {
+            provider,
+            stream,
+            model,
+            message_id: &message_id,
+            timing: &shared.scenario.timing,
         };
-        match kind {
-            FaultKind::Http {
+        match render(&fault, &request, &plan.interrupted) {
+            Rendered::Response {
                 status,
                 headers,
-                error_type,
-                message,
+                body,
             } => {
-                let body = rebound_sim::scenario::error_body(
-                    provider,
-                    status,
-                    error_type.as_deref(),
-                    message.as_deref(),
-                );
                 self.silence_first(&shared, &mut plan).await;
-                Ok(self.json(status, body.into_bytes(), &headers))
+                Ok(self.json(status, body, &headers))
             }
-            FaultKind::ContextOverflow => {
-                self.silence_first(&shared, &mut plan).await;
-                Ok(self.json(400, overflow_body(provider).into_bytes(), &none))
+            Rendered::Chunked { kind, chunks, cut } => {
+                let end = if cut { End::Cut } else { End::Clean };
+                let content_type = match kind {
+                    BodyKind::EventStream => "text/event-stream; charset=utf-8",
+                    BodyKind::Json => "application/json",
+                };
+                Ok(self.chunked(content_type, chunks, end, plan, shared))
             }
-            FaultKind::Transport { fault: t } => {
+            Rendered::Close { after_ms, seen_as } => {
                 self.silence_first(&shared, &mut plan).await;
-                if matches!(t, TransportFault::Timeout | TransportFault::IdleTimeout) {
-                    let hold = fault.after_ms.unwrap_or(shared.scenario.timing.timeout_ms);
-                    tokio::time::sleep(Duration::from_millis(hold)).await;
+                // A stall's silence was played before the headers (`silence_first`).
+                if seen_as != TransportFault::IdleTimeout || fault.silence_ms().is_none() {
+                    tokio::time::sleep(Duration::from_millis(after_ms)).await;
                 }
                 Err(Abort)
             }
-            FaultKind::Stall { .. } | FaultKind::SlowDrip { .. } => {
-                // Only after too many silences in a row: nothing but silence, then a close.
-                self.silence_first(&shared, &mut plan).await;
-                Err(Abort)
-            }
-            FaultKind::StreamCut { after_events } => {
-                if stream {
-                    let mut chunks = events(&interrupted);
-                    chunks.truncate((after_events as usize).min(before_finish(provider, &chunks)));
-                    return Ok(self.sse(chunks, End::Cut, plan, shared));
-                }
-                let body = json(&interrupted);
-                let half = body.len() / 2;
-                Ok(self.cut_json(body, half, plan, shared))
-            }
-            FaultKind::StreamCutBytes { after_bytes } => {
-                let at = usize::try_from(after_bytes).unwrap_or(usize::MAX);
-                if stream {
-                    let chunks = events(&interrupted);
-                    let keep = before_finish(provider, &chunks);
-                    let max: usize = chunks[..keep].iter().map(Vec::len).sum();
-                    let chunks = cut_bytes(chunks, at.min(max));
-                    return Ok(self.sse(chunks, End::Cut, plan, shared));
-                }
-                let body = json(&interrupted);
-                let at = at.min(body.len().saturating_sub(1));
-                Ok(self.cut_json(body, at, plan, shared))
-            }
-            FaultKind::StreamError {
-                error_type,
-                message,
-            } => {
-                if stream {
-                    let mut chunks = events(&interrupted);
-                    let keep = before_finish(provider, &chunks) / 2;
-                    chunks.truncate(keep.max(1));
-                    chunks.push(wire::encode_stream_error_event(
-                        provider,
-                        &error_type,
-                        &message,
-                    ));
-                    return Ok(self.sse(chunks, End::Clean, plan, shared));
-                }
-                let status = match error_type.as_str() {
-                    "overloaded_error" => 529,
-                    "rate_limit_error" | "rate_limit_exceeded" => 429,
-                    _ => 500,
-                };
-                let body = wire::encode_error_body(provider, status, Some(&error_type), &message);
-                self.silence_first(&shared, &mut plan).await;
-                Ok(self.json(status, body, &none))
-            }
-            FaultKind::EmptyMessage => {
-                let empty = AssistantResponse {
-                    message: Message {
-                        role: Role::Assistant,
-                        content: Vec::new(),
-                    },
-                    stop_reason: StopReason::EndTurn,
-                    usage: Usage::default(),
-                    input_problems: Vec::new(),
-                };
-                if stream {
-                    return Ok(self.sse(events(&empty), End::Clean, plan, shared));
-                }
-                let body = json(&empty);
-                self.silence_first(&shared, &mut plan).await;
-                Ok(self.json(200, body, &none))
-            }
-            FaultKind::MalformedStream => {
-                if stream {
-                    let mut chunks = events(&interrupted);
-                    chunks.truncate(1);
-                    chunks.push(malformed_event(provider));
-                    return Ok(self.sse(chunks, End::Clean, plan, shared));
-                }
-                let mut body = json(&interrupted);
-                body.truncate(body.len() / 2);
-                self.silence_first(&shared, &mut plan).await;
-                Ok(self.json(200, body, &none))
-            }
         }
-    }
-
-    /// A JSON body sent chunked and cut after `at` bytes.
-    fn cut_json(
-        &self,
-        body: Vec<u8>,
-        at: usize,
-        plan: Plan,
-        shared: Arc<Shared>,
-    ) -> Response<FakeBody> {
-        let chunks = cut_bytes(vec![body], at);
-        self.chunked("application/json", chunks, End::Cut, plan, shared)
-    }
-}
-
-/// How many events come before the one that finishes the message (Anthropic's
-/// `message_delta`; OpenAI's chunk with the `finish_reason`; Responses' terminal
-/// `response.completed`): a cut at or before it is
-/// always visible as a cut.
-fn before_finish(provider: ProviderKind, chunks: &[Vec<u8>]) -> usize {
-    let tail = match provider {
-        ProviderKind::Anthropic => 2,
-        ProviderKind::OpenAi => 3,
-        ProviderKind::OpenAiResponses => 1,
-    };
-    chunks.len().saturating_sub(tail)
-}
-
-/// The first `at` bytes of the concatenated chunks, keeping chunk boundaries.
-fn cut_bytes(chunks: Vec<Vec<u8>>, at: usize) -> Vec<Vec<u8>> {
-    let mut left = at;
-    let mut out = Vec::new();
-    for mut chunk in chunks {
-        if left == 0 {
-            break;
-        }
-        if chunk.len() > left {
-            chunk.truncate(left);
-        }
-        left -= chunk.len();
-        out.push(chunk);
-    }
-    out
-}
-
-/// An event whose JSON is broken off mid-object.
-fn malformed_event(provider: ProviderKind) -> Vec<u8> {
-    match provider {
-        ProviderKind::Anthropic => b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\n\n".to_vec(),
-        ProviderKind::OpenAi => b"data: {\"id\":\"chatcmpl-broken\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\n\n".to_vec(),
-        ProviderKind::OpenAiResponses => b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_broken\",\"output_index\":0,\"content_index\":0,\"delta\":\n\n".to_vec(),
     }
 }
 

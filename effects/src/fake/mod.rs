@@ -76,12 +76,16 @@
 //! | `transport` `stream_cut`, `malformed_stream`, `empty_message` | as the faults below |
 //! | `stream_cut` | a 200 event stream of the next answer, cut after `after_events` events (never after the finish): the connection closes without the terminating chunk |
 //! | `stream_cut_bytes` | the same, cut after `after_bytes` bytes of the body |
-//! | `stream_error` | half the events of the next answer, then the provider's error event, then a clean end |
+//! | `stream_error` | the first event of the next answer, then the provider's error event, then a clean end |
 //! | `empty_message` | a complete response with no content |
 //! | `context_overflow` | the provider's real "prompt is too long" / `context_length_exceeded` 400; also whenever the conversation is over the scenario's `context_limit_bytes` |
 //! | `malformed_stream` | a stream whose second event holds invalid JSON (non-streaming: a truncated JSON body) |
 //! | `stall` | no byte for `ms`, then what the script says next, for this same request (after the headers and first event when that is a stream) |
 //! | `slow_drip` | what the script says next, one event every `interval_ms` |
+//!
+//! These bytes come from [`rebound_sim::scenario::render`], which the simulator classifies
+//! too ([`Rendered::failure`](rebound_sim::scenario::Rendered::failure)): both players of a
+//! scenario tell the machine the same failure.
 //!
 //! A request that does not stream gets the nearest JSON equivalent: a cut is a JSON body cut
 //! off mid-way, a mid-stream error is an HTTP error with the status of its type (`529` for
