@@ -164,6 +164,8 @@ pub struct Play {
     pub cancel_after: Option<Duration>,
     /// The target's context window in tokens, if it is to be known.
     pub context_window: Option<u64>,
+    /// The HTTP provider's idle timeout (a stall longer than this fails the attempt).
+    pub idle_timeout: Duration,
 }
 
 impl Play {
@@ -185,6 +187,7 @@ impl Play {
             tools: None,
             cancel_after: None,
             context_window: None,
+            idle_timeout: Duration::from_secs(5),
         }
     }
 
@@ -204,7 +207,7 @@ impl Play {
         let mut http =
             HttpProviderConfig::new(self.provider, "test-model", ApiKey::new("test-key"));
         http.base_url = server.base_url_for(self.provider);
-        http.idle_timeout = Duration::from_secs(5);
+        http.idle_timeout = self.idle_timeout;
         let provider = HttpProvider::new(http).expect("a valid provider config");
         let mut config = self.config;
         config.targets = vec![TargetSpec {

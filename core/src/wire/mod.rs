@@ -454,6 +454,25 @@ pub fn encode_stream_error_event(
     }
 }
 
+/// How a client reads a tool call's streamed arguments `raw`: `None` when they are a JSON
+/// object (or empty), else the problem and the parser's detail, as every decoder reports
+/// it in [`AssistantResponse::input_problems`]: [`InputProblemKind::Truncated`] when the
+/// output stopped at the token limit (`output_stopped`) and the JSON ended early or its block
+/// never closed (`closed` false), [`InputProblemKind::InvalidJson`] for other parse errors,
+/// [`InputProblemKind::NotAnObject`] for valid JSON of another type.
+///
+/// [`InputProblemKind::Truncated`]: crate::InputProblemKind::Truncated
+/// [`InputProblemKind::InvalidJson`]: crate::InputProblemKind::InvalidJson
+/// [`InputProblemKind::NotAnObject`]: crate::InputProblemKind::NotAnObject
+#[must_use]
+pub fn tool_input_problem(
+    raw: &str,
+    output_stopped: bool,
+    closed: bool,
+) -> Option<(crate::InputProblemKind, String)> {
+    assemble::tool_input(raw, None, output_stopped, closed).err()
+}
+
 /// The provider's own wording for a prompt that does not fit the context window.
 ///
 /// ```

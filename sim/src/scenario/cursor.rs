@@ -1,6 +1,6 @@
 //! Walking a scenario request by request: the [`ScriptCursor`].
 
-use rebound_core::{Conversation, Millis, Role};
+use rebound_core::{Conversation, Millis, ProviderKind, Role};
 
 use super::{Answer, Fault, FaultKind, Scenario, SummaryScript, WeightedFault};
 use std::collections::BTreeMap;
@@ -143,11 +143,13 @@ impl ScriptCursor {
         self.turn += 1;
         self.fault = 0;
         match &turn.when_last_tool_error {
-            Some(alt) if last_tool_result_failed(conversation) => Planned::Answer {
-                turn: index,
-                alternate: true,
-                answer: Some(alt),
-            },
+            Some(alt) if last_tool_result_failed(scenario.provider, conversation) => {
+                Planned::Answer {
+                    turn: index,
+                    alternate: true,
+                    answer: Some(alt),
+                }
+            }
             _ => Planned::Answer {
                 turn: index,
                 alternate: false,
@@ -183,10 +185,14 @@ fn pick<'s>(mix: &'s [WeightedFault], rng: &mut fastrand::Rng) -> Option<&'s Fau
     None
 }
 
-/// Whether the conversation ends with a user message holding an error tool result.
+/// Whether the conversation, as `provider` receives it, ends with a user message holding an
+/// error tool result. Only Anthropic's tool results carry an error flag on the wire; OpenAI's
+/// `tool` messages and Responses' `function_call_output` items carry just the text, so a
+/// model behind them cannot tell (and a scripted one never answers `when_last_tool_error`).
 #[must_use]
-pub fn last_tool_result_failed(conversation: &Conversation) -> bool {
-    conversation
-        .last()
-        .is_some_and(|m| m.role == Role::User && m.tool_results().any(|r| r.is_error))
+pub fn last_tool_result_failed(provider: ProviderKind, conversation: &Conversation) -> bool {
+    provider == ProviderKind::Anthropic
+        && conversation
+            .last()
+            .is_some_and(|m| m.role == Role::User && m.tool_results().any(|r| r.is_error))
 }

@@ -83,7 +83,8 @@
 //! `{"faults": [Fault…], "answer": Answer, "when_last_tool_error": Answer}`. Each fault makes
 //! one request attempt fail, in order; the next request gets the answer. When the conversation
 //! sent ends with a tool result marked `is_error`, `when_last_tool_error` (if given) is answered
-//! instead of `answer`.
+//! instead of `answer` — with Anthropic only: OpenAI's tool messages carry no error flag, so
+//! a model behind them cannot tell.
 //!
 //! An **answer** is `{"text", "tool_calls": [Call…], "stop_reason", "latency_ms",
 //! "batch_error"}`; `stop_reason` defaults to `tool_use` with calls and `end_turn` without.

@@ -1,6 +1,7 @@
 //! What the scripted model answers and what its tool calls do.
 
 use super::Fault;
+use rebound_core::wire;
 use rebound_core::{
     AssistantResponse, ContentBlock, Conversation, HostFailure, HostFailureKind, InputProblemKind,
     Message, Role, StopReason, ToolInputProblem, Usage,
@@ -124,41 +125,47 @@ impl Answer {
     }
 
     /// The assistant response this answer is, as a client would assemble it. Calls with an
-    /// `input_problem` carry an empty object as input and are listed as input problems.
+    /// `input_problem` carry an empty object as input and are listed as input problems,
+    /// classified as a client's decoder classifies their raw arguments
+    /// ([`rebound_core::wire::tool_input_problem`]): a scripted `truncated` call is only
+    /// truncated when the answer stopped at the token limit (`stop_reason: max_tokens`);
+    /// otherwise its broken JSON is `invalid_json`, as on the wire.
     #[must_use]
     pub fn response(&self, turn: usize, alternate: bool) -> AssistantResponse {
         let mut content = Vec::new();
         if let Some(text) = &self.text {
             content.push(ContentBlock::text(text.clone()));
         }
-        let mut input_problems = Vec::new();
-        for (i, call) in self.tool_calls.iter().enumerate() {
-            let id = self.call_id(turn, alternate, i);
-            let input = match &call.input_problem {
-                Some(p) => {
-                    input_problems.push(ToolInputProblem {
-                        tool_use_id: id.clone(),
-                        kind: p.kind,
-                        raw: p.raw.clone(),
-                        detail: match p.kind {
-                            InputProblemKind::InvalidJson => "expected value at line 1".to_owned(),
-                            InputProblemKind::Truncated => {
-                                "EOF while parsing an object at line 1".to_owned()
-                            }
-                            InputProblemKind::NotAnObject => "not an object".to_owned(),
-                        },
-                    });
-                    json!({})
-                }
-                None => call.input.clone(),
-            };
-            content.push(ContentBlock::tool_use(id, call.name.clone(), input));
-        }
         let stop_reason = match &self.stop_reason {
             Some(reason) => reason.clone(),
             None if self.tool_calls.is_empty() => StopReason::EndTurn,
             None => StopReason::ToolUse,
         };
+        let output_stopped = stop_reason == StopReason::MaxTokens;
+        let mut input_problems = Vec::new();
+        for (i, call) in self.tool_calls.iter().enumerate() {
+            let id = self.call_id(turn, alternate, i);
+            let input = match &call.input_problem {
+                Some(p) => {
+                    let closed = p.kind != InputProblemKind::Truncated;
+                    match wire::tool_input_problem(&p.raw, output_stopped, closed) {
+                        Some((kind, detail)) => {
+                            input_problems.push(ToolInputProblem {
+                                tool_use_id: id.clone(),
+                                kind,
+                                raw: p.raw.clone(),
+                                detail,
+                            });
+                            json!({})
+                        }
+                        // Arguments that parse after all are the call's input.
+                        None => serde_json::from_str(&p.raw).unwrap_or_else(|_| json!({})),
+                    }
+                }
+                None => call.input.clone(),
+            };
+            content.push(ContentBlock::tool_use(id, call.name.clone(), input));
+        }
         AssistantResponse {
             message: Message {
                 role: Role::Assistant,
