@@ -201,6 +201,13 @@ pub struct Message {
 }
 
 impl Message {
+    /// The message's approximate size in bytes: what [`Conversation::approx_bytes`] counts
+    /// for it.
+    #[must_use]
+    pub fn approx_bytes(&self) -> usize {
+        self.content.iter().map(block_bytes).sum()
+    }
+
     /// A user message with one text block.
     #[must_use]
     pub fn user_text(text: impl Into<String>) -> Self {
@@ -390,11 +397,7 @@ impl Conversation {
     /// Used to check that a compaction shrank the conversation; not a token count.
     #[must_use]
     pub fn approx_bytes(&self) -> usize {
-        self.messages
-            .iter()
-            .flat_map(|m| m.content.iter())
-            .map(block_bytes)
-            .sum()
+        self.messages.iter().map(Message::approx_bytes).sum()
     }
 
     /// Checks that every assistant `tool_use` is answered, first and in order, by a
@@ -478,9 +481,7 @@ impl From<Vec<Message>> for Conversation {
 fn block_bytes(block: &ContentBlock) -> usize {
     match block {
         ContentBlock::Text { text } => text.len(),
-        ContentBlock::ToolUse { id, name, input } => {
-            id.len() + name.len() + input.to_string().len()
-        }
+        ContentBlock::ToolUse { id, name, input } => id.len() + name.len() + json_len(input),
         ContentBlock::ToolResult(r) => {
             r.tool_use_id.len()
                 + r.parts
@@ -496,8 +497,26 @@ fn block_bytes(block: &ContentBlock) -> usize {
             thinking,
             signature,
         } => thinking.len() + signature.len(),
-        ContentBlock::Reasoning { item } => item.to_string().len(),
+        ContentBlock::Reasoning { item } => json_len(item),
     }
+}
+
+/// The length of `value`'s compact JSON text (its `Display`), counted without building it.
+fn json_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing into a counter cannot fail, and a `Value` always serializes.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 fn source_bytes(source: &MediaSource) -> usize {
@@ -511,6 +530,26 @@ fn source_bytes(source: &MediaSource) -> usize {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_tool_input_counts_as_long_as_its_compact_json_text() {
+        for input in [
+            json!({}),
+            json!({"path": "src/lib.rs", "n": [1, 2.5, -3, null, true]}),
+            json!({"quote\"d": "tab\t newline\n \u{1} é 日本 🦀", "nested": {"a": {"b": []}}}),
+        ] {
+            let block = ContentBlock::tool_use("id_1", "read", input.clone());
+            let message = Message {
+                role: Role::Assistant,
+                content: vec![block],
+            };
+            assert_eq!(
+                message.approx_bytes(),
+                "id_1".len() + "read".len() + input.to_string().len(),
+                "{input}"
+            );
+        }
+    }
 
     #[test]
     fn tool_result_without_is_error_reads_as_success() {

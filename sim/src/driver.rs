@@ -20,7 +20,7 @@
 //! ```
 
 use crate::scenario::{
-    final_answer, with_usage, Cancel, FaultKind, Planned, Scenario, ScriptCursor,
+    final_answer, with_usage, Cancel, Fault, FaultKind, Planned, Scenario, ScriptCursor,
 };
 use crate::scripted::ScriptedTools;
 use crate::trace::Trace;
@@ -28,11 +28,13 @@ use rebound_core::trace::{TraceHeader, TraceStep};
 use rebound_core::{
     compact, AgentMachine, AssistantResponse, BudgetConfig, BudgetNote, Command, Conversation,
     Event, FallbackInfo, FinishReason, Handled, IgnoreReason, MachineConfig, Millis, PermitAsk,
-    PermitDecision, PermitId, ProviderFailure, ProviderRetryInfo, RetryBudget, RunError, Ticket,
+    PermitDecision, PermitId, ProviderFailure, ProviderKind, ProviderRetryInfo, RetryBudget,
+    RunError, Ticket,
 };
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap};
+use std::sync::Arc;
 
 /// How the simulated world is set up, beyond the scenario.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -207,12 +209,31 @@ pub fn simulate(
     config: &SimConfig,
     seed: u64,
 ) -> Result<SimOutcome, SimError> {
+    simulate_in(scenario, config, seed, &mut Classified::default())
+}
+
+/// [`simulate`], reusing the failures `classified` already holds (for many runs of one
+/// scenario) and adding to them.
+pub(crate) fn simulate_in(
+    scenario: &Scenario,
+    config: &SimConfig,
+    seed: u64,
+    classified: &mut Classified,
+) -> Result<SimOutcome, SimError> {
     let agents = [FleetAgent {
         scenario,
         seed,
         start_ms: 0,
     }];
-    let mut outcomes = simulate_fleet(&agents, config)?;
+    let mut outcomes = match &config.budget {
+        Some(budget) => run_world(
+            &agents,
+            config,
+            Some(&mut RetryBudget::new(budget.clone())),
+            classified,
+        ),
+        None => run_world(&agents, config, None, classified),
+    }?;
     Ok(outcomes.remove(0))
 }
 
@@ -246,7 +267,7 @@ pub fn simulate_fleet(
 ) -> Result<Vec<SimOutcome>, SimError> {
     match &config.budget {
         Some(budget) => simulate_fleet_with(agents, config, &mut RetryBudget::new(budget.clone())),
-        None => run_world(agents, config, None),
+        None => run_world(agents, config, None, &mut Classified::default()),
     }
 }
 
@@ -261,13 +282,14 @@ pub fn simulate_fleet_with(
     config: &SimConfig,
     budget: &mut RetryBudget,
 ) -> Result<Vec<SimOutcome>, SimError> {
-    run_world(agents, config, Some(budget))
+    run_world(agents, config, Some(budget), &mut Classified::default())
 }
 
 fn run_world(
     agents: &[FleetAgent<'_>],
     config: &SimConfig,
     budget: Option<&mut RetryBudget>,
+    classified: &mut Classified,
 ) -> Result<Vec<SimOutcome>, SimError> {
     let mut world = World {
         queue: BinaryHeap::new(),
@@ -277,6 +299,7 @@ fn run_world(
         next_ticket: 0,
         tick_at: None,
         idle_timeout_ms: config.idle_timeout_ms,
+        classified,
     };
     let mut states: Vec<Agent<'_>> = agents
         .iter()
@@ -403,6 +426,26 @@ struct World<'b> {
     /// The budget tick already in the queue, if any.
     tick_at: Option<Millis>,
     idle_timeout_ms: u64,
+    /// Faults already classified.
+    classified: &'b mut Classified,
+}
+
+/// Failures already classified: [`Fault::failure`] renders a fault's bytes and classifies
+/// them, the same every time for the same fault and provider, so each is done once a world.
+/// Bounded by the faults a scenario names.
+#[derive(Debug, Default)]
+pub(crate) struct Classified(Vec<(ProviderKind, Fault, ProviderFailure)>);
+
+impl Classified {
+    fn failure(&mut self, fault: &Fault, provider: ProviderKind) -> ProviderFailure {
+        if let Some((_, _, failure)) = self.0.iter().find(|(p, f, _)| *p == provider && f == fault)
+        {
+            return failure.clone();
+        }
+        let failure = fault.failure(provider);
+        self.0.push((provider, fault.clone(), failure.clone()));
+        failure
+    }
 }
 
 impl World<'_> {
@@ -578,7 +621,13 @@ impl<'s> Agent<'s> {
                     self.requests.resize(target + 1, 0);
                 }
                 self.requests[*target] += 1;
-                let (delay, result) = self.reply(now, *target, conversation, world.idle_timeout_ms);
+                let (delay, result) = self.reply(
+                    now,
+                    *target,
+                    conversation,
+                    world.idle_timeout_ms,
+                    world.classified,
+                );
                 let event = match result {
                     Ok(response) => Event::ProviderSucceeded {
                         request: *request,
@@ -648,6 +697,7 @@ impl<'s> Agent<'s> {
         target: usize,
         conversation: &Conversation,
         idle_timeout_ms: u64,
+        classified: &mut Classified,
     ) -> (u64, Result<AssistantResponse, ProviderFailure>) {
         let scenario = self.scenario;
         let timing = &scenario.timing;
@@ -668,12 +718,12 @@ impl<'s> Agent<'s> {
                     let delay = fault.delay_ms(timing, idle_timeout_ms);
                     return (
                         stalled.saturating_add(delay),
-                        Err(fault.failure(scenario.provider)),
+                        Err(classified.failure(fault, scenario.provider)),
                     );
                 }
                 Planned::Overflow { bytes, limit } => {
-                    let fault = crate::scenario::Fault::from(FaultKind::ContextOverflow);
-                    let mut failure = fault.failure(scenario.provider);
+                    let fault = Fault::from(FaultKind::ContextOverflow);
+                    let mut failure = classified.failure(&fault, scenario.provider);
                     failure.message =
                         format!("{} ({bytes} bytes > limit {limit})", failure.message);
                     return (
@@ -712,10 +762,15 @@ impl<'s> Agent<'s> {
         let Some(result) = self.machine.outcome().cloned() else {
             unreachable!("outcomes are taken only after every run ended")
         };
+        // The machine's handle to the conversation is usually the last one (every request
+        // snapshot was taken before the final append): take it rather than copy it.
+        let shared = self.machine.snapshot().0;
+        drop(self.machine);
+        let conversation = Arc::try_unwrap(shared).unwrap_or_else(|shared| (*shared).clone());
         SimOutcome {
             seed: self.seed,
             result,
-            conversation: self.machine.conversation().clone(),
+            conversation,
             steps: self.steps,
             requests_per_target: self.requests,
             elapsed: self.elapsed,

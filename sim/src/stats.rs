@@ -1,6 +1,6 @@
 //! Many seeded runs of one scenario, summarized: success rate, requests, virtual time.
 
-use crate::driver::{simulate, SimConfig, SimError};
+use crate::driver::{simulate_in, Classified, SimConfig, SimError};
 use crate::scenario::Scenario;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -64,9 +64,10 @@ pub fn run_many(scenario: &Scenario, config: &SimConfig, first_seed: u64, runs: 
         scenario: scenario.name.clone(),
         ..Stats::default()
     };
+    let mut classified = Classified::default();
     for seed in (0..u64::from(runs)).map(|i| first_seed.wrapping_add(i)) {
         stats.runs += 1;
-        match simulate(scenario, config, seed) {
+        match simulate_in(scenario, config, seed, &mut classified) {
             Ok(outcome) => {
                 stats.per_run.push(RunSummary {
                     seed,

@@ -48,10 +48,9 @@ impl SummaryScript {
 /// answer's estimated tokens ([`rebound_core::compaction::estimate_tokens`]).
 #[must_use]
 pub fn with_usage(mut response: AssistantResponse, request: &Conversation) -> AssistantResponse {
-    let answer = Conversation::from(vec![response.message.clone()]);
     response.usage = Usage {
         input_tokens: rebound_core::compaction::estimate_tokens(request.approx_bytes()),
-        output_tokens: rebound_core::compaction::estimate_tokens(answer.approx_bytes()),
+        output_tokens: rebound_core::compaction::estimate_tokens(response.message.approx_bytes()),
         ..Usage::default()
     };
     response
