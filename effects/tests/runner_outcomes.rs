@@ -13,7 +13,7 @@ use rebound_effects::provider::{
     ApiKey, BoxFuture, HttpProvider, HttpProviderConfig, Provider, SendError,
 };
 use rebound_effects::receiver::{Receiver, ReceiverError};
-use rebound_effects::runner::{Persist, RunInput, Runner, ToolExecutor};
+use rebound_effects::runner::{Persist, PersistError, RunInput, Runner, ToolExecutor};
 use rebound_sim::Scenario;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
@@ -124,7 +124,7 @@ struct FailsWhenFinished {
 
 impl Receiver for FailsWhenFinished {
     fn finished(&mut self, _reason: &FinishReason, _turns: u32) -> Result<(), ReceiverError> {
-        Err(ReceiverError("the terminal went away".into()))
+        Err(ReceiverError::other("the terminal went away"))
     }
 
     fn error(&mut self, error: &RunError) {
@@ -158,18 +158,18 @@ async fn a_receiver_failing_when_the_run_finishes_is_a_receiver_failure_it_is_to
 struct FailsOnTheAnswer;
 
 impl Persist for FailsOnTheAnswer {
-    fn append<'a>(&'a self, message: &'a Message) -> BoxFuture<'a, Result<(), String>> {
+    fn append<'a>(&'a self, message: &'a Message) -> BoxFuture<'a, Result<(), PersistError>> {
         let answer = message.role == Role::Assistant;
         Box::pin(async move {
             if answer {
-                Err("disk full".to_owned())
+                Err(PersistError::other("disk full"))
             } else {
                 Ok(())
             }
         })
     }
 
-    fn replace<'a>(&'a self, _: &'a Conversation) -> BoxFuture<'a, Result<(), String>> {
+    fn replace<'a>(&'a self, _: &'a Conversation) -> BoxFuture<'a, Result<(), PersistError>> {
         Box::pin(async { Ok(()) })
     }
 }
