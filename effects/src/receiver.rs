@@ -125,3 +125,36 @@ pub trait Receiver: Send {
 pub struct NullReceiver;
 
 impl Receiver for NullReceiver {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn a_write_failure_reads_as_before_and_keeps_its_io_error() {
+        let error = ReceiverError::Write {
+            what: "to the terminal",
+            source: std::io::Error::new(std::io::ErrorKind::BrokenPipe, "broken pipe"),
+        };
+        assert_eq!(
+            error.to_string(),
+            "could not write to the terminal: broken pipe"
+        );
+        let source = error
+            .source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(
+            source.map(std::io::Error::kind),
+            Some(std::io::ErrorKind::BrokenPipe)
+        );
+    }
+
+    #[test]
+    fn another_failure_reads_as_its_own_message() {
+        assert_eq!(
+            ReceiverError::other("the UI went away").to_string(),
+            "the UI went away"
+        );
+    }
+}
