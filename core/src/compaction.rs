@@ -330,10 +330,28 @@ impl Default for CompactionPolicy {
     }
 }
 
-/// Why the default compactor gave up.
+/// Why a compaction failed: what a driver answers a [`Command::Compact`](crate::Command) with
+/// in [`Event::CompactionFinished`](crate::Event) when there is no compacted conversation.
+///
+/// In a trace it is written as its message, a string; reading one back gives the same
+/// variant for the messages core writes, else [`CompactionError::Compactor`].
+///
+/// ```
+/// use rebound_core::{compact, CompactionError, CompactionPolicy, Conversation, Message};
+///
+/// let mut c = Conversation::new();
+/// c.push(Message::user_text("hi"));
+/// let error = compact(&c, &CompactionPolicy::default()).unwrap_err();
+/// assert!(matches!(error, CompactionError::CannotShrink { messages: 1, .. }));
+///
+/// // Another compactor's failure, as an embedder's driver reports it.
+/// let theirs = CompactionError::compactor("the summarizer timed out");
+/// assert_eq!(theirs.to_string(), "the summarizer timed out");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CompactionError {
-    /// Nothing could be elided or dropped.
+    /// Core's compactor ([`compact`]) found nothing to elide or drop.
     #[error("compaction could not shrink the conversation ({bytes} bytes in {messages} messages)")]
     CannotShrink {
         /// Approximate size of the conversation.
@@ -341,6 +359,50 @@ pub enum CompactionError {
         /// Number of messages.
         messages: usize,
     },
+    /// Another compactor failed (an embedder's, or a simulated failure), or a failure was read
+    /// back from a trace: its message, as a person reads it. It must hold no secret: it ends
+    /// up in the run's error and in traces.
+    #[error("{message}")]
+    Compactor {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl CompactionError {
+    /// Another compactor's failure, with the message a person reads.
+    #[must_use]
+    pub fn compactor(message: impl Into<String>) -> Self {
+        CompactionError::Compactor {
+            message: message.into(),
+        }
+    }
+
+    /// Reads back a message this type wrote: the variant whose message `text` is, else
+    /// [`CompactionError::Compactor`].
+    fn from_message(text: String) -> Self {
+        let cannot_shrink = text
+            .strip_prefix("compaction could not shrink the conversation (")
+            .and_then(|rest| rest.strip_suffix(" messages)"))
+            .and_then(|rest| rest.split_once(" bytes in "))
+            .and_then(|(bytes, messages)| Some((bytes.parse().ok()?, messages.parse().ok()?)))
+            .map(|(bytes, messages)| CompactionError::CannotShrink { bytes, messages })
+            // Only when it writes the same text back (no `+1` or `01` for 1).
+            .filter(|e| e.to_string() == text);
+        cannot_shrink.unwrap_or(CompactionError::Compactor { message: text })
+    }
+}
+
+impl Serialize for CompactionError {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for CompactionError {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer).map(CompactionError::from_message)
+    }
 }
 
 /// Compacts `conversation` with `policy`; see [`CompactionPolicy`] for what it does.
@@ -573,6 +635,39 @@ mod tests {
             compact(&c, &CompactionPolicy::default()),
             Err(CompactionError::CannotShrink { messages: 1, .. })
         ));
+    }
+
+    #[test]
+    fn a_compaction_error_is_written_as_its_message_and_read_back_as_the_same_variant() {
+        for error in [
+            CompactionError::CannotShrink {
+                bytes: 1_234,
+                messages: 5,
+            },
+            CompactionError::compactor("the summarizer timed out"),
+            CompactionError::compactor(""),
+        ] {
+            let json = serde_json::to_value(&error).unwrap();
+            assert_eq!(json, serde_json::Value::String(error.to_string()));
+            assert_eq!(
+                serde_json::from_value::<CompactionError>(json).unwrap(),
+                error
+            );
+        }
+    }
+
+    #[test]
+    fn a_message_that_only_looks_like_cannot_shrink_is_read_as_another_compactors() {
+        for text in [
+            "compaction could not shrink the conversation (01 bytes in 5 messages)",
+            "compaction could not shrink the conversation (+1 bytes in 5 messages)",
+            "compaction could not shrink the conversation (1 bytes in x messages)",
+            "compaction could not shrink the conversation (",
+        ] {
+            let read: CompactionError = serde_json::from_value(text.into()).unwrap();
+            assert_eq!(read, CompactionError::compactor(text));
+            assert_eq!(serde_json::to_value(&read).unwrap(), text);
+        }
     }
 
     #[test]

@@ -75,6 +75,25 @@ impl FailureKind {
         }
     }
 
+    /// Its name in traces, sessions and [`RunError::kind`](crate::RunError::kind), e.g.
+    /// `rate_limited`: the name it is serialized as.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            FailureKind::RateLimited => "rate_limited",
+            FailureKind::Unavailable => "unavailable",
+            FailureKind::ServerError => "server_error",
+            FailureKind::Transport => "transport",
+            FailureKind::StreamMalformed => "stream_malformed",
+            FailureKind::EmptyResponse => "empty_response",
+            FailureKind::AuthFailed => "auth_failed",
+            FailureKind::BadRequest => "bad_request",
+            FailureKind::ModelNotFound => "model_not_found",
+            FailureKind::QuotaExhausted => "quota_exhausted",
+            FailureKind::ContextOverflow => "context_overflow",
+        }
+    }
+
     /// A short human phrase, e.g. `provider unavailable`, used in one-line status messages.
     #[must_use]
     pub fn phrase(self) -> &'static str {

@@ -6,7 +6,7 @@
 #![warn(missing_docs)]
 
 pub mod budget;
-pub mod cli;
+mod cli;
 pub mod config;
 pub mod fake;
 pub mod private_file;
@@ -15,3 +15,14 @@ pub mod receiver;
 pub mod runner;
 pub mod session;
 pub mod tools;
+
+/// The `rebound` binary: parses the process's arguments, runs the command and returns the
+/// exit code (0 finished, 1 the run failed, 2 usage or configuration error, 130 canceled).
+///
+/// Not API: public only for `src/main.rs`. The command line is documented by
+/// `rebound --help` and the README; embedders use [`runner`] and the other modules.
+#[doc(hidden)]
+#[must_use]
+pub fn cli_main() -> i32 {
+    cli::main()
+}

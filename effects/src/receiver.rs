@@ -7,10 +7,55 @@ use rebound_core::{
 };
 
 /// A receiver refused or failed to take a notification. This is a host failure: the run
-/// stops, because a UI that cannot show progress must not be silently skipped.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("receiver failed: {0}")]
-pub struct ReceiverError(pub String);
+/// stops, because a UI that cannot show progress must not be silently skipped. The run's
+/// error ([`HostFailure`](rebound_core::HostFailure) of kind `Receiver`) carries this error's
+/// message, so it must hold no secret.
+///
+/// ```
+/// use rebound_effects::receiver::{Receiver, ReceiverError};
+/// use rebound_core::Message;
+/// use std::sync::mpsc;
+///
+/// /// Forwards messages to a UI thread.
+/// struct ToUi(mpsc::Sender<Message>);
+///
+/// impl Receiver for ToUi {
+///     fn message(&mut self, message: &Message) -> Result<(), ReceiverError> {
+///         self.0.send(message.clone()).map_err(ReceiverError::other)
+///     }
+/// }
+///
+/// let (tx, rx) = mpsc::channel();
+/// drop(rx); // the UI went away
+/// let error = ToUi(tx).message(&Message::user_text("hi")).unwrap_err();
+/// assert_eq!(error.to_string(), "sending on a closed channel");
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReceiverError {
+    /// Writing what the receiver shows failed: the terminal or pipe closed, the disk is full.
+    #[error("could not write {what}: {source}")]
+    Write {
+        /// What could not be written, as the message reads: e.g. `to the terminal`,
+        /// `an event`.
+        what: &'static str,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// Any other failure of the receiver (a closed channel, a UI that went away). Its message
+    /// is this error's message.
+    #[error(transparent)]
+    Other(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl ReceiverError {
+    /// Wraps a receiver's own error, or a message (`&str`, `String`), as
+    /// [`ReceiverError::Other`].
+    #[must_use]
+    pub fn other(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        ReceiverError::Other(error.into())
+    }
+}
 
 /// Callbacks for everything a UI shows. All have empty defaults; implement what you need.
 ///
@@ -80,3 +125,36 @@ pub trait Receiver: Send {
 pub struct NullReceiver;
 
 impl Receiver for NullReceiver {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn a_write_failure_reads_as_before_and_keeps_its_io_error() {
+        let error = ReceiverError::Write {
+            what: "to the terminal",
+            source: std::io::Error::new(std::io::ErrorKind::BrokenPipe, "broken pipe"),
+        };
+        assert_eq!(
+            error.to_string(),
+            "could not write to the terminal: broken pipe"
+        );
+        let source = error
+            .source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(
+            source.map(std::io::Error::kind),
+            Some(std::io::ErrorKind::BrokenPipe)
+        );
+    }
+
+    #[test]
+    fn another_failure_reads_as_its_own_message() {
+        assert_eq!(
+            ReceiverError::other("the UI went away").to_string(),
+            "the UI went away"
+        );
+    }
+}

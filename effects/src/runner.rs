@@ -5,9 +5,9 @@ use crate::provider::{BoxFuture, Provider, SendError};
 use crate::receiver::{NullReceiver, Receiver, ReceiverError};
 use rebound_core::trace::{TraceHeader, TraceStep};
 use rebound_core::{
-    compact, AgentMachine, BatchOutcome, Command, ContentBlock, Conversation, Event, FinishReason,
-    HostFailure, HostFailureKind, MachineConfig, Message, Millis, RequestPurpose, RunError,
-    ToolCall, ToolFailure, ToolSpec, Usage,
+    compact, AgentMachine, BatchOutcome, Command, CompactionError, ContentBlock, Conversation,
+    Event, FinishReason, HostFailure, HostFailureKind, MachineConfig, Message, Millis,
+    RequestPurpose, RunError, ToolCall, ToolFailure, ToolSpec, Usage,
 };
 use rebound_sim::TraceWriter;
 use std::io::Write;
@@ -53,9 +53,57 @@ impl ToolExecutor for NoTools {
 /// the run stops.
 pub trait Persist: Send + Sync {
     /// Records `message`, just appended to the conversation.
-    fn append<'a>(&'a self, message: &'a Message) -> BoxFuture<'a, Result<(), String>>;
+    fn append<'a>(&'a self, message: &'a Message) -> BoxFuture<'a, Result<(), PersistError>>;
     /// Records that the conversation was replaced by `conversation` (after a compaction).
-    fn replace<'a>(&'a self, conversation: &'a Conversation) -> BoxFuture<'a, Result<(), String>>;
+    fn replace<'a>(
+        &'a self,
+        conversation: &'a Conversation,
+    ) -> BoxFuture<'a, Result<(), PersistError>>;
+}
+
+/// Why a [`Persist`] store could not record a change. The run fails with a
+/// [`HostFailure`] of kind `SessionStore` carrying this error's message, so the message must
+/// hold no secret (no connection string with a password in it).
+///
+/// ```
+/// use rebound_core::{Conversation, Message};
+/// use rebound_effects::provider::BoxFuture;
+/// use rebound_effects::runner::{Persist, PersistError};
+///
+/// /// A store that is always full.
+/// struct Full;
+///
+/// impl Persist for Full {
+///     fn append<'a>(&'a self, _: &'a Message) -> BoxFuture<'a, Result<(), PersistError>> {
+///         Box::pin(async {
+///             Err(PersistError::other(std::io::Error::other("disk full")))
+///         })
+///     }
+///     fn replace<'a>(&'a self, _: &'a Conversation) -> BoxFuture<'a, Result<(), PersistError>> {
+///         Box::pin(async { Ok(()) })
+///     }
+/// }
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PersistError {
+    /// The session file store ([`SessionStore`](crate::session::SessionStore)) failed; the
+    /// error names the file and what to do.
+    #[error(transparent)]
+    Session(#[from] crate::session::SessionError),
+    /// Any other store failed (a database, a remote service): its own error, whose message is
+    /// this error's message.
+    #[error(transparent)]
+    Other(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl PersistError {
+    /// Wraps a store's own error, or a message (`&str`, `String`), as
+    /// [`PersistError::Other`].
+    #[must_use]
+    pub fn other(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        PersistError::Other(error.into())
+    }
 }
 
 /// A change to the conversation, for [`Persist`].
@@ -72,7 +120,64 @@ pub trait Compactor: Send + Sync {
     fn compact<'a>(
         &'a self,
         conversation: &'a Conversation,
-    ) -> BoxFuture<'a, Result<Conversation, String>>;
+    ) -> BoxFuture<'a, Result<Conversation, CompactorError>>;
+}
+
+/// Why a [`Compactor`] could not compact. The machine hears it as a
+/// [`CompactionError`]: a failed compaction after an overflow fails the run with this
+/// error's message (so it must hold no secret), one before it lets the request go as it is.
+///
+/// ```
+/// use rebound_core::{compact, CompactionPolicy, Conversation};
+/// use rebound_effects::provider::BoxFuture;
+/// use rebound_effects::runner::{Compactor, CompactorError};
+///
+/// /// Core's compactor, refusing conversations too large to be worth trying.
+/// struct Bounded;
+///
+/// impl Compactor for Bounded {
+///     fn compact<'a>(
+///         &'a self,
+///         conversation: &'a Conversation,
+///     ) -> BoxFuture<'a, Result<Conversation, CompactorError>> {
+///         Box::pin(async move {
+///             if conversation.approx_bytes() > 100_000_000 {
+///                 return Err(CompactorError::other("the conversation is over 100 MB"));
+///             }
+///             Ok(compact(conversation, &CompactionPolicy::default())?)
+///         })
+///     }
+/// }
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CompactorError {
+    /// Core's compactor ([`compact`]) failed.
+    #[error(transparent)]
+    Compaction(#[from] CompactionError),
+    /// Any other compactor failed: its own error, whose message is this error's message.
+    #[error(transparent)]
+    Other(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl CompactorError {
+    /// Wraps a compactor's own error, or a message (`&str`, `String`), as
+    /// [`CompactorError::Other`].
+    #[must_use]
+    pub fn other(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        CompactorError::Other(error.into())
+    }
+}
+
+impl From<CompactorError> for CompactionError {
+    /// Core's own error as it is; another compactor's as its message
+    /// ([`CompactionError::Compactor`]), which is what a trace can hold.
+    fn from(error: CompactorError) -> Self {
+        match error {
+            CompactorError::Compaction(e) => e,
+            CompactorError::Other(e) => CompactionError::compactor(e.to_string()),
+        }
+    }
 }
 
 /// What the runner takes to start.
@@ -629,11 +734,10 @@ impl Runner {
                             tokio::select! {
                                 biased;
                                 () = self.cancel.0.cancelled() => return Flow::Next(Event::Cancel),
-                                r = c.compact(&conversation) => r,
+                                r = c.compact(&conversation) => r.map_err(CompactionError::from),
                             }
                         }
-                        None => compact(&conversation, &self.config.compaction)
-                            .map_err(|e| e.to_string()),
+                        None => compact(&conversation, &self.config.compaction),
                     };
                     Ok(Some(Event::CompactionFinished { compaction, result }))
                 }
@@ -668,7 +772,7 @@ impl Runner {
                     return Flow::Done(match shown {
                         Ok(()) => Ok((reason, turns)),
                         Err(e) => Err(RunError::Host {
-                            failure: HostFailure::new(HostFailureKind::Receiver, e.0),
+                            failure: HostFailure::new(HostFailureKind::Receiver, e.to_string()),
                         }),
                     });
                 }
@@ -730,7 +834,7 @@ impl Runner {
             r = provider.send(conversation, &tools, &mut sink) => Some(r),
         };
         if let Some(e) = receiver_failed {
-            return Flow::Next(host_event(HostFailureKind::Receiver, e.0));
+            return Flow::Next(host_event(HostFailureKind::Receiver, e.to_string()));
         }
         Flow::Next(match outcome {
             None => Event::Cancel,
@@ -739,7 +843,7 @@ impl Runner {
                 if streamed {
                     stats.stream_resets += 1;
                     if let Err(e) = self.receiver.stream_reset(attempt) {
-                        return Flow::Next(host_event(HostFailureKind::Receiver, e.0));
+                        return Flow::Next(host_event(HostFailureKind::Receiver, e.to_string()));
                     }
                 }
                 Event::ProviderFailed { request, failure }
@@ -776,7 +880,7 @@ async fn save(persist: Option<&dyn Persist>, change: Change<'_>) -> Result<(), H
         Change::Append(message) => p.append(message).await,
         Change::Replace(conversation) => p.replace(conversation).await,
     }
-    .map_err(|e| HostFailure::new(HostFailureKind::SessionStore, e))
+    .map_err(|e| HostFailure::new(HostFailureKind::SessionStore, e.to_string()))
 }
 
 fn host_event(kind: HostFailureKind, message: String) -> Event {
@@ -786,5 +890,5 @@ fn host_event(kind: HostFailureKind, message: String) -> Event {
 }
 
 fn receiver_result(r: Result<(), ReceiverError>) -> Result<(), HostFailure> {
-    r.map_err(|e| HostFailure::new(HostFailureKind::Receiver, e.0))
+    r.map_err(|e| HostFailure::new(HostFailureKind::Receiver, e.to_string()))
 }

@@ -760,23 +760,15 @@ impl crate::runner::Persist for SessionStore {
     fn append<'a>(
         &'a self,
         message: &'a Message,
-    ) -> crate::provider::BoxFuture<'a, Result<(), String>> {
-        Box::pin(async move {
-            SessionStore::append(self, message)
-                .await
-                .map_err(|e| e.to_string())
-        })
+    ) -> crate::provider::BoxFuture<'a, Result<(), crate::runner::PersistError>> {
+        Box::pin(async move { Ok(SessionStore::append(self, message).await?) })
     }
 
     fn replace<'a>(
         &'a self,
         conversation: &'a Conversation,
-    ) -> crate::provider::BoxFuture<'a, Result<(), String>> {
-        Box::pin(async move {
-            SessionStore::replace(self, conversation)
-                .await
-                .map_err(|e| e.to_string())
-        })
+    ) -> crate::provider::BoxFuture<'a, Result<(), crate::runner::PersistError>> {
+        Box::pin(async move { Ok(SessionStore::replace(self, conversation).await?) })
     }
 }
 

@@ -1,19 +1,22 @@
 //! How a run ends, and under which name: the runner against the fake provider on loopback,
 //! with a cancel in the middle of a tool batch, a receiver that fails at the very end, a
-//! conversation with nothing to send, and a provider whose caller stops reading.
+//! conversation with nothing to send, a compactor that fails, and a provider whose caller
+//! stops reading.
 
 use rebound_core::wire::WireError;
 use rebound_core::{
-    BatchOutcome, ContentBlock, Conversation, FinishReason, HostFailure, HostFailureKind,
-    MachineConfig, Message, ProviderKind, RetryConfig, Role, RunError, TargetSpec, ToolCall,
-    ToolFailure, ToolSpec,
+    BatchOutcome, CompactionError, ContentBlock, Conversation, FinishReason, GiveUp, HostFailure,
+    HostFailureKind, MachineConfig, Message, ProviderKind, RetryConfig, Role, RunError, TargetSpec,
+    ToolCall, ToolFailure, ToolSpec,
 };
 use rebound_effects::fake::{FakeServer, FakeServerConfig};
 use rebound_effects::provider::{
     ApiKey, BoxFuture, HttpProvider, HttpProviderConfig, Provider, SendError,
 };
 use rebound_effects::receiver::{Receiver, ReceiverError};
-use rebound_effects::runner::{Persist, RunInput, Runner, ToolExecutor};
+use rebound_effects::runner::{
+    Compactor, CompactorError, Persist, PersistError, RunInput, Runner, ToolExecutor,
+};
 use rebound_sim::Scenario;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
@@ -124,7 +127,7 @@ struct FailsWhenFinished {
 
 impl Receiver for FailsWhenFinished {
     fn finished(&mut self, _reason: &FinishReason, _turns: u32) -> Result<(), ReceiverError> {
-        Err(ReceiverError("the terminal went away".into()))
+        Err(ReceiverError::other("the terminal went away"))
     }
 
     fn error(&mut self, error: &RunError) {
@@ -158,18 +161,18 @@ async fn a_receiver_failing_when_the_run_finishes_is_a_receiver_failure_it_is_to
 struct FailsOnTheAnswer;
 
 impl Persist for FailsOnTheAnswer {
-    fn append<'a>(&'a self, message: &'a Message) -> BoxFuture<'a, Result<(), String>> {
+    fn append<'a>(&'a self, message: &'a Message) -> BoxFuture<'a, Result<(), PersistError>> {
         let answer = message.role == Role::Assistant;
         Box::pin(async move {
             if answer {
-                Err("disk full".to_owned())
+                Err(PersistError::other("disk full"))
             } else {
                 Ok(())
             }
         })
     }
 
-    fn replace<'a>(&'a self, _: &'a Conversation) -> BoxFuture<'a, Result<(), String>> {
+    fn replace<'a>(&'a self, _: &'a Conversation) -> BoxFuture<'a, Result<(), PersistError>> {
         Box::pin(async { Ok(()) })
     }
 }
@@ -336,4 +339,60 @@ async fn runs_spawned_on_a_multi_threaded_runtime_each_finish_with_its_answer() 
     // The server's script is one for all: one 529, then answers.
     assert_eq!(s.requests().len(), 9);
     s.shutdown().await;
+}
+
+/// Makes the error a [`FailingCompactor`] fails with.
+type MakeError = fn() -> CompactorError;
+
+/// A compactor that always fails with the error it is given.
+struct FailingCompactor(MakeError);
+
+impl Compactor for FailingCompactor {
+    fn compact<'a>(
+        &'a self,
+        _: &'a Conversation,
+    ) -> BoxFuture<'a, Result<Conversation, CompactorError>> {
+        let error = (self.0)();
+        Box::pin(async move { Err(error) })
+    }
+}
+
+#[tokio::test]
+async fn a_compactor_failing_after_an_overflow_fails_the_run_with_its_message() {
+    let cases: [(MakeError, &str); 2] = [
+        (
+            || CompactorError::other("the summarizer is down"),
+            "the summarizer is down",
+        ),
+        (
+            || {
+                CompactorError::from(CompactionError::CannotShrink {
+                    bytes: 10,
+                    messages: 1,
+                })
+            },
+            "compaction could not shrink the conversation (10 bytes in 1 messages)",
+        ),
+    ];
+    for (error, message) in cases {
+        let s = server(
+            r#"{"turns": [{"faults": [{"type": "context_overflow"}], "answer": {"text": "never"}}]}"#,
+        )
+        .await;
+        let error = runner(&s)
+            .compactor(Arc::new(FailingCompactor(error)))
+            .run(RunInput::text("hi"))
+            .await
+            .unwrap_err();
+        assert_eq!(error.kind(), "context_overflow", "{error}");
+        match &error {
+            RunError::Provider {
+                reason: GiveUp::CompactionFailed { message: given },
+                ..
+            } => assert_eq!(given, message),
+            other => panic!("not a failed compaction: {other:?}"),
+        }
+        assert_eq!(s.requests().len(), 1, "no retry without a compaction");
+        s.shutdown().await;
+    }
 }

@@ -605,7 +605,7 @@ async fn overlapping_appends_through_clones_are_all_recorded_in_the_order_they_c
 
 #[tokio::test]
 async fn a_session_store_persists_for_the_runner() {
-    use rebound_effects::runner::Persist;
+    use rebound_effects::runner::{Persist, PersistError};
     let dir = tempfile::tempdir().expect("temp dir");
     let path = session_path(&dir);
     let (store, _) = SessionStore::open(&path).await.expect("open");
@@ -631,7 +631,8 @@ async fn a_session_store_persists_for_the_runner() {
         .append(&Message::user_text("x"))
         .await
         .expect_err("not a file");
-    assert!(err.contains("other.jsonl"), "{err}");
+    assert!(err.to_string().contains("other.jsonl"), "{err}");
+    assert!(matches!(err, PersistError::Session(_)), "{err:?}");
 }
 
 /// How many messages the kill test's child has appended to `conversation` in all: a

@@ -26,10 +26,10 @@ use crate::scripted::ScriptedTools;
 use crate::trace::Trace;
 use rebound_core::trace::{TraceHeader, TraceStep};
 use rebound_core::{
-    compact, AgentMachine, AssistantResponse, BudgetConfig, BudgetNote, Command, Conversation,
-    Event, FallbackInfo, FinishReason, Handled, IgnoreReason, MachineConfig, Millis, PermitAsk,
-    PermitDecision, PermitId, ProviderFailure, ProviderKind, ProviderRetryInfo, RetryBudget,
-    RunError, Ticket,
+    compact, AgentMachine, AssistantResponse, BudgetConfig, BudgetNote, Command, CompactionError,
+    Conversation, Event, FallbackInfo, FinishReason, Handled, IgnoreReason, MachineConfig, Millis,
+    PermitAsk, PermitDecision, PermitId, ProviderFailure, ProviderKind, ProviderRetryInfo,
+    RetryBudget, RunError, Ticket,
 };
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
@@ -664,9 +664,8 @@ impl<'s> Agent<'s> {
                 conversation,
             } => {
                 let result = match &self.scenario.compaction_error {
-                    Some(message) => Err(message.clone()),
-                    None => compact(conversation, &self.machine.config().compaction)
-                        .map_err(|e| e.to_string()),
+                    Some(message) => Err(CompactionError::compactor(message.clone())),
+                    None => compact(conversation, &self.machine.config().compaction),
                 };
                 world.push(
                     now.plus(self.scenario.timing.compaction_ms),

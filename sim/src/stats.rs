@@ -80,7 +80,7 @@ pub fn run_many(scenario: &Scenario, config: &SimConfig, first_seed: u64, runs: 
                 stats.retries += outcome.retry_notifications().count() as u64;
                 match &outcome.result {
                     Ok(_) => stats.succeeded += 1,
-                    Err(e) => *stats.failures.entry(e.kind()).or_default() += 1,
+                    Err(e) => *stats.failures.entry(e.kind().to_owned()).or_default() += 1,
                 }
             }
             Err(e) => {

@@ -172,19 +172,17 @@ fn provider_message(
 }
 
 impl RunError {
-    /// A short machine-readable kind: `canceled`, `host`, `empty_user_message`, `invariant`,
-    /// or the provider failure's kind (e.g. `auth_failed`).
+    /// A short machine-readable kind: `canceled`, `host`, `empty_user_message`, `invariant`
+    /// (the variant's serialized `type`), or the provider failure's
+    /// [`name`](crate::FailureKind::name) (e.g. `auth_failed`).
     #[must_use]
-    pub fn kind(&self) -> String {
+    pub fn kind(&self) -> &'static str {
         match self {
-            RunError::Canceled => "canceled".into(),
-            RunError::Host { .. } => "host".into(),
-            RunError::EmptyUserMessage => "empty_user_message".into(),
-            RunError::Invariant { .. } => "invariant".into(),
-            RunError::Provider { failure, .. } => serde_json::to_value(failure.kind)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_else(|| "provider".into()),
+            RunError::Canceled => "canceled",
+            RunError::Host { .. } => "host",
+            RunError::EmptyUserMessage => "empty_user_message",
+            RunError::Invariant { .. } => "invariant",
+            RunError::Provider { failure, .. } => failure.kind.name(),
         }
     }
 
@@ -194,6 +192,108 @@ impl RunError {
         match self {
             RunError::Provider { failure, .. } => Some(failure),
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::failure::FailureKind;
+
+    /// Every failure kind; the match fails to compile when a kind is added and not listed.
+    fn every_failure_kind() -> Vec<FailureKind> {
+        let all = vec![
+            FailureKind::RateLimited,
+            FailureKind::Unavailable,
+            FailureKind::ServerError,
+            FailureKind::Transport,
+            FailureKind::StreamMalformed,
+            FailureKind::EmptyResponse,
+            FailureKind::AuthFailed,
+            FailureKind::BadRequest,
+            FailureKind::ModelNotFound,
+            FailureKind::QuotaExhausted,
+            FailureKind::ContextOverflow,
+        ];
+        for kind in &all {
+            match kind {
+                FailureKind::RateLimited
+                | FailureKind::Unavailable
+                | FailureKind::ServerError
+                | FailureKind::Transport
+                | FailureKind::StreamMalformed
+                | FailureKind::EmptyResponse
+                | FailureKind::AuthFailed
+                | FailureKind::BadRequest
+                | FailureKind::ModelNotFound
+                | FailureKind::QuotaExhausted
+                | FailureKind::ContextOverflow => {}
+            }
+        }
+        all
+    }
+
+    /// Every run error, one per variant and one per provider failure kind; the match fails to
+    /// compile when a variant is added and not listed.
+    fn every_run_error() -> Vec<RunError> {
+        let mut all = vec![
+            RunError::Canceled,
+            RunError::Host {
+                failure: HostFailure::new(HostFailureKind::Receiver, "gone"),
+            },
+            RunError::EmptyUserMessage,
+            RunError::Invariant {
+                message: "broken".into(),
+            },
+        ];
+        all.extend(
+            every_failure_kind()
+                .into_iter()
+                .map(|kind| RunError::Provider {
+                    failure: ProviderFailure::new(kind, "failed"),
+                    reason: GiveUp::NotRetryable,
+                    target: 0,
+                    label: "a".into(),
+                    earlier: Vec::new(),
+                }),
+        );
+        for error in &all {
+            match error {
+                RunError::Canceled
+                | RunError::Host { .. }
+                | RunError::Provider { .. }
+                | RunError::EmptyUserMessage
+                | RunError::Invariant { .. } => {}
+            }
+        }
+        all
+    }
+
+    /// What `kind` was before it came from the type: the serialized failure kind of a
+    /// provider error, else the serialized `type` of the variant.
+    fn serialized_kind(error: &RunError) -> String {
+        let value = match error {
+            RunError::Provider { failure, .. } => serde_json::to_value(failure.kind).unwrap(),
+            other => serde_json::to_value(other).unwrap()["type"].clone(),
+        };
+        value.as_str().unwrap().to_owned()
+    }
+
+    #[test]
+    fn every_run_error_kind_is_the_name_it_is_serialized_with() {
+        for error in every_run_error() {
+            assert_eq!(error.kind(), serialized_kind(&error), "{error:?}");
+        }
+    }
+
+    #[test]
+    fn every_failure_kind_name_is_the_name_it_is_serialized_with() {
+        for kind in every_failure_kind() {
+            assert_eq!(
+                serde_json::to_value(kind).unwrap(),
+                serde_json::Value::String(kind.name().to_owned())
+            );
         }
     }
 }

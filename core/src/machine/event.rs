@@ -2,6 +2,7 @@
 
 use super::ids::{BatchId, CompactionId, PermitId, RequestId, TimerId};
 use crate::budget::PermitDecision;
+use crate::compaction::CompactionError;
 use crate::conversation::{ContentBlock, Conversation};
 use crate::failure::ProviderFailure;
 use crate::response::AssistantResponse;
@@ -53,8 +54,9 @@ pub enum Event {
     CompactionFinished {
         /// The compaction this answers.
         compaction: CompactionId,
-        /// The compacted conversation, or why the compactor failed.
-        result: Result<Conversation, String>,
+        /// The compacted conversation, or why the compactor failed. In a trace, an error
+        /// is its message (`{"Err": "…"}`).
+        result: Result<Conversation, CompactionError>,
     },
     /// The shared retry budget answered a permit request.
     PermitAnswered {

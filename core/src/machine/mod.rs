@@ -16,8 +16,8 @@ pub use ids::{BatchId, CompactionId, PermitId, RequestId, TimerId};
 
 use crate::budget::{BudgetNote, PermitAsk, PermitDecision, PermitKind};
 use crate::compaction::{
-    summarized, summary_request, CompactionMethod, CompactionReason, CompactionReport,
-    SummaryRequest,
+    summarized, summary_request, CompactionError, CompactionMethod, CompactionReason,
+    CompactionReport, SummaryRequest,
 };
 use crate::conversation::{ContentBlock, Conversation, Message, Role, ToolResultPart};
 use crate::failure::{FailureAction, FailureKind, ProviderFailure, TransportFault};
@@ -762,8 +762,10 @@ impl AgentMachine {
         }
     }
 
-    fn on_compacted(&mut self, result: Result<Conversation, String>) {
-        let accepted = result.and_then(|c| self.accept(c, CompactionMethod::Elide));
+    fn on_compacted(&mut self, result: Result<Conversation, CompactionError>) {
+        let accepted = result
+            .map_err(|e| e.to_string())
+            .and_then(|c| self.accept(c, CompactionMethod::Elide));
         if let Err(message) = accepted {
             let Some(compacting) = self.compacting.take() else {
                 unreachable!("a compaction finished without one under way");

@@ -1857,7 +1857,7 @@ fn a_threshold_compaction_that_cannot_shrink_sends_the_request_anyway() {
         Millis(3),
         Event::CompactionFinished {
             compaction: *compaction,
-            result: Err("cannot shrink".into()),
+            result: Err(CompactionError::compactor("cannot shrink")),
         },
     );
     let (_, purpose, _) = sent_for(&out);

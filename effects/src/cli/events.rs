@@ -15,8 +15,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-fn io_error(e: std::io::Error) -> ReceiverError {
-    ReceiverError(format!("could not write to the terminal: {e}"))
+fn io_error(source: std::io::Error) -> ReceiverError {
+    ReceiverError::Write {
+        what: "to the terminal",
+        source,
+    }
 }
 
 /// Writes one JSON object per line to stdout (`--events json`). The schema is in the README.
@@ -75,7 +78,11 @@ impl JsonEvents {
     fn emit(&mut self, value: Value) -> Result<(), ReceiverError> {
         let mut out = std::io::stdout().lock();
         serde_json::to_writer(&mut out, &value)
-            .map_err(|e| ReceiverError(format!("could not write an event: {e}")))?;
+            // Writing a `Value` fails only in writing; as an I/O error it reads the same.
+            .map_err(|e| ReceiverError::Write {
+                what: "an event",
+                source: e.into(),
+            })?;
         out.write_all(b"\n").map_err(io_error)?;
         out.flush().map_err(io_error)
     }

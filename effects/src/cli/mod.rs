@@ -2,13 +2,16 @@
 //!
 //! A thin layer over library calls embedders can use too. Exit codes: 0 finished, 1 the run
 //! hard-failed, 2 usage or configuration error, 130 canceled by SIGINT/SIGTERM.
+//!
+//! Private to the crate: its clap structs are not API. The binary reaches it through
+//! [`crate::cli_main`].
 
 mod events;
 mod replay;
 mod run;
 mod simulate;
 
-pub use events::{advice, budget_event_json, error_event, HumanView, JsonEvents};
+pub use events::{HumanView, JsonEvents};
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;

@@ -144,7 +144,7 @@ fn announce_seed(events: EventsFormat, runner: &Runner) -> Result<(), i32> {
     JsonEvents::default()
         .start(runner.jitter_seed())
         .map_err(|e| {
-            eprintln!("rebound: {}", e.0);
+            eprintln!("rebound: {e}");
             EXIT_FAILED
         })
 }
