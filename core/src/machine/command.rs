@@ -254,7 +254,7 @@ pub enum Command {
     AcquirePermit {
         /// The id to answer with.
         permit: PermitId,
-        /// What to ask the budget, as [`RetryBudget::request`] takes it: the kind of
+        /// What to ask the budget, as [`RetryBudget::request`](crate::RetryBudget::request) takes it: the kind of
         /// permit, the target, the deadline, and when the request started.
         ask: PermitAsk,
     },

@@ -16,7 +16,7 @@ pub struct TargetSpec {
     /// The model name, e.g. `claude-sonnet-4-5`.
     pub model: String,
     /// The model's context window in tokens, when known (see
-    /// [`context_window`](crate::context_window) for a table of common models). With it, the
+    /// [`context_window`](fn@crate::context_window) for a table of common models). With it, the
     /// machine compacts before a request once the last one's input passed
     /// [`MachineConfig::compact_threshold_percent`] of it, instead of waiting for a refusal.
     #[serde(default, skip_serializing_if = "Option::is_none")]

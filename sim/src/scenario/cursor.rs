@@ -25,7 +25,7 @@ pub enum Planned<'s> {
         turn: usize,
         /// Whether this is the turn's `when_last_tool_error` answer.
         alternate: bool,
-        /// The answer (`None`: the scenario is used up; answer [`final_answer`]).
+        /// The answer (`None`: the scenario is used up; answer [`final_answer`](super::final_answer)).
         answer: Option<&'s Answer>,
     },
 }

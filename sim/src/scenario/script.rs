@@ -83,7 +83,7 @@ pub struct Answer {
     /// Why the model stopped; defaults to `tool_use` with calls, `end_turn` without.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<StopReason>,
-    /// How long the answer takes, overriding [`Timing::answer_ms`].
+    /// How long the answer takes, overriding [`Timing::answer_ms`](super::Timing::answer_ms).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_ms: Option<u64>,
     /// When set, the tool source fails the whole batch.
@@ -193,7 +193,7 @@ pub struct ScriptedCall {
     pub input_problem: Option<InputProblem>,
     /// What running the call produces.
     pub outcome: ToolOutcome,
-    /// How long the call runs, overriding [`Timing::tool_ms`].
+    /// How long the call runs, overriding [`Timing::tool_ms`](super::Timing::tool_ms).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub duration_ms: Option<u64>,
 }
