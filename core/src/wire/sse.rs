@@ -166,7 +166,11 @@ pub struct SseDecoder {
     after_cr: bool,
     /// No line has been completed yet (a BOM may still have to be skipped).
     at_start: bool,
+    /// The `event:` name of the current event when `named`, else the last one seen: streams
+    /// repeat a few names, and a name equal to the last one is taken without reading it again.
     event_type: String,
+    /// Whether the current event has a (non-empty) name, in `event_type`.
+    named: bool,
     /// The data lines of the current event as received, each followed by `\n`.
     data: Vec<u8>,
     /// The size of `data` as text (invalid UTF-8 replaced), once an event came near the
@@ -233,6 +237,7 @@ impl SseDecoder {
             after_cr: false,
             at_start: true,
             event_type: String::new(),
+            named: false,
             data: Vec::new(),
             data_text_len: None,
             last_event_id: String::new(),
@@ -366,7 +371,7 @@ impl SseDecoder {
     /// Whether bytes of an unfinished line or event are buffered.
     #[must_use]
     pub fn has_pending(&self) -> bool {
-        !self.line.is_empty() || !self.data.is_empty() || !self.event_type.is_empty()
+        !self.line.is_empty() || !self.data.is_empty() || self.named
     }
 
     fn fail(&mut self, e: SseError) -> SseError {
@@ -403,17 +408,21 @@ impl SseDecoder {
         match field {
             b"data" => self.admit_data(value)?,
             b"event" => {
-                let value = utf8_lossy(value);
-                let data = if self.near_limit(value.len(), 0) {
+                if value != self.event_type.as_bytes() {
+                    let value = utf8_lossy(value);
+                    self.event_type.clear();
+                    self.event_type.push_str(&value);
+                }
+                let name = self.event_type.len();
+                let data = if self.near_limit(name, 0) {
                     self.data_text_len()
                 } else {
                     self.data.len()
                 };
-                if value.len() + data > self.limits.max_event_bytes {
+                if name + data > self.limits.max_event_bytes {
                     return Err(self.too_large());
                 }
-                self.event_type.clear();
-                self.event_type.push_str(&value);
+                self.named = name > 0;
             }
             b"id" if !value.contains(&0) => {
                 self.last_event_id.clear();
@@ -461,7 +470,7 @@ impl SseDecoder {
     /// line at a time.
     fn admit_data(&mut self, value: &[u8]) -> Result<(), SseError> {
         let limit = self.limits.max_event_bytes;
-        let name = self.event_type.len();
+        let name = if self.named { self.event_type.len() } else { 0 };
         if name + self.data.len() + value.len() + 1 > limit {
             return Err(self.too_large());
         }
@@ -481,7 +490,7 @@ impl SseDecoder {
     /// for [`SseDecoder::event_ref`]), or resets it and returns false when it has none.
     fn dispatch(&mut self) -> bool {
         if self.data.is_empty() {
-            self.event_type.clear();
+            self.named = false;
             self.retry = None;
             return false;
         }
@@ -492,7 +501,7 @@ impl SseDecoder {
     /// The event being dispatched.
     fn event_ref(&self) -> SseEventRef<'_> {
         SseEventRef {
-            event: (!self.event_type.is_empty()).then_some(self.event_type.as_str()),
+            event: self.named.then_some(self.event_type.as_str()),
             data: &self.data,
             id: (!self.last_event_id.is_empty()).then_some(self.last_event_id.as_str()),
             retry: self.retry,
@@ -503,7 +512,7 @@ impl SseDecoder {
     fn reset_event(&mut self) {
         self.data.clear();
         self.data_text_len = None;
-        self.event_type.clear();
+        self.named = false;
         self.retry = None;
     }
 }

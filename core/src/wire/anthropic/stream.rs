@@ -252,39 +252,37 @@ fn delta_event(data: &[u8]) -> Option<Event<'_>> {
 /// (a control character, an unknown escape, invalid UTF-8, no closing quote).
 fn json_string(bytes: &[u8]) -> Option<(Cow<'_, str>, &[u8])> {
     let mut unescaped: Option<Vec<u8>> = None;
-    let mut from = 0;
-    let mut i = 0;
+    let mut rest = bytes;
     loop {
-        match *bytes.get(i)? {
-            b'"' => break,
-            b'\\' => {
-                let byte = match *bytes.get(i + 1)? {
-                    b @ (b'"' | b'\\' | b'/') => b,
-                    b'b' => 0x08,
-                    b'f' => 0x0c,
-                    b'n' => b'\n',
-                    b'r' => b'\r',
-                    b't' => b'\t',
-                    _ => return None,
-                };
-                let out = unescaped.get_or_insert_with(Vec::new);
-                out.extend_from_slice(&bytes[from..i]);
-                out.push(byte);
-                i += 2;
-                from = i;
-            }
-            0..=0x1f => return None,
-            _ => i += 1,
+        let (run, tail) = rest.split_at(memchr::memchr2(b'"', b'\\', rest)?);
+        if run.iter().any(|&b| b < 0x20) {
+            return None;
         }
+        if tail[0] == b'"' {
+            let text = match unescaped {
+                None => Cow::Borrowed(std::str::from_utf8(run).ok()?),
+                Some(mut out) => {
+                    out.extend_from_slice(run);
+                    Cow::Owned(String::from_utf8(out).ok()?)
+                }
+            };
+            return Some((text, &tail[1..]));
+        }
+        let byte = match *tail.get(1)? {
+            b @ (b'"' | b'\\' | b'/') => b,
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b't' => b'\t',
+            _ => return None,
+        };
+        // Unescaped text is never longer than what is left of the data: one allocation.
+        let out = unescaped.get_or_insert_with(|| Vec::with_capacity(bytes.len()));
+        out.extend_from_slice(run);
+        out.push(byte);
+        rest = &tail[2..];
     }
-    let text = match unescaped {
-        None => Cow::Borrowed(std::str::from_utf8(&bytes[..i]).ok()?),
-        Some(mut out) => {
-            out.extend_from_slice(&bytes[from..i]);
-            Cow::Owned(String::from_utf8(out).ok()?)
-        }
-    };
-    Some((text, &bytes[i + 1..]))
 }
 
 /// A non-streaming Messages response body.
