@@ -1,7 +1,7 @@
 //! Event data read as JSON with as little copying and checking as possible: a JSON string
 //! that borrows from the input when it has no escapes (the hot text and argument deltas parse
-//! without an allocation per field), and data parsed from the stream's bytes, so that their
-//! UTF-8 is checked once, by the JSON parser, rather than by the SSE framing and again.
+//! without an allocation per field), and data taken as the stream's bytes and checked for
+//! UTF-8 once, when they are parsed, rather than by the SSE framing.
 
 use serde::Deserialize;
 use std::borrow::Cow;
@@ -17,8 +17,7 @@ pub(crate) fn text(data: &[u8]) -> Cow<'_, str> {
 /// ASCII ends are trimmed from the bytes (the whitespace of `char::is_whitespace`: tab, line
 /// feed, vertical tab, form feed, carriage return, space); only data whose ends are not
 /// ASCII is read as text, to find Unicode whitespace. Data that are not UTF-8 come back with
-/// their ASCII ends trimmed, and fail to parse in [`parse_json`], whose fallback then trims
-/// their text.
+/// their ASCII ends trimmed; [`parse_json`] with `str::trim` then trims their text.
 pub(crate) fn trim(data: &[u8]) -> &[u8] {
     let space = |b: &u8| matches!(b, b'\t'..=b'\r' | b' ');
     let start = data.iter().position(|b| !space(b)).unwrap_or(data.len());
@@ -35,26 +34,25 @@ pub(crate) fn trim(data: &[u8]) -> &[u8] {
     }
 }
 
-/// Parses event data as JSON, straight from the bytes: serde_json checks the UTF-8 of each
-/// string as it reads it, so valid data (every real stream) are checked once.
-///
-/// Data that fail to parse and are not UTF-8 are parsed again exactly as before the bytes were
-/// kept (issue 21): as text, invalid UTF-8 replaced with U+FFFD (into `lossy`), shaped by
-/// `as_read` (`str::trim`, or nothing). So the outcome is the same as parsing
-/// `as_read(&text(data))`, whatever the bytes.
+/// Parses event data as JSON, exactly as their text would be parsed: the data are checked for
+/// UTF-8 once, here, as a whole (serde_json's `from_slice` checks every string, keys
+/// included, one call each, which cost more on Chat chunks); data that are not UTF-8 are read
+/// as the SSE rules have it, invalid sequences replaced with U+FFFD (into `lossy`). `as_read`
+/// shapes the text first (`str::trim`, or nothing).
 pub(crate) fn parse_json<'a, T: Deserialize<'a>>(
     data: &'a [u8],
     lossy: &'a mut String,
     as_read: fn(&str) -> &str,
 ) -> serde_json::Result<T> {
-    match serde_json::from_slice(data) {
-        Err(_) if std::str::from_utf8(data).is_err() => {
+    let text = match std::str::from_utf8(data) {
+        Ok(text) => text,
+        Err(_) => {
             *lossy = String::from_utf8_lossy(data).into_owned();
             let lossy: &'a String = lossy;
-            serde_json::from_str(as_read(lossy))
+            lossy
         }
-        parsed => parsed,
-    }
+    };
+    serde_json::from_str(as_read(text))
 }
 
 /// The text as is, for [`parse_json`] on data that were not trimmed.
