@@ -814,7 +814,8 @@ impl Runner {
                 format!("no provider is configured for target {target}"),
             ));
         };
-        let tools = self.config.tools.clone();
+        // Borrowed, not cloned: the tool specs (JSON schemas) are the same for every request.
+        let tools = &self.config.tools;
         let receiver = &mut self.receiver;
         let mut streamed = false;
         let mut receiver_failed: Option<ReceiverError> = None;
@@ -831,7 +832,7 @@ impl Runner {
         let outcome = tokio::select! {
             biased;
             () = self.cancel.0.cancelled() => None,
-            r = provider.send(conversation, &tools, &mut sink) => Some(r),
+            r = provider.send(conversation, tools, &mut sink) => Some(r),
         };
         if let Some(e) = receiver_failed {
             return Flow::Next(host_event(HostFailureKind::Receiver, e.to_string()));

@@ -97,7 +97,7 @@ use crate::failure::{ProviderFailure, ProviderKind, TransportFault};
 use crate::response::AssistantResponse;
 use crate::tool::ToolSpec;
 use serde_json::Value;
-use sse::{SseDecoder, SseError, SseEvent, SseLimits};
+use sse::{SseDecoder, SseError, SseEventRef, SseLimits};
 
 /// What a request needs besides the conversation.
 #[derive(Debug, Clone, Copy)]
@@ -537,7 +537,7 @@ enum ProviderState {
 impl ProviderState {
     fn on_event(
         &mut self,
-        event: &SseEvent,
+        event: &SseEventRef<'_>,
         deltas: &mut Vec<StreamDelta>,
     ) -> Result<bool, ProviderFailure> {
         match self {
@@ -644,7 +644,7 @@ impl StreamDecoder {
             let mut deltas = Vec::new();
             match self.sse.finish() {
                 Err(e) => return Err(e.into()),
-                Ok(Some(last)) => match self.state.on_event(&last, &mut deltas) {
+                Ok(Some(last)) => match self.state.on_event(&last.as_event_ref(), &mut deltas) {
                     Ok(terminal) => self.complete = terminal,
                     // An event cut mid-line fails to parse: that is a cut, not garbage.
                     Err(f) if f.transport == Some(TransportFault::MalformedStream) => {

@@ -28,6 +28,11 @@
 //! than [`SseLimits::max_event_bytes`] is an [`SseError`], not an allocation spree. After an
 //! error the decoder stays failed.
 //!
+//! Two ways to take events: [`SseDecoder::feed`] appends owned [`SseEvent`]s, their data as
+//! text; [`SseDecoder::feed_with`] lends each event as an [`SseEventRef`] whose data are the
+//! stream's bytes, not yet checked for UTF-8, so that the text is checked once, where it is
+//! parsed (the framing itself never looks at the text: issue 21).
+//!
 //! One deliberate deviation: at end of input the WHATWG rules discard an event that was not
 //! ended by a blank line. [`SseDecoder::finish`] returns it instead (as the official Python
 //! SDK's decoder does), so a stream whose last `data:` line lacks its final newline is not
@@ -90,6 +95,65 @@ impl SseEvent {
     pub fn name(&self) -> &str {
         self.event.as_deref().unwrap_or("message")
     }
+
+    /// The event lent as an [`SseEventRef`] (its data as the bytes of its text).
+    #[must_use]
+    pub fn as_event_ref(&self) -> SseEventRef<'_> {
+        SseEventRef {
+            event: self.event.as_deref(),
+            data: self.data.as_bytes(),
+            id: self.id.as_deref(),
+            retry: self.retry,
+        }
+    }
+}
+
+/// One dispatched event, lent by [`SseDecoder::feed_with`]: the same fields as [`SseEvent`],
+/// borrowed, and the data as the stream sent them — bytes that may not be valid UTF-8.
+///
+/// ```
+/// use rebound_core::wire::sse::{SseDecoder, SseError};
+///
+/// let mut decoder = SseDecoder::new();
+/// let mut names = Vec::new();
+/// decoder
+///     .feed_with(b"event: delta\ndata: {\"text\":\"h\xc3\xa9\"}\n\n", |event| {
+///         assert_eq!(event.data, "{\"text\":\"h\u{e9}\"}".as_bytes());
+///         names.push(event.name().to_owned());
+///         Ok::<(), SseError>(())
+///     })
+///     .unwrap();
+/// assert_eq!(names, ["delta"]);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SseEventRef<'a> {
+    /// The `event:` field, when the event had one (invalid UTF-8 replaced with U+FFFD).
+    pub event: Option<&'a str>,
+    /// The `data:` lines joined with `\n`, as received (not checked for UTF-8).
+    pub data: &'a [u8],
+    /// The last event id at dispatch time, when one was set.
+    pub id: Option<&'a str>,
+    /// A `retry:` value (ms) given within this event's lines.
+    pub retry: Option<u64>,
+}
+
+impl SseEventRef<'_> {
+    /// The event's type: its `event:` field, or `message` when it had none.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        self.event.unwrap_or("message")
+    }
+
+    /// The event as an owned [`SseEvent`], invalid UTF-8 in its data replaced with U+FFFD.
+    #[must_use]
+    pub fn to_event(&self) -> SseEvent {
+        SseEvent {
+            event: self.event.map(str::to_owned),
+            data: String::from_utf8_lossy(self.data).into_owned(),
+            id: self.id.map(str::to_owned),
+            retry: self.retry,
+        }
+    }
 }
 
 /// The incremental decoder; see the [module docs](self).
@@ -102,16 +166,20 @@ pub struct SseDecoder {
     after_cr: bool,
     /// No line has been completed yet (a BOM may still have to be skipped).
     at_start: bool,
+    /// The `event:` name of the current event when `named`, else the last one seen: streams
+    /// repeat a few names, and a name equal to the last one is taken without reading it again.
     event_type: String,
-    data: String,
+    /// Whether the current event has a (non-empty) name, in `event_type`.
+    named: bool,
+    /// The data lines of the current event as received, each followed by `\n`.
+    data: Vec<u8>,
+    /// The size of `data` as text (invalid UTF-8 replaced), once an event came near the
+    /// limit; see [`SseDecoder::admit_data`].
+    data_text_len: Option<usize>,
     last_event_id: String,
     retry: Option<u64>,
     reconnection_ms: Option<u64>,
     failed: Option<SseError>,
-    /// The event lent to callers; its buffers are swapped back and reused.
-    scratch: SseEvent,
-    /// A cleared event-name buffer kept for reuse.
-    spare_name: Option<String>,
 }
 
 impl fmt::Debug for SseDecoder {
@@ -143,6 +211,16 @@ fn utf8_lossy(value: &[u8]) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// The length of `value` as text, invalid UTF-8 replaced with U+FFFD (3 bytes for each
+/// invalid sequence of 1 to 3 bytes): never less than `value.len()`, never more than three
+/// times it.
+fn text_len(value: &[u8]) -> usize {
+    match std::str::from_utf8(value) {
+        Ok(_) => value.len(),
+        Err(_) => String::from_utf8_lossy(value).len(),
+    }
+}
+
 impl SseDecoder {
     /// A decoder with [`SseLimits::default`].
     #[must_use]
@@ -159,13 +237,13 @@ impl SseDecoder {
             after_cr: false,
             at_start: true,
             event_type: String::new(),
-            data: String::new(),
+            named: false,
+            data: Vec::new(),
+            data_text_len: None,
             last_event_id: String::new(),
             retry: None,
             reconnection_ms: None,
             failed: None,
-            scratch: SseEvent::default(),
-            spare_name: None,
         }
     }
 
@@ -189,22 +267,23 @@ impl SseDecoder {
 
     /// Feeds the next bytes of the stream, appending every event they complete to `out`.
     pub fn feed(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) -> Result<(), SseError> {
-        self.feed_with(bytes, |event: &SseEvent| {
-            out.push(event.clone());
+        self.feed_with(bytes, |event: &SseEventRef<'_>| {
+            out.push(event.to_event());
             Ok::<(), SseError>(())
         })
     }
 
     /// Feeds the next bytes of the stream, calling `on_event` with every event they complete.
     ///
-    /// The event is lent, not given: its buffers are reused for the next one, so decoding
-    /// allocates nothing per event. A limit error is converted into `E` and leaves the decoder
-    /// failed; an error from `on_event` is returned as is and the rest of `bytes` is not
-    /// decoded.
+    /// The event is lent, not given: it borrows the decoder's buffers, which are reused for
+    /// the next one, so decoding allocates nothing per event; its data are bytes, not yet
+    /// checked for UTF-8 (see [`SseEventRef`]). A limit error is converted into `E` and
+    /// leaves the decoder failed; an error from `on_event` is returned as is and the rest of
+    /// `bytes` is not decoded.
     pub fn feed_with<E, F>(&mut self, mut bytes: &[u8], mut on_event: F) -> Result<(), E>
     where
         E: From<SseError>,
-        F: FnMut(&SseEvent) -> Result<(), E>,
+        F: FnMut(&SseEventRef<'_>) -> Result<(), E>,
     {
         if let Some(e) = self.failed {
             return Err(e.into());
@@ -250,8 +329,8 @@ impl SseDecoder {
                 Err(e) => return Err(self.fail(e).into()),
                 Ok(false) => {}
                 Ok(true) => {
-                    let result = on_event(&self.scratch);
-                    self.recycle();
+                    let result = on_event(&self.event_ref());
+                    self.reset_event();
                     result?;
                 }
             }
@@ -281,8 +360,8 @@ impl SseDecoder {
             }
         }
         if self.dispatch() {
-            let event = self.scratch.clone();
-            self.recycle();
+            let event = self.event_ref().to_event();
+            self.reset_event();
             Ok(Some(event))
         } else {
             Ok(None)
@@ -292,7 +371,7 @@ impl SseDecoder {
     /// Whether bytes of an unfinished line or event are buffered.
     #[must_use]
     pub fn has_pending(&self) -> bool {
-        !self.line.is_empty() || !self.data.is_empty() || !self.event_type.is_empty()
+        !self.line.is_empty() || !self.data.is_empty() || self.named
     }
 
     fn fail(&mut self, e: SseError) -> SseError {
@@ -300,7 +379,7 @@ impl SseDecoder {
         e
     }
 
-    /// Processes one complete line; `Ok(true)` when it dispatched an event into `scratch`.
+    /// Processes one complete line; `Ok(true)` when it ended an event ready to dispatch.
     fn take_line(&mut self, mut line: &[u8]) -> Result<bool, SseError> {
         if self.at_start {
             self.at_start = false;
@@ -327,27 +406,23 @@ impl SseDecoder {
             None => (line, &[][..]),
         };
         match field {
-            b"data" => {
-                let value = utf8_lossy(value);
-                if self.event_type.len() + self.data.len() + value.len() + 1
-                    > self.limits.max_event_bytes
-                {
-                    return Err(SseError::EventTooLarge {
-                        limit: self.limits.max_event_bytes,
-                    });
-                }
-                self.data.push_str(&value);
-                self.data.push('\n');
-            }
+            b"data" => self.admit_data(value)?,
             b"event" => {
-                let value = utf8_lossy(value);
-                if value.len() + self.data.len() > self.limits.max_event_bytes {
-                    return Err(SseError::EventTooLarge {
-                        limit: self.limits.max_event_bytes,
-                    });
+                if value != self.event_type.as_bytes() {
+                    let value = utf8_lossy(value);
+                    self.event_type.clear();
+                    self.event_type.push_str(&value);
                 }
-                self.event_type.clear();
-                self.event_type.push_str(&value);
+                let name = self.event_type.len();
+                let data = if self.near_limit(name, 0) {
+                    self.data_text_len()
+                } else {
+                    self.data.len()
+                };
+                if name + data > self.limits.max_event_bytes {
+                    return Err(self.too_large());
+                }
+                self.named = name > 0;
             }
             b"id" if !value.contains(&0) => {
                 self.last_event_id.clear();
@@ -365,45 +440,80 @@ impl SseDecoder {
         Ok(false)
     }
 
-    /// Ends the current event: moves it into `scratch` and returns true, or resets and
-    /// returns false when its data buffer is empty.
+    fn too_large(&self) -> SseError {
+        SseError::EventTooLarge {
+            limit: self.limits.max_event_bytes,
+        }
+    }
+
+    /// The size of the buffered data as text: computed once per event, the first time an
+    /// event comes near the limit, then kept up to date line by line.
+    fn data_text_len(&mut self) -> usize {
+        *self
+            .data_text_len
+            .get_or_insert_with(|| text_len(&self.data))
+    }
+
+    /// Whether `name_len` bytes plus the buffered data plus `more` bytes might pass the limit
+    /// as text (which is never more than three times as long as its bytes).
+    fn near_limit(&self, name_len: usize, more: usize) -> bool {
+        let worst = (self.data.len() + more).saturating_mul(3);
+        self.data_text_len.is_some() || name_len.saturating_add(worst) > self.limits.max_event_bytes
+    }
+
+    /// Appends a `data:` line's value to the event, within [`SseLimits::max_event_bytes`].
+    ///
+    /// The limit counts the event as text, invalid UTF-8 replaced with U+FFFD, so that an
+    /// owned [`SseEvent`] never exceeds it. The data stay bytes: their size as text is
+    /// computed only for an event that comes within a factor of three of the limit (text is
+    /// never shorter than its bytes, nor more than three times longer), and from then on one
+    /// line at a time.
+    fn admit_data(&mut self, value: &[u8]) -> Result<(), SseError> {
+        let limit = self.limits.max_event_bytes;
+        let name = if self.named { self.event_type.len() } else { 0 };
+        if name + self.data.len() + value.len() + 1 > limit {
+            return Err(self.too_large());
+        }
+        if self.near_limit(name, value.len() + 1) {
+            let text = self.data_text_len() + text_len(value) + 1;
+            if name + text > limit {
+                return Err(self.too_large());
+            }
+            self.data_text_len = Some(text);
+        }
+        self.data.extend_from_slice(value);
+        self.data.push(b'\n');
+        Ok(())
+    }
+
+    /// Ends the current event: returns true when it has data (its last `\n` removed, ready
+    /// for [`SseDecoder::event_ref`]), or resets it and returns false when it has none.
     fn dispatch(&mut self) -> bool {
-        let retry = self.retry.take();
         if self.data.is_empty() {
-            self.event_type.clear();
+            self.named = false;
+            self.retry = None;
             return false;
         }
-        if self.data.ends_with('\n') {
-            self.data.pop();
-        }
-        std::mem::swap(&mut self.scratch.data, &mut self.data);
-        self.scratch.event = if self.event_type.is_empty() {
-            None
-        } else {
-            let mut name = self.spare_name.take().unwrap_or_default();
-            std::mem::swap(&mut name, &mut self.event_type);
-            Some(name)
-        };
-        self.scratch.id = if self.last_event_id.is_empty() {
-            None
-        } else {
-            let mut id = self.scratch.id.take().unwrap_or_default();
-            id.clear();
-            id.push_str(&self.last_event_id);
-            Some(id)
-        };
-        self.scratch.retry = retry;
+        self.data.pop();
         true
     }
 
-    /// Takes the dispatched event's buffers back for the next event.
-    fn recycle(&mut self) {
-        std::mem::swap(&mut self.scratch.data, &mut self.data);
-        self.data.clear();
-        if let Some(mut name) = self.scratch.event.take() {
-            name.clear();
-            self.spare_name = Some(name);
+    /// The event being dispatched.
+    fn event_ref(&self) -> SseEventRef<'_> {
+        SseEventRef {
+            event: self.named.then_some(self.event_type.as_str()),
+            data: &self.data,
+            id: (!self.last_event_id.is_empty()).then_some(self.last_event_id.as_str()),
+            retry: self.retry,
         }
+    }
+
+    /// Clears the dispatched event's buffers for the next event.
+    fn reset_event(&mut self) {
+        self.data.clear();
+        self.data_text_len = None;
+        self.named = false;
+        self.retry = None;
     }
 }
 

@@ -10,6 +10,7 @@ use rebound_core::{
 };
 use std::error::Error as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::time::Instant;
 
 /// The Anthropic API version header value sent with every request.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -107,9 +108,10 @@ impl HttpProvider {
             return Err(ConfigError::EmptyModel);
         }
         let url = endpoint_url(config.provider, &config.base_url)?;
+        // No `read_timeout`: every read below is bounded by the provider's own idle and
+        // progress deadlines, and reqwest's would re-arm one more timer for every chunk.
         let client = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
-            .read_timeout(config.idle_timeout)
             .build()
             .map_err(|e| ConfigError::HttpClient(e.without_url().to_string()))?;
         Ok(HttpProvider {
@@ -195,41 +197,51 @@ impl HttpProvider {
             return parsed.map_err(|f| with_request_id(f, &headers).into());
         }
         let mut decoder = StreamDecoder::new(kind);
-        let mut last_progress = tokio::time::Instant::now();
+        let mut pieces = Vec::new();
+        let idle = self.config.idle_timeout;
+        let progress = self.config.progress_timeout;
+        let mut last_byte = Instant::now();
+        let mut last_progress = last_byte;
+        // One timer for the whole body, moved only when it fires early: re-arming a timeout
+        // for every chunk cost more than decoding the chunk (issue 21). When it fires, the
+        // deadlines are checked against the times of the last byte and the last content.
+        let deadline = |last_byte: Instant, last_progress: Instant| {
+            later(last_byte, idle).min(later(last_progress, progress))
+        };
+        let timer = tokio::time::sleep_until(deadline(last_byte, last_progress));
+        tokio::pin!(timer);
         loop {
-            let idle = self
-                .config
-                .idle_timeout
-                .min(remaining(last_progress, self.config.progress_timeout));
-            let chunk = match tokio::time::timeout(idle, response.chunk()).await {
-                Err(_) if last_progress.elapsed() >= self.config.progress_timeout => {
+            let chunk = tokio::select! {
+                biased;
+                chunk = response.chunk() => chunk,
+                () = &mut timer => {
+                    let now = Instant::now();
+                    let detail = if now >= later(last_progress, progress) {
+                        "no content received in time (only keep-alives)"
+                    } else if now >= later(last_byte, idle) {
+                        "no bytes received in time"
+                    } else {
+                        timer.as_mut().reset(deadline(last_byte, last_progress));
+                        continue;
+                    };
                     return Err(with_request_id(
-                        transport(
-                            TransportFault::IdleTimeout,
-                            "no content received in time (only keep-alives)",
-                        ),
+                        transport(TransportFault::IdleTimeout, detail),
                         &headers,
                     )
-                    .into())
+                    .into());
                 }
-                Err(_) => {
-                    return Err(with_request_id(
-                        transport(TransportFault::IdleTimeout, "no bytes received in time"),
-                        &headers,
-                    )
-                    .into())
-                }
-                Ok(Err(e)) => {
-                    return Err(with_request_id(classify_reqwest(&e, true), &headers).into())
-                }
-                Ok(Ok(None)) => break,
-                Ok(Ok(Some(chunk))) => chunk,
             };
-            let pieces = decoder
-                .feed(&chunk)
+            let chunk = match chunk {
+                Err(e) => return Err(with_request_id(classify_reqwest(&e, true), &headers).into()),
+                Ok(None) => break,
+                Ok(Some(chunk)) => chunk,
+            };
+            last_byte = Instant::now();
+            decoder
+                .feed_into(&chunk, &mut pieces)
                 .map_err(|f| with_request_id(f, &headers))?;
             let progressed = pieces.iter().any(has_content);
-            for piece in pieces {
+            for piece in pieces.drain(..) {
                 if !deltas(piece) {
                     return Err(SendError::Stopped);
                 }
@@ -238,8 +250,8 @@ impl HttpProvider {
                 break;
             }
             if progressed {
-                last_progress = tokio::time::Instant::now();
-            } else if last_progress.elapsed() >= self.config.progress_timeout {
+                last_progress = last_byte;
+            } else if last_byte >= later(last_progress, progress) {
                 return Err(with_request_id(
                     transport(
                         TransportFault::IdleTimeout,
@@ -364,8 +376,14 @@ fn now_unix_ms() -> Option<u64> {
         .and_then(|d| u64::try_from(d.as_millis()).ok())
 }
 
+/// `after` past `t`, or about 30 years (tokio's "never") when that is not representable.
+fn later(t: Instant, after: Duration) -> Instant {
+    t.checked_add(after)
+        .unwrap_or_else(|| t + Duration::from_secs(86_400 * 365 * 30))
+}
+
 /// What is left of `limit` since `since` (zero when spent).
-fn remaining(since: tokio::time::Instant, limit: Duration) -> Duration {
+fn remaining(since: Instant, limit: Duration) -> Duration {
     limit.saturating_sub(since.elapsed())
 }
 
@@ -402,7 +420,7 @@ async fn read_bounded(
     config: &HttpProviderConfig,
     limit: usize,
 ) -> Read {
-    let started = tokio::time::Instant::now();
+    let started = Instant::now();
     let mut body = Vec::new();
     let end = loop {
         let idle = config

@@ -4,12 +4,13 @@ use crate::classify::classify_error_body;
 use crate::failure::{ProviderFailure, ProviderKind};
 use crate::response::{AssistantResponse, StopReason};
 use crate::wire::assemble::{Assembly, Part};
-use crate::wire::borrow::{or_empty, Str};
+use crate::wire::borrow::{as_is, or_empty, parse_json, text, Str};
 use crate::wire::render::read_anthropic_usage;
-use crate::wire::sse::SseEvent;
+use crate::wire::sse::SseEventRef;
 use crate::wire::{malformed, stream_cut, StreamDelta};
 use serde::Deserialize;
 use serde_json::Value;
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 /// Assembly state for one Anthropic stream.
@@ -33,31 +34,27 @@ impl StreamState {
     /// Handles one event; `Ok(true)` when it was the terminal `message_stop`.
     pub(crate) fn on_event(
         &mut self,
-        event: &SseEvent,
+        event: &SseEventRef<'_>,
         deltas: &mut Vec<StreamDelta>,
     ) -> Result<bool, ProviderFailure> {
-        if event.event.as_deref() == Some("error") {
-            return Err(classify_error_body(
-                ProviderKind::Anthropic,
-                None,
-                event.data.as_bytes(),
-            ));
+        let fail =
+            || classify_error_body(ProviderKind::Anthropic, None, text(event.data).as_bytes());
+        if event.event == Some("error") {
+            return Err(fail());
         }
-        let v: Event<'_> = serde_json::from_str(&event.data)
-            .map_err(|e| malformed(&format!("event data is not a valid event: {e}")))?;
+        let mut lossy = String::new();
+        let v: Event<'_> = match delta_event(event.data) {
+            Some(v) => v,
+            None => parse_json(event.data, &mut lossy, as_is)
+                .map_err(|e| malformed(&format!("event data is not a valid event: {e}")))?,
+        };
         let ty =
             v.ty.as_ref()
                 .map(Str::as_str)
-                .or(event.event.as_deref())
+                .or(event.event)
                 .unwrap_or_default();
         match ty {
-            "error" => {
-                return Err(classify_error_body(
-                    ProviderKind::Anthropic,
-                    None,
-                    event.data.as_bytes(),
-                ))
-            }
+            "error" => return Err(fail()),
             "message_start" => {
                 if let Some(usage) = v.message.as_ref().and_then(|m| m.get("usage")) {
                     read_anthropic_usage(usage, &mut self.asm.usage);
@@ -161,7 +158,7 @@ fn index_of(index: Option<u64>) -> Result<u64, ProviderFailure> {
 
 /// One stream event. Rare parts (`message`, `content_block`, `usage`) stay generic; the
 /// frequent delta strings are borrowed from the event text.
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct Event<'a> {
     #[serde(rename = "type", default, borrow)]
     ty: Option<Str<'a>>,
@@ -178,7 +175,7 @@ struct Event<'a> {
 }
 
 /// A `content_block_delta`'s or `message_delta`'s `delta`.
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct Delta<'a> {
     #[serde(rename = "type", default, borrow)]
     ty: Option<Str<'a>>,
@@ -192,6 +189,100 @@ struct Delta<'a> {
     signature: Option<Str<'a>>,
     #[serde(default, borrow)]
     stop_reason: Option<Str<'a>>,
+}
+
+/// The kinds of `content_block_delta` [`delta_event`] reads: the delta's type, and the start
+/// of its data from that type's value to the opening quote of the string it carries.
+const DELTA_SHAPES: [(&str, &[u8]); 3] = [
+    ("text_delta", br#"text_delta","text":""#),
+    ("input_json_delta", br#"input_json_delta","partial_json":""#),
+    ("thinking_delta", br#"thinking_delta","thinking":""#),
+];
+
+/// A `content_block_delta` read without serde_json, when its data have exactly the API's own
+/// shape: `{"type":"content_block_delta","index":N,"delta":{"type":"text_delta","text":"…"}}`
+/// (or `input_json_delta` with `partial_json`, `thinking_delta` with `thinking`).
+///
+/// Nearly every event of a stream is one of these, and serde_json's generic reading of them
+/// was most of the decoding time (issue 21). Anything else — other fields or another order,
+/// whitespace, a `\u` escape, a control character, invalid UTF-8, an index with a leading
+/// zero — gives `None`, and the event goes to serde_json; so whenever this reads an event, it
+/// reads what serde_json would (a test holds it to that).
+fn delta_event(data: &[u8]) -> Option<Event<'_>> {
+    let rest = data.strip_prefix(br#"{"type":"content_block_delta","index":"#)?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 19 || (digits > 1 && rest[0] == b'0') {
+        return None;
+    }
+    let index = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+    let rest = rest[digits..].strip_prefix(br#","delta":{"type":""#)?;
+    let (kind, rest) = DELTA_SHAPES
+        .iter()
+        .find_map(|&(kind, shape)| Some((kind, rest.strip_prefix(shape)?)))?;
+    let (value, rest) = json_string(rest)?;
+    if rest != b"}}" {
+        return None;
+    }
+    let value = Some(Str(value));
+    let mut delta = Delta {
+        ty: Some(Str(Cow::Borrowed(kind))),
+        text: None,
+        partial_json: None,
+        thinking: None,
+        signature: None,
+        stop_reason: None,
+    };
+    match kind {
+        "text_delta" => delta.text = value,
+        "input_json_delta" => delta.partial_json = value,
+        _ => delta.thinking = value,
+    }
+    Some(Event {
+        ty: Some(Str(Cow::Borrowed("content_block_delta"))),
+        index: Some(index),
+        delta: Some(delta),
+        content_block: None,
+        message: None,
+        usage: None,
+    })
+}
+
+/// The JSON string whose opening quote precedes `bytes`, unescaped, and the bytes after its
+/// closing quote; `None` for what only serde_json reads exactly (`\u` escapes) or refuses
+/// (a control character, an unknown escape, invalid UTF-8, no closing quote).
+fn json_string(bytes: &[u8]) -> Option<(Cow<'_, str>, &[u8])> {
+    let mut unescaped: Option<Vec<u8>> = None;
+    let mut rest = bytes;
+    loop {
+        let (run, tail) = rest.split_at(memchr::memchr2(b'"', b'\\', rest)?);
+        if run.iter().any(|&b| b < 0x20) {
+            return None;
+        }
+        if tail[0] == b'"' {
+            let text = match unescaped {
+                None => Cow::Borrowed(std::str::from_utf8(run).ok()?),
+                Some(mut out) => {
+                    out.extend_from_slice(run);
+                    Cow::Owned(String::from_utf8(out).ok()?)
+                }
+            };
+            return Some((text, &tail[1..]));
+        }
+        let byte = match *tail.get(1)? {
+            b @ (b'"' | b'\\' | b'/') => b,
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b't' => b'\t',
+            _ => return None,
+        };
+        // Unescaped text is never longer than what is left of the data: one allocation.
+        let out = unescaped.get_or_insert_with(|| Vec::with_capacity(bytes.len()));
+        out.extend_from_slice(run);
+        out.push(byte);
+        rest = &tail[2..];
+    }
 }
 
 /// A non-streaming Messages response body.
@@ -239,4 +330,76 @@ pub(crate) fn parse_response(v: &Value, body: &[u8]) -> Result<AssistantResponse
         None => StopReason::EndTurn,
     };
     asm.finish(stop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn serde_event(data: &[u8]) -> Option<Event<'_>> {
+        serde_json::from_slice(data).ok()
+    }
+
+    #[test]
+    fn delta_events_of_the_api_shape_read_like_serde_json() {
+        let cases: [&[u8]; 8] = [
+            br#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}"#,
+            br#"{"type":"content_block_delta","index":12,"delta":{"type":"input_json_delta","partial_json":"{\"a\": \"b\\n\/"}}"#,
+            br#"{"type":"content_block_delta","index":1,"delta":{"type":"thinking_delta","thinking":"d\u00e9j\u00e0"}}"#,
+            br#"{"type":"content_block_delta","index":01,"delta":{"type":"text_delta","text":"x"}}"#,
+            br#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"x"}} "#,
+            br#"{"type":"content_block_delta","index":99999999999999999999,"delta":{"type":"text_delta","text":"x"}}"#,
+            br#"{"type":"content_block_delta","index":1,"delta":{"type":"signature_delta","signature":"x"}}"#,
+            "{\"type\":\"content_block_delta\",\"index\":3,\"delta\":{\"type\":\"text_delta\",\"text\":\"中文 😀\"}}".as_bytes(),
+        ];
+        let mut read = 0;
+        for data in cases {
+            if let Some(fast) = delta_event(data) {
+                assert_eq!(
+                    Some(fast),
+                    serde_event(data),
+                    "{}",
+                    String::from_utf8_lossy(data)
+                );
+                read += 1;
+            }
+        }
+        // `\u` escapes, a leading zero, trailing space, an overflowing index and another
+        // delta type are left to serde_json.
+        assert_eq!(read, 3);
+    }
+
+    proptest! {
+        #[test]
+        fn delta_event_never_disagrees_with_serde_json(
+            index in prop_oneof![Just("0".to_owned()), "[0-9]{1,21}"],
+            kind in 0usize..3,
+            text in "(?s).{0,40}",
+            raw in proptest::collection::vec(any::<u8>(), 0..40),
+            quoted in any::<bool>(),
+            tail in prop_oneof![Just(b"}}".to_vec()), proptest::collection::vec(any::<u8>(), 0..4)],
+        ) {
+            let (name, field) = [("text_delta", "text"), ("input_json_delta", "partial_json"),
+                ("thinking_delta", "thinking")][kind];
+            let mut data = format!(
+                r#"{{"type":"content_block_delta","index":{index},"delta":{{"type":"{name}","{field}":"#
+            ).into_bytes();
+            if quoted {
+                data.extend_from_slice(serde_json::to_string(&text).unwrap().as_bytes());
+            } else {
+                data.push(b'"');
+                data.extend_from_slice(&raw);
+                data.push(b'"');
+            }
+            data.extend_from_slice(&tail);
+            if let Some(fast) = delta_event(&data) {
+                prop_assert_eq!(Some(fast), serde_event(&data));
+            } else if quoted && tail == b"}}" && index.len() < 20 && !index.starts_with('0')
+                && !serde_json::to_string(&text).unwrap().contains("\\u")
+            {
+                prop_assert!(false, "the API's own shape was not read: {:?}", String::from_utf8_lossy(&data));
+            }
+        }
+    }
 }

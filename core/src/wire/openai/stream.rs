@@ -5,9 +5,9 @@ use crate::classify::classify_error_body;
 use crate::failure::{ProviderFailure, ProviderKind};
 use crate::response::{AssistantResponse, StopReason, Usage};
 use crate::wire::assemble::{Assembly, Part};
-use crate::wire::borrow::{or_empty, Str};
+use crate::wire::borrow::{or_empty, parse_json, text, trim, Str};
 use crate::wire::render::count;
-use crate::wire::sse::SseEvent;
+use crate::wire::sse::SseEventRef;
 use crate::wire::{malformed, stream_cut, StreamDelta};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
@@ -41,28 +41,22 @@ impl StreamState {
     /// Handles one event; `Ok(true)` when it was the terminal `data: [DONE]`.
     pub(crate) fn on_event(
         &mut self,
-        event: &SseEvent,
+        event: &SseEventRef<'_>,
         deltas: &mut Vec<StreamDelta>,
     ) -> Result<bool, ProviderFailure> {
-        if event.event.as_deref() == Some("error") {
-            return Err(classify_error_body(
-                ProviderKind::OpenAi,
-                None,
-                event.data.as_bytes(),
-            ));
+        let fail = || classify_error_body(ProviderKind::OpenAi, None, text(event.data).as_bytes());
+        if event.event == Some("error") {
+            return Err(fail());
         }
-        let data = event.data.trim();
-        if data == "[DONE]" {
+        let data = trim(event.data);
+        if data == b"[DONE]" {
             return Ok(true);
         }
-        let chunk: Chunk<'_> = serde_json::from_str(data)
+        let mut lossy = String::new();
+        let chunk: Chunk<'_> = parse_json(data, &mut lossy, str::trim)
             .map_err(|e| malformed(&format!("chunk is not a valid chunk: {e}")))?;
         if chunk.error.is_some() {
-            return Err(classify_error_body(
-                ProviderKind::OpenAi,
-                None,
-                event.data.as_bytes(),
-            ));
+            return Err(fail());
         }
         if let Some(usage) = chunk.usage.as_ref().filter(|u| u.is_object()) {
             read_usage(usage, &mut self.asm.usage);

@@ -12,9 +12,9 @@ use crate::classify::classify_error_body;
 use crate::failure::{ProviderFailure, ProviderKind};
 use crate::response::{AssistantResponse, StopReason, Usage};
 use crate::wire::assemble::{Assembly, Part};
-use crate::wire::borrow::{or_empty, Str};
+use crate::wire::borrow::{or_empty, parse_json, text, trim, Str};
 use crate::wire::render::count;
-use crate::wire::sse::SseEvent;
+use crate::wire::sse::SseEventRef;
 use crate::wire::{malformed, stream_cut, StreamDelta};
 use serde::Deserialize;
 use serde_json::Value;
@@ -66,24 +66,31 @@ impl StreamState {
     /// `response.incomplete`.
     pub(crate) fn on_event(
         &mut self,
-        event: &SseEvent,
+        event: &SseEventRef<'_>,
         deltas: &mut Vec<StreamDelta>,
     ) -> Result<bool, ProviderFailure> {
-        let data = event.data.trim();
-        let fail =
-            || classify_error_body(ProviderKind::OpenAiResponses, None, event.data.as_bytes());
-        if matches!(event.event.as_deref(), Some("error" | "response.failed")) {
+        let data = trim(event.data);
+        let fail = || {
+            classify_error_body(
+                ProviderKind::OpenAiResponses,
+                None,
+                text(event.data).as_bytes(),
+            )
+        };
+        if matches!(event.event, Some("error" | "response.failed")) {
             return Err(fail());
         }
         // Some servers end with Chat's sentinel; only `response.completed` completes.
-        if data == "[DONE]" {
+        if data == b"[DONE]" {
             return Ok(false);
         }
-        let v: Event<'_> = match serde_json::from_str(data) {
+        let mut lossy = String::new();
+        let v: Event<'_> = match parse_json(data, &mut lossy, str::trim) {
             Ok(v) => v,
             Err(e) => {
                 // An event of a type rebound does not read may have any shape.
-                let ty = serde_json::from_str::<TypeOnly<'_>>(data)
+                let mut lossy = String::new();
+                let ty = parse_json::<TypeOnly<'_>>(data, &mut lossy, str::trim)
                     .ok()
                     .and_then(|t| t.ty.map(|s| s.0.into_owned()));
                 return match ty {
@@ -95,7 +102,7 @@ impl StreamState {
         let ty =
             v.ty.as_ref()
                 .map(Str::as_str)
-                .or(event.event.as_deref())
+                .or(event.event)
                 .unwrap_or_default();
         let output = v.output_index.unwrap_or(0);
         match ty {
