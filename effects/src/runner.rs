@@ -536,16 +536,18 @@ impl Runner {
             .budget
             .as_ref()
             .map_or_else(Instant::now, |budget| budget.origin());
+        self.started = Some(Instant::now());
+        if let Err(e) = self.write_header() {
+            return Err(self.host_error(HostFailureKind::Internal, format!("trace: {e}")));
+        }
+        // A copy, not the runner's own: a run whose future is dropped leaves the runner
+        // with the conversation it had.
         let mut machine = AgentMachine::with_conversation(
             self.config.clone(),
             self.seed,
             self.conversation.clone(),
         );
         let mut stats = RunStats::default();
-        self.started = Some(Instant::now());
-        if let Err(e) = self.write_header() {
-            return Err(self.host_error(HostFailureKind::Internal, format!("trace: {e}")));
-        }
         let mut next = Some(match input {
             RunInput::User(content) => Event::UserMessage { content },
             RunInput::Resume => Event::Resume,
@@ -585,7 +587,7 @@ impl Runner {
                 }
             }
         }
-        self.conversation = machine.conversation().clone();
+        self.conversation = machine.into_conversation();
         if let Err(error) = &result {
             stats.wall_ms = self.elapsed_ms();
             // Best effort: the run is failing already.

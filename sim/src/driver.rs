@@ -34,7 +34,6 @@ use rebound_core::{
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap};
-use std::sync::Arc;
 
 /// How the simulated world is set up, beyond the scenario.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -762,10 +761,8 @@ impl<'s> Agent<'s> {
             unreachable!("outcomes are taken only after every run ended")
         };
         // The machine's handle to the conversation is usually the last one (every request
-        // snapshot was taken before the final append): take it rather than copy it.
-        let shared = self.machine.snapshot().0;
-        drop(self.machine);
-        let conversation = Arc::try_unwrap(shared).unwrap_or_else(|shared| (*shared).clone());
+        // snapshot was taken before the final append): taken, not copied.
+        let conversation = self.machine.into_conversation();
         SimOutcome {
             seed: self.seed,
             result,

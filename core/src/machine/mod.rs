@@ -246,6 +246,13 @@ impl AgentMachine {
         &self.conversation
     }
 
+    /// The conversation, taking the machine apart: without a copy when no snapshot of it
+    /// is still alive (a driver that dropped its commands), else a copy.
+    #[must_use]
+    pub fn into_conversation(self) -> Conversation {
+        Arc::try_unwrap(self.conversation).unwrap_or_else(|shared| (*shared).clone())
+    }
+
     /// A shared handle to the conversation, without copying it.
     #[must_use]
     pub fn snapshot(&self) -> Snapshot {

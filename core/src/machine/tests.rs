@@ -1870,3 +1870,30 @@ fn ok_outcome(id: &str) -> BatchOutcome {
         result: Ok(ToolOutput::text("contents")),
     }])
 }
+
+#[test]
+fn into_conversation_gives_the_finished_conversation_whether_or_not_a_snapshot_lives() {
+    let finished = |keep_snapshot: bool| {
+        let mut m = AgentMachine::new(config(), 1);
+        let (request, _, snapshot) = sent(&m.step(Millis(0), user("hi")));
+        let kept = keep_snapshot.then_some(snapshot);
+        m.step(
+            Millis(10),
+            Event::ProviderSucceeded {
+                request,
+                response: text_response("hello"),
+            },
+        );
+        assert!(m.is_terminal());
+        let expected = m.conversation().clone();
+        let kept_len = kept.as_ref().map(|s| s.len());
+        (m.into_conversation(), expected, kept_len)
+    };
+    for keep in [false, true] {
+        let (taken, expected, kept_len) = finished(keep);
+        assert_eq!(taken, expected);
+        assert_eq!(taken.len(), 2);
+        // A snapshot taken for the request still shows what was sent, not the answer.
+        assert_eq!(kept_len, keep.then_some(1));
+    }
+}
