@@ -340,6 +340,17 @@ pub fn request_body(
     }
 }
 
+/// Whether `provider`'s requests carry a tool result's error flag (`is_error`): Anthropic's
+/// do; OpenAI Chat's `tool` messages and Responses' `function_call_output` items carry only
+/// the text, so a model behind them cannot tell an error result from another.
+#[must_use]
+pub fn carries_tool_error_flag(provider: ProviderKind) -> bool {
+    match provider {
+        ProviderKind::Anthropic => true,
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => false,
+    }
+}
+
 /// Decodes a request body of `provider` back into a [`ParsedRequest`].
 pub fn parse_request(provider: ProviderKind, body: &[u8]) -> Result<ParsedRequest, WireError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| WireError::InvalidJson {

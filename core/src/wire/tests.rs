@@ -1289,3 +1289,41 @@ mod round_trip {
         }
     }
 }
+
+#[test]
+fn the_tool_error_flag_survives_a_request_exactly_where_the_wire_carries_it() {
+    let conversation = Conversation::from(vec![
+        Message::user_text("read a"),
+        Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::tool_use(
+                "call_1",
+                "read",
+                json!({"path": "a"}),
+            )],
+        },
+        Message {
+            role: Role::User,
+            content: vec![ContentBlock::tool_result(
+                "call_1",
+                vec![ToolResultPart::text("file not found: a")],
+                true,
+            )],
+        },
+    ]);
+    for provider in [
+        ProviderKind::Anthropic,
+        ProviderKind::OpenAi,
+        ProviderKind::OpenAiResponses,
+    ] {
+        let body = request_body(provider, &conversation, &params(&[])).expect("a request");
+        let parsed = parse_request(provider, body.to_string().as_bytes()).expect("parses back");
+        let flagged = parsed
+            .conversation
+            .messages()
+            .iter()
+            .flat_map(|m| m.tool_results())
+            .any(|r| r.is_error);
+        assert_eq!(flagged, carries_tool_error_flag(provider), "{provider}");
+    }
+}

@@ -14,7 +14,7 @@ use hyper::service::service_fn;
 use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rebound_core::wire::{self, ParsedRequest};
-use rebound_core::{AssistantResponse, Conversation, Millis, ProviderKind, TransportFault};
+use rebound_core::{AssistantResponse, Conversation, Millis, ProviderKind};
 use rebound_sim::scenario::{
     final_answer, message_id, overflow_body_for, render, with_usage, BodyKind, Fault, FaultKind,
     Planned, Rendered, ScriptCursor, WireRequest,
@@ -605,10 +605,10 @@ impl Reply {
                 };
                 Ok(self.chunked(content_type, chunks, end, plan, shared))
             }
-            Rendered::Close { after_ms, seen_as } => {
+            Rendered::Close { after_ms, .. } => {
                 self.silence_first(&shared, &mut plan).await;
-                // A stall's silence was played before the headers (`silence_first`).
-                if seen_as != TransportFault::IdleTimeout || fault.silence_ms().is_none() {
+                // A stall's or drip's silence was just played (`silence_first`).
+                if fault.silence_ms().is_none() {
                     tokio::time::sleep(Duration::from_millis(after_ms)).await;
                 }
                 Err(Abort)

@@ -1,5 +1,6 @@
 //! Walking a scenario request by request: the [`ScriptCursor`].
 
+use rebound_core::wire;
 use rebound_core::{Conversation, Millis, ProviderKind, Role};
 
 use super::{Answer, Fault, FaultKind, Scenario, SummaryScript, WeightedFault};
@@ -186,12 +187,12 @@ fn pick<'s>(mix: &'s [WeightedFault], rng: &mut fastrand::Rng) -> Option<&'s Fau
 }
 
 /// Whether the conversation, as `provider` receives it, ends with a user message holding an
-/// error tool result. Only Anthropic's tool results carry an error flag on the wire; OpenAI's
-/// `tool` messages and Responses' `function_call_output` items carry just the text, so a
-/// model behind them cannot tell (and a scripted one never answers `when_last_tool_error`).
+/// error tool result: never where the wire carries no error flag
+/// ([`wire::carries_tool_error_flag`]), so a scripted model behind OpenAI's formats never
+/// answers `when_last_tool_error`, as over HTTP.
 #[must_use]
 pub fn last_tool_result_failed(provider: ProviderKind, conversation: &Conversation) -> bool {
-    provider == ProviderKind::Anthropic
+    wire::carries_tool_error_flag(provider)
         && conversation
             .last()
             .is_some_and(|m| m.role == Role::User && m.tool_results().any(|r| r.is_error))

@@ -146,6 +146,7 @@ impl Answer {
             let id = self.call_id(turn, alternate, i);
             let input = match &call.input_problem {
                 Some(p) => {
+                    // As the encoders render it: a truncated call's block is left open.
                     let closed = p.kind != InputProblemKind::Truncated;
                     match wire::tool_input_problem(&p.raw, output_stopped, closed) {
                         Some((kind, detail)) => {
