@@ -19,6 +19,7 @@
 use crate::conversation::{ContentBlock, Conversation, Message, Role, ToolResultPart};
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::sync::Arc;
 
 /// The instruction that ends a summary request, after the older turns it summarises.
 ///
@@ -277,18 +278,15 @@ pub fn is_summary_request(conversation: &Conversation) -> bool {
 /// given to the model, and the kept tail (from an assistant message on) follows it.
 #[must_use]
 pub fn summarized(conversation: &Conversation, keep_from: usize, summary: &str) -> Conversation {
-    let mut out = vec![Message {
+    let mut out = vec![Arc::new(Message {
         role: Role::User,
         content: vec![ContentBlock::text(format!(
             "{SUMMARY_PREFIX}\n\n{}",
             summary.trim()
         ))],
-    }];
-    out.extend(
-        conversation.messages()[keep_from.min(conversation.len())..]
-            .iter()
-            .cloned(),
-    );
+    })];
+    // The kept tail is shared with `conversation`, not copied.
+    out.extend_from_slice(&conversation.messages()[keep_from.min(conversation.len())..]);
     Conversation::from(out)
 }
 
@@ -470,7 +468,7 @@ pub fn compact(
 
 /// Index of the first message of the kept tail: the latest assistant message that leaves at
 /// least `keep` messages after it (inclusive), never 0. Without one, the tail is everything.
-fn tail_start(messages: &[Message], keep: usize) -> usize {
+fn tail_start(messages: &[Arc<Message>], keep: usize) -> usize {
     let latest_allowed = messages.len().saturating_sub(keep.max(1));
     (1..=latest_allowed)
         .rev()

@@ -13,6 +13,7 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 use std::fmt;
+use std::sync::Arc;
 
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -344,10 +345,16 @@ pub enum PairingError {
 }
 
 /// An ordered list of messages: the state an agent run builds up.
+///
+/// Messages are shared, not copied: cloning a conversation, taking a snapshot of it for a
+/// request, or handing a message to the driver in [`Command::AppendMessage`] shares each
+/// message behind an [`Arc`]. A message never changes once it is in a conversation.
+///
+/// [`Command::AppendMessage`]: crate::Command::AppendMessage
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Conversation {
-    messages: Vec<Message>,
+    messages: Vec<Arc<Message>>,
 }
 
 impl Conversation {
@@ -357,9 +364,9 @@ impl Conversation {
         Self::default()
     }
 
-    /// The messages, oldest first.
+    /// The messages, oldest first. Each derefs to a [`Message`].
     #[must_use]
-    pub fn messages(&self) -> &[Message] {
+    pub fn messages(&self) -> &[Arc<Message>] {
         &self.messages
     }
 
@@ -378,18 +385,22 @@ impl Conversation {
     /// The newest message.
     #[must_use]
     pub fn last(&self) -> Option<&Message> {
-        self.messages.last()
+        self.messages.last().map(|m| &**m)
     }
 
     /// Appends a message.
-    pub fn push(&mut self, message: Message) {
-        self.messages.push(message);
+    pub fn push(&mut self, message: impl Into<Arc<Message>>) {
+        self.messages.push(message.into());
     }
 
-    /// Consumes the conversation, returning its messages.
+    /// Consumes the conversation, returning its messages: each one moved out when nothing
+    /// else shares it, else copied.
     #[must_use]
     pub fn into_messages(self) -> Vec<Message> {
         self.messages
+            .into_iter()
+            .map(|m| Arc::try_unwrap(m).unwrap_or_else(|shared| (*shared).clone()))
+            .collect()
     }
 
     /// A rough size in bytes of what would be sent: text, tool inputs and results, media data.
@@ -397,7 +408,7 @@ impl Conversation {
     /// Used to check that a compaction shrank the conversation; not a token count.
     #[must_use]
     pub fn approx_bytes(&self) -> usize {
-        self.messages.iter().map(Message::approx_bytes).sum()
+        self.messages.iter().map(|m| m.approx_bytes()).sum()
     }
 
     /// Checks that every assistant `tool_use` is answered, first and in order, by a
@@ -474,7 +485,23 @@ impl Conversation {
 
 impl From<Vec<Message>> for Conversation {
     fn from(messages: Vec<Message>) -> Self {
+        Conversation {
+            messages: messages.into_iter().map(Arc::new).collect(),
+        }
+    }
+}
+
+impl From<Vec<Arc<Message>>> for Conversation {
+    fn from(messages: Vec<Arc<Message>>) -> Self {
         Conversation { messages }
+    }
+}
+
+impl FromIterator<Message> for Conversation {
+    fn from_iter<I: IntoIterator<Item = Message>>(messages: I) -> Self {
+        Conversation {
+            messages: messages.into_iter().map(Arc::new).collect(),
+        }
     }
 }
 

@@ -81,7 +81,7 @@ fn rewrite(dir: &Path, n: usize, runs: usize) -> Figures {
     #[derive(serde::Serialize)]
     struct WholeFile<'a> {
         version: u64,
-        messages: &'a [Message],
+        messages: &'a [std::sync::Arc<Message>],
     }
     let path = dir.join(format!("whole-{n}.json"));
     let mut conversation = conversation(n);

@@ -499,7 +499,7 @@ enum Entry<'a> {
     },
     Compaction {
         replaces: usize,
-        messages: &'a [Message],
+        messages: &'a [Arc<Message>],
     },
 }
 
@@ -1190,7 +1190,7 @@ mod tests {
             .expect("decodes")
             .messages()
             .iter()
-            .map(Message::text)
+            .map(|m| m.text())
             .collect();
         assert_eq!(texts, ["first", "third"]);
         assert_eq!(bytes.iter().filter(|&&b| b == b'\n').count(), 3);

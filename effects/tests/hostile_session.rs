@@ -226,7 +226,7 @@ async fn a_second_opener_of_a_running_session_is_refused_and_the_lock_dies_with_
     let first = first.wait_with_output().expect("first run ends");
     assert_eq!(first.status.code(), Some(0), "{first:?}");
     let conversation = decode_session(&fs::read(&path).expect("read")).expect("loads");
-    let texts: Vec<String> = conversation.messages().iter().map(Message::text).collect();
+    let texts: Vec<String> = conversation.messages().iter().map(|m| m.text()).collect();
     assert_eq!(
         texts,
         ["hello", "Hello back."],

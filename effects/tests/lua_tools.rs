@@ -625,7 +625,7 @@ async fn the_model_reads_a_lua_tools_error_and_then_succeeds() {
         None,
     ];
     let mut turns = model_turns.iter();
-    let mut appended: Vec<Message> = Vec::new();
+    let mut appended: Vec<std::sync::Arc<Message>> = Vec::new();
     let mut commands = machine.step(
         now,
         Event::UserMessage {

@@ -187,8 +187,8 @@ impl RequestPurpose {
 pub enum Command {
     /// Persist and show a complete message (the machine has already appended it).
     AppendMessage {
-        /// The message.
-        message: Message,
+        /// The message, shared with the machine's conversation (no copy is made).
+        message: Arc<Message>,
     },
     /// Send a provider request for `conversation` to target `target`; answer with
     /// `ProviderSucceeded` or `ProviderFailed` carrying `request`.

@@ -368,7 +368,8 @@ impl AgentMachine {
     }
 
     fn append(&mut self, message: Message) {
-        Arc::make_mut(&mut self.conversation).push(message.clone());
+        let message = Arc::new(message);
+        Arc::make_mut(&mut self.conversation).push(Arc::clone(&message));
         self.emit(Command::AppendMessage { message });
     }
 

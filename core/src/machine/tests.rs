@@ -105,7 +105,7 @@ fn appended(commands: &[Command]) -> Vec<Message> {
     commands
         .iter()
         .filter_map(|c| match c {
-            Command::AppendMessage { message } => Some(message.clone()),
+            Command::AppendMessage { message } => Some(Message::clone(message)),
             _ => None,
         })
         .collect()
@@ -149,8 +149,11 @@ fn rate_limited_request_is_retried_without_duplicate_messages() {
     assert_eq!(appended(&out), vec![Message::assistant_text("hello")]);
     assert!(matches!(out.last(), Some(Command::Finish { turns: 1, .. })));
     assert_eq!(
-        m.conversation().messages(),
-        &[Message::user_text("hi"), Message::assistant_text("hello")]
+        *m.conversation(),
+        Conversation::from(vec![
+            Message::user_text("hi"),
+            Message::assistant_text("hello")
+        ])
     );
 }
 

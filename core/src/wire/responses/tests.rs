@@ -404,7 +404,10 @@ fn parse_request_reads_back_what_request_body_wrote() {
 fn parse_request_accepts_string_input_and_easy_messages() {
     let parsed =
         parse_request(R, br#"{"model":"gpt-5","input":"hi","instructions":"sys"}"#).unwrap();
-    assert_eq!(parsed.conversation.messages(), [Message::user_text("hi")]);
+    assert_eq!(
+        parsed.conversation,
+        Conversation::from(vec![Message::user_text("hi")])
+    );
     let parsed = parse_request(
         R,
         br#"{"model":"gpt-5","input":[{"role":"developer","content":"dev"},{"role":"user","content":"hi"}]}"#,
