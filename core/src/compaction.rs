@@ -446,8 +446,8 @@ pub fn compact(
             }
         })
         .collect();
-    let mut compacted = Conversation::from(out.clone());
-    if compacted.approx_bytes() * 2 > before && tail > 1 {
+    let elided_bytes: usize = out.iter().map(Message::approx_bytes).sum();
+    if elided_bytes * 2 > before && tail > 1 {
         let removed = tail - 1;
         out.drain(1..tail);
         if let Some(first) = out.first_mut() {
@@ -455,8 +455,8 @@ pub fn compact(
                 "[{removed} earlier messages were removed to fit the context window]"
             )));
         }
-        compacted = Conversation::from(out);
     }
+    let compacted = Conversation::from(out);
     if compacted.approx_bytes() >= before {
         return Err(CompactionError::CannotShrink {
             bytes: before,

@@ -19,6 +19,7 @@
 //! assert_eq!(outcome.retry_notifications().count(), 2);
 //! ```
 
+use crate::record::{Record, Steps};
 use crate::scenario::{
     final_answer, with_usage, Cancel, Fault, FaultKind, Planned, Scenario, ScriptCursor,
 };
@@ -208,17 +209,17 @@ pub fn simulate(
     config: &SimConfig,
     seed: u64,
 ) -> Result<SimOutcome, SimError> {
-    simulate_in(scenario, config, seed, &mut Classified::default())
+    simulate_in::<Steps>(scenario, config, seed, &mut Classified::default()).map(SimOutcome::from)
 }
 
-/// [`simulate`], reusing the failures `classified` already holds (for many runs of one
-/// scenario) and adding to them.
-pub(crate) fn simulate_in(
+/// [`simulate`], keeping what `R` keeps, and reusing the failures `classified` already holds
+/// (for many runs of one scenario) and adding to them.
+pub(crate) fn simulate_in<R: Record>(
     scenario: &Scenario,
     config: &SimConfig,
     seed: u64,
     classified: &mut Classified,
-) -> Result<SimOutcome, SimError> {
+) -> Result<Finished<R>, SimError> {
     let agents = [FleetAgent {
         scenario,
         seed,
@@ -266,7 +267,8 @@ pub fn simulate_fleet(
 ) -> Result<Vec<SimOutcome>, SimError> {
     match &config.budget {
         Some(budget) => simulate_fleet_with(agents, config, &mut RetryBudget::new(budget.clone())),
-        None => run_world(agents, config, None, &mut Classified::default()),
+        None => run_world::<Steps>(agents, config, None, &mut Classified::default())
+            .map(|runs| runs.into_iter().map(SimOutcome::from).collect()),
     }
 }
 
@@ -281,15 +283,17 @@ pub fn simulate_fleet_with(
     config: &SimConfig,
     budget: &mut RetryBudget,
 ) -> Result<Vec<SimOutcome>, SimError> {
-    run_world(agents, config, Some(budget), &mut Classified::default())
+    run_world::<Steps>(agents, config, Some(budget), &mut Classified::default())
+        .map(|runs| runs.into_iter().map(SimOutcome::from).collect())
 }
 
-fn run_world(
+/// Plays `agents` in one world until every run ends, keeping of each what `R` keeps.
+pub(crate) fn run_world<R: Record>(
     agents: &[FleetAgent<'_>],
     config: &SimConfig,
     budget: Option<&mut RetryBudget>,
     classified: &mut Classified,
-) -> Result<Vec<SimOutcome>, SimError> {
+) -> Result<Vec<Finished<R>>, SimError> {
     let mut world = World {
         queue: BinaryHeap::new(),
         seq: 0,
@@ -300,7 +304,7 @@ fn run_world(
         idle_timeout_ms: config.idle_timeout_ms,
         classified,
     };
-    let mut states: Vec<Agent<'_>> = agents
+    let mut states: Vec<Agent<'_, R>> = agents
         .iter()
         .enumerate()
         .map(|(i, a)| Agent::new(a, config, i, &mut world))
@@ -314,14 +318,7 @@ fn run_world(
                 .enumerate()
                 .find(|(_, s)| !s.machine.is_terminal())
                 .unwrap_or_else(|| unreachable!("live counts agents that are not terminal"));
-            let last_commands = state
-                .steps
-                .last()
-                .map(|s| {
-                    serde_json::to_string(&TraceStep::new(s.at, s.event.clone(), &s.commands))
-                        .unwrap_or_default()
-                })
-                .unwrap_or_default();
+            let last_commands = state.record.last_step_json();
             return Err(SimError::Stalled {
                 agent,
                 seed: state.seed,
@@ -341,33 +338,30 @@ fn run_world(
         if state.machine.is_terminal() {
             continue; // an answer that arrives after the run ended
         }
-        if state.steps.len() >= config.max_steps {
+        if state.record.steps() >= config.max_steps {
             return Err(SimError::StepLimit {
                 agent,
                 seed: state.seed,
-                steps: state.steps.len(),
+                steps: state.record.steps(),
                 now,
             });
         }
-        let handled = state.machine.handle(at, event.clone());
+        state.record.event(at, &event);
+        // Shown if the check below fails; release builds skip the check and this.
+        let shown = cfg!(debug_assertions).then(|| format!("{event:?}"));
+        let handled = state.machine.handle(at, event);
         // Answers racing a cancel or the run's end are normal (`Stale`, `Terminal`); an
         // event the machine never asked for is a bug of this driver.
         debug_assert_ne!(
             handled,
             Handled::Ignored(IgnoreReason::Unexpected),
-            "the simulator sent agent {agent} an event its machine did not ask for: {event:?}"
+            "the simulator sent agent {agent} an event its machine did not ask for: {shown:?}"
         );
-        let mut commands = Vec::new();
         while let Some(command) = state.machine.poll() {
             state.execute(at, &command, &mut world);
-            commands.push(command);
+            state.record.command(command);
         }
-        state.steps.push(SimStep {
-            at,
-            event,
-            commands,
-        });
-        if state.cancel == Some(Cancel::AtStep(state.steps.len())) {
+        if state.cancel == Some(Cancel::AtStep(state.record.steps())) {
             // Ahead of anything else due now: the cancel is the very next event.
             world.push_urgent(at, agent, Event::Cancel);
         }
@@ -377,7 +371,7 @@ fn run_world(
             world.forget_agent(agent);
         }
     }
-    Ok(states.into_iter().map(Agent::into_outcome).collect())
+    Ok(states.into_iter().map(Agent::finish).collect())
 }
 
 struct Pending {
@@ -544,7 +538,7 @@ impl World<'_> {
     }
 }
 
-struct Agent<'s> {
+struct Agent<'s, R> {
     index: usize,
     seed: u64,
     scenario: &'s Scenario,
@@ -553,25 +547,27 @@ struct Agent<'s> {
     cancel: Option<Cancel>,
     /// The scenario's tool calls by id.
     tools: ScriptedTools<'s>,
-    steps: Vec<SimStep>,
+    record: R,
     requests: Vec<u32>,
     started: Millis,
     elapsed: Millis,
-    header: TraceHeader,
 }
 
-impl<'s> Agent<'s> {
+impl<'s, R: Record> Agent<'s, R> {
     fn new(spec: &FleetAgent<'s>, config: &SimConfig, index: usize, world: &mut World<'_>) -> Self {
         let scenario = spec.scenario;
         let mut machine_config = config.machine.clone();
         machine_config.tools = scenario.tool_specs();
         let initial = scenario.initial_conversation();
-        let mut header = TraceHeader::new(spec.seed, machine_config.clone());
-        header.initial_conversation.clone_from(&initial);
-        header.meta.insert("driver".into(), "rebound-sim".into());
-        if !scenario.name.is_empty() {
-            header.meta.insert("scenario".into(), scenario.name.clone());
-        }
+        let record = R::new(|| {
+            let mut header = TraceHeader::new(spec.seed, machine_config.clone());
+            header.initial_conversation.clone_from(&initial);
+            header.meta.insert("driver".into(), "rebound-sim".into());
+            if !scenario.name.is_empty() {
+                header.meta.insert("scenario".into(), scenario.name.clone());
+            }
+            header
+        });
         let machine = match initial {
             Some(c) => AgentMachine::with_conversation(machine_config, spec.seed, c),
             None => AgentMachine::new(machine_config, spec.seed),
@@ -600,11 +596,10 @@ impl<'s> Agent<'s> {
             cursor: ScriptCursor::new(spec.seed),
             cancel: scenario.cancel,
             tools: ScriptedTools::new(scenario),
-            steps: Vec::new(),
+            record,
             requests: vec![0; config.machine.target_count()],
             started: start,
             elapsed: Millis::ZERO,
-            header,
         }
     }
 
@@ -756,22 +751,47 @@ impl<'s> Agent<'s> {
         }
     }
 
-    fn into_outcome(self) -> SimOutcome {
+    fn finish(self) -> Finished<R> {
         let Some(result) = self.machine.outcome().cloned() else {
             unreachable!("outcomes are taken only after every run ended")
         };
         // The machine's handle to the conversation is usually the last one (every request
         // snapshot was taken before the final append): taken, not copied.
         let conversation = self.machine.into_conversation();
-        SimOutcome {
+        Finished {
             seed: self.seed,
             result,
             conversation,
-            steps: self.steps,
+            record: self.record,
             requests_per_target: self.requests,
             elapsed: self.elapsed,
             started: self.started,
-            header: self.header,
+        }
+    }
+}
+
+/// One agent's ended run, with what its [`Record`] kept.
+pub(crate) struct Finished<R> {
+    pub(crate) seed: u64,
+    pub(crate) result: Result<FinishReason, RunError>,
+    pub(crate) conversation: Conversation,
+    pub(crate) record: R,
+    pub(crate) requests_per_target: Vec<u32>,
+    pub(crate) elapsed: Millis,
+    pub(crate) started: Millis,
+}
+
+impl From<Finished<Steps>> for SimOutcome {
+    fn from(run: Finished<Steps>) -> Self {
+        SimOutcome {
+            seed: run.seed,
+            result: run.result,
+            conversation: run.conversation,
+            steps: run.record.steps,
+            requests_per_target: run.requests_per_target,
+            elapsed: run.elapsed,
+            started: run.started,
+            header: run.record.header,
         }
     }
 }

@@ -34,6 +34,7 @@
 pub mod charts;
 pub mod compare;
 pub mod driver;
+mod record;
 pub mod scenario;
 pub mod scripted;
 pub mod stats;

@@ -1,6 +1,7 @@
 //! Many seeded runs of one scenario, summarized: success rate, requests, virtual time.
 
 use crate::driver::{simulate_in, Classified, SimConfig, SimError};
+use crate::record::{Steps, Tally};
 use crate::scenario::Scenario;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -67,26 +68,33 @@ pub fn run_many(scenario: &Scenario, config: &SimConfig, first_seed: u64, runs: 
     let mut classified = Classified::default();
     for seed in (0..u64::from(runs)).map(|i| first_seed.wrapping_add(i)) {
         stats.runs += 1;
-        match simulate_in(scenario, config, seed, &mut classified) {
-            Ok(outcome) => {
+        // Counts only: a run's steps are not kept (see `record`).
+        match simulate_in::<Tally>(scenario, config, seed, &mut classified) {
+            Ok(run) => {
+                let requests = run.requests_per_target.iter().sum();
+                let elapsed_ms = run.elapsed.since(run.started);
                 stats.per_run.push(RunSummary {
                     seed,
-                    succeeded: outcome.result.is_ok(),
-                    requests: outcome.requests(),
-                    elapsed_ms: outcome.duration_ms(),
+                    succeeded: run.result.is_ok(),
+                    requests,
+                    elapsed_ms,
                 });
-                stats.requests.push(outcome.requests());
-                stats.elapsed_ms.push(outcome.duration_ms());
-                stats.retries += outcome.retry_notifications().count() as u64;
-                match &outcome.result {
+                stats.requests.push(requests);
+                stats.elapsed_ms.push(elapsed_ms);
+                stats.retries += run.record.retries;
+                match &run.result {
                     Ok(_) => stats.succeeded += 1,
                     Err(e) => *stats.failures.entry(e.kind().to_owned()).or_default() += 1,
                 }
             }
-            Err(e) => {
+            Err(counted) if stats.first_sim_error.is_none() => {
                 stats.sim_errors += 1;
-                stats.first_sim_error.get_or_insert(e);
+                // Played again keeping its steps, so the error shows what the agent last did
+                // (the same error: a run is a pure function of its seed).
+                let full = simulate_in::<Steps>(scenario, config, seed, &mut classified);
+                stats.first_sim_error = Some(full.err().unwrap_or(counted));
             }
+            Err(_) => stats.sim_errors += 1,
         }
     }
     stats.requests.sort_unstable();

@@ -261,3 +261,62 @@ fn a_caller_owned_budget_is_spent_by_the_fleet() {
     assert_eq!(requests, 25);
     assert_eq!(budget.balance(rebound_core::Millis(1_000_000)), 0.0);
 }
+
+/// `run_many` keeps counts only; they must be what the full outcomes say, run by run,
+/// including with a shared budget, a step bound that stops runs, and a simulator error.
+#[test]
+fn run_many_counts_what_the_full_outcomes_say() {
+    let mut budgeted = SimConfig::default();
+    budgeted.machine.retry_budget = Some(BudgetUse::default());
+    budgeted.budget = Some(BudgetConfig::default());
+    let bounded = SimConfig {
+        max_steps: 12,
+        ..SimConfig::default()
+    };
+    let mut stopped_by_the_bound = 0;
+    for (config, label) in [
+        (SimConfig::default(), "default"),
+        (budgeted, "budget"),
+        (bounded, "step bound"),
+    ] {
+        for name in Scenario::builtin_names() {
+            let scenario = Scenario::builtin(name).expect("a built-in");
+            let stats = rebound_sim::run_many(&scenario, &config, 100, 25);
+            let mut expected = rebound_sim::Stats {
+                scenario: scenario.name.clone(),
+                ..rebound_sim::Stats::default()
+            };
+            for seed in 100..125 {
+                expected.runs += 1;
+                match simulate(&scenario, &config, seed) {
+                    Ok(o) => {
+                        expected.per_run.push(rebound_sim::RunSummary {
+                            seed,
+                            succeeded: o.succeeded(),
+                            requests: o.requests(),
+                            elapsed_ms: o.duration_ms(),
+                        });
+                        expected.requests.push(o.requests());
+                        expected.elapsed_ms.push(o.duration_ms());
+                        expected.retries += o.retry_notifications().count() as u64;
+                        match &o.result {
+                            Ok(_) => expected.succeeded += 1,
+                            Err(e) => {
+                                *expected.failures.entry(e.kind().to_owned()).or_default() += 1;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        expected.sim_errors += 1;
+                        expected.first_sim_error.get_or_insert(e);
+                    }
+                }
+            }
+            expected.requests.sort_unstable();
+            expected.elapsed_ms.sort_unstable();
+            assert_eq!(stats, expected, "{name} ({label})");
+            stopped_by_the_bound += stats.sim_errors;
+        }
+    }
+    assert!(stopped_by_the_bound > 0, "the step bound stopped no run");
+}
