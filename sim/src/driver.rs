@@ -209,16 +209,16 @@ pub fn simulate(
     config: &SimConfig,
     seed: u64,
 ) -> Result<SimOutcome, SimError> {
-    simulate_in::<Steps>(scenario, config, seed, &mut Classified::default()).map(SimOutcome::from)
+    simulate_in::<Steps>(scenario, config, seed, &mut Cache::default()).map(SimOutcome::from)
 }
 
-/// [`simulate`], keeping what `R` keeps, and reusing the failures `classified` already holds
-/// (for many runs of one scenario) and adding to them.
-pub(crate) fn simulate_in<R: Record>(
-    scenario: &Scenario,
+/// [`simulate`], keeping what `R` keeps, and reusing what `cache` already holds (for many
+/// runs of one scenario with one config) and adding to it.
+pub(crate) fn simulate_in<'s, R: Record>(
+    scenario: &'s Scenario,
     config: &SimConfig,
     seed: u64,
-    classified: &mut Classified,
+    cache: &mut Cache<'s>,
 ) -> Result<Finished<R>, SimError> {
     let agents = [FleetAgent {
         scenario,
@@ -230,9 +230,9 @@ pub(crate) fn simulate_in<R: Record>(
             &agents,
             config,
             Some(&mut RetryBudget::new(budget.clone())),
-            classified,
+            cache,
         ),
-        None => run_world(&agents, config, None, classified),
+        None => run_world(&agents, config, None, cache),
     }?;
     Ok(outcomes.remove(0))
 }
@@ -267,7 +267,7 @@ pub fn simulate_fleet(
 ) -> Result<Vec<SimOutcome>, SimError> {
     match &config.budget {
         Some(budget) => simulate_fleet_with(agents, config, &mut RetryBudget::new(budget.clone())),
-        None => run_world::<Steps>(agents, config, None, &mut Classified::default())
+        None => run_world::<Steps>(agents, config, None, &mut Cache::default())
             .map(|runs| runs.into_iter().map(SimOutcome::from).collect()),
     }
 }
@@ -283,17 +283,24 @@ pub fn simulate_fleet_with(
     config: &SimConfig,
     budget: &mut RetryBudget,
 ) -> Result<Vec<SimOutcome>, SimError> {
-    run_world::<Steps>(agents, config, Some(budget), &mut Classified::default())
+    run_world::<Steps>(agents, config, Some(budget), &mut Cache::default())
         .map(|runs| runs.into_iter().map(SimOutcome::from).collect())
 }
 
 /// Plays `agents` in one world until every run ends, keeping of each what `R` keeps.
-pub(crate) fn run_world<R: Record>(
-    agents: &[FleetAgent<'_>],
+pub(crate) fn run_world<'s, R: Record>(
+    agents: &[FleetAgent<'s>],
     config: &SimConfig,
     budget: Option<&mut RetryBudget>,
-    classified: &mut Classified,
+    cache: &mut Cache<'s>,
 ) -> Result<Vec<Finished<R>>, SimError> {
+    for agent in agents {
+        cache.prepare(agent.scenario, config);
+    }
+    let Cache {
+        classified,
+        prepared,
+    } = cache;
     let mut world = World {
         queue: BinaryHeap::new(),
         seq: 0,
@@ -304,10 +311,10 @@ pub(crate) fn run_world<R: Record>(
         idle_timeout_ms: config.idle_timeout_ms,
         classified,
     };
-    let mut states: Vec<Agent<'_, R>> = agents
+    let mut states: Vec<Agent<'_, '_, R>> = agents
         .iter()
         .enumerate()
-        .map(|(i, a)| Agent::new(a, config, i, &mut world))
+        .map(|(i, a)| Agent::new(a, prepared_for(prepared, a.scenario), i, &mut world))
         .collect();
     let mut live = states.len();
     let mut now = Millis::ZERO;
@@ -421,6 +428,54 @@ struct World<'b> {
     idle_timeout_ms: u64,
     /// Faults already classified.
     classified: &'b mut Classified,
+}
+
+/// What a world reuses from one run to the next: classified failures and prepared
+/// scenarios. Kept across the runs of [`run_many`](crate::run_many), whose runs share one
+/// scenario and one [`SimConfig`].
+#[derive(Default)]
+pub(crate) struct Cache<'s> {
+    classified: Classified,
+    prepared: Vec<Prepared<'s>>,
+}
+
+impl<'s> Cache<'s> {
+    /// Prepares `scenario` for runs with `config`, unless it already is.
+    fn prepare(&mut self, scenario: &'s Scenario, config: &SimConfig) {
+        if self
+            .prepared
+            .iter()
+            .any(|p| std::ptr::eq(p.scenario, scenario))
+        {
+            return;
+        }
+        let mut machine = config.machine.clone();
+        machine.tools = scenario.tool_specs();
+        self.prepared.push(Prepared {
+            scenario,
+            machine,
+            initial: scenario.initial_conversation(),
+            tools: ScriptedTools::new(scenario),
+        });
+    }
+}
+
+/// What every run of one scenario starts from, built once: the machine's config with the
+/// scenario's tools, the initial conversation (its messages are shared between runs), and
+/// the scripted tool calls by id.
+struct Prepared<'s> {
+    scenario: &'s Scenario,
+    machine: MachineConfig,
+    initial: Option<Conversation>,
+    tools: ScriptedTools<'s>,
+}
+
+/// The preparation of `scenario`, which [`Cache::prepare`] made.
+fn prepared_for<'p, 's>(prepared: &'p [Prepared<'s>], scenario: &Scenario) -> &'p Prepared<'s> {
+    prepared
+        .iter()
+        .find(|p| std::ptr::eq(p.scenario, scenario))
+        .unwrap_or_else(|| unreachable!("every agent's scenario is prepared before it starts"))
 }
 
 /// Failures already classified: [`Fault::failure`] renders a fault's bytes and classifies
@@ -538,7 +593,7 @@ impl World<'_> {
     }
 }
 
-struct Agent<'s, R> {
+struct Agent<'p, 's, R> {
     index: usize,
     seed: u64,
     scenario: &'s Scenario,
@@ -546,30 +601,34 @@ struct Agent<'s, R> {
     cursor: ScriptCursor,
     cancel: Option<Cancel>,
     /// The scenario's tool calls by id.
-    tools: ScriptedTools<'s>,
+    tools: &'p ScriptedTools<'s>,
     record: R,
     requests: Vec<u32>,
     started: Millis,
     elapsed: Millis,
 }
 
-impl<'s, R: Record> Agent<'s, R> {
-    fn new(spec: &FleetAgent<'s>, config: &SimConfig, index: usize, world: &mut World<'_>) -> Self {
+impl<'p, 's, R: Record> Agent<'p, 's, R> {
+    fn new(
+        spec: &FleetAgent<'s>,
+        prepared: &'p Prepared<'s>,
+        index: usize,
+        world: &mut World<'_>,
+    ) -> Self {
         let scenario = spec.scenario;
-        let mut machine_config = config.machine.clone();
-        machine_config.tools = scenario.tool_specs();
-        let initial = scenario.initial_conversation();
         let record = R::new(|| {
-            let mut header = TraceHeader::new(spec.seed, machine_config.clone());
-            header.initial_conversation.clone_from(&initial);
+            let mut header = TraceHeader::new(spec.seed, prepared.machine.clone());
+            header.initial_conversation.clone_from(&prepared.initial);
             header.meta.insert("driver".into(), "rebound-sim".into());
             if !scenario.name.is_empty() {
                 header.meta.insert("scenario".into(), scenario.name.clone());
             }
             header
         });
-        let machine = match initial {
-            Some(c) => AgentMachine::with_conversation(machine_config, spec.seed, c),
+        let machine_config = prepared.machine.clone();
+        let requests = vec![0; machine_config.target_count()];
+        let machine = match &prepared.initial {
+            Some(c) => AgentMachine::with_conversation(machine_config, spec.seed, c.clone()),
             None => AgentMachine::new(machine_config, spec.seed),
         };
         let start = Millis(spec.start_ms);
@@ -595,9 +654,9 @@ impl<'s, R: Record> Agent<'s, R> {
             machine,
             cursor: ScriptCursor::new(spec.seed),
             cancel: scenario.cancel,
-            tools: ScriptedTools::new(scenario),
+            tools: &prepared.tools,
             record,
-            requests: vec![0; config.machine.target_count()],
+            requests,
             started: start,
             elapsed: Millis::ZERO,
         }

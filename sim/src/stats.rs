@@ -1,6 +1,6 @@
 //! Many seeded runs of one scenario, summarized: success rate, requests, virtual time.
 
-use crate::driver::{simulate_in, Classified, SimConfig, SimError};
+use crate::driver::{simulate_in, Cache, SimConfig, SimError};
 use crate::record::{Steps, Tally};
 use crate::scenario::Scenario;
 use std::collections::BTreeMap;
@@ -65,11 +65,11 @@ pub fn run_many(scenario: &Scenario, config: &SimConfig, first_seed: u64, runs: 
         scenario: scenario.name.clone(),
         ..Stats::default()
     };
-    let mut classified = Classified::default();
+    let mut cache = Cache::default();
     for seed in (0..u64::from(runs)).map(|i| first_seed.wrapping_add(i)) {
         stats.runs += 1;
         // Counts only: a run's steps are not kept (see `record`).
-        match simulate_in::<Tally>(scenario, config, seed, &mut classified) {
+        match simulate_in::<Tally>(scenario, config, seed, &mut cache) {
             Ok(run) => {
                 let requests = run.requests_per_target.iter().sum();
                 let elapsed_ms = run.elapsed.since(run.started);
@@ -91,7 +91,7 @@ pub fn run_many(scenario: &Scenario, config: &SimConfig, first_seed: u64, runs: 
                 stats.sim_errors += 1;
                 // Played again keeping its steps, so the error shows what the agent last did
                 // (the same error: a run is a pure function of its seed).
-                let full = simulate_in::<Steps>(scenario, config, seed, &mut classified);
+                let full = simulate_in::<Steps>(scenario, config, seed, &mut cache);
                 stats.first_sim_error = Some(full.err().unwrap_or(counted));
             }
             Err(_) => stats.sim_errors += 1,
