@@ -350,11 +350,33 @@ pub enum PairingError {
 /// request, or handing a message to the driver in [`Command::AppendMessage`] shares each
 /// message behind an [`Arc`]. A message never changes once it is in a conversation.
 ///
+/// It also keeps its [`approx_bytes`](Conversation::approx_bytes) up to date as messages are
+/// pushed, so asking for it costs nothing however long the conversation grows.
+///
 /// [`Command::AppendMessage`]: crate::Command::AppendMessage
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
+#[derive(Debug, Clone, Default)]
 pub struct Conversation {
     messages: Vec<Arc<Message>>,
+    /// The sum of the messages' [`Message::approx_bytes`].
+    bytes: usize,
+}
+
+impl PartialEq for Conversation {
+    fn eq(&self, other: &Self) -> bool {
+        self.messages == other.messages
+    }
+}
+
+impl Serialize for Conversation {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.messages.serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Conversation {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Vec::<Arc<Message>>::deserialize(d).map(Conversation::from)
+    }
 }
 
 impl Conversation {
@@ -390,7 +412,9 @@ impl Conversation {
 
     /// Appends a message.
     pub fn push(&mut self, message: impl Into<Arc<Message>>) {
-        self.messages.push(message.into());
+        let message = message.into();
+        self.bytes += message.approx_bytes();
+        self.messages.push(message);
     }
 
     /// Consumes the conversation, returning its messages: each one moved out when nothing
@@ -408,7 +432,7 @@ impl Conversation {
     /// Used to check that a compaction shrank the conversation; not a token count.
     #[must_use]
     pub fn approx_bytes(&self) -> usize {
-        self.messages.iter().map(|m| m.approx_bytes()).sum()
+        self.bytes
     }
 
     /// Checks that every assistant `tool_use` is answered, first and in order, by a
@@ -485,23 +509,20 @@ impl Conversation {
 
 impl From<Vec<Message>> for Conversation {
     fn from(messages: Vec<Message>) -> Self {
-        Conversation {
-            messages: messages.into_iter().map(Arc::new).collect(),
-        }
+        messages.into_iter().collect()
     }
 }
 
 impl From<Vec<Arc<Message>>> for Conversation {
     fn from(messages: Vec<Arc<Message>>) -> Self {
-        Conversation { messages }
+        let bytes = messages.iter().map(|m| m.approx_bytes()).sum();
+        Conversation { messages, bytes }
     }
 }
 
 impl FromIterator<Message> for Conversation {
     fn from_iter<I: IntoIterator<Item = Message>>(messages: I) -> Self {
-        Conversation {
-            messages: messages.into_iter().map(Arc::new).collect(),
-        }
+        Conversation::from(messages.into_iter().map(Arc::new).collect::<Vec<_>>())
     }
 }
 
@@ -576,6 +597,43 @@ mod tests {
                 "{input}"
             );
         }
+    }
+
+    #[test]
+    fn the_kept_size_is_the_sum_of_the_messages_however_the_conversation_was_made() {
+        let messages = vec![
+            Message::user_text("read the file"),
+            Message {
+                role: Role::Assistant,
+                content: vec![ContentBlock::tool_use(
+                    "t1",
+                    "read",
+                    json!({"path": "é.rs"}),
+                )],
+            },
+            Message {
+                role: Role::User,
+                content: vec![ContentBlock::tool_result(
+                    "t1",
+                    vec![ToolResultPart::text("fn main() {}")],
+                    false,
+                )],
+            },
+        ];
+        let sum: usize = messages.iter().map(Message::approx_bytes).sum();
+        let mut pushed = Conversation::new();
+        for m in &messages {
+            pushed.push(m.clone());
+        }
+        let from_vec = Conversation::from(messages.clone());
+        let collected: Conversation = messages.iter().cloned().collect();
+        let read: Conversation =
+            serde_json::from_str(&serde_json::to_string(&pushed).unwrap()).unwrap();
+        for c in [&pushed, &from_vec, &collected, &read, &read.clone()] {
+            assert_eq!(c.approx_bytes(), sum);
+            assert_eq!(*c, pushed);
+        }
+        assert_eq!(Conversation::new().approx_bytes(), 0);
     }
 
     #[test]
