@@ -195,6 +195,11 @@ pub struct RetryBudget {
     carry: u64,
     now: Millis,
     waiting: VecDeque<Waiter>,
+    /// No waiter's deadline is earlier than this: lets [`settle`](Self::settle) skip the
+    /// queue when nothing can expire, which made each permit of a fleet cost a walk over
+    /// everyone waiting.
+    #[serde(skip)]
+    deadline_floor: DeadlineFloor,
     decided: VecDeque<(Ticket, PermitDecision)>,
     rate_limited: BTreeMap<usize, Millis>,
     stats: BudgetStats,
@@ -225,6 +230,7 @@ impl RetryBudget {
             carry: 0,
             now: Millis::ZERO,
             waiting: VecDeque::new(),
+            deadline_floor: DeadlineFloor::default(),
             decided: VecDeque::new(),
             rate_limited: BTreeMap::new(),
             stats: BudgetStats::default(),
@@ -292,6 +298,7 @@ impl RetryBudget {
                     // First come, first served by the request's own arrival: behind every
                     // waiter whose request is as old or older.
                     let at = self.waiting.partition_point(|w| w.since <= ask.since);
+                    self.deadline_floor.lower_to(ask.deadline);
                     self.waiting.insert(
                         at,
                         Waiter {
@@ -423,18 +430,51 @@ impl RetryBudget {
         self.expire(|deadline, now| deadline <= now);
     }
 
+    /// Denies the waiters whose deadline is `expired` at `now` (a test monotone in the
+    /// deadline: if the floor has not expired, no later deadline has).
     fn expire(&mut self, expired: impl Fn(Millis, Millis) -> bool) {
         let now = self.now;
+        if let DeadlineFloor(Some(floor)) = self.deadline_floor {
+            if !expired(floor, now) {
+                return;
+            }
+        }
         let decided = &mut self.decided;
         let stats = &mut self.stats;
+        let mut floor = Millis(u64::MAX);
         self.waiting.retain(|w| {
             let gone = expired(w.deadline, now);
             if gone {
                 stats.denied += 1;
                 decided.push_back((w.ticket, PermitDecision::Denied));
+            } else {
+                floor = floor.min(w.deadline);
             }
             !gone
         });
+        self.deadline_floor = DeadlineFloor(Some(floor));
+    }
+}
+
+/// A lower bound on the deadlines of a budget's waiters (`Millis(u64::MAX)` when nobody
+/// waits), or `None` when unknown: a budget just read from its serialized form, whose next
+/// settle walks the queue once to learn it. A cache, not part of the budget's value:
+/// equality ignores it and serde skips it.
+#[derive(Debug, Clone, Copy, Default)]
+struct DeadlineFloor(Option<Millis>);
+
+impl DeadlineFloor {
+    /// A waiter with `deadline` joins the queue.
+    fn lower_to(&mut self, deadline: Millis) {
+        if let Some(floor) = &mut self.0 {
+            *floor = (*floor).min(deadline);
+        }
+    }
+}
+
+impl PartialEq for DeadlineFloor {
+    fn eq(&self, _: &Self) -> bool {
+        true
     }
 }
 
@@ -472,6 +512,40 @@ mod tests {
 
     fn drain(b: &mut RetryBudget) -> Vec<(Ticket, PermitDecision)> {
         std::iter::from_fn(|| b.poll_decision()).collect()
+    }
+
+    #[test]
+    fn waiters_are_denied_at_their_deadlines_in_any_order_even_after_a_round_trip() {
+        let mut b = budget(1.0, 0.0, 1.0, 0.0);
+        assert_eq!(
+            b.request(Millis(0), Ticket(0), charged(100)),
+            Some(PermitDecision::Granted)
+        );
+        // Deadlines out of arrival order: the latest first, the earliest last.
+        for (ticket, deadline) in [(1, 900), (2, 300), (3, 600)] {
+            assert_eq!(
+                b.request(Millis(1), Ticket(ticket), charged(deadline)),
+                None
+            );
+        }
+        b.tick(Millis(299));
+        assert_eq!(drain(&mut b), []);
+        b.tick(Millis(300));
+        assert_eq!(drain(&mut b), [(Ticket(2), PermitDecision::Denied)]);
+        // A budget read back from its serialized form knows no bound yet and still denies.
+        let mut b: RetryBudget = serde_json::from_str(&serde_json::to_string(&b).unwrap()).unwrap();
+        b.tick(Millis(600));
+        assert_eq!(drain(&mut b), [(Ticket(3), PermitDecision::Denied)]);
+        assert_eq!(
+            b.request(Millis(700), Ticket(4), charged(650)),
+            Some(PermitDecision::Denied)
+        );
+        assert_eq!(b.request(Millis(700), Ticket(5), charged(800)), None);
+        b.tick(Millis(800));
+        assert_eq!(drain(&mut b), [(Ticket(5), PermitDecision::Denied)]);
+        b.tick(Millis(900));
+        assert_eq!(drain(&mut b), [(Ticket(1), PermitDecision::Denied)]);
+        assert_eq!(b.waiting(), 0);
     }
 
     #[test]
