@@ -541,7 +541,7 @@ impl Runner {
             return Err(self.host_error(HostFailureKind::Internal, format!("trace: {e}")));
         }
         // A copy, not the runner's own: a run whose future is dropped leaves the runner
-        // with the conversation it had.
+        // with the conversation it had. Cheap: the copy shares the messages.
         let mut machine = AgentMachine::with_conversation(
             self.config.clone(),
             self.seed,

@@ -35,6 +35,7 @@ use rebound_core::{
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap};
+use std::sync::Arc;
 
 /// How the simulated world is set up, beyond the scenario.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -453,7 +454,7 @@ impl<'s> Cache<'s> {
         machine.tools = scenario.tool_specs();
         self.prepared.push(Prepared {
             scenario,
-            machine,
+            machine: Arc::new(machine),
             initial: scenario.initial_conversation(),
             tools: ScriptedTools::new(scenario),
         });
@@ -461,11 +462,11 @@ impl<'s> Cache<'s> {
 }
 
 /// What every run of one scenario starts from, built once: the machine's config with the
-/// scenario's tools, the initial conversation (its messages are shared between runs), and
-/// the scripted tool calls by id.
+/// scenario's tools (shared by the machines), the initial conversation (its messages are
+/// shared between runs), and the scripted tool calls by id.
 struct Prepared<'s> {
     scenario: &'s Scenario,
-    machine: MachineConfig,
+    machine: Arc<MachineConfig>,
     initial: Option<Conversation>,
     tools: ScriptedTools<'s>,
 }
@@ -617,7 +618,7 @@ impl<'p, 's, R: Record> Agent<'p, 's, R> {
     ) -> Self {
         let scenario = spec.scenario;
         let record = R::new(|| {
-            let mut header = TraceHeader::new(spec.seed, prepared.machine.clone());
+            let mut header = TraceHeader::new(spec.seed, MachineConfig::clone(&prepared.machine));
             header.initial_conversation.clone_from(&prepared.initial);
             header.meta.insert("driver".into(), "rebound-sim".into());
             if !scenario.name.is_empty() {
@@ -625,11 +626,11 @@ impl<'p, 's, R: Record> Agent<'p, 's, R> {
             }
             header
         });
-        let machine_config = prepared.machine.clone();
-        let requests = vec![0; machine_config.target_count()];
+        let config = Arc::clone(&prepared.machine);
+        let requests = vec![0; config.target_count()];
         let machine = match &prepared.initial {
-            Some(c) => AgentMachine::with_conversation(machine_config, spec.seed, c.clone()),
-            None => AgentMachine::new(machine_config, spec.seed),
+            Some(c) => AgentMachine::with_conversation(config, spec.seed, c.clone()),
+            None => AgentMachine::new(config, spec.seed),
         };
         let start = Millis(spec.start_ms);
         let first = if scenario.resume {

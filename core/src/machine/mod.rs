@@ -115,7 +115,7 @@ use std::sync::Arc;
 /// ```
 #[derive(Debug)]
 pub struct AgentMachine {
-    config: MachineConfig,
+    config: Arc<MachineConfig>,
     rng: fastrand::Rng,
     conversation: Arc<Conversation>,
     phase: Phase,
@@ -208,16 +208,23 @@ struct Slot {
 
 impl AgentMachine {
     /// A machine with an empty conversation. `seed` drives retry jitter, nothing else.
+    ///
+    /// `config` is a [`MachineConfig`] or an `Arc` of one: many machines (a fleet, a
+    /// simulator's runs) can share one config without copying it.
     #[must_use]
-    pub fn new(config: MachineConfig, seed: u64) -> Self {
+    pub fn new(config: impl Into<Arc<MachineConfig>>, seed: u64) -> Self {
         Self::with_conversation(config, seed, Conversation::new())
     }
 
     /// A machine that continues `conversation` (a loaded session).
     #[must_use]
-    pub fn with_conversation(config: MachineConfig, seed: u64, conversation: Conversation) -> Self {
+    pub fn with_conversation(
+        config: impl Into<Arc<MachineConfig>>,
+        seed: u64,
+        conversation: Conversation,
+    ) -> Self {
         AgentMachine {
-            config,
+            config: config.into(),
             rng: fastrand::Rng::with_seed(seed),
             conversation: Arc::new(conversation),
             phase: Phase::Idle,
