@@ -355,8 +355,8 @@ pub(crate) fn run_world<'s, R: Record>(
             });
         }
         state.record.event(at, &event);
-        // Shown if the check below fails; release builds skip the check and this.
-        let shown = cfg!(debug_assertions).then(|| format!("{event:?}"));
+        // Shown if the check below fails; release builds skip the check and this copy.
+        let shown = cfg!(debug_assertions).then(|| event.clone());
         let handled = state.machine.handle(at, event);
         // Answers racing a cancel or the run's end are normal (`Stale`, `Terminal`); an
         // event the machine never asked for is a bug of this driver.
