@@ -13,8 +13,14 @@
 //!   `output_text.delta` events repeated until the body is a few MB.
 //!
 //! Run: `cargo bench -p rebound-core --bench sse -j2 -- --warm-up-time 1 --measurement-time 3`
+//!
+//! Profile one pass instead (instruction counts do not depend on the machine's load): build
+//! with `cargo bench -p rebound-core --bench sse --no-run`, then run the binary it names with
+//! `REBOUND_SSE_PROFILE=<what>:<input>` (`what` is `decode` or `sse`, `input` one of the names
+//! above) under `valgrind --tool=callgrind --toggle-collect='*profile_pass*'`, which counts
+//! the decoding only, not the building of the input.
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use rebound_core::wire::sse::{SseDecoder, SseError};
@@ -125,6 +131,7 @@ fn openai_capture_repeated() -> Vec<u8> {
     out.into_bytes()
 }
 
+#[inline(never)]
 fn rebound_decode_assemble(provider: ProviderKind, bytes: &[u8]) -> usize {
     let mut d = StreamDecoder::new(provider);
     let mut deltas = Vec::new();
@@ -136,6 +143,7 @@ fn rebound_decode_assemble(provider: ProviderKind, bytes: &[u8]) -> usize {
     r.message.content.len()
 }
 
+#[inline(never)]
 fn rebound_sse_only(provider: ProviderKind, bytes: &[u8]) -> usize {
     let mut d = SseDecoder::with_limits(StreamLimits::for_provider(provider).sse);
     let mut n = 0;
@@ -157,8 +165,8 @@ fn eventsource_stream_sse_only(bytes: &[u8]) -> usize {
     }))
 }
 
-fn bench(c: &mut Criterion) {
-    let inputs = [
+fn inputs() -> [(&'static str, ProviderKind, Vec<u8>); 4] {
+    [
         (
             "anthropic_encoded",
             ProviderKind::Anthropic,
@@ -179,7 +187,33 @@ fn bench(c: &mut Criterion) {
             ProviderKind::OpenAiResponses,
             responses_capture_repeated(),
         ),
-    ];
+    ]
+}
+
+/// One pass of `what` (`decode` or `sse`) over the input named `input`, for a profiler.
+#[inline(never)]
+fn profile_pass(what: &str, provider: ProviderKind, bytes: &[u8]) -> usize {
+    match what {
+        "decode" => rebound_decode_assemble(provider, bytes),
+        "sse" => rebound_sse_only(provider, bytes),
+        other => panic!("unknown profile target {other:?}: decode or sse"),
+    }
+}
+
+fn profile(spec: &str) {
+    let (what, name) = spec
+        .split_once(':')
+        .expect("REBOUND_SSE_PROFILE is <decode|sse>:<input>");
+    let (_, provider, bytes) = inputs()
+        .into_iter()
+        .find(|(n, _, _)| *n == name)
+        .unwrap_or_else(|| panic!("unknown input {name:?}"));
+    let n = profile_pass(what, provider, black_box(&bytes));
+    println!("{what} {name}: {} bytes, result {n}", bytes.len());
+}
+
+fn bench(c: &mut Criterion) {
+    let inputs = inputs();
     let mut group = c.benchmark_group("sse");
     for (name, provider, bytes) in &inputs {
         // Both decoders must see the same events before their speed is compared.
@@ -213,4 +247,12 @@ fn bench(c: &mut Criterion) {
 }
 
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() {
+    if let Ok(spec) = std::env::var("REBOUND_SSE_PROFILE") {
+        profile(&spec);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
