@@ -492,18 +492,19 @@ impl SseDecoder {
         e
     }
 
-    /// Reads one complete line (after a byte order mark at the very start of the stream).
+    /// Reads one complete line (after a byte order mark at the very start of the stream,
+    /// which counts against the line limit: a line still arriving is measured with it).
     fn take_line<'l>(&mut self, mut line: &'l [u8]) -> Result<Line<'l>, SseError> {
+        if line.len() > self.limits.max_line_bytes {
+            return Err(SseError::LineTooLong {
+                limit: self.limits.max_line_bytes,
+            });
+        }
         if self.at_start {
             self.at_start = false;
             if let Some(rest) = line.strip_prefix(BOM) {
                 line = rest;
             }
-        }
-        if line.len() > self.limits.max_line_bytes {
-            return Err(SseError::LineTooLong {
-                limit: self.limits.max_line_bytes,
-            });
         }
         Ok(Line::parse(line))
     }

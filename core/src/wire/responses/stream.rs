@@ -15,7 +15,7 @@ use crate::wire::assemble::{Assembly, Part};
 use crate::wire::borrow::{or_empty, parse_json, text, trim, Str};
 use crate::wire::render::count;
 use crate::wire::sse::SseEventRef;
-use crate::wire::{malformed, stream_cut, StreamDelta};
+use crate::wire::{malformed, stream_cut, Deltas, StreamDelta};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -67,7 +67,7 @@ impl StreamState {
     pub(crate) fn on_event(
         &mut self,
         event: &SseEventRef<'_>,
-        deltas: &mut Vec<StreamDelta>,
+        deltas: &mut Deltas<'_>,
     ) -> Result<bool, ProviderFailure> {
         let data = trim(event.data);
         let fail = || {
@@ -195,7 +195,7 @@ fn settle(
     asm: &mut Assembly,
     output: u64,
     item: &Value,
-    deltas: &mut Vec<StreamDelta>,
+    deltas: &mut Deltas<'_>,
 ) -> Result<bool, ProviderFailure> {
     let mut refusal = false;
     match str_field(item, "type") {
@@ -235,7 +235,7 @@ fn settle(
 fn read_response(
     asm: &mut Assembly,
     response: &Value,
-    deltas: &mut Vec<StreamDelta>,
+    deltas: &mut Deltas<'_>,
 ) -> Result<bool, ProviderFailure> {
     let mut refusal = false;
     if let Some(items) = response.get("output").and_then(Value::as_array) {
@@ -304,7 +304,7 @@ pub(crate) fn parse_response(v: &Value, body: &[u8]) -> Result<AssistantResponse
         return Err(malformed("response has no output"));
     }
     let mut asm = Assembly::new(usize::MAX);
-    let mut ignored = Vec::new();
+    let mut ignored = |_: StreamDelta<&str>| {};
     let refusal = read_response(&mut asm, v, &mut ignored)?;
     let stop = stop_reason(v, refusal, asm.has_tool_calls());
     asm.finish(stop)
