@@ -289,3 +289,75 @@ mod tests {
         }
     }
 }
+
+/// Strategies for the proptests that hold the fast readers to serde_json: JSON objects of the
+/// shapes the providers send, with fields left out and an unknown `extra` field of any kind.
+#[cfg(test)]
+pub(crate) mod strategies {
+    use proptest::prelude::*;
+    use serde_json::{json, Value};
+
+    pub(crate) fn text_or_null() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            "(?s).{0,12}".prop_map(Value::from),
+            Just(json!("")),
+        ]
+    }
+
+    pub(crate) fn field() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            text_or_null(),
+            (0u64..3).prop_map(Value::from),
+            Just(json!(true)),
+            Just(json!([])),
+            Just(json!({})),
+            Just(json!(-1)),
+            Just(json!(1.5)),
+            Just(json!({"a": [1]})),
+        ]
+    }
+
+    /// An object with the given fields, some left out, plus an unknown one.
+    pub(crate) fn object(
+        fields: Vec<(&'static str, BoxedStrategy<Value>)>,
+    ) -> BoxedStrategy<Value> {
+        (
+            fields
+                .into_iter()
+                .map(|(k, v)| proptest::option::of(v).prop_map(move |v| (k, v)))
+                .collect::<Vec<_>>(),
+            proptest::option::of(field()),
+        )
+            .prop_map(move |(fields, extra)| {
+                let mut map = serde_json::Map::new();
+                for (k, v) in fields {
+                    if let Some(v) = v {
+                        map.insert(k.to_owned(), v);
+                    }
+                }
+                if let Some(extra) = extra {
+                    map.insert("extra".to_owned(), extra);
+                }
+                Value::Object(map)
+            })
+            .boxed()
+    }
+
+    /// Whether every unknown field holds a value the fast reader skips.
+    pub(crate) fn plain_extras(v: &Value) -> bool {
+        match v {
+            Value::Object(map) => map.iter().all(|(k, v)| {
+                let skippable = match v {
+                    Value::Number(n) => n.is_u64(),
+                    Value::Array(a) => a.is_empty(),
+                    Value::Object(o) => o.is_empty(),
+                    _ => true,
+                };
+                (k != "extra" || skippable) && plain_extras(v)
+            }),
+            Value::Array(items) => items.iter().all(plain_extras),
+            _ => true,
+        }
+    }
+}

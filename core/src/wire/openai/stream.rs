@@ -455,6 +455,7 @@ struct FunctionDelta<'a> {
 mod tests {
     use super::*;
     use crate::wire::borrow::trim;
+    use crate::wire::scan::strategies::{object, plain_extras, text_or_null};
     use proptest::prelude::*;
     use serde_json::json;
 
@@ -485,51 +486,6 @@ mod tests {
         for data in declined {
             assert_eq!(fast_chunk(data), None, "{}", text(data));
         }
-    }
-
-    fn text_or_null() -> impl Strategy<Value = Value> {
-        prop_oneof![
-            Just(Value::Null),
-            "(?s).{0,12}".prop_map(Value::from),
-            Just(json!("")),
-        ]
-    }
-
-    fn field() -> impl Strategy<Value = Value> {
-        prop_oneof![
-            text_or_null(),
-            (0u64..3).prop_map(Value::from),
-            Just(json!(true)),
-            Just(json!([])),
-            Just(json!({})),
-            Just(json!(-1)),
-            Just(json!(1.5)),
-            Just(json!({"a": [1]})),
-        ]
-    }
-
-    /// An object with the given fields, some left out, plus an unknown one.
-    fn object(fields: Vec<(&'static str, BoxedStrategy<Value>)>) -> BoxedStrategy<Value> {
-        (
-            fields
-                .into_iter()
-                .map(|(k, v)| proptest::option::of(v).prop_map(move |v| (k, v)))
-                .collect::<Vec<_>>(),
-            proptest::option::of(field()),
-        )
-            .prop_map(move |(fields, extra)| {
-                let mut map = serde_json::Map::new();
-                for (k, v) in fields {
-                    if let Some(v) = v {
-                        map.insert(k.to_owned(), v);
-                    }
-                }
-                if let Some(extra) = extra {
-                    map.insert("extra".to_owned(), extra);
-                }
-                Value::Object(map)
-            })
-            .boxed()
     }
 
     fn chunk() -> impl Strategy<Value = Value> {
@@ -576,23 +532,6 @@ mod tests {
                 prop_oneof![Just(Value::Null), Just(json!({"prompt_tokens": 1}))].boxed(),
             ),
         ])
-    }
-
-    /// Whether every unknown field holds a value the fast reader skips.
-    fn plain_extras(v: &Value) -> bool {
-        match v {
-            Value::Object(map) => map.iter().all(|(k, v)| {
-                let skippable = match v {
-                    Value::Number(n) => n.is_u64(),
-                    Value::Array(a) => a.is_empty(),
-                    Value::Object(o) => o.is_empty(),
-                    _ => true,
-                };
-                (k != "extra" || skippable) && plain_extras(v)
-            }),
-            Value::Array(items) => items.iter().all(plain_extras),
-            _ => true,
-        }
     }
 
     proptest! {
