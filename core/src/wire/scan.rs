@@ -88,8 +88,7 @@ impl<'a> Scan<'a> {
     pub(crate) fn skip(&mut self) -> Option<()> {
         match self.rest.first()? {
             b'"' => {
-                let (_, rest) = skip_string_after_quote(&self.rest[1..])?;
-                self.rest = rest;
+                self.rest = skip_string_after_quote(&self.rest[1..])?;
                 Some(())
             }
             b'0'..=b'9' => self.uint().map(drop),
@@ -145,9 +144,8 @@ impl<'a> Scan<'a> {
     /// A key and its colon: the key's bytes, when it has no escape or control character.
     fn key(&mut self) -> Option<&'a [u8]> {
         let rest = self.rest.strip_prefix(b"\"")?;
-        let end = memchr::memchr2(b'"', b'\\', rest)?;
-        let (key, rest) = rest.split_at(end);
-        if rest[0] != b'"' || key.iter().any(|&b| b < 0x20) {
+        let (key, rest) = rest.split_at(string_stop(rest)?);
+        if rest[0] != b'"' {
             return None;
         }
         self.rest = rest[1..].strip_prefix(b":")?;
@@ -172,10 +170,7 @@ pub(crate) fn string_after_quote(bytes: &[u8]) -> Option<(Cow<'_, str>, &[u8])> 
     let mut unescaped: Option<Vec<u8>> = None;
     let mut rest = bytes;
     loop {
-        let (run, tail) = rest.split_at(memchr::memchr2(b'"', b'\\', rest)?);
-        if run.iter().any(|&b| b < 0x20) {
-            return None;
-        }
+        let (run, tail) = rest.split_at(string_stop(rest)?);
         if tail[0] == b'"' {
             let text = match unescaped {
                 None => Cow::Borrowed(std::str::from_utf8(run).ok()?),
@@ -186,7 +181,8 @@ pub(crate) fn string_after_quote(bytes: &[u8]) -> Option<(Cow<'_, str>, &[u8])> 
             };
             return Some((text, &tail[1..]));
         }
-        let byte = unescape(*tail.get(1)?)?;
+        // A backslash, or a control character, which `unescape` refuses.
+        let byte = unescape(tail[0], *tail.get(1)?)?;
         // Unescaped text is never longer than what is left of the data: one allocation.
         let out = unescaped.get_or_insert_with(|| Vec::with_capacity(bytes.len()));
         out.extend_from_slice(run);
@@ -196,24 +192,58 @@ pub(crate) fn string_after_quote(bytes: &[u8]) -> Option<(Cow<'_, str>, &[u8])> 
 }
 
 /// Like [`string_after_quote`], for a string that is not kept: its text is not checked for
-/// UTF-8 (see the module docs) nor unescaped. The unit stands for the skipped text.
-fn skip_string_after_quote(bytes: &[u8]) -> Option<((), &[u8])> {
+/// UTF-8 (see the module docs) nor unescaped: the bytes after its closing quote.
+fn skip_string_after_quote(bytes: &[u8]) -> Option<&[u8]> {
     let mut rest = bytes;
     loop {
-        let (run, tail) = rest.split_at(memchr::memchr2(b'"', b'\\', rest)?);
-        if run.iter().any(|&b| b < 0x20) {
-            return None;
-        }
+        let tail = &rest[string_stop(rest)?..];
         if tail[0] == b'"' {
-            return Some(((), &tail[1..]));
+            return Some(&tail[1..]);
         }
-        unescape(*tail.get(1)?)?;
+        unescape(tail[0], *tail.get(1)?)?;
         rest = &tail[2..];
     }
 }
 
-/// The byte a one-letter escape stands for; `None` for `\u` and unknown escapes.
-fn unescape(letter: u8) -> Option<u8> {
+/// Where a run of plain string text in `bytes` stops: at the first quote, backslash or
+/// control character (which a JSON string may not hold raw).
+///
+/// Strings in events are mostly short (keys, ids, a few words of text), where a `memchr2` call
+/// costs more than it saves, and they must be checked for control characters anyway: so the
+/// bytes are read eight at a time as a `u64`, flagging the three kinds of byte at once (the
+/// classic "has zero byte" and "has byte less than" bit tricks; a flag can be spurious only
+/// above a true one, so the lowest flag is exact).
+fn string_stop(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::from_le_bytes([1; 8]);
+    const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
+    let zero_bytes = |w: u64| w.wrapping_sub(ONES) & !w & HIGHS;
+    let mut words = bytes.chunks_exact(8);
+    let mut offset = 0;
+    for word in &mut words {
+        let mut eight = [0; 8];
+        eight.copy_from_slice(word);
+        let w = u64::from_le_bytes(eight);
+        let flags = zero_bytes(w ^ (ONES * u64::from(b'"')))
+            | zero_bytes(w ^ (ONES * u64::from(b'\\')))
+            | (w.wrapping_sub(ONES * 0x20) & !w & HIGHS);
+        if flags != 0 {
+            return Some(offset + flags.trailing_zeros() as usize / 8);
+        }
+        offset += 8;
+    }
+    let stop = words
+        .remainder()
+        .iter()
+        .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+    Some(offset + stop)
+}
+
+/// The byte that the escape `\` `letter` stands for; `None` for `\u` and unknown escapes, and
+/// when `first` is not a backslash (a control character where an escape was looked for).
+fn unescape(first: u8, letter: u8) -> Option<u8> {
+    if first != b'\\' {
+        return None;
+    }
     Some(match letter {
         b @ (b'"' | b'\\' | b'/') => b,
         b'b' => 0x08,
@@ -246,6 +276,17 @@ mod tests {
         // A skipped string is not checked for UTF-8, but still for its escapes.
         assert!(Scan::new(b"\"\xff\"").skip().is_some());
         assert!(Scan::new(br#""\u0041""#).skip().is_none());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn string_stop_finds_the_first_quote_backslash_or_control_character(
+            bytes in proptest::collection::vec(
+                proptest::prop_oneof![proptest::prelude::any::<u8>(), 0x20u8..0x7f], 0..40),
+        ) {
+            let naive = bytes.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20);
+            proptest::prop_assert_eq!(string_stop(&bytes), naive);
+        }
     }
 
     #[test]
