@@ -31,7 +31,8 @@
 //! Two ways to take events: [`SseDecoder::feed`] appends owned [`SseEvent`]s, their data as
 //! text; [`SseDecoder::feed_with`] lends each event as an [`SseEventRef`] whose data are the
 //! stream's bytes, not yet checked for UTF-8, so that the text is checked once, where it is
-//! parsed (the framing itself never looks at the text: issue 21).
+//! parsed (the framing itself never looks at the text: issue 21). An event whose one `data:`
+//! line arrived whole in a read is lent straight from that read, not copied.
 //!
 //! One deliberate deviation: at end of input the WHATWG rules discard an event that was not
 //! ended by a blank line. [`SseDecoder::finish`] returns it instead (as the official Python
