@@ -1,6 +1,10 @@
 //! SSE decode + assemble throughput (MB/s) of `rebound_core::wire`, beside the
 //! `eventsource-stream` crate decoding the same bytes.
 //!
+//! Benches per input: `rebound_decode_assemble` (the deltas lent, `StreamDecoder::feed_with`),
+//! `rebound_decode_assemble_owned` (each delta copied into an owned `StreamDelta`,
+//! `feed_into`), `rebound_sse_only` (the framing alone) and `eventsource_stream_sse_only`.
+//!
 //! Inputs (a few MB each, fed in 16 KiB reads like a network body):
 //! - `anthropic_encoded`: one long Anthropic response (text, thinking, tool calls with large
 //!   JSON inputs) rendered by `wire::encode_stream`;
@@ -13,12 +17,18 @@
 //!   `output_text.delta` events repeated until the body is a few MB.
 //!
 //! Run: `cargo bench -p rebound-core --bench sse -j2 -- --warm-up-time 1 --measurement-time 3`
+//!
+//! Profile one pass instead (instruction counts do not depend on the machine's load): build
+//! with `cargo bench -p rebound-core --bench sse --no-run`, then run the binary it names with
+//! `REBOUND_SSE_PROFILE=<what>:<input>` (`what` is `decode`, `owned` or `sse`, `input` one of
+//! the names above) under `valgrind --tool=callgrind --toggle-collect='*profile_pass*'`,
+//! which counts the decoding only, not the building of the input.
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use rebound_core::wire::sse::{SseDecoder, SseError};
-use rebound_core::wire::{encode_stream, StreamDecoder, StreamLimits};
+use rebound_core::wire::{encode_stream, StreamDecoder, StreamDelta, StreamLimits};
 use rebound_core::{
     AssistantResponse, ContentBlock, Message, ProviderKind, Role, StopReason, Usage,
 };
@@ -125,7 +135,26 @@ fn openai_capture_repeated() -> Vec<u8> {
     out.into_bytes()
 }
 
+/// Decode + assemble, the deltas lent (`StreamDecoder::feed_with`).
+#[inline(never)]
 fn rebound_decode_assemble(provider: ProviderKind, bytes: &[u8]) -> usize {
+    let mut d = StreamDecoder::new(provider);
+    let mut shown = 0;
+    for chunk in bytes.chunks(READ) {
+        d.feed_with(chunk, |delta| {
+            if let StreamDelta::Text { text, .. } = delta {
+                shown += text.len();
+            }
+        })
+        .expect("valid stream");
+    }
+    let r = d.finish().expect("complete response");
+    r.message.content.len() + shown
+}
+
+/// Decode + assemble, the deltas owned (`StreamDecoder::feed_into`, as before lending).
+#[inline(never)]
+fn rebound_decode_assemble_owned(provider: ProviderKind, bytes: &[u8]) -> usize {
     let mut d = StreamDecoder::new(provider);
     let mut deltas = Vec::new();
     for chunk in bytes.chunks(READ) {
@@ -136,6 +165,7 @@ fn rebound_decode_assemble(provider: ProviderKind, bytes: &[u8]) -> usize {
     r.message.content.len()
 }
 
+#[inline(never)]
 fn rebound_sse_only(provider: ProviderKind, bytes: &[u8]) -> usize {
     let mut d = SseDecoder::with_limits(StreamLimits::for_provider(provider).sse);
     let mut n = 0;
@@ -157,8 +187,8 @@ fn eventsource_stream_sse_only(bytes: &[u8]) -> usize {
     }))
 }
 
-fn bench(c: &mut Criterion) {
-    let inputs = [
+fn inputs() -> [(&'static str, ProviderKind, Vec<u8>); 4] {
+    [
         (
             "anthropic_encoded",
             ProviderKind::Anthropic,
@@ -179,7 +209,34 @@ fn bench(c: &mut Criterion) {
             ProviderKind::OpenAiResponses,
             responses_capture_repeated(),
         ),
-    ];
+    ]
+}
+
+/// One pass of `what` (`decode` or `sse`) over the input named `input`, for a profiler.
+#[inline(never)]
+fn profile_pass(what: &str, provider: ProviderKind, bytes: &[u8]) -> usize {
+    match what {
+        "decode" => rebound_decode_assemble(provider, bytes),
+        "owned" => rebound_decode_assemble_owned(provider, bytes),
+        "sse" => rebound_sse_only(provider, bytes),
+        other => panic!("unknown profile target {other:?}: decode, owned or sse"),
+    }
+}
+
+fn profile(spec: &str) {
+    let (what, name) = spec
+        .split_once(':')
+        .expect("REBOUND_SSE_PROFILE is <decode|owned|sse>:<input>");
+    let (_, provider, bytes) = inputs()
+        .into_iter()
+        .find(|(n, _, _)| *n == name)
+        .unwrap_or_else(|| panic!("unknown input {name:?}"));
+    let n = profile_pass(what, provider, black_box(&bytes));
+    println!("{what} {name}: {} bytes, result {n}", bytes.len());
+}
+
+fn bench(c: &mut Criterion) {
+    let inputs = inputs();
     let mut group = c.benchmark_group("sse");
     for (name, provider, bytes) in &inputs {
         // Both decoders must see the same events before their speed is compared.
@@ -194,6 +251,13 @@ fn bench(c: &mut Criterion) {
             bytes,
             |b, bytes| {
                 b.iter(|| black_box(rebound_decode_assemble(*provider, black_box(bytes))));
+            },
+        );
+        group.bench_with_input(
+            BenchmarkId::new("rebound_decode_assemble_owned", name),
+            bytes,
+            |b, bytes| {
+                b.iter(|| black_box(rebound_decode_assemble_owned(*provider, black_box(bytes))));
             },
         );
         group.bench_with_input(
@@ -213,4 +277,12 @@ fn bench(c: &mut Criterion) {
 }
 
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() {
+    if let Ok(spec) = std::env::var("REBOUND_SSE_PROFILE") {
+        profile(&spec);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

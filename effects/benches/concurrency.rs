@@ -200,7 +200,7 @@ fn sent_at(text: &str) -> Option<u64> {
 }
 
 impl Receiver for Probe {
-    fn delta(&mut self, delta: &StreamDelta) -> Result<(), ReceiverError> {
+    fn delta(&mut self, delta: &StreamDelta<&str>) -> Result<(), ReceiverError> {
         if let StreamDelta::Text { text, .. } = delta {
             if let Some(at) = sent_at(text) {
                 self.delays.push(micros().saturating_sub(at));
@@ -283,18 +283,17 @@ async fn one_agent(client: Client, url: String, all: Arc<Mutex<Vec<u64>>>) -> bo
                 return false;
             };
             let mut decoder = StreamDecoder::new(ProviderKind::Anthropic);
-            let mut deltas = Vec::new();
             let mut probe = Probe {
                 delays: Vec::new(),
                 all,
             };
             while let Ok(Some(chunk)) = response.chunk().await {
                 if let Client::Decoder = client {
-                    if decoder.feed_into(&chunk, &mut deltas).is_err() {
-                        return false;
-                    }
-                    for d in deltas.drain(..) {
+                    let lent = decoder.feed_with(&chunk, |d| {
                         let _ = probe.delta(&d);
+                    });
+                    if lent.is_err() {
+                        return false;
                     }
                 }
             }

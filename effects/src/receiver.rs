@@ -64,7 +64,7 @@ impl ReceiverError {
 /// complete message (assistant or tool results), `totals` then `finished` or `error` last.
 pub trait Receiver: Send {
     /// A streamed piece of the response being produced.
-    fn delta(&mut self, delta: &StreamDelta) -> Result<(), ReceiverError> {
+    fn delta(&mut self, delta: &StreamDelta<&str>) -> Result<(), ReceiverError> {
         let _ = delta;
         Ok(())
     }

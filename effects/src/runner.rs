@@ -821,7 +821,7 @@ impl Runner {
         let receiver = &mut self.receiver;
         let mut streamed = false;
         let mut receiver_failed: Option<ReceiverError> = None;
-        let mut sink = |delta: rebound_core::wire::StreamDelta| {
+        let mut sink = |delta: rebound_core::wire::StreamDelta<&str>| {
             streamed = true;
             match receiver.delta(&delta) {
                 Ok(()) => true,

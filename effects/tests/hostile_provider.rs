@@ -47,7 +47,7 @@ async fn send_to(kind: ProviderKind, url: &str) -> Result<AssistantResponse, Pro
 
 async fn send(provider: &HttpProvider) -> Result<AssistantResponse, ProviderFailure> {
     let conversation = Conversation::from(vec![Message::user_text("hi")]);
-    let mut sink = |_delta| true;
+    let mut sink = |_: rebound_core::wire::StreamDelta<&str>| true;
     tokio::time::timeout(OUTER, provider.send(&conversation, &[], &mut sink))
         .await
         .expect("the provider's own timeouts bound every wait")

@@ -258,7 +258,7 @@ async fn a_successful_json_body_larger_than_the_error_body_limit_is_read_whole()
     config.ignore_stream = true;
     let s = FakeServer::start(config).await.expect("fake server starts");
     let conversation = Conversation::from(vec![Message::user_text("Write it out.")]);
-    let mut sink = |_| true;
+    let mut sink = |_: rebound_core::wire::StreamDelta<&str>| true;
     let response = http(&s)
         .send(&conversation, &[], &mut sink)
         .await
@@ -285,7 +285,7 @@ async fn a_conversation_that_breaks_tool_pairing_is_refused_before_sending_not_b
         },
         Message::user_text("go on"),
     ]);
-    let mut sink = |_| true;
+    let mut sink = |_: rebound_core::wire::StreamDelta<&str>| true;
     let error = http(&s)
         .send(&conversation, &[], &mut sink)
         .await
@@ -303,7 +303,7 @@ async fn a_caller_that_stops_reading_the_stream_is_not_a_provider_failure() {
     let s =
         server(r#"{"turns": [{"answer": {"text": "A long answer, streamed in pieces."}}]}"#).await;
     let conversation = Conversation::from(vec![Message::user_text("hi")]);
-    let mut sink = |_| false;
+    let mut sink = |_: rebound_core::wire::StreamDelta<&str>| false;
     let error = http(&s)
         .send(&conversation, &[], &mut sink)
         .await

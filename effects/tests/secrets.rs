@@ -290,7 +290,7 @@ async fn library_errors_and_debug_forms_never_contain_the_key() {
         };
         let provider = HttpProvider::new(c).expect("valid");
         let conversation = Conversation::from(vec![Message::user_text("hi")]);
-        let mut sink = |_d| true;
+        let mut sink = |_: rebound_core::wire::StreamDelta<&str>| true;
         let Err(SendError::Provider(f)) = provider.send(&conversation, &[], &mut sink).await else {
             panic!("a provider failure for an error status");
         };

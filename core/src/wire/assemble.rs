@@ -1,7 +1,7 @@
 //! Provider-neutral assembly of content blocks from streamed pieces, and the final checks
 //! that turn them into one [`AssistantResponse`] or a failure.
 
-use super::{malformed, StreamDelta};
+use super::{malformed, Deltas, StreamDelta};
 use crate::conversation::{ContentBlock, Message, Role};
 use crate::failure::{ProviderFailure, TransportFault};
 use crate::response::{AssistantResponse, InputProblemKind, StopReason, ToolInputProblem, Usage};
@@ -90,7 +90,7 @@ impl Assembly {
         &mut self,
         index: u64,
         part: Part,
-        deltas: &mut Vec<StreamDelta>,
+        deltas: &mut Deltas<'_>,
     ) -> Result<(), ProviderFailure> {
         if self.parts.contains_key(&index) {
             return Err(malformed(&format!("content block {index} started twice")));
@@ -100,10 +100,7 @@ impl Assembly {
             Part::Text(text) => {
                 self.charge(text.len())?;
                 if !text.is_empty() {
-                    deltas.push(StreamDelta::Text {
-                        index,
-                        text: text.clone(),
-                    });
+                    deltas(StreamDelta::Text { index, text });
                 }
             }
             Part::Thinking {
@@ -112,19 +109,12 @@ impl Assembly {
             } => {
                 self.charge(thinking.len() + signature.len())?;
                 if !thinking.is_empty() {
-                    deltas.push(StreamDelta::Thinking {
-                        index,
-                        thinking: thinking.clone(),
-                    });
+                    deltas(StreamDelta::Thinking { index, thinking });
                 }
             }
             Part::ToolUse { id, name, json, .. } => {
                 self.charge(id.len() + name.len() + json.len())?;
-                deltas.push(StreamDelta::ToolCallStart {
-                    index,
-                    id: id.clone(),
-                    name: name.clone(),
-                });
+                deltas(StreamDelta::ToolCallStart { index, id, name });
             }
             Part::Reasoning(_) => self.charge(part_bytes(&part))?,
         }
@@ -139,7 +129,7 @@ impl Assembly {
         &mut self,
         index: u64,
         part: Part,
-        deltas: &mut Vec<StreamDelta>,
+        deltas: &mut Deltas<'_>,
     ) -> Result<(), ProviderFailure> {
         let Some(old) = self.parts.get(&index) else {
             return self.start(index, part, deltas);
@@ -160,7 +150,7 @@ impl Assembly {
         &mut self,
         index: u64,
         text: &str,
-        deltas: &mut Vec<StreamDelta>,
+        deltas: &mut Deltas<'_>,
     ) -> Result<(), ProviderFailure> {
         self.charge(text.len())?;
         match self.part(index)? {
@@ -168,10 +158,7 @@ impl Assembly {
             _ => return Err(mismatch(index, "text")),
         }
         if !text.is_empty() {
-            deltas.push(StreamDelta::Text {
-                index,
-                text: text.to_owned(),
-            });
+            deltas(StreamDelta::Text { index, text });
         }
         Ok(())
     }
@@ -180,7 +167,7 @@ impl Assembly {
         &mut self,
         index: u64,
         text: &str,
-        deltas: &mut Vec<StreamDelta>,
+        deltas: &mut Deltas<'_>,
     ) -> Result<(), ProviderFailure> {
         self.charge(text.len())?;
         match self.part(index)? {
@@ -188,9 +175,9 @@ impl Assembly {
             _ => return Err(mismatch(index, "thinking")),
         }
         if !text.is_empty() {
-            deltas.push(StreamDelta::Thinking {
+            deltas(StreamDelta::Thinking {
                 index,
-                thinking: text.to_owned(),
+                thinking: text,
             });
         }
         Ok(())
@@ -212,7 +199,7 @@ impl Assembly {
         &mut self,
         index: u64,
         fragment: &str,
-        deltas: &mut Vec<StreamDelta>,
+        deltas: &mut Deltas<'_>,
     ) -> Result<(), ProviderFailure> {
         self.charge(fragment.len())?;
         match self.part(index)? {
@@ -220,9 +207,9 @@ impl Assembly {
             _ => return Err(mismatch(index, "tool input")),
         }
         if !fragment.is_empty() {
-            deltas.push(StreamDelta::ToolInputJson {
+            deltas(StreamDelta::ToolInputJson {
                 index,
-                partial_json: fragment.to_owned(),
+                partial_json: fragment,
             });
         }
         Ok(())

@@ -91,6 +91,7 @@ mod borrow;
 mod openai;
 mod render;
 mod responses;
+mod scan;
 
 use crate::conversation::{Conversation, PairingError};
 use crate::failure::{ProviderFailure, ProviderKind, TransportFault};
@@ -190,39 +191,112 @@ pub enum WireError {
 /// OpenAI, 0 is reasoning text (from compatible servers), 1 the answer text and tool call `i`
 /// is `i + 2`; for Responses, content part `c` of output item `o` is `o * 64 + c` (a tool
 /// call or reasoning item is its item's part 0).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StreamDelta {
+///
+/// `S` is the type of its text: `String` for an owned delta, as [`StreamDecoder::feed`]
+/// returns them, and `&str` for one lent by [`StreamDecoder::feed_with`], which borrows the
+/// decoder's input and costs no allocation.
+///
+/// ```
+/// use rebound_core::wire::StreamDelta;
+///
+/// let lent = StreamDelta::Text { index: 1, text: "Hi" };
+/// let owned: StreamDelta = lent.into_owned();
+/// assert_eq!(owned.as_lent(), lent);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamDelta<S = String> {
     /// More answer text.
     Text {
         /// The block.
         index: u64,
         /// The new text.
-        text: String,
+        text: S,
     },
     /// More extended-thinking text.
     Thinking {
         /// The block.
         index: u64,
         /// The new thinking text.
-        thinking: String,
+        thinking: S,
     },
     /// The model started a tool call.
     ToolCallStart {
         /// The block.
         index: u64,
         /// The call id.
-        id: String,
+        id: S,
         /// The tool's name.
-        name: String,
+        name: S,
     },
     /// A fragment of a tool call's JSON arguments (not valid JSON on its own).
     ToolInputJson {
         /// The block.
         index: u64,
         /// The fragment.
-        partial_json: String,
+        partial_json: S,
     },
 }
+
+impl StreamDelta<&str> {
+    /// The delta with its text copied into `String`s.
+    #[must_use]
+    pub fn into_owned(self) -> StreamDelta {
+        match self {
+            StreamDelta::Text { index, text } => StreamDelta::Text {
+                index,
+                text: text.to_owned(),
+            },
+            StreamDelta::Thinking { index, thinking } => StreamDelta::Thinking {
+                index,
+                thinking: thinking.to_owned(),
+            },
+            StreamDelta::ToolCallStart { index, id, name } => StreamDelta::ToolCallStart {
+                index,
+                id: id.to_owned(),
+                name: name.to_owned(),
+            },
+            StreamDelta::ToolInputJson {
+                index,
+                partial_json,
+            } => StreamDelta::ToolInputJson {
+                index,
+                partial_json: partial_json.to_owned(),
+            },
+        }
+    }
+}
+
+impl StreamDelta {
+    /// The delta lent, its text borrowed.
+    #[must_use]
+    pub fn as_lent(&self) -> StreamDelta<&str> {
+        match self {
+            StreamDelta::Text { index, text } => StreamDelta::Text {
+                index: *index,
+                text,
+            },
+            StreamDelta::Thinking { index, thinking } => StreamDelta::Thinking {
+                index: *index,
+                thinking,
+            },
+            StreamDelta::ToolCallStart { index, id, name } => StreamDelta::ToolCallStart {
+                index: *index,
+                id,
+                name,
+            },
+            StreamDelta::ToolInputJson {
+                index,
+                partial_json,
+            } => StreamDelta::ToolInputJson {
+                index: *index,
+                partial_json,
+            },
+        }
+    }
+}
+
+/// Where the decoders put the deltas they lend.
+pub(crate) type Deltas<'d> = dyn FnMut(StreamDelta<&str>) + 'd;
 
 /// Memory bounds for decoding one streamed response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -549,7 +623,7 @@ impl ProviderState {
     fn on_event(
         &mut self,
         event: &SseEventRef<'_>,
-        deltas: &mut Vec<StreamDelta>,
+        deltas: &mut Deltas<'_>,
     ) -> Result<bool, ProviderFailure> {
         match self {
             ProviderState::Anthropic(s) => s.on_event(event, deltas),
@@ -604,6 +678,35 @@ impl StreamDecoder {
         bytes: &[u8],
         deltas: &mut Vec<StreamDelta>,
     ) -> Result<(), ProviderFailure> {
+        self.feed_with(bytes, |delta| deltas.push(delta.into_owned()))
+    }
+
+    /// Like [`feed`](StreamDecoder::feed), lending each delta to `on_delta` as it is decoded:
+    /// its text borrows the decoder's input or buffers, so a delta costs no allocation.
+    ///
+    /// A chunk that fails after some of its deltas has lent them already; the failure is
+    /// returned after them.
+    ///
+    /// ```
+    /// use rebound_core::wire::{StreamDecoder, StreamDelta};
+    /// use rebound_core::ProviderKind;
+    ///
+    /// let mut d = StreamDecoder::new(ProviderKind::OpenAi);
+    /// let mut shown = String::new();
+    /// let chunk = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n";
+    /// d.feed_with(chunk, |delta| {
+    ///     if let StreamDelta::Text { text, .. } = delta {
+    ///         shown.push_str(text);
+    ///     }
+    /// })
+    /// .unwrap();
+    /// assert_eq!(shown, "Hi");
+    /// ```
+    pub fn feed_with(
+        &mut self,
+        bytes: &[u8],
+        mut on_delta: impl FnMut(StreamDelta<&str>),
+    ) -> Result<(), ProviderFailure> {
         if let Some(f) = &self.failure {
             return Err(f.clone());
         }
@@ -613,7 +716,7 @@ impl StreamDecoder {
         let state = &mut self.state;
         let complete = &mut self.complete;
         let result = self.sse.feed_with(bytes, |event| {
-            if state.on_event(event, deltas).map_err(Halt::Failed)? {
+            if state.on_event(event, &mut on_delta).map_err(Halt::Failed)? {
                 *complete = true;
                 // Stop decoding here: what follows the terminal event in the same chunk is
                 // ignored, exactly as it is when it arrives in a later chunk (a limit broken
@@ -652,10 +755,12 @@ impl StreamDecoder {
             return Err(f);
         }
         if !self.complete {
-            let mut deltas = Vec::new();
+            // The deltas of an event completed by the end of the body are not shown: the body
+            // has ended.
+            let mut unshown = |_: StreamDelta<&str>| {};
             match self.sse.finish() {
                 Err(e) => return Err(e.into()),
-                Ok(Some(last)) => match self.state.on_event(&last.as_event_ref(), &mut deltas) {
+                Ok(Some(last)) => match self.state.on_event(&last.as_event_ref(), &mut unshown) {
                     Ok(terminal) => self.complete = terminal,
                     // An event cut mid-line fails to parse: that is a cut, not garbage.
                     Err(f) if f.transport == Some(TransportFault::MalformedStream) => {

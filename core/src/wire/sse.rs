@@ -31,7 +31,8 @@
 //! Two ways to take events: [`SseDecoder::feed`] appends owned [`SseEvent`]s, their data as
 //! text; [`SseDecoder::feed_with`] lends each event as an [`SseEventRef`] whose data are the
 //! stream's bytes, not yet checked for UTF-8, so that the text is checked once, where it is
-//! parsed (the framing itself never looks at the text: issue 21).
+//! parsed (the framing itself never looks at the text: issue 21). An event whose one `data:`
+//! line arrived whole in a read is lent straight from that read, not copied.
 //!
 //! One deliberate deviation: at end of input the WHATWG rules discard an event that was not
 //! ended by a blank line. [`SseDecoder::finish`] returns it instead (as the official Python
@@ -201,6 +202,58 @@ impl Default for SseDecoder {
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
+/// Where the line that starts `bytes` ends: its first `\n` or `\r` (its first `\n` when
+/// `lf_only` says there is no `\r`). A blank line (the end of every event) is seen without a
+/// search.
+fn line_end(bytes: &[u8], lf_only: bool) -> Option<usize> {
+    match bytes.first()? {
+        b'\n' | b'\r' => Some(0),
+        _ if lf_only => memchr::memchr(b'\n', bytes),
+        _ => memchr::memchr2(b'\n', b'\r', bytes),
+    }
+}
+
+/// One line of the stream, read: a field and its value, one space after the colon dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Line<'l> {
+    /// The blank line that ends an event.
+    Blank,
+    /// `data:`
+    Data(&'l [u8]),
+    /// `event:`
+    Event(&'l [u8]),
+    /// `id:`
+    Id(&'l [u8]),
+    /// `retry:`
+    Retry(&'l [u8]),
+    /// A comment or an unknown field.
+    Ignored,
+}
+
+impl<'l> Line<'l> {
+    fn parse(line: &'l [u8]) -> Self {
+        if line.is_empty() {
+            return Line::Blank;
+        }
+        let value = |value: &'l [u8]| value.strip_prefix(b" ").unwrap_or(value);
+        // Nearly every line is a `data:` line: it is recognized without a search.
+        if let Some(data) = line.strip_prefix(b"data:") {
+            return Line::Data(value(data));
+        }
+        let (field, value) = match memchr::memchr(b':', line) {
+            Some(colon) => (&line[..colon], value(&line[colon + 1..])),
+            None => (line, &[][..]),
+        };
+        match field {
+            b"data" => Line::Data(value),
+            b"event" => Line::Event(value),
+            b"id" => Line::Id(value),
+            b"retry" => Line::Retry(value),
+            _ => Line::Ignored,
+        }
+    }
+}
+
 /// `value` as text, invalid UTF-8 replaced with U+FFFD. Valid text (nearly every stream)
 /// takes `str::from_utf8`'s fast path; `String::from_utf8_lossy` walks the bytes in chunks
 /// and cost a third of the framing time.
@@ -276,10 +329,10 @@ impl SseDecoder {
     /// Feeds the next bytes of the stream, calling `on_event` with every event they complete.
     ///
     /// The event is lent, not given: it borrows the decoder's buffers, which are reused for
-    /// the next one, so decoding allocates nothing per event; its data are bytes, not yet
-    /// checked for UTF-8 (see [`SseEventRef`]). A limit error is converted into `E` and
-    /// leaves the decoder failed; an error from `on_event` is returned as is and the rest of
-    /// `bytes` is not decoded.
+    /// the next one, or `bytes` themselves, so decoding allocates nothing per event; its data
+    /// are bytes, not yet checked for UTF-8 (see [`SseEventRef`]). A limit error is converted
+    /// into `E` and leaves the decoder failed; an error from `on_event` is returned as is and
+    /// the rest of `bytes` is not decoded.
     pub fn feed_with<E, F>(&mut self, mut bytes: &[u8], mut on_event: F) -> Result<(), E>
     where
         E: From<SseError>,
@@ -294,8 +347,24 @@ impl SseDecoder {
                 bytes = rest;
             }
         }
+        // The current event's one `data:` line, lent from `bytes` rather than copied into
+        // `self.data`: nearly every event is one data line and a blank line, in one read. It
+        // is kept lent only until the next line; unless that line ends the event, the lent
+        // line is copied into the buffer first, so every other line sees the state the copy
+        // would have left (see `keep_lent`).
+        let mut lent: Option<&[u8]> = None;
+        // A read without a CR (nearly all: servers end lines with LF) is split at LFs alone,
+        // a cheaper search than for either byte.
+        let lf_only = memchr::memchr(b'\r', bytes).is_none();
         while !bytes.is_empty() {
-            let Some(end) = memchr::memchr2(b'\n', b'\r', bytes) else {
+            if lent.is_none() && self.line.is_empty() {
+                if let Some(ending) = self.repeated_event_name(bytes) {
+                    self.named = !self.event_type.is_empty();
+                    bytes = self.after_line_end(ending);
+                    continue;
+                }
+            }
+            let Some(end) = line_end(bytes, lf_only) else {
                 if self.line.len() + bytes.len() > self.limits.max_line_bytes {
                     let e = self.fail(SseError::LineTooLong {
                         limit: self.limits.max_line_bytes,
@@ -305,37 +374,82 @@ impl SseDecoder {
                 self.line.extend_from_slice(bytes);
                 break;
             };
-            let ending = bytes[end];
-            let mut rest = &bytes[end + 1..];
-            if ending == b'\r' {
-                match rest.first() {
-                    Some(b'\n') => rest = &rest[1..],
-                    Some(_) => {}
-                    None => self.after_cr = true,
+            let (line, rest) = (&bytes[..end], self.after_line_end(&bytes[end..]));
+            bytes = rest;
+            let taken = if self.line.is_empty() {
+                if let Some(first) = lent.take() {
+                    if line.is_empty() {
+                        // The blank line that ends the event: dispatch it with its lent data.
+                        let result = on_event(&self.event_ref(first));
+                        self.reset_event();
+                        result?;
+                        continue;
+                    }
+                    self.keep_lent(first);
                 }
-            }
-            let dispatched = if self.line.is_empty() {
-                self.take_line(&bytes[..end])
+                self.take_line(line).and_then(|taken| match taken {
+                    Line::Data(value) if self.may_lend(value) => {
+                        lent = Some(value);
+                        Ok(false)
+                    }
+                    taken => self.apply(taken),
+                })
             } else {
-                let mut line = std::mem::take(&mut self.line);
-                line.extend_from_slice(&bytes[..end]);
-                let r = self.take_line(&line);
-                line.clear();
-                self.line = line;
+                // Only the first line of a read can continue a buffered one: nothing is lent.
+                let mut buffered = std::mem::take(&mut self.line);
+                buffered.extend_from_slice(line);
+                let r = self
+                    .take_line(&buffered)
+                    .and_then(|taken| self.apply(taken));
+                buffered.clear();
+                self.line = buffered;
                 r
             };
-            bytes = rest;
-            match dispatched {
+            match taken {
                 Err(e) => return Err(self.fail(e).into()),
                 Ok(false) => {}
                 Ok(true) => {
-                    let result = on_event(&self.event_ref());
+                    let result = on_event(&self.event_ref(&self.data));
                     self.reset_event();
                     result?;
                 }
             }
         }
+        if let Some(first) = lent {
+            self.keep_lent(first);
+        }
         Ok(())
+    }
+
+    /// When `bytes` start with a line that names the next event with the name already in
+    /// `event_type` (`event: ` and that name, as streams name nearly every event with one of
+    /// a few names), the rest of `bytes` from that line's ending; the line is recognized by
+    /// comparison, without a search for its end. `None` when the line must be read: another
+    /// line, another name, a name within data lines or at the start of the stream, or a line
+    /// over the limit.
+    #[inline]
+    fn repeated_event_name<'b>(&self, bytes: &'b [u8]) -> Option<&'b [u8]> {
+        let named = bytes.strip_prefix(b"event: ")?;
+        if self.at_start || !self.data.is_empty() {
+            return None;
+        }
+        let ending = named.strip_prefix(self.event_type.as_bytes())?;
+        let within_limit = bytes.len() - ending.len() <= self.limits.max_line_bytes;
+        (within_limit && matches!(ending.first(), Some(b'\n' | b'\r'))).then_some(ending)
+    }
+
+    /// What follows a line ending that starts `ending` (`\r`, `\n` or `\r\n`), noting a `\r`
+    /// that ends the read (a `\n` at the start of the next read belongs to it).
+    fn after_line_end<'b>(&mut self, ending: &'b [u8]) -> &'b [u8] {
+        match ending {
+            [b'\r', b'\n', rest @ ..] => rest,
+            [b'\r'] => {
+                self.after_cr = true;
+                &[]
+            }
+            [_, rest @ ..] => rest,
+            [] => ending,
+        }
     }
 
     /// Convenience form of [`SseDecoder::feed`] that returns the completed events.
@@ -355,12 +469,12 @@ impl SseDecoder {
         if !self.line.is_empty() {
             // A non-empty line never dispatches.
             let line = std::mem::take(&mut self.line);
-            if let Err(e) = self.take_line(&line) {
+            if let Err(e) = self.take_line(&line).and_then(|taken| self.apply(taken)) {
                 return Err(self.fail(e));
             }
         }
         if self.dispatch() {
-            let event = self.event_ref().to_event();
+            let event = self.event_ref(&self.data).to_event();
             self.reset_event();
             Ok(Some(event))
         } else {
@@ -379,65 +493,77 @@ impl SseDecoder {
         e
     }
 
-    /// Processes one complete line; `Ok(true)` when it ended an event ready to dispatch.
-    fn take_line(&mut self, mut line: &[u8]) -> Result<bool, SseError> {
+    /// Reads one complete line (after a byte order mark at the very start of the stream,
+    /// which counts against the line limit: a line still arriving is measured with it).
+    fn take_line<'l>(&mut self, mut line: &'l [u8]) -> Result<Line<'l>, SseError> {
+        if line.len() > self.limits.max_line_bytes {
+            return Err(SseError::LineTooLong {
+                limit: self.limits.max_line_bytes,
+            });
+        }
         if self.at_start {
             self.at_start = false;
             if let Some(rest) = line.strip_prefix(BOM) {
                 line = rest;
             }
         }
-        if line.len() > self.limits.max_line_bytes {
-            return Err(SseError::LineTooLong {
-                limit: self.limits.max_line_bytes,
-            });
-        }
-        if line.is_empty() {
-            return Ok(self.dispatch());
-        }
-        if line[0] == b':' {
-            return Ok(false);
-        }
-        let (field, value) = match memchr::memchr(b':', line) {
-            Some(colon) => {
-                let value = &line[colon + 1..];
-                (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
-            }
-            None => (line, &[][..]),
-        };
-        match field {
-            b"data" => self.admit_data(value)?,
-            b"event" => {
-                if value != self.event_type.as_bytes() {
-                    let value = utf8_lossy(value);
-                    self.event_type.clear();
-                    self.event_type.push_str(&value);
-                }
-                let name = self.event_type.len();
-                let data = if self.near_limit(name, 0) {
-                    self.data_text_len()
-                } else {
-                    self.data.len()
-                };
-                if name + data > self.limits.max_event_bytes {
-                    return Err(self.too_large());
-                }
-                self.named = name > 0;
-            }
-            b"id" if !value.contains(&0) => {
+        Ok(Line::parse(line))
+    }
+
+    /// Acts on one line; `Ok(true)` when it ended an event ready to dispatch.
+    fn apply(&mut self, line: Line<'_>) -> Result<bool, SseError> {
+        match line {
+            Line::Blank => return Ok(self.dispatch()),
+            Line::Data(value) => self.admit_data(value)?,
+            Line::Event(value) => self.set_event_type(value)?,
+            Line::Id(value) if !value.contains(&0) => {
                 self.last_event_id.clear();
                 self.last_event_id.push_str(&String::from_utf8_lossy(value));
             }
-            b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
+            Line::Retry(value) if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
                 // Digits only, so the text is ASCII; an overflowing value is ignored.
                 if let Ok(ms) = String::from_utf8_lossy(value).parse::<u64>() {
                     self.retry = Some(ms);
                     self.reconnection_ms = Some(ms);
                 }
             }
-            _ => {}
+            Line::Id(_) | Line::Retry(_) | Line::Ignored => {}
         }
         Ok(false)
+    }
+
+    /// Names the current event, within [`SseLimits::max_event_bytes`].
+    fn set_event_type(&mut self, value: &[u8]) -> Result<(), SseError> {
+        if value != self.event_type.as_bytes() {
+            let value = utf8_lossy(value);
+            self.event_type.clear();
+            self.event_type.push_str(&value);
+        }
+        let name = self.event_type.len();
+        let data = if self.near_limit(name, 0) {
+            self.data_text_len()
+        } else {
+            self.data.len()
+        };
+        if name + data > self.limits.max_event_bytes {
+            return Err(self.too_large());
+        }
+        self.named = name > 0;
+        Ok(())
+    }
+
+    /// Whether a `data:` line's value may be lent rather than copied: it is the event's first,
+    /// and [`SseDecoder::admit_data`] would take it without counting its text.
+    fn may_lend(&self, value: &[u8]) -> bool {
+        let name = if self.named { self.event_type.len() } else { 0 };
+        self.data.is_empty() && !self.near_limit(name, value.len() + 1)
+    }
+
+    /// Copies a lent `data:` line into the event buffer, as [`SseDecoder::admit_data`] would
+    /// have (which [`SseDecoder::may_lend`] checked).
+    fn keep_lent(&mut self, value: &[u8]) {
+        self.data.extend_from_slice(value);
+        self.data.push(b'\n');
     }
 
     fn too_large(&self) -> SseError {
@@ -498,11 +624,11 @@ impl SseDecoder {
         true
     }
 
-    /// The event being dispatched.
-    fn event_ref(&self) -> SseEventRef<'_> {
+    /// The event being dispatched, with `data`: the buffer's, or a lent line.
+    fn event_ref<'a>(&'a self, data: &'a [u8]) -> SseEventRef<'a> {
         SseEventRef {
             event: self.named.then_some(self.event_type.as_str()),
-            data: &self.data,
+            data,
             id: (!self.last_event_id.is_empty()).then_some(self.last_event_id.as_str()),
             retry: self.retry,
         }
@@ -520,6 +646,7 @@ impl SseDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn decode_all(chunks: &[&[u8]]) -> Vec<SseEvent> {
         let mut d = SseDecoder::new();
@@ -684,5 +811,93 @@ mod tests {
         let mut d = SseDecoder::new();
         d.decode(b"data: a\n\n").unwrap();
         assert_eq!(d.finish().unwrap(), None);
+    }
+
+    /// Every event (owned) and the first error, feeding `stream` cut at `cuts`.
+    fn decode_cut(
+        limits: SseLimits,
+        stream: &[u8],
+        cuts: &[usize],
+    ) -> (Vec<SseEvent>, Option<SseError>) {
+        let mut d = SseDecoder::with_limits(limits);
+        let mut events = Vec::new();
+        let mut start = 0;
+        for &cut in cuts.iter().chain([&stream.len()]) {
+            let cut = cut.clamp(start, stream.len());
+            if let Err(e) = d.feed(&stream[start..cut], &mut events) {
+                return (events, Some(e));
+            }
+            start = cut;
+        }
+        match d.finish() {
+            Ok(last) => events.extend(last),
+            Err(e) => return (events, Some(e)),
+        }
+        (events, None)
+    }
+
+    #[test]
+    fn a_lent_data_line_is_kept_when_the_event_goes_on_or_the_read_ends() {
+        // Lent, then another data line, an event name and an id in the same read.
+        let events = decode_all(&[b"data: a\ndata: b\nevent: e\nid: 1\n\n"]);
+        assert_eq!(data(&events), ["a\nb"]);
+        assert_eq!(events[0].name(), "e");
+        // Lent, then the read ends before the blank line (or inside it, after a CR).
+        let events = decode_all(&[b"data: a\n", b"\ndata: b\r", b"\n\r\n"]);
+        assert_eq!(data(&events), ["a", "b"]);
+        // A line near the event limit is not lent: its size as text (9 bytes) is counted.
+        let mut d = SseDecoder::with_limits(SseLimits {
+            max_line_bytes: 64,
+            max_event_bytes: 8,
+        });
+        assert_eq!(
+            d.decode(b"data: \xff\xff\xff\n\n"),
+            Err(SseError::EventTooLarge { limit: 8 })
+        );
+    }
+
+    fn piece() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            Just(b"data: {\"a\":1}".to_vec()),
+            Just(b"data:x".to_vec()),
+            Just(b"data".to_vec()),
+            Just(b"event: delta".to_vec()),
+            Just(b"event:".to_vec()),
+            Just(b"id: 7".to_vec()),
+            Just(b"retry: 15".to_vec()),
+            Just(b": comment".to_vec()),
+            Just(b"other: field".to_vec()),
+            Just(BOM.to_vec()),
+            Just(b"\xe4\xb8\xad\xff".to_vec()),
+            Just(b"\n".to_vec()),
+            Just(b"\r".to_vec()),
+            Just(b"\r\n".to_vec()),
+            Just(b"\n\n".to_vec()),
+            proptest::collection::vec(any::<u8>(), 0..12),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn events_and_errors_do_not_depend_on_where_the_reads_end(
+            pieces in proptest::collection::vec(piece(), 0..40),
+            cuts in proptest::collection::vec(0usize..400, 0..12),
+            max_line_bytes in 4usize..48,
+            max_event_bytes in 4usize..64,
+            default_limits in any::<bool>(),
+        ) {
+            let stream = pieces.concat();
+            let limits = if default_limits {
+                SseLimits::default()
+            } else {
+                SseLimits { max_line_bytes, max_event_bytes }
+            };
+            let mut sorted = cuts.clone();
+            sorted.sort_unstable();
+            let whole = decode_cut(limits, &stream, &[]);
+            let byte_at_a_time: Vec<usize> = (0..stream.len()).collect();
+            prop_assert_eq!(&whole, &decode_cut(limits, &stream, &sorted));
+            prop_assert_eq!(&whole, &decode_cut(limits, &stream, &byte_at_a_time));
+        }
     }
 }

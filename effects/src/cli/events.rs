@@ -135,7 +135,7 @@ pub fn error_event(error: &RunError) -> Value {
 }
 
 impl Receiver for JsonEvents {
-    fn delta(&mut self, delta: &StreamDelta) -> Result<(), ReceiverError> {
+    fn delta(&mut self, delta: &StreamDelta<&str>) -> Result<(), ReceiverError> {
         match delta {
             StreamDelta::Text { text, .. } => {
                 self.emit(json!({"type": "text_delta", "text": text}))
@@ -355,7 +355,7 @@ pub fn advice(error: &RunError) -> &'static str {
 }
 
 impl Receiver for HumanView {
-    fn delta(&mut self, delta: &StreamDelta) -> Result<(), ReceiverError> {
+    fn delta(&mut self, delta: &StreamDelta<&str>) -> Result<(), ReceiverError> {
         self.stop_countdown();
         if let StreamDelta::Text { text, .. } = delta {
             let mut out = anstream::stdout();

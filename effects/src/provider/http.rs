@@ -197,7 +197,6 @@ impl HttpProvider {
             return parsed.map_err(|f| with_request_id(f, &headers).into());
         }
         let mut decoder = StreamDecoder::new(kind);
-        let mut pieces = Vec::new();
         let idle = self.config.idle_timeout;
         let progress = self.config.progress_timeout;
         let mut last_byte = Instant::now();
@@ -237,14 +236,17 @@ impl HttpProvider {
                 Ok(Some(chunk)) => chunk,
             };
             last_byte = Instant::now();
+            // The pieces are lent to the sink as they are decoded (no copy per piece); once it
+            // asks to stop, it is given no more.
+            let (mut progressed, mut stopped) = (false, false);
             decoder
-                .feed_into(&chunk, &mut pieces)
+                .feed_with(&chunk, |piece| {
+                    progressed |= has_content(&piece);
+                    stopped = stopped || !deltas(piece);
+                })
                 .map_err(|f| with_request_id(f, &headers))?;
-            let progressed = pieces.iter().any(has_content);
-            for piece in pieces.drain(..) {
-                if !deltas(piece) {
-                    return Err(SendError::Stopped);
-                }
+            if stopped {
+                return Err(SendError::Stopped);
             }
             if decoder.is_complete() {
                 break;
@@ -388,7 +390,7 @@ fn remaining(since: Instant, limit: Duration) -> Duration {
 }
 
 /// Whether a streamed piece carries content (keep-alives and empty deltas do not).
-fn has_content(piece: &wire::StreamDelta) -> bool {
+fn has_content(piece: &wire::StreamDelta<&str>) -> bool {
     match piece {
         wire::StreamDelta::Text { text, .. } => !text.is_empty(),
         wire::StreamDelta::Thinking { thinking, .. } => !thinking.is_empty(),

@@ -14,10 +14,11 @@ use std::pin::Pin;
 /// A boxed, sendable future, as returned by object-safe async traits here.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Receives streamed pieces of a response as they arrive. Returning `false` asks the
-/// provider to stop reading (the runner does so when its receiver failed); the send then ends
-/// with [`SendError::Stopped`].
-pub type DeltaSink<'a> = &'a mut (dyn FnMut(StreamDelta) -> bool + Send);
+/// Receives streamed pieces of a response as they arrive, lent (their text borrows the
+/// provider's buffers: copy what must outlive the call). Returning `false` asks the provider
+/// to stop reading (the runner does so when its receiver failed); the send then ends with
+/// [`SendError::Stopped`].
+pub type DeltaSink<'a> = &'a mut (dyn FnMut(StreamDelta<&str>) -> bool + Send);
 
 /// Why [`Provider::send`] produced no assistant message.
 ///

@@ -6,8 +6,9 @@ use crate::response::{AssistantResponse, StopReason};
 use crate::wire::assemble::{Assembly, Part};
 use crate::wire::borrow::{as_is, or_empty, parse_json, text, Str};
 use crate::wire::render::read_anthropic_usage;
+use crate::wire::scan::{string_after_quote, Scan};
 use crate::wire::sse::SseEventRef;
-use crate::wire::{malformed, stream_cut, StreamDelta};
+use crate::wire::{malformed, stream_cut, Deltas, StreamDelta};
 use serde::Deserialize;
 use serde_json::Value;
 use std::borrow::Cow;
@@ -35,19 +36,19 @@ impl StreamState {
     pub(crate) fn on_event(
         &mut self,
         event: &SseEventRef<'_>,
-        deltas: &mut Vec<StreamDelta>,
+        deltas: &mut Deltas<'_>,
     ) -> Result<bool, ProviderFailure> {
         let fail =
             || classify_error_body(ProviderKind::Anthropic, None, text(event.data).as_bytes());
         if event.event == Some("error") {
             return Err(fail());
         }
+        if let Some(delta) = delta_event(event.data) {
+            return self.on_delta(delta, deltas).map(|()| false);
+        }
         let mut lossy = String::new();
-        let v: Event<'_> = match delta_event(event.data) {
-            Some(v) => v,
-            None => parse_json(event.data, &mut lossy, as_is)
-                .map_err(|e| malformed(&format!("event data is not a valid event: {e}")))?,
-        };
+        let v: Event<'_> = parse_json(event.data, &mut lossy, as_is)
+            .map_err(|e| malformed(&format!("event data is not a valid event: {e}")))?;
         let ty =
             v.ty.as_ref()
                 .map(Str::as_str)
@@ -139,6 +140,24 @@ impl StreamState {
         Ok(false)
     }
 
+    /// Handles a `content_block_delta` read by [`delta_event`], exactly as the same event read
+    /// by serde_json.
+    fn on_delta(
+        &mut self,
+        delta: DeltaEvent<'_>,
+        deltas: &mut Deltas<'_>,
+    ) -> Result<(), ProviderFailure> {
+        let DeltaEvent { index, kind, text } = delta;
+        if self.skipped.contains(&index) {
+            return Ok(());
+        }
+        match kind {
+            DeltaKind::Text => self.asm.push_text(index, &text, deltas),
+            DeltaKind::InputJson => self.asm.push_json(index, &text, deltas),
+            DeltaKind::Thinking => self.asm.push_thinking(index, &text, deltas),
+        }
+    }
+
     pub(crate) fn finish(self, complete: bool) -> Result<AssistantResponse, ProviderFailure> {
         if !complete {
             return Err(stream_cut("no message_stop event"));
@@ -191,13 +210,79 @@ struct Delta<'a> {
     stop_reason: Option<Str<'a>>,
 }
 
-/// The kinds of `content_block_delta` [`delta_event`] reads: the delta's type, and the start
-/// of its data from that type's value to the opening quote of the string it carries.
-const DELTA_SHAPES: [(&str, &[u8]); 3] = [
-    ("text_delta", br#"text_delta","text":""#),
-    ("input_json_delta", br#"input_json_delta","partial_json":""#),
-    ("thinking_delta", br#"thinking_delta","thinking":""#),
+/// The kinds of `content_block_delta` [`delta_event`] reads: the delta's kind, and the start
+/// of its data from that kind's type to the opening quote of the string it carries.
+const DELTA_SHAPES: [(DeltaKind, &[u8]); 3] = [
+    (DeltaKind::Text, br#"text_delta","text":""#),
+    (
+        DeltaKind::InputJson,
+        br#"input_json_delta","partial_json":""#,
+    ),
+    (DeltaKind::Thinking, br#"thinking_delta","thinking":""#),
 ];
+
+/// The kind of a `content_block_delta` read by [`delta_event`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DeltaKind {
+    /// `text_delta`, carrying `text`.
+    Text,
+    /// `input_json_delta`, carrying `partial_json`.
+    InputJson,
+    /// `thinking_delta`, carrying `thinking`.
+    Thinking,
+}
+
+/// A `content_block_delta` read by [`delta_event`]: its block, kind and string.
+#[derive(Debug, PartialEq)]
+struct DeltaEvent<'a> {
+    index: u64,
+    kind: DeltaKind,
+    text: Cow<'a, str>,
+}
+
+impl<'a> DeltaEvent<'a> {
+    /// The event as serde_json reads it, to hold [`delta_event`] to serde_json's reading.
+    #[cfg(test)]
+    fn into_event(self) -> Event<'a> {
+        let (ty, value) = (
+            Some(Str(Cow::Borrowed(self.kind.name()))),
+            Some(Str(self.text)),
+        );
+        let mut delta = Delta {
+            ty,
+            text: None,
+            partial_json: None,
+            thinking: None,
+            signature: None,
+            stop_reason: None,
+        };
+        match self.kind {
+            DeltaKind::Text => delta.text = value,
+            DeltaKind::InputJson => delta.partial_json = value,
+            DeltaKind::Thinking => delta.thinking = value,
+        }
+        Event {
+            ty: Some(Str(Cow::Borrowed("content_block_delta"))),
+            index: Some(self.index),
+            delta: Some(delta),
+            content_block: None,
+            message: None,
+            usage: None,
+        }
+    }
+}
+
+impl DeltaKind {
+    /// The delta's `type`.
+    #[cfg(test)]
+    fn name(self) -> &'static str {
+        match self {
+            DeltaKind::Text => "text_delta",
+            DeltaKind::InputJson => "input_json_delta",
+            DeltaKind::Thinking => "thinking_delta",
+        }
+    }
+}
 
 /// A `content_block_delta` read without serde_json, when its data have exactly the API's own
 /// shape: `{"type":"content_block_delta","index":N,"delta":{"type":"text_delta","text":"…"}}`
@@ -208,81 +293,16 @@ const DELTA_SHAPES: [(&str, &[u8]); 3] = [
 /// whitespace, a `\u` escape, a control character, invalid UTF-8, an index with a leading
 /// zero — gives `None`, and the event goes to serde_json; so whenever this reads an event, it
 /// reads what serde_json would (a test holds it to that).
-fn delta_event(data: &[u8]) -> Option<Event<'_>> {
-    let rest = data.strip_prefix(br#"{"type":"content_block_delta","index":"#)?;
-    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits == 0 || digits > 19 || (digits > 1 && rest[0] == b'0') {
-        return None;
-    }
-    let index = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
-    let rest = rest[digits..].strip_prefix(br#","delta":{"type":""#)?;
-    let (kind, rest) = DELTA_SHAPES
+fn delta_event(data: &[u8]) -> Option<DeltaEvent<'_>> {
+    let mut scan = Scan::new(data);
+    scan.literal(br#"{"type":"content_block_delta","index":"#)?;
+    let index = scan.uint()?;
+    scan.literal(br#","delta":{"type":""#)?;
+    let kind = DELTA_SHAPES
         .iter()
-        .find_map(|&(kind, shape)| Some((kind, rest.strip_prefix(shape)?)))?;
-    let (value, rest) = json_string(rest)?;
-    if rest != b"}}" {
-        return None;
-    }
-    let value = Some(Str(value));
-    let mut delta = Delta {
-        ty: Some(Str(Cow::Borrowed(kind))),
-        text: None,
-        partial_json: None,
-        thinking: None,
-        signature: None,
-        stop_reason: None,
-    };
-    match kind {
-        "text_delta" => delta.text = value,
-        "input_json_delta" => delta.partial_json = value,
-        _ => delta.thinking = value,
-    }
-    Some(Event {
-        ty: Some(Str(Cow::Borrowed("content_block_delta"))),
-        index: Some(index),
-        delta: Some(delta),
-        content_block: None,
-        message: None,
-        usage: None,
-    })
-}
-
-/// The JSON string whose opening quote precedes `bytes`, unescaped, and the bytes after its
-/// closing quote; `None` for what only serde_json reads exactly (`\u` escapes) or refuses
-/// (a control character, an unknown escape, invalid UTF-8, no closing quote).
-fn json_string(bytes: &[u8]) -> Option<(Cow<'_, str>, &[u8])> {
-    let mut unescaped: Option<Vec<u8>> = None;
-    let mut rest = bytes;
-    loop {
-        let (run, tail) = rest.split_at(memchr::memchr2(b'"', b'\\', rest)?);
-        if run.iter().any(|&b| b < 0x20) {
-            return None;
-        }
-        if tail[0] == b'"' {
-            let text = match unescaped {
-                None => Cow::Borrowed(std::str::from_utf8(run).ok()?),
-                Some(mut out) => {
-                    out.extend_from_slice(run);
-                    Cow::Owned(String::from_utf8(out).ok()?)
-                }
-            };
-            return Some((text, &tail[1..]));
-        }
-        let byte = match *tail.get(1)? {
-            b @ (b'"' | b'\\' | b'/') => b,
-            b'b' => 0x08,
-            b'f' => 0x0c,
-            b'n' => b'\n',
-            b'r' => b'\r',
-            b't' => b'\t',
-            _ => return None,
-        };
-        // Unescaped text is never longer than what is left of the data: one allocation.
-        let out = unescaped.get_or_insert_with(|| Vec::with_capacity(bytes.len()));
-        out.extend_from_slice(run);
-        out.push(byte);
-        rest = &tail[2..];
-    }
+        .find_map(|&(kind, shape)| scan.literal(shape).map(|()| kind))?;
+    let (text, rest) = string_after_quote(scan.rest())?;
+    (rest == b"}}").then_some(DeltaEvent { index, kind, text })
 }
 
 /// A non-streaming Messages response body.
@@ -295,7 +315,7 @@ pub(crate) fn parse_response(v: &Value, body: &[u8]) -> Result<AssistantResponse
         .and_then(Value::as_array)
         .ok_or_else(|| malformed("response has no content array"))?;
     let mut asm = Assembly::new(usize::MAX);
-    let mut ignored = Vec::new();
+    let mut ignored = |_: StreamDelta<&str>| {};
     for (i, block) in (0u64..).zip(blocks) {
         let text = |key: &str| {
             block
@@ -357,7 +377,7 @@ mod tests {
         for data in cases {
             if let Some(fast) = delta_event(data) {
                 assert_eq!(
-                    Some(fast),
+                    Some(fast.into_event()),
                     serde_event(data),
                     "{}",
                     String::from_utf8_lossy(data)
@@ -394,7 +414,7 @@ mod tests {
             }
             data.extend_from_slice(&tail);
             if let Some(fast) = delta_event(&data) {
-                prop_assert_eq!(Some(fast), serde_event(&data));
+                prop_assert_eq!(Some(fast.into_event()), serde_event(&data));
             } else if quoted && tail == b"}}" && index.len() < 20 && !index.starts_with('0')
                 && !serde_json::to_string(&text).unwrap().contains("\\u")
             {

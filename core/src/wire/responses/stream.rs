@@ -14,8 +14,9 @@ use crate::response::{AssistantResponse, StopReason, Usage};
 use crate::wire::assemble::{Assembly, Part};
 use crate::wire::borrow::{or_empty, parse_json, text, trim, Str};
 use crate::wire::render::count;
+use crate::wire::scan::{first_time, Scan};
 use crate::wire::sse::SseEventRef;
-use crate::wire::{malformed, stream_cut, StreamDelta};
+use crate::wire::{malformed, stream_cut, Deltas, StreamDelta};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -67,7 +68,7 @@ impl StreamState {
     pub(crate) fn on_event(
         &mut self,
         event: &SseEventRef<'_>,
-        deltas: &mut Vec<StreamDelta>,
+        deltas: &mut Deltas<'_>,
     ) -> Result<bool, ProviderFailure> {
         let data = trim(event.data);
         let fail = || {
@@ -85,20 +86,21 @@ impl StreamState {
             return Ok(false);
         }
         let mut lossy = String::new();
-        let v: Event<'_> = match parse_json(data, &mut lossy, str::trim) {
-            Ok(v) => v,
-            Err(e) => {
-                // An event of a type rebound does not read may have any shape.
-                let mut lossy = String::new();
-                let ty = parse_json::<TypeOnly<'_>>(data, &mut lossy, str::trim)
-                    .ok()
-                    .and_then(|t| t.ty.map(|s| s.0.into_owned()));
-                return match ty {
-                    Some(ty) if !READ.contains(&ty.as_str()) && ty != "error" => Ok(false),
-                    _ => Err(malformed(&format!("event data is not a valid event: {e}"))),
-                };
-            }
-        };
+        let v: Event<'_> =
+            match fast_event(data).map_or_else(|| parse_json(data, &mut lossy, str::trim), Ok) {
+                Ok(v) => v,
+                Err(e) => {
+                    // An event of a type rebound does not read may have any shape.
+                    let mut lossy = String::new();
+                    let ty = parse_json::<TypeOnly<'_>>(data, &mut lossy, str::trim)
+                        .ok()
+                        .and_then(|t| t.ty.map(|s| s.0.into_owned()));
+                    return match ty {
+                        Some(ty) if !READ.contains(&ty.as_str()) && ty != "error" => Ok(false),
+                        _ => Err(malformed(&format!("event data is not a valid event: {e}"))),
+                    };
+                }
+            };
         let ty =
             v.ty.as_ref()
                 .map(Str::as_str)
@@ -195,7 +197,7 @@ fn settle(
     asm: &mut Assembly,
     output: u64,
     item: &Value,
-    deltas: &mut Vec<StreamDelta>,
+    deltas: &mut Deltas<'_>,
 ) -> Result<bool, ProviderFailure> {
     let mut refusal = false;
     match str_field(item, "type") {
@@ -235,7 +237,7 @@ fn settle(
 fn read_response(
     asm: &mut Assembly,
     response: &Value,
-    deltas: &mut Vec<StreamDelta>,
+    deltas: &mut Deltas<'_>,
 ) -> Result<bool, ProviderFailure> {
     let mut refusal = false;
     if let Some(items) = response.get("output").and_then(Value::as_array) {
@@ -304,7 +306,7 @@ pub(crate) fn parse_response(v: &Value, body: &[u8]) -> Result<AssistantResponse
         return Err(malformed("response has no output"));
     }
     let mut asm = Assembly::new(usize::MAX);
-    let mut ignored = Vec::new();
+    let mut ignored = |_: StreamDelta<&str>| {};
     let refusal = read_response(&mut asm, v, &mut ignored)?;
     let stop = stop_reason(v, refusal, asm.has_tool_calls());
     asm.finish(stop)
@@ -312,7 +314,7 @@ pub(crate) fn parse_response(v: &Value, body: &[u8]) -> Result<AssistantResponse
 
 /// One stream event. Only the fields rebound reads; delta strings are borrowed from the
 /// event text. Whole items and responses (rarer, and kept verbatim) are parsed as values.
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct Event<'a> {
     #[serde(rename = "type", default, borrow)]
     ty: Option<Str<'a>>,
@@ -328,9 +330,145 @@ struct Event<'a> {
     response: Option<Value>,
 }
 
+/// An event read without serde_json, when it has the API's compact shape and holds no whole
+/// item or response: the deltas (`{"type":"response.output_text.delta","sequence_number":9,
+/// "item_id":"msg_1","output_index":0,"content_index":0,"delta":"…","logprobs":[]}`, fields
+/// in any order) and the small events between them.
+///
+/// Nearly every event of a Responses stream is a delta, and serde_json's reading of them was
+/// most of the decoding time (issue 21). Anything else — whitespace, a `\u` escape, an `item`
+/// or `response` object, a nested value in a field rebound does not read, a duplicate field —
+/// gives `None`, and the event goes to serde_json; so whenever this reads an event, it reads
+/// what serde_json would (a proptest holds it to that).
+fn fast_event(data: &[u8]) -> Option<Event<'_>> {
+    let mut scan = Scan::new(data);
+    let mut event = Event {
+        ty: None,
+        output_index: None,
+        content_index: None,
+        delta: None,
+        item: None,
+        response: None,
+    };
+    let mut seen = [false; 6];
+    scan.object(|scan, key| {
+        match key {
+            b"type" => {
+                first_time(&mut seen[0])?;
+                event.ty = scan.string_or_null()?.map(Str);
+            }
+            b"output_index" => {
+                first_time(&mut seen[1])?;
+                event.output_index = scan.uint_or_null()?;
+            }
+            b"content_index" => {
+                first_time(&mut seen[2])?;
+                event.content_index = scan.uint_or_null()?;
+            }
+            b"delta" => {
+                first_time(&mut seen[3])?;
+                event.delta = scan.string_or_null()?.map(Str);
+            }
+            b"item" => first_time(&mut seen[4]).and_then(|()| scan.null())?,
+            b"response" => first_time(&mut seen[5]).and_then(|()| scan.null())?,
+            _ => scan.skip()?,
+        }
+        Some(())
+    })?;
+    scan.at_end().then_some(event)
+}
+
 /// Just the type of an event, to tell an unread event type from a broken event.
 #[derive(Deserialize)]
 struct TypeOnly<'a> {
     #[serde(rename = "type", default, borrow)]
     ty: Option<Str<'a>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::scan::strategies::{object, plain_extras, text_or_null};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn serde_event(data: &[u8]) -> Option<Event<'_>> {
+        serde_json::from_str(std::str::from_utf8(data).ok()?).ok()
+    }
+
+    #[test]
+    fn api_events_read_like_serde_json() {
+        let capture = include_str!("../../../fixtures/streams/responses/text_stream.sse");
+        let mut read = Vec::new();
+        for data in capture.lines().filter_map(|l| l.strip_prefix("data: ")) {
+            let data = trim(data.as_bytes());
+            if let Some(fast) = fast_event(data) {
+                assert_eq!(Some(&fast), serde_event(data).as_ref(), "{}", text(data));
+                read.extend(fast.ty.map(|t| t.0.into_owned()));
+            }
+        }
+        // The deltas and the small events; not those holding a whole item or response.
+        assert!(read.iter().any(|t| t == "response.output_text.delta"));
+        assert!(!read.iter().any(|t| t == "response.completed"));
+        let api_order = br#"{"type":"response.output_text.delta","sequence_number":4,"item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hi","logprobs":[],"obfuscation":"aB3"}"#;
+        assert_eq!(
+            fast_event(api_order).and_then(|e| e.delta),
+            Some(Str("Hi".into()))
+        );
+    }
+
+    fn event() -> impl Strategy<Value = Value> {
+        let ty = prop_oneof![
+            Just(json!("response.output_text.delta")),
+            Just(json!("response.function_call_arguments.delta")),
+            Just(json!("response.content_part.added")),
+            Just(Value::Null),
+        ];
+        let index = prop_oneof![(0u64..3).prop_map(Value::from), Just(Value::Null)];
+        object(vec![
+            ("type", ty.boxed()),
+            (
+                "sequence_number",
+                (0u64..1000).prop_map(Value::from).boxed(),
+            ),
+            ("item_id", Just(json!("msg_1")).boxed()),
+            ("output_index", index.clone().boxed()),
+            ("content_index", index.boxed()),
+            ("delta", text_or_null().boxed()),
+            ("logprobs", Just(json!([])).boxed()),
+            (
+                "item",
+                prop_oneof![Just(Value::Null), Just(json!({"type": "message"}))].boxed(),
+            ),
+        ])
+    }
+
+    proptest! {
+        #[test]
+        fn fast_event_never_disagrees_with_serde_json(
+            event in event(),
+            at in any::<prop::sample::Index>(),
+            insert in proptest::collection::vec(any::<u8>(), 0..3),
+            mutate in any::<bool>(),
+        ) {
+            let json = event.to_string();
+            let mut data = json.clone().into_bytes();
+            if mutate {
+                let at = at.index(data.len() + 1);
+                data.splice(at..at, insert);
+            }
+            let mut lossy = String::new();
+            let serde: Option<Event<'_>> = parse_json(&data, &mut lossy, str::trim).ok();
+            match fast_event(&data) {
+                Some(fast) => prop_assert_eq!(Some(fast), serde),
+                None => {
+                    // Declining is allowed; declining the API's own shape is not.
+                    let plain = event.get("item").map_or(true, Value::is_null)
+                        && !json.contains("\\u")
+                        && plain_extras(&event);
+                    prop_assert!(mutate || !plain, "declined {}", json);
+                }
+            }
+        }
+    }
 }
