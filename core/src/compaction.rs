@@ -237,7 +237,7 @@ pub fn summary_request(
     if let Some(fit) = fit_bytes {
         // Drop whole exchanges from the front (after the task statement): the message after
         // the first one left is then an assistant message, and pairs stay together.
-        while Conversation::from(older.clone()).approx_bytes() > fit {
+        while older.iter().map(Message::approx_bytes).sum::<usize>() > fit {
             let Some(next_assistant) = (2..older.len()).find(|&i| older[i].role == Role::Assistant)
             else {
                 break;
