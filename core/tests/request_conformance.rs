@@ -254,7 +254,7 @@ fn a_user_message_without_content_is_refused_with_a_typed_error_and_nothing_is_s
         assert_eq!(
             commands,
             [Command::Fail {
-                error: RunError::EmptyUserMessage
+                error: Box::new(RunError::EmptyUserMessage)
             }]
         );
         assert!(machine.conversation().is_empty(), "nothing was appended");

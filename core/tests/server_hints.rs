@@ -61,7 +61,7 @@ fn decision(config: MachineConfig, seed: u64, failure: ProviderFailure) -> Decis
     for c in commands {
         match c {
             Command::Sleep { delay_ms, .. } => return RetryAfter(delay_ms),
-            Command::Fail { error } => return Fail(error),
+            Command::Fail { error } => return Fail(*error),
             _ => {}
         }
     }

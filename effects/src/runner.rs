@@ -778,7 +778,7 @@ impl Runner {
                         }),
                     });
                 }
-                Command::Fail { error } => return Flow::Done(Err(error)),
+                Command::Fail { error } => return Flow::Done(Err(*error)),
             };
             match result {
                 Ok(Some(event)) => return Flow::Next(event),

@@ -764,12 +764,13 @@ fn retry_delays_follow_the_policy_or_the_capped_server_hint(case: &Case) -> Resu
                 ensure!(
                     s.commands.iter().any(|c| matches!(
                         c,
-                        Command::Fail {
-                            error: RunError::Provider {
+                        Command::Fail { error } if matches!(
+                            **error,
+                            RunError::Provider {
                                 reason: GiveUp::RetryAfterTooLong { .. },
                                 ..
                             }
-                        }
+                        )
                     )) || n >= retry.attempts()
                         || fell_back,
                     "step {i}: a hint of {hint} ms over the cap {cap} did not end the run: {:?}",
@@ -1022,12 +1023,13 @@ fn overflow_compacts_once_per_request_without_spending_attempts(case: &Case) -> 
                     ensure!(
                         matches!(
                             s.commands.as_slice(),
-                            [Command::Fail {
-                                error: RunError::Provider {
+                            [Command::Fail { error }] if matches!(
+                                **error,
+                                RunError::Provider {
                                     reason: GiveUp::OverflowAfterCompaction,
                                     ..
                                 }
-                            }]
+                            )
                         ),
                         "step {i}: a second overflow produced {:?}",
                         s.commands
@@ -1189,9 +1191,7 @@ fn cancellation_fails_promptly_and_nothing_is_sent_after_it(case: &Case) -> Resu
     ensure!(
         matches!(
             s.commands.as_slice(),
-            [Command::Fail {
-                error: RunError::Canceled
-            }]
+            [Command::Fail { error }] if **error == RunError::Canceled
         ),
         "the cancel produced {:?}",
         s.commands

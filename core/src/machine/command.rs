@@ -276,8 +276,9 @@ pub enum Command {
     },
     /// The run failed. Terminal.
     Fail {
-        /// Why, with everything the embedder needs to report it.
-        error: RunError,
+        /// Why, with everything the embedder needs to report it. Boxed: a run fails once,
+        /// and an unboxed error would make every command as large as the largest error.
+        error: Box<RunError>,
     },
 }
 

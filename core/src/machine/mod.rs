@@ -105,7 +105,7 @@ use std::sync::Arc;
 ///                 inbox.push(Event::TimerFired { timer });
 ///             }
 ///             Command::Finish { reason, .. } => break 'run Ok(reason),
-///             Command::Fail { error } => break 'run Err(error),
+///             Command::Fail { error } => break 'run Err(*error),
 ///             _ => {} // AppendMessage: persist; RunTools/Compact: not used here
 ///         }
 ///     }
@@ -192,18 +192,13 @@ enum Phase {
     },
     RunningTools {
         batch: BatchId,
-        slots: Vec<Slot>,
+        /// The assistant message whose tool uses are being answered.
+        message: Arc<Message>,
+        /// Per tool use, in order: set when the call is answered with an error without
+        /// running.
+        refused: Vec<Option<String>>,
     },
     Done,
-}
-
-/// One `tool_use` of the assistant message being answered.
-#[derive(Debug)]
-struct Slot {
-    id: String,
-    name: String,
-    /// Set when the call is answered with an error without running.
-    refused: Option<String>,
 }
 
 impl AgentMachine {
@@ -347,12 +342,13 @@ impl AgentMachine {
             },
             Event::ToolsFinished { batch, outcome } => match &self.phase {
                 Phase::RunningTools { batch: b, .. } if *b == batch => {
-                    let Phase::RunningTools { slots, .. } =
-                        std::mem::replace(&mut self.phase, Phase::Idle)
+                    let Phase::RunningTools {
+                        message, refused, ..
+                    } = std::mem::replace(&mut self.phase, Phase::Idle)
                     else {
                         unreachable!("matched RunningTools just above");
                     };
-                    self.on_tools_finished(batch, slots, outcome);
+                    self.on_tools_finished(batch, &message, &refused, outcome);
                 }
                 _ => return Handled::Ignored(IgnoreReason::Stale),
             },
@@ -374,16 +370,22 @@ impl AgentMachine {
         self.queue.push_back(command);
     }
 
-    fn append(&mut self, message: Message) {
+    /// Appends `message` to the conversation and tells the driver; returns it, shared.
+    fn append(&mut self, message: Message) -> Arc<Message> {
         let message = Arc::new(message);
         Arc::make_mut(&mut self.conversation).push(Arc::clone(&message));
-        self.emit(Command::AppendMessage { message });
+        self.emit(Command::AppendMessage {
+            message: Arc::clone(&message),
+        });
+        message
     }
 
     fn fail(&mut self, error: RunError) {
         self.phase = Phase::Done;
         self.outcome = Some(Err(error.clone()));
-        self.emit(Command::Fail { error });
+        self.emit(Command::Fail {
+            error: Box::new(error),
+        });
     }
 
     fn finish(&mut self, reason: FinishReason) {
@@ -973,36 +975,37 @@ impl AgentMachine {
         }
         let problems = unique_tool_ids(&mut message, input_problems, self.next_id);
         self.turns += 1;
-        let slots: Vec<Slot> = message
+        let refused: Vec<Option<String>> = message
             .tool_uses()
-            .map(|(id, name, input)| Slot {
-                id: id.to_owned(),
-                name: name.to_owned(),
-                refused: self.refusal(name, input, problems.get(id)),
-            })
+            .map(|(id, name, input)| self.refusal(name, input, problems.get(id)))
             .collect();
         let calls: Vec<ToolCall> = message
             .tool_uses()
-            .zip(&slots)
-            .filter(|(_, slot)| slot.refused.is_none())
+            .zip(&refused)
+            .filter(|(_, refused)| refused.is_none())
             .map(|((id, name, input), _)| ToolCall {
                 id: id.to_owned(),
                 name: name.to_owned(),
                 input: input.clone(),
             })
             .collect();
-        self.append(message);
-        if slots.is_empty() {
+        let message = self.append(message);
+        if refused.is_empty() {
             return match stop_reason {
                 StopReason::PauseTurn => self.continue_or_stop(),
                 reason => self.finish(FinishReason::Model(reason)),
             };
         }
         if calls.is_empty() {
-            return self.answer_tools(&slots, BTreeMap::new());
+            let results = refused.iter().map(|_| None).collect();
+            return self.answer_tools(&message, &refused, results);
         }
         let batch = BatchId(self.next_id());
-        self.phase = Phase::RunningTools { batch, slots };
+        self.phase = Phase::RunningTools {
+            batch,
+            message,
+            refused,
+        };
         self.emit(Command::RunTools { batch, calls });
     }
 
@@ -1045,15 +1048,29 @@ impl AgentMachine {
         None
     }
 
-    fn on_tools_finished(&mut self, batch: BatchId, slots: Vec<Slot>, outcome: BatchOutcome) {
-        let mut results: BTreeMap<String, Result<Vec<ToolResultPart>, String>> = BTreeMap::new();
+    fn on_tools_finished(
+        &mut self,
+        batch: BatchId,
+        message: &Message,
+        refused: &[Option<String>],
+        outcome: BatchOutcome,
+    ) {
+        let calls = CallIndex::new(message);
+        let mut results: Vec<Option<ToolResult>> = refused.iter().map(|_| None).collect();
+        // An outcome for an id the batch did not hold, or for a refused call, is ignored; a
+        // second outcome for one call replaces the first.
+        let mut record = |id: &str, result: ToolResult| {
+            if let Some(i) = calls.position(id).filter(|&i| refused[i].is_none()) {
+                results[i] = Some(result);
+            }
+        };
         match outcome {
             BatchOutcome::WholeBatch(ToolFailure::Host(failure)) => {
                 return self.fail(RunError::from(failure));
             }
-            BatchOutcome::WholeBatch(ToolFailure::Model { message }) => {
-                for slot in slots.iter().filter(|s| s.refused.is_none()) {
-                    results.insert(slot.id.clone(), Err(message.clone()));
+            BatchOutcome::WholeBatch(ToolFailure::Model { message: reason }) => {
+                for slot in results.iter_mut().zip(refused).filter(|(_, r)| r.is_none()) {
+                    *slot.0 = Some(Err(reason.clone()));
                 }
             }
             BatchOutcome::PerCall(outcomes) => {
@@ -1063,48 +1080,41 @@ impl AgentMachine {
                             return self.fail(RunError::from(failure));
                         }
                         Err(ToolFailure::Model { message }) => {
-                            results.insert(outcome.tool_use_id, Err(message));
+                            record(&outcome.tool_use_id, Err(message));
                         }
-                        Ok(output) => {
-                            results.insert(outcome.tool_use_id, Ok(output.parts));
-                        }
+                        Ok(output) => record(&outcome.tool_use_id, Ok(output.parts)),
                     }
                 }
             }
         }
-        if let Some(missing) = slots
-            .iter()
-            .find(|s| s.refused.is_none() && !results.contains_key(&s.id))
-        {
+        let missing = message
+            .tool_uses()
+            .zip(refused.iter().zip(&results))
+            .find(|(_, (refused, result))| refused.is_none() && result.is_none());
+        if let Some(((id, name, _), _)) = missing {
             return self.fail(RunError::Invariant {
-                message: format!(
-                    "tool batch {batch} reported no outcome for call `{}` ({})",
-                    missing.id, missing.name
-                ),
+                message: format!("tool batch {batch} reported no outcome for call `{id}` ({name})"),
             });
         }
-        self.answer_tools(&slots, results)
+        self.answer_tools(message, refused, results)
     }
 
-    /// Appends one result per call, in the calls' order, then continues the loop.
+    /// Appends one result per tool use of `message`, in order, then continues the loop:
+    /// the refusal for a refused call, else its result (present for every call that ran).
     fn answer_tools(
         &mut self,
-        slots: &[Slot],
-        mut results: BTreeMap<String, Result<Vec<ToolResultPart>, String>>,
+        message: &Message,
+        refused: &[Option<String>],
+        results: Vec<Option<ToolResult>>,
     ) {
-        let content = slots
-            .iter()
-            .map(|slot| {
-                let result = match &slot.refused {
-                    Some(reason) => Err(reason.clone()),
-                    None => results.remove(&slot.id).unwrap_or_else(|| {
-                        unreachable!("missing outcomes are rejected before answering")
-                    }),
-                };
-                match result {
-                    Ok(parts) => ContentBlock::tool_result(&slot.id, parts, false),
-                    Err(reason) => error_result(&slot.id, &slot.name, &reason),
-                }
+        let content = message
+            .tool_uses()
+            .zip(refused.iter().zip(results))
+            .map(|((id, name, _), (refused, result))| match (refused, result) {
+                (Some(reason), _) => error_result(id, name, reason),
+                (None, Some(Ok(parts))) => ContentBlock::tool_result(id, parts, false),
+                (None, Some(Err(reason))) => error_result(id, name, &reason),
+                (None, None) => unreachable!("missing outcomes are rejected before answering"),
             })
             .collect();
         self.append(Message {
@@ -1130,6 +1140,42 @@ fn error_result(id: &str, name: &str, reason: &str) -> ContentBlock {
     )
 }
 
+/// What one call produced: its result parts, or the error text the model is shown.
+type ToolResult = Result<Vec<ToolResultPart>, String>;
+
+/// Finds a tool use's position in its message by id: a scan for the few calls a message
+/// usually holds, a sorted index for the many a hostile or broken server can send.
+enum CallIndex<'m> {
+    Few(&'m Message),
+    Many(Vec<(&'m str, usize)>),
+}
+
+impl<'m> CallIndex<'m> {
+    /// Above this many calls, lookups go through the sorted index.
+    const SCAN_LIMIT: usize = 16;
+
+    fn new(message: &'m Message) -> Self {
+        if message.tool_uses().nth(Self::SCAN_LIMIT).is_none() {
+            return CallIndex::Few(message);
+        }
+        let mut sorted: Vec<(&str, usize)> =
+            message.tool_uses().map(|(id, _, _)| id).zip(0..).collect();
+        sorted.sort_unstable();
+        CallIndex::Many(sorted)
+    }
+
+    /// The position of the first tool use with this id (ids are unique by then).
+    fn position(&self, id: &str) -> Option<usize> {
+        match self {
+            CallIndex::Few(message) => message.tool_uses().position(|(i, _, _)| i == id),
+            CallIndex::Many(sorted) => {
+                let at = sorted.partition_point(|(i, _)| *i < id);
+                sorted.get(at).filter(|(i, _)| *i == id).map(|(_, n)| *n)
+            }
+        }
+    }
+}
+
 /// The first 200 characters of `raw`, with an ellipsis when cut.
 fn excerpt(raw: &str) -> String {
     const MAX: usize = 200;
@@ -1150,6 +1196,9 @@ fn unique_tool_ids(
         .into_iter()
         .map(|p| (p.tool_use_id.clone(), p))
         .collect();
+    if tool_ids_are_unique(message) {
+        return problems;
+    }
     let mut seen = BTreeSet::new();
     let mut renamed = 0;
     for block in &mut message.content {
@@ -1178,6 +1227,23 @@ fn unique_tool_ids(
         }
     }
     problems
+}
+
+/// Whether every tool use of `message` has a non-empty id no other one repeats (the usual
+/// case, checked without allocating when the calls are few).
+fn tool_ids_are_unique(message: &Message) -> bool {
+    let ids = || message.tool_uses().map(|(id, _, _)| id);
+    if ids().any(str::is_empty) {
+        return false;
+    }
+    if ids().nth(CallIndex::SCAN_LIMIT).is_none() {
+        return ids()
+            .enumerate()
+            .all(|(i, id)| ids().take(i).all(|earlier| earlier != id));
+    }
+    let mut sorted: Vec<&str> = ids().collect();
+    sorted.sort_unstable();
+    sorted.windows(2).all(|pair| pair[0] != pair[1])
 }
 
 #[cfg(test)]

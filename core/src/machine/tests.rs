@@ -96,7 +96,7 @@ fn run_tools(commands: &[Command]) -> (BatchId, Vec<ToolCall>) {
 
 fn fail_error(commands: &[Command]) -> RunError {
     match commands.last() {
-        Some(Command::Fail { error }) => error.clone(),
+        Some(Command::Fail { error }) => (**error).clone(),
         other => panic!("expected Fail last, got {other:#?}"),
     }
 }
@@ -810,6 +810,96 @@ fn duplicate_and_empty_tool_ids_are_made_unique() {
     let ids: BTreeSet<_> = calls.iter().map(|c| c.id.clone()).collect();
     assert_eq!(ids.len(), 3);
     assert!(!ids.contains(""));
+
+    // Many calls (checked through a sorted list rather than a scan), one id repeated.
+    let mut m = AgentMachine::new(config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let mut many: Vec<String> = (0..40).map(|i| format!("c{i}")).collect();
+    many[39] = "c17".into();
+    let calls: Vec<(&str, &str, serde_json::Value)> =
+        many.iter().map(|id| (id.as_str(), "read", json!({}))).collect();
+    let out = m.step(
+        Millis(1),
+        Event::ProviderSucceeded {
+            request: req,
+            response: tool_response(&calls),
+        },
+    );
+    let (_, calls) = run_tools(&out);
+    let ids: BTreeSet<_> = calls.iter().map(|c| c.id.clone()).collect();
+    assert_eq!(ids.len(), 40);
+    assert_eq!(calls[17].id, "c17", "the first occurrence keeps its id");
+}
+
+/// Few calls are matched to outcomes by a scan, many through a sorted index: either way
+/// results keep the calls' order, a refused call keeps its refusal whatever outcome arrives
+/// for it, a stray outcome is ignored, and a missing one fails the run.
+#[test]
+fn outcomes_are_matched_to_calls_by_id_for_few_and_many_calls() {
+    for n in [3, 40] {
+        // Ids in an order unlike their sort order; the last call names an unknown tool.
+        let ids: Vec<String> = (0..n).map(|i| format!("call_{}", (i * 7) % n)).collect();
+        let start = || {
+            let mut m = AgentMachine::new(config(), 1);
+            let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+            let mut calls: Vec<(&str, &str, serde_json::Value)> = ids
+                .iter()
+                .map(|id| (id.as_str(), "read", json!({})))
+                .collect();
+            calls[n - 1].1 = "delete";
+            let out = m.step(
+                Millis(1),
+                Event::ProviderSucceeded {
+                    request: req,
+                    response: tool_response(&calls),
+                },
+            );
+            let (batch, run) = run_tools(&out);
+            assert_eq!(run.len(), n - 1, "n = {n}");
+            (m, batch)
+        };
+        let outcome = |id: &str| CallOutcome {
+            tool_use_id: id.to_owned(),
+            result: Ok(ToolOutput::text(format!("out {id}"))),
+        };
+        let mut outcomes: Vec<CallOutcome> = ids.iter().rev().map(|id| outcome(id)).collect();
+        // A stray id that sorts between two of the batch's ids.
+        outcomes.push(outcome(&format!("{}x", ids[1])));
+        let mut short = outcomes.clone();
+        short.retain(|o| o.tool_use_id != ids[1]);
+
+        let (mut missing, batch) = start();
+        let error = fail_error(&missing.step(
+            Millis(2),
+            Event::ToolsFinished {
+                batch,
+                outcome: BatchOutcome::PerCall(short),
+            },
+        ));
+        assert!(
+            matches!(&error, RunError::Invariant { message } if message.contains(&ids[1])),
+            "n = {n}: {error:?}"
+        );
+
+        let (mut m, batch) = start();
+        let out = m.step(
+            Millis(2),
+            Event::ToolsFinished {
+                batch,
+                outcome: BatchOutcome::PerCall(outcomes),
+            },
+        );
+        let results = tool_results(&appended(&out)[0]);
+        assert_eq!(results.len(), n, "n = {n}");
+        for (i, (id, is_error, text)) in results.iter().enumerate() {
+            assert_eq!(id, &ids[i], "n = {n}");
+            if i == n - 1 {
+                assert!(*is_error && text.contains("delete"), "n = {n}: {text}");
+            } else {
+                assert_eq!((*is_error, text.as_str()), (false, &*format!("out {id}")));
+            }
+        }
+    }
 }
 
 #[test]
