@@ -1110,12 +1110,14 @@ impl AgentMachine {
         let content = message
             .tool_uses()
             .zip(refused.iter().zip(results))
-            .map(|((id, name, _), (refused, result))| match (refused, result) {
-                (Some(reason), _) => error_result(id, name, reason),
-                (None, Some(Ok(parts))) => ContentBlock::tool_result(id, parts, false),
-                (None, Some(Err(reason))) => error_result(id, name, &reason),
-                (None, None) => unreachable!("missing outcomes are rejected before answering"),
-            })
+            .map(
+                |((id, name, _), (refused, result))| match (refused, result) {
+                    (Some(reason), _) => error_result(id, name, reason),
+                    (None, Some(Ok(parts))) => ContentBlock::tool_result(id, parts, false),
+                    (None, Some(Err(reason))) => error_result(id, name, &reason),
+                    (None, None) => unreachable!("missing outcomes are rejected before answering"),
+                },
+            )
             .collect();
         self.append(Message {
             role: Role::User,

@@ -816,8 +816,10 @@ fn duplicate_and_empty_tool_ids_are_made_unique() {
     let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
     let mut many: Vec<String> = (0..40).map(|i| format!("c{i}")).collect();
     many[39] = "c17".into();
-    let calls: Vec<(&str, &str, serde_json::Value)> =
-        many.iter().map(|id| (id.as_str(), "read", json!({}))).collect();
+    let calls: Vec<(&str, &str, serde_json::Value)> = many
+        .iter()
+        .map(|id| (id.as_str(), "read", json!({})))
+        .collect();
     let out = m.step(
         Millis(1),
         Event::ProviderSucceeded {
