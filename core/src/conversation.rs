@@ -131,7 +131,9 @@ pub enum ContentBlock {
         /// The tool's name.
         name: String,
         /// The arguments: a JSON object (an empty object when the model's input was unusable).
-        input: Value,
+        /// Shared with the [`ToolCall`](crate::ToolCall) that runs it: large inputs (a file
+        /// to write) are not copied.
+        input: Arc<Value>,
     },
     /// The result of a tool call, sent back in the next user message.
     ToolResult(ToolResultBlock),
@@ -172,7 +174,7 @@ impl ContentBlock {
         ContentBlock::ToolUse {
             id: id.into(),
             name: name.into(),
-            input,
+            input: Arc::new(input),
         }
     }
 
@@ -239,7 +241,9 @@ impl Message {
     /// The tool-use blocks as (id, name, input), in order.
     pub fn tool_uses(&self) -> impl Iterator<Item = (&str, &str, &Value)> {
         self.content.iter().filter_map(|b| match b {
-            ContentBlock::ToolUse { id, name, input } => Some((id.as_str(), name.as_str(), input)),
+            ContentBlock::ToolUse { id, name, input } => {
+                Some((id.as_str(), name.as_str(), &**input))
+            }
             _ => None,
         })
     }

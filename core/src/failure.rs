@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::sync::Arc;
 
 /// Which wire format / API family a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -204,8 +205,9 @@ pub struct ProviderFailure {
     /// The provider's error type, e.g. `overloaded_error` or `insufficient_quota`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_type: Option<String>,
-    /// The provider's message, or a description of the transport fault.
-    pub message: String,
+    /// The provider's message, or a description of the transport fault. Shared: the retry
+    /// notice, the fallback notice and the final error all show it without copying it.
+    pub message: Arc<str>,
     /// The provider's request id (`request-id` / `x-request-id`), for support tickets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
@@ -228,7 +230,7 @@ pub struct ProviderFailure {
 impl ProviderFailure {
     /// A failure of `kind` with a message and nothing else.
     #[must_use]
-    pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+    pub fn new(kind: FailureKind, message: impl Into<Arc<str>>) -> Self {
         ProviderFailure {
             kind,
             status: None,
@@ -246,8 +248,8 @@ impl ProviderFailure {
     #[must_use]
     pub fn transport(fault: TransportFault, detail: Option<&str>) -> Self {
         let message = match detail {
-            Some(d) if !d.is_empty() => format!("{}: {d}", fault.phrase()),
-            _ => fault.phrase().to_owned(),
+            Some(d) if !d.is_empty() => format!("{}: {d}", fault.phrase()).into(),
+            _ => Arc::from(fault.phrase()),
         };
         ProviderFailure {
             transport: Some(fault),

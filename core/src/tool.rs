@@ -4,6 +4,7 @@ use crate::conversation::ToolResultPart;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
+use std::sync::Arc;
 
 /// A tool the model may call: what the provider is told about it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,8 +24,20 @@ pub struct ToolCall {
     pub id: String,
     /// The tool's name (known to be in the configured tool list).
     pub name: String,
-    /// The arguments: a JSON object.
-    pub input: Value,
+    /// The arguments: a JSON object, shared with the conversation's `tool_use` block.
+    pub input: Arc<Value>,
+}
+
+impl ToolCall {
+    /// A call of tool `name` with `input`, to be answered as `id`.
+    #[must_use]
+    pub fn new(id: impl Into<String>, name: impl Into<String>, input: Value) -> Self {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            input: Arc::new(input),
+        }
+    }
 }
 
 /// What a tool returned when it worked.

@@ -226,7 +226,7 @@ fn anthropic_mid_stream_overloaded_event_is_retryable_unavailability() {
     assert_eq!(f.kind, Unavailable);
     assert_eq!(f.status, None);
     assert_eq!(f.error_type.as_deref(), Some("overloaded_error"));
-    assert_eq!(f.message, "Overloaded");
+    assert_eq!(&*f.message, "Overloaded");
     assert_eq!(f.action(), FailureAction::Retry);
     // The same event after a 200 status line.
     assert_eq!(
@@ -476,7 +476,7 @@ fn unparsable_bodies_fall_back_to_the_status_and_a_short_clean_excerpt() {
         assert_eq!(f.error_type, None);
     }
     assert_eq!(
-        classify_http(OpenAi, 502, &Headers::new(), b"", None).message,
+        &*classify_http(OpenAi, 502, &Headers::new(), b"", None).message,
         "(empty body)"
     );
 }
@@ -486,7 +486,7 @@ fn transport_faults_map_through_their_kind_with_a_clean_detail() {
     let f = classify_transport(TransportFault::Timeout, Some("after 30s\nretrying"));
     assert_eq!(f.kind, Transport);
     assert_eq!(f.transport, Some(TransportFault::Timeout));
-    assert_eq!(f.message, "request timed out: after 30s retrying");
+    assert_eq!(&*f.message, "request timed out: after 30s retrying");
     assert_eq!(
         classify_transport(TransportFault::StreamCut, None).kind,
         StreamMalformed

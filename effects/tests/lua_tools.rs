@@ -64,7 +64,7 @@ async fn call(tools: &ToolSet, name: &str, input: Value) -> Result<ToolOutput, S
     let calls = vec![ToolCall {
         id: "c1".into(),
         name: name.into(),
-        input,
+        input: input.into(),
     }];
     match tools.run_batch(calls, &CancellationToken::new()).await {
         BatchOutcome::PerCall(mut outcomes) => match outcomes.remove(0).result {

@@ -46,7 +46,7 @@ async fn images_a_provider_cannot_take_are_dropped_with_a_note_and_good_ones_kep
     let calls = vec![ToolCall {
         id: "t1".into(),
         name: "camera".into(),
-        input: json!({}),
+        input: json!({}).into(),
     }];
     let BatchOutcome::PerCall(outcomes) = tools.run_batch(calls, &CancellationToken::new()).await
     else {

@@ -41,7 +41,7 @@ async fn invoke(tools: &ToolSet, name: &str, input: Value) -> Result<String, Str
     let calls = vec![ToolCall {
         id: "c".into(),
         name: name.into(),
-        input,
+        input: input.into(),
     }];
     let outcome = match tools.run_batch(calls, &CancellationToken::new()).await {
         BatchOutcome::PerCall(mut outcomes) => outcomes.remove(0),

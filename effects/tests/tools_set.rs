@@ -31,7 +31,7 @@ fn call(id: &str, name: &str, input: Value) -> ToolCall {
     ToolCall {
         id: id.into(),
         name: name.into(),
-        input,
+        input: input.into(),
     }
 }
 

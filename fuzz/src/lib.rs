@@ -378,12 +378,12 @@ pub fn tool_input(data: &[u8]) {
         ToolCall {
             id: "a".into(),
             name: "probe".into(),
-            input: input.clone(),
+            input: input.clone().into(),
         },
         ToolCall {
             id: "a".into(),
             name: "read".into(),
-            input,
+            input: input.into(),
         },
     ];
     let cancel = tokio_util::sync::CancellationToken::new();

@@ -778,7 +778,7 @@ impl<'p, 's, R: Record> Agent<'p, 's, R> {
                     let fault = Fault::from(FaultKind::ContextOverflow);
                     let mut failure = classified.failure(&fault, scenario.provider);
                     failure.message =
-                        format!("{} ({bytes} bytes > limit {limit})", failure.message);
+                        format!("{} ({bytes} bytes > limit {limit})", failure.message).into();
                     return (
                         stalled.saturating_add(fault.delay_ms(timing, idle_timeout_ms)),
                         Err(failure),

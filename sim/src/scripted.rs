@@ -102,7 +102,7 @@ mod tests {
         let call = |id: &str, name: &str| ToolCall {
             id: id.into(),
             name: name.into(),
-            input: json!({}),
+            input: json!({}).into(),
         };
         let (_, outcome) = tools.run(&[call("toolu_00_0", "read")], 100);
         let BatchOutcome::PerCall(outcomes) = outcome else {

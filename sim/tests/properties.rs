@@ -1305,7 +1305,9 @@ fn altered_trace_diverges_at_the_altered_step(case: &Case) -> Result<(), String>
                 .message
                 .content
                 .push(rebound_core::ContentBlock::text("altered")),
-            Event::ProviderFailed { failure, .. } => failure.message.push_str(" (altered)"),
+            Event::ProviderFailed { failure, .. } => {
+                failure.message = format!("{} (altered)", failure.message).into();
+            }
             _ => unreachable!("matched above"),
         }
         match replay(&altered) {

@@ -114,7 +114,7 @@ pub fn classify_http(
 /// let f = classify_error_body(ProviderKind::Anthropic, None, data);
 /// assert_eq!(f.kind, FailureKind::Unavailable);
 /// assert_eq!(f.error_type.as_deref(), Some("overloaded_error"));
-/// assert_eq!(f.message, "Overloaded");
+/// assert_eq!(&*f.message, "Overloaded");
 /// ```
 #[must_use]
 pub fn classify_error_body(

@@ -79,8 +79,8 @@ pub struct ProviderRetryInfo {
     /// The server's `retry-after` hint, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_ms: Option<u64>,
-    /// The provider's message or fault description.
-    pub message: String,
+    /// The provider's message or fault description (shared with the failure).
+    pub message: Arc<str>,
     /// Index of the target being retried.
     pub target: usize,
 }
@@ -115,8 +115,8 @@ pub struct FallbackInfo {
     pub to_label: String,
     /// What made `from` give up.
     pub kind: FailureKind,
-    /// The last failure's message.
-    pub message: String,
+    /// The last failure's message (shared with the failure).
+    pub message: Arc<str>,
 }
 
 impl fmt::Display for FallbackInfo {

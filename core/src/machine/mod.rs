@@ -980,14 +980,18 @@ impl AgentMachine {
             .map(|(id, name, input)| self.refusal(name, input, problems.get(id)))
             .collect();
         let calls: Vec<ToolCall> = message
-            .tool_uses()
-            .zip(&refused)
-            .filter(|(_, refused)| refused.is_none())
-            .map(|((id, name, input), _)| ToolCall {
-                id: id.to_owned(),
-                name: name.to_owned(),
-                input: input.clone(),
+            .content
+            .iter()
+            .filter_map(|block| match block {
+                ContentBlock::ToolUse { id, name, input } => Some(ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    input: Arc::clone(input),
+                }),
+                _ => None,
             })
+            .zip(&refused)
+            .filter_map(|(call, refused)| refused.is_none().then_some(call))
             .collect();
         let message = self.append(message);
         if refused.is_empty() {

@@ -7,6 +7,7 @@ use crate::failure::{ProviderFailure, TransportFault};
 use crate::response::{AssistantResponse, InputProblemKind, StopReason, ToolInputProblem, Usage};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// What one block costs against the message budget beyond its text, in bytes.
 const BLOCK_OVERHEAD: usize = 64;
@@ -283,7 +284,11 @@ impl Assembly {
                             Value::Object(Map::new())
                         }
                     };
-                    content.push(ContentBlock::ToolUse { id, name, input });
+                    content.push(ContentBlock::ToolUse {
+                        id,
+                        name,
+                        input: Arc::new(input),
+                    });
                 }
             }
         }

@@ -304,7 +304,9 @@ fn scrub_key(mut failure: ProviderFailure, key: &str) -> ProviderFailure {
             *text = text.replace(key, "***");
         }
     };
-    scrub(&mut failure.message);
+    if failure.message.contains(key) {
+        failure.message = failure.message.replace(key, "***").into();
+    }
     for text in [&mut failure.error_type, &mut failure.request_id]
         .into_iter()
         .flatten()

@@ -43,8 +43,8 @@
 //! );
 //! let tools = ToolSet::builder().tool(echo).build()?;
 //! let calls = vec![
-//!     ToolCall { id: "t1".into(), name: "echo".into(), input: json!({"text": "hi"}) },
-//!     ToolCall { id: "t2".into(), name: "echo".into(), input: json!({"text": 7}) },
+//!     ToolCall::new("t1", "echo", json!({"text": "hi"})),
+//!     ToolCall::new("t2", "echo", json!({"text": 7})),
 //! ];
 //! let BatchOutcome::PerCall(outcomes) = tools.run_batch(calls, &CancellationToken::new()).await
 //! else { panic!("not canceled") };

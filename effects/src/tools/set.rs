@@ -494,7 +494,7 @@ impl ToolSet {
                 (Job::Native { index, tool, call }, _) => {
                     let result = match tokio::time::timeout(
                         call_timeout,
-                        tool.invoke(call.input, ctx),
+                        tool.invoke(Arc::unwrap_or_clone(call.input), ctx),
                     )
                     .await
                     {

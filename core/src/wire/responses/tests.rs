@@ -86,7 +86,7 @@ fn documented_response_failed_event_is_a_retryable_server_error() {
     let f = decode(R, FAILED_DOCUMENTED).unwrap_err();
     assert_eq!(f.kind, FailureKind::ServerError);
     assert_eq!(f.error_type.as_deref(), Some("server_error"));
-    assert_eq!(f.message, "The model failed to generate a response.");
+    assert_eq!(&*f.message, "The model failed to generate a response.");
     assert_eq!(f.action(), FailureAction::Retry);
 }
 
@@ -94,7 +94,7 @@ fn documented_response_failed_event_is_a_retryable_server_error() {
 fn documented_error_event_is_classified_by_its_code() {
     let f = decode(R, ERROR_DOCUMENTED).unwrap_err();
     assert_eq!(f.error_type.as_deref(), Some("ERR_SOMETHING"));
-    assert_eq!(f.message, "Something went wrong");
+    assert_eq!(&*f.message, "Something went wrong");
     // An unknown code inside a 200 stream: a server-side failure, retried.
     assert_eq!(f.kind, FailureKind::ServerError);
 }

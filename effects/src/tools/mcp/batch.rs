@@ -69,7 +69,7 @@ impl ToolSource for McpSource {
                 .get(&call.name)
                 .cloned()
                 .unwrap_or_else(|| call.name.clone());
-            let arguments = match &call.input {
+            let arguments = match &*call.input {
                 Value::Object(map) => Some(map.clone()),
                 Value::Null => None,
                 _ => {
