@@ -69,7 +69,7 @@ fn retry_heavy_run(turns: usize) -> usize {
                                 },
                                 stop_reason: StopReason::ToolUse,
                                 usage: Usage::default(),
-                                input_problems: Vec::new(),
+                                input_problems: Box::default(),
                             }
                         } else {
                             AssistantResponse::end_turn(Message::assistant_text("done"))

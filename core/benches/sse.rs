@@ -77,7 +77,7 @@ fn long_response() -> AssistantResponse {
             output_tokens: 900_000,
             ..Usage::default()
         },
-        input_problems: Vec::new(),
+        input_problems: Box::default(),
     }
 }
 

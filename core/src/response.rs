@@ -142,9 +142,11 @@ pub struct AssistantResponse {
     /// Token usage, when reported.
     #[serde(default)]
     pub usage: Usage,
-    /// Tool calls whose input is unusable (invalid JSON, truncated, not an object).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub input_problems: Vec<ToolInputProblem>,
+    /// Tool calls whose input is unusable (invalid JSON, truncated, not an object); almost
+    /// always none. A boxed slice, not a `Vec`, keeps the response (and every
+    /// [`Event`](crate::Event) that carries one) small enough to move without a `memcpy` call.
+    #[serde(default, skip_serializing_if = "<[_]>::is_empty")]
+    pub input_problems: Box<[ToolInputProblem]>,
 }
 
 impl AssistantResponse {
@@ -155,7 +157,7 @@ impl AssistantResponse {
             message,
             stop_reason: StopReason::EndTurn,
             usage: Usage::default(),
-            input_problems: Vec::new(),
+            input_problems: Box::default(),
         }
     }
 }

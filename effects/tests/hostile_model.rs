@@ -63,7 +63,7 @@ async fn answer(set: &ToolSet, calls: Vec<ContentBlock>) -> Vec<ToolResultBlock>
         },
         stop_reason: StopReason::ToolUse,
         usage: Usage::default(),
-        input_problems: Vec::new(),
+        input_problems: Box::default(),
     };
     let mut commands = machine.step(now, Event::ProviderSucceeded { request, response });
     let cancel = CancellationToken::new();

@@ -1195,10 +1195,11 @@ fn excerpt(raw: &str) -> String {
 /// OpenAI-compatible server may send none or repeat one), re-keying input problems to match.
 fn unique_tool_ids(
     message: &mut Message,
-    problems: Vec<ToolInputProblem>,
+    problems: Box<[ToolInputProblem]>,
     salt: u64,
 ) -> BTreeMap<String, ToolInputProblem> {
     let mut problems: BTreeMap<String, ToolInputProblem> = problems
+        .into_vec()
         .into_iter()
         .map(|p| (p.tool_use_id.clone(), p))
         .collect();

@@ -48,7 +48,7 @@ fn tool_response(calls: &[(&str, &str, serde_json::Value)]) -> AssistantResponse
         },
         stop_reason: StopReason::ToolUse,
         usage: Usage::default(),
-        input_problems: Vec::new(),
+        input_problems: Box::default(),
     }
 }
 
@@ -475,7 +475,8 @@ fn invalid_and_truncated_input_get_error_results_without_running() {
             raw: "{\"path\": \"src/ma".into(),
             detail: "cut at max_tokens".into(),
         },
-    ];
+    ]
+    .into();
     let out = m.step(
         Millis(1),
         Event::ProviderSucceeded {
@@ -1991,4 +1992,23 @@ fn into_conversation_gives_the_finished_conversation_whether_or_not_a_snapshot_l
         // A snapshot taken for the request still shows what was sent, not the answer.
         assert_eq!(kept_len, keep.then_some(1));
     }
+}
+
+/// Commands and events are moved through queues at every step; at 128 bytes or less the
+/// compiler moves them inline instead of calling `memcpy` (measured in docs/performance.md,
+/// issue 21). A new variant that grows them past that should box its payload, as
+/// `Command::Fail` does.
+#[cfg(target_pointer_width = "64")]
+#[test]
+fn commands_and_events_stay_small_enough_to_move_inline() {
+    assert!(
+        std::mem::size_of::<Command>() <= 128,
+        "{}",
+        std::mem::size_of::<Command>()
+    );
+    assert!(
+        std::mem::size_of::<Event>() <= 128,
+        "{}",
+        std::mem::size_of::<Event>()
+    );
 }

@@ -306,7 +306,7 @@ impl Assembly {
             message,
             stop_reason,
             usage: self.usage,
-            input_problems,
+            input_problems: input_problems.into(),
         })
     }
 }

@@ -509,7 +509,7 @@ fn thinking_and_signature_deltas_assemble_a_thinking_block() {
         },
         stop_reason: StopReason::EndTurn,
         usage: Usage::default(),
-        input_problems: Vec::new(),
+        input_problems: Box::default(),
     };
     let bytes = encode_stream(ProviderKind::Anthropic, &response, "m", "id").concat();
     let (deltas, r) = decode_with_deltas(ProviderKind::Anthropic, &bytes);
@@ -541,7 +541,8 @@ fn encoded_input_problems_decode_to_the_same_problems() {
         input_problems: vec![
             problem("call_a", InputProblemKind::InvalidJson, raw_invalid),
             problem("call_b", InputProblemKind::Truncated, raw_truncated),
-        ],
+        ]
+        .into(),
     };
     for provider in [ProviderKind::Anthropic, ProviderKind::OpenAi] {
         let bytes = encode_stream(provider, &response, "m", "id").concat();
@@ -644,7 +645,7 @@ fn non_streaming_bodies_round_trip_through_encode_and_parse() {
             cache_creation_input_tokens: None,
             cache_read_input_tokens: Some(100),
         },
-        input_problems: Vec::new(),
+        input_problems: Box::default(),
     };
     for provider in [
         ProviderKind::Anthropic,
@@ -1192,7 +1193,7 @@ mod round_trip {
             },
             stop_reason,
             usage,
-            input_problems: Vec::new(),
+            input_problems: Box::default(),
         }
     }
 

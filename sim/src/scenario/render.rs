@@ -221,7 +221,7 @@ pub fn render(
                 },
                 stop_reason: StopReason::EndTurn,
                 usage: Usage::default(),
-                input_problems: Vec::new(),
+                input_problems: Box::default(),
             };
             if request.stream {
                 return stream(events(&empty), false);

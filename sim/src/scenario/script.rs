@@ -173,7 +173,7 @@ impl Answer {
             },
             stop_reason,
             usage: Usage::default(),
-            input_problems,
+            input_problems: input_problems.into(),
         }
     }
 }

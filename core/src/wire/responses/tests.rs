@@ -202,7 +202,8 @@ fn incomplete_at_max_output_tokens_is_a_max_tokens_stop_with_truncated_calls() {
             kind: InputProblemKind::Truncated,
             raw: "{\"path\": \"a.rs\", \"content\": \"fn ma".into(),
             detail: String::new(),
-        }],
+        }]
+        .into(),
     };
     let bytes = encode_stream(R, &response, "gpt-test", "resp_1").concat();
     assert!(String::from_utf8_lossy(&bytes).contains("\"reason\":\"max_output_tokens\""));
