@@ -8,9 +8,7 @@
 //! Nothing here performs I/O, reads a clock or an environment variable, or spawns a thread:
 //! time comes in as [`Millis`], randomness from a seed, and bytes from the caller.
 
-// One exception, allowed where it is: the SSE framing's line-end search (`wire::sse`), SSE2
-// compares on x86_64 (issue 21).
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod budget;

@@ -202,101 +202,33 @@ impl Default for SseDecoder {
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
-/// The line endings (`\n` and `\r`) of one read, handed out in order.
-///
-/// On x86_64 they are found 4 KiB at a time, one bit per byte (SSE2: 16 bytes per compare):
-/// a search per line cost about a hundred instructions of call and setup on lines of about a
-/// hundred bytes (issue 21). Elsewhere each query is a `memchr2`.
+/// The line endings (`\n` and `\r`) of one read, handed out in order: `memchr2`, with its
+/// AVX2 searcher built once per read where the CPU has it (the plain call chooses it anew on
+/// every line, through a function pointer: a tenth of the framing's instructions, issue 21).
 struct LineEnds<'b> {
     bytes: &'b [u8],
-    /// Where the window of `masks` starts in `bytes` (a multiple of 64).
-    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-    window: usize,
-    /// How many blocks of 64 bytes of the window `masks` holds (fewer at the end of `bytes`).
-    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-    filled: usize,
-    /// Bit `i` of `masks[b]` is set when `bytes[window + 64 * b + i]` is `\n` or `\r`.
-    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-    masks: [u64; WINDOW_BLOCKS],
+    #[cfg(target_arch = "x86_64")]
+    avx2: Option<memchr::arch::x86_64::avx2::memchr::Two>,
 }
-
-/// Blocks of 64 bytes whose line endings [`LineEnds`] finds at once.
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-const WINDOW_BLOCKS: usize = 64;
 
 impl<'b> LineEnds<'b> {
     fn new(bytes: &'b [u8]) -> Self {
         LineEnds {
             bytes,
-            #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-            window: 0,
-            #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-            filled: 0,
-            #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-            masks: [0; WINDOW_BLOCKS],
+            #[cfg(target_arch = "x86_64")]
+            avx2: memchr::arch::x86_64::avx2::memchr::Two::new(b'\n', b'\r'),
         }
     }
 
-    /// The first line ending at or after `from` (`from < bytes.len()`; successive calls must
-    /// not go backwards).
-    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-    #[inline(always)]
-    fn next(&mut self, from: usize) -> Option<usize> {
-        // `from` may be before the window after a search that found nothing: there is no
-        // ending between them.
-        let offset = from.saturating_sub(self.window);
-        let mut block = offset / 64;
-        if block >= self.filled {
-            self.fill(from & !63);
-            block = 0;
-        }
-        let mut mask = self.masks[block] & (u64::MAX << (offset % 64));
-        while mask == 0 {
-            block += 1;
-            if block == self.filled {
-                let next = self.window + 64 * self.filled;
-                if next >= self.bytes.len() {
-                    return None;
-                }
-                self.fill(next);
-                block = 0;
-            }
-            mask = self.masks[block];
-        }
-        Some(self.window + 64 * block + mask.trailing_zeros() as usize)
-    }
-
-    /// Finds the line endings of the window that starts at `window` (`< bytes.len()`).
-    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-    #[allow(unsafe_code)]
-    fn fill(&mut self, window: usize) {
-        let rest = &self.bytes[window..];
-        let whole = (rest.len() / 64).min(WINDOW_BLOCKS);
-        let (blocks, masks) = (&rest[..whole * 64], &mut self.masks[..whole]);
-        if std::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2, just checked.
-            unsafe { ending_masks_avx2(blocks, masks) };
-        } else {
-            for (mask, block) in masks.iter_mut().zip(blocks.chunks_exact(64)) {
-                *mask = ending_mask_64(block.try_into().expect("64 bytes"));
-            }
-        }
-        self.filled = whole;
-        if whole < WINDOW_BLOCKS && whole * 64 < rest.len() {
-            let tail = &rest[whole * 64..];
-            let mut block = [0; 64];
-            block[..tail.len()].copy_from_slice(tail);
-            self.masks[whole] = ending_mask_64(&block);
-            self.filled += 1;
-        }
-        self.window = window;
-    }
-
-    /// The first line ending at or after `from`.
-    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    /// The first line ending at or after `from` (`from <= bytes.len()`).
     #[inline]
-    fn next(&mut self, from: usize) -> Option<usize> {
-        memchr::memchr2(b'\n', b'\r', &self.bytes[from..]).map(|at| from + at)
+    fn next(&self, from: usize) -> Option<usize> {
+        let rest = &self.bytes[from..];
+        #[cfg(target_arch = "x86_64")]
+        if let Some(avx2) = &self.avx2 {
+            return avx2.find(rest).map(|at| from + at);
+        }
+        memchr::memchr2(b'\n', b'\r', rest).map(|at| from + at)
     }
 }
 
@@ -318,63 +250,6 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     }
     // The last eight bytes, overlapping words already compared.
     word(a, last) == word(b, last)
-}
-
-/// For each block of 64 bytes of `blocks`, the bits of its line endings into `masks` (as
-/// [`ending_mask_64`], with AVX2: 32 bytes per compare, half the instructions).
-///
-/// # Safety
-///
-/// The CPU must have AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[allow(unsafe_code)]
-unsafe fn ending_masks_avx2(blocks: &[u8], masks: &mut [u64]) {
-    use std::arch::x86_64::{
-        __m256i, _mm256_cmpeq_epi8, _mm256_loadu_si256, _mm256_movemask_epi8, _mm256_or_si256,
-        _mm256_set1_epi8,
-    };
-    let lf = _mm256_set1_epi8(b'\n' as i8);
-    let cr = _mm256_set1_epi8(b'\r' as i8);
-    for (block, mask) in blocks.chunks_exact(64).zip(masks) {
-        // SAFETY: the caller guarantees AVX2; each load reads 32 of the 64 bytes of `block`,
-        // at any alignment. Checked against a byte-by-byte search by
-        // `line_ends_are_found_in_order`.
-        let (low, high) = unsafe {
-            let low = _mm256_loadu_si256(block.as_ptr().cast::<__m256i>());
-            let high = _mm256_loadu_si256(block.as_ptr().add(32).cast::<__m256i>());
-            let low = _mm256_or_si256(_mm256_cmpeq_epi8(low, lf), _mm256_cmpeq_epi8(low, cr));
-            let high = _mm256_or_si256(_mm256_cmpeq_epi8(high, lf), _mm256_cmpeq_epi8(high, cr));
-            (_mm256_movemask_epi8(low), _mm256_movemask_epi8(high))
-        };
-        // Each mask has 32 bits, one per byte.
-        *mask = u64::from(low as u32) | (u64::from(high as u32) << 32);
-    }
-}
-
-/// Bit `i` set when `block[i]` is `\n` or `\r`.
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-#[allow(unsafe_code)]
-#[inline]
-fn ending_mask_64(block: &[u8; 64]) -> u64 {
-    use std::arch::x86_64::{
-        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8,
-    };
-    let mut mask = 0;
-    for (i, chunk) in block.chunks_exact(16).enumerate() {
-        // SAFETY: the `cfg` above guarantees SSE2 (part of every x86_64 target), and
-        // `_mm_loadu_si128` reads the 16 bytes of `chunk`, which it may, at any alignment.
-        // Checked against a byte-by-byte search by `line_ends_are_found_in_order`.
-        let bits = unsafe {
-            let v = _mm_loadu_si128(chunk.as_ptr().cast::<__m128i>());
-            let lf = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\n' as i8));
-            let cr = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\r' as i8));
-            _mm_movemask_epi8(_mm_or_si128(lf, cr))
-        };
-        // The mask has 16 bits, one per byte.
-        mask |= u64::from(bits as u16) << (16 * i);
-    }
-    mask
 }
 
 /// One line of the stream, read: a field and its value, one space after the colon dropped.
@@ -511,11 +386,11 @@ impl SseDecoder {
                 bytes = rest;
             }
         }
-        let mut ends = LineEnds::new(bytes);
+        let ends = LineEnds::new(bytes);
         let mut at = 0;
         while at < bytes.len() {
             if self.between_events() {
-                at = self.lend_events(bytes, at, &mut ends, &mut on_event)?;
+                at = self.lend_events(bytes, at, &ends, &mut on_event)?;
                 if at == bytes.len() {
                     break;
                 }
@@ -583,7 +458,7 @@ impl SseDecoder {
         &mut self,
         bytes: &[u8],
         mut at: usize,
-        ends: &mut LineEnds<'_>,
+        ends: &LineEnds<'_>,
         on_event: &mut F,
     ) -> Result<usize, E>
     where
@@ -1072,8 +947,7 @@ mod tests {
     }
 
     proptest! {
-        /// `LineEnds` (on x86_64 SSE2 compares, 4 KiB at a time, in `unsafe` code) finds the
-        /// same line endings as a byte-by-byte search, sparse or dense, across windows.
+        /// `LineEnds` finds the same line endings as a byte-by-byte search, sparse or dense.
         #[test]
         fn line_ends_are_found_in_order(
             text in proptest::collection::vec(any::<u8>(), 0..9000),
@@ -1091,7 +965,7 @@ mod tests {
                 }
             }
             let naive = |from: usize| bytes[from..].iter().position(|&b| b == b'\n' || b == b'\r');
-            let mut ends = LineEnds::new(&bytes);
+            let ends = LineEnds::new(&bytes);
             let mut from = 0;
             for skip in skips.iter().cycle() {
                 if from >= bytes.len() {
@@ -1108,42 +982,6 @@ mod tests {
                     }
                 }
             }
-        }
-    }
-
-    /// Both ways of finding line endings on x86_64 (SSE2 always there, AVX2 when the CPU has
-    /// it), on every block of 64 bytes `LineEnds` may see: each byte value at each position.
-    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-    #[test]
-    #[allow(unsafe_code)]
-    fn sse2_and_avx2_masks_mark_exactly_the_line_endings() {
-        let mut blocks = Vec::new();
-        for byte in 0..=255u8 {
-            for at in 0..64 {
-                let mut block = [b'x'; 64];
-                block[at] = byte;
-                block[63 - at] = b'\n';
-                blocks.extend_from_slice(&block);
-            }
-        }
-        let naive: Vec<u64> = blocks
-            .chunks_exact(64)
-            .map(|block| {
-                (0..64)
-                    .filter(|&i| matches!(block[i], b'\n' | b'\r'))
-                    .fold(0, |mask, i| mask | 1 << i)
-            })
-            .collect();
-        let sse2: Vec<u64> = blocks
-            .chunks_exact(64)
-            .map(|block| ending_mask_64(block.try_into().unwrap()))
-            .collect();
-        assert_eq!(sse2, naive);
-        if std::is_x86_feature_detected!("avx2") {
-            let mut avx2 = vec![0; naive.len()];
-            // SAFETY: the CPU has AVX2, just checked.
-            unsafe { ending_masks_avx2(&blocks, &mut avx2) };
-            assert_eq!(avx2, naive);
         }
     }
 
