@@ -203,8 +203,8 @@ impl Default for SseDecoder {
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// The line endings (`\n` and `\r`) of one read, handed out in order: `memchr2`, with its
-/// AVX2 searcher built once per read where the CPU has it (the plain call chooses it anew on
-/// every line, through a function pointer: a tenth of the framing's instructions, issue 21).
+/// AVX2 searcher built once per read where the CPU has it (the plain call chooses it again
+/// for every line, through a function pointer: 7 % of the framing's instructions, issue 21).
 struct LineEnds<'b> {
     bytes: &'b [u8],
     #[cfg(target_arch = "x86_64")]
@@ -946,6 +946,49 @@ mod tests {
         );
     }
 
+    #[test]
+    fn events_read_whole_equal_events_read_a_byte_at_a_time_for_every_line_ending() {
+        for ending in ["\n", "\r\n", "\r"] {
+            let stream = [
+                "event: delta",
+                "data: 1",
+                "",
+                "event: delta",
+                "data: 2",
+                "",
+                "data: 3",
+                "",
+                "event: other",
+                "data: 4",
+                "",
+                "event: other",
+                "id: 9",
+                "data: 5",
+                "",
+                "event: other",
+                "data: 6",
+                "data: 7",
+                "",
+                "event: delta",
+                "data:8",
+                "",
+            ]
+            .join(ending)
+                + ending;
+            let whole = decode_cut(SseLimits::default(), stream.as_bytes(), &[]);
+            let byte_at_a_time: Vec<usize> = (0..stream.len()).collect();
+            let bytes = decode_cut(SseLimits::default(), stream.as_bytes(), &byte_at_a_time);
+            assert_eq!(whole, bytes, "{ending:?}");
+            let data: Vec<&str> = whole.0.iter().map(|e| e.data.as_str()).collect();
+            assert_eq!(data, ["1", "2", "3", "4", "5", "6\n7", "8"], "{ending:?}");
+            let names: Vec<&str> = whole.0.iter().map(SseEvent::name).collect();
+            let expected = [
+                "delta", "delta", "message", "other", "other", "other", "delta",
+            ];
+            assert_eq!(names, expected, "{ending:?}");
+        }
+    }
+
     proptest! {
         /// `LineEnds` finds the same line endings as a byte-by-byte search, sparse or dense.
         #[test]
@@ -975,11 +1018,7 @@ mod tests {
                 prop_assert_eq!(found, naive(from).map(|at| from + at), "from {}", from);
                 match found {
                     Some(end) => from = end + 1 + skip,
-                    None => {
-                        // Asked again after a search that found nothing, from the same place.
-                        prop_assert_eq!(ends.next(from), None);
-                        break;
-                    }
+                    None => break,
                 }
             }
         }
