@@ -32,7 +32,7 @@
 //! text; [`SseDecoder::feed_with`] lends each event as an [`SseEventRef`] whose data are the
 //! stream's bytes, not yet checked for UTF-8, so that the text is checked once, where it is
 //! parsed (the framing itself never looks at the text: issue 21). An event whose one `data:`
-//! line arrived whole in a read is lent straight from that read, not copied.
+//! line and blank line arrived whole in a read is lent straight from that read, not copied.
 //!
 //! One deliberate deviation: at end of input the WHATWG rules discard an event that was not
 //! ended by a blank line. [`SseDecoder::finish`] returns it instead (as the official Python
@@ -202,15 +202,54 @@ impl Default for SseDecoder {
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
-/// Where the line that starts `bytes` ends: its first `\n` or `\r` (its first `\n` when
-/// `lf_only` says there is no `\r`). A blank line (the end of every event) is seen without a
-/// search.
-fn line_end(bytes: &[u8], lf_only: bool) -> Option<usize> {
-    match bytes.first()? {
-        b'\n' | b'\r' => Some(0),
-        _ if lf_only => memchr::memchr(b'\n', bytes),
-        _ => memchr::memchr2(b'\n', b'\r', bytes),
+/// The line endings (`\n` and `\r`) of one read, handed out in order: `memchr2`, with its
+/// AVX2 searcher built once per read where the CPU has it (the plain call chooses it again
+/// for every line, through a function pointer: 7 % of the framing's instructions, issue 21).
+struct LineEnds<'b> {
+    bytes: &'b [u8],
+    #[cfg(target_arch = "x86_64")]
+    avx2: Option<memchr::arch::x86_64::avx2::memchr::Two>,
+}
+
+impl<'b> LineEnds<'b> {
+    fn new(bytes: &'b [u8]) -> Self {
+        LineEnds {
+            bytes,
+            #[cfg(target_arch = "x86_64")]
+            avx2: memchr::arch::x86_64::avx2::memchr::Two::new(b'\n', b'\r'),
+        }
     }
+
+    /// The first line ending at or after `from` (`from <= bytes.len()`).
+    #[inline]
+    fn next(&self, from: usize) -> Option<usize> {
+        let rest = &self.bytes[from..];
+        #[cfg(target_arch = "x86_64")]
+        if let Some(avx2) = &self.avx2 {
+            return avx2.find(rest).map(|at| from + at);
+        }
+        memchr::memchr2(b'\n', b'\r', rest).map(|at| from + at)
+    }
+}
+
+/// `a == b` for two slices of the same length, compared eight bytes at a time in line: event
+/// names are short, and a call to `memcmp` for one cost more than the comparison (issue 21).
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    debug_assert_eq!(a.len(), b.len());
+    let word = |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().expect("8 bytes"));
+    let Some(last) = a.len().checked_sub(8) else {
+        return a.iter().zip(b).all(|(x, y)| x == y);
+    };
+    let mut at = 0;
+    while at < last {
+        if word(a, at) != word(b, at) {
+            return false;
+        }
+        at += 8;
+    }
+    // The last eight bytes, overlapping words already compared.
+    word(a, last) == word(b, last)
 }
 
 /// One line of the stream, read: a field and its value, one space after the colon dropped.
@@ -347,55 +386,32 @@ impl SseDecoder {
                 bytes = rest;
             }
         }
-        // The current event's one `data:` line, lent from `bytes` rather than copied into
-        // `self.data`: nearly every event is one data line and a blank line, in one read. It
-        // is kept lent only until the next line; unless that line ends the event, the lent
-        // line is copied into the buffer first, so every other line sees the state the copy
-        // would have left (see `keep_lent`).
-        let mut lent: Option<&[u8]> = None;
-        // A read without a CR (nearly all: servers end lines with LF) is split at LFs alone,
-        // a cheaper search than for either byte.
-        let lf_only = memchr::memchr(b'\r', bytes).is_none();
-        while !bytes.is_empty() {
-            if lent.is_none() && self.line.is_empty() {
-                if let Some(ending) = self.repeated_event_name(bytes) {
-                    self.named = !self.event_type.is_empty();
-                    bytes = self.after_line_end(ending);
-                    continue;
+        let ends = LineEnds::new(bytes);
+        let mut at = 0;
+        while at < bytes.len() {
+            if self.between_events() {
+                at = self.lend_events(bytes, at, &ends, &mut on_event)?;
+                if at == bytes.len() {
+                    break;
                 }
             }
-            let Some(end) = line_end(bytes, lf_only) else {
-                if self.line.len() + bytes.len() > self.limits.max_line_bytes {
+            let Some(end) = ends.next(at) else {
+                let rest = &bytes[at..];
+                if self.line.len() + rest.len() > self.limits.max_line_bytes {
                     let e = self.fail(SseError::LineTooLong {
                         limit: self.limits.max_line_bytes,
                     });
                     return Err(e.into());
                 }
-                self.line.extend_from_slice(bytes);
+                self.line.extend_from_slice(rest);
                 break;
             };
-            let (line, rest) = (&bytes[..end], self.after_line_end(&bytes[end..]));
-            bytes = rest;
+            let line = &bytes[at..end];
+            at = self.after_line_end(bytes, end);
             let taken = if self.line.is_empty() {
-                if let Some(first) = lent.take() {
-                    if line.is_empty() {
-                        // The blank line that ends the event: dispatch it with its lent data.
-                        let result = on_event(&self.event_ref(first));
-                        self.reset_event();
-                        result?;
-                        continue;
-                    }
-                    self.keep_lent(first);
-                }
-                self.take_line(line).and_then(|taken| match taken {
-                    Line::Data(value) if self.may_lend(value) => {
-                        lent = Some(value);
-                        Ok(false)
-                    }
-                    taken => self.apply(taken),
-                })
+                self.take_line(line).and_then(|taken| self.apply(taken))
             } else {
-                // Only the first line of a read can continue a buffered one: nothing is lent.
+                // Only the first line of a read can continue a buffered one.
                 let mut buffered = std::mem::take(&mut self.line);
                 buffered.extend_from_slice(line);
                 let r = self
@@ -415,41 +431,129 @@ impl SseDecoder {
                 }
             }
         }
-        if let Some(first) = lent {
-            self.keep_lent(first);
-        }
         Ok(())
     }
 
-    /// When `bytes` start with a line that names the next event with the name already in
-    /// `event_type` (`event: ` and that name, as streams name nearly every event with one of
-    /// a few names), the rest of `bytes` from that line's ending; the line is recognized by
-    /// comparison, without a search for its end. `None` when the line must be read: another
-    /// line, another name, a name within data lines or at the start of the stream, or a line
-    /// over the limit.
+    /// Whether the decoder is between two events, after the first line of the stream: no line
+    /// pending, no data buffered, no event near the limit. Where [`SseDecoder::lend_events`]
+    /// may go.
     #[inline]
-    fn repeated_event_name<'b>(&self, bytes: &'b [u8]) -> Option<&'b [u8]> {
-        let named = bytes.strip_prefix(b"event: ")?;
-        if self.at_start || !self.data.is_empty() {
-            return None;
-        }
-        let ending = named.strip_prefix(self.event_type.as_bytes())?;
-        let within_limit = bytes.len() - ending.len() <= self.limits.max_line_bytes;
-        (within_limit && matches!(ending.first(), Some(b'\n' | b'\r'))).then_some(ending)
+    fn between_events(&self) -> bool {
+        self.line.is_empty()
+            && !self.at_start
+            && self.data.is_empty()
+            && self.data_text_len.is_none()
     }
 
-    /// What follows a line ending that starts `ending` (`\r`, `\n` or `\r\n`), noting a `\r`
-    /// that ends the read (a `\n` at the start of the next read belongs to it).
-    fn after_line_end<'b>(&mut self, ending: &'b [u8]) -> &'b [u8] {
-        match ending {
-            [b'\r', b'\n', rest @ ..] => rest,
-            [b'\r'] => {
-                self.after_cr = true;
-                &[]
+    /// Dispatches the events at `bytes[at..]` that take the common shape, their data lent from
+    /// `bytes`: the name already in `event_type` (`event: ` and that name: streams name nearly
+    /// every event with one of a few names) or none, one `data:` line, the blank line, all
+    /// whole in `bytes` and within the limits, far enough from the event limit that
+    /// [`SseDecoder::admit_data`] would not count the text. Returns where it stopped: a line of
+    /// another kind, or one not yet whole, read line by line. Called when
+    /// [`SseDecoder::between_events`]; leaves the decoder in the state reading the same lines
+    /// one at a time would have left (which the proptest checks).
+    #[inline(always)]
+    fn lend_events<E, F>(
+        &mut self,
+        bytes: &[u8],
+        mut at: usize,
+        ends: &LineEnds<'_>,
+        on_event: &mut F,
+    ) -> Result<usize, E>
+    where
+        F: FnMut(&SseEventRef<'_>) -> Result<(), E>,
+    {
+        let SseDecoder {
+            limits,
+            event_type,
+            named,
+            last_event_id,
+            retry,
+            after_cr,
+            ..
+        } = self;
+        let name = event_type.as_bytes();
+        let event_line = b"event: ".len() + name.len();
+        let name_fits = event_line <= limits.max_line_bytes;
+        loop {
+            if name_fits && bytes[at..].starts_with(b"event: ") {
+                // The same name again: as `set_event_type`, which found it within the event
+                // limit when it came first (data were buffered then, none are now).
+                let end = at + event_line;
+                let next = match bytes.get(end..end + 2) {
+                    Some([b'\n', _]) => end + 1,
+                    Some(b"\r\n") => end + 2,
+                    Some([b'\r', _]) => end + 1,
+                    // The end of the read, even after a `\r`: line by line.
+                    _ => return Ok(at),
+                };
+                if !same_bytes(&bytes[at + b"event: ".len()..end], name) {
+                    return Ok(at);
+                }
+                *named = !name.is_empty();
+                at = next;
             }
-            [_, rest @ ..] => rest,
-            [] => ending,
+            if !bytes[at..].starts_with(b"data:") {
+                return Ok(at);
+            }
+            let Some(end) = ends.next(at) else {
+                return Ok(at);
+            };
+            if end - at > limits.max_line_bytes {
+                return Ok(at);
+            }
+            let value = &bytes[at + b"data:".len()..end];
+            let value = value.strip_prefix(b" ").unwrap_or(value);
+            // Far from the limit, as `near_limit` counts it, with no data buffered.
+            let name_len = if *named { name.len() } else { 0 };
+            let worst = (value.len() + 1).saturating_mul(3);
+            if name_len.saturating_add(worst) > limits.max_event_bytes {
+                return Ok(at);
+            }
+            let blank = match bytes.get(end..end + 2) {
+                Some(b"\r\n") => end + 2,
+                _ => end + 1,
+            };
+            let next = match bytes.get(blank..) {
+                Some([b'\n', ..]) => blank + 1,
+                Some([b'\r', b'\n', ..]) => blank + 2,
+                Some([b'\r']) => {
+                    *after_cr = true;
+                    blank + 1
+                }
+                Some([b'\r', ..]) => blank + 1,
+                _ => return Ok(at),
+            };
+            let event = SseEventRef {
+                event: named.then_some(event_type.as_str()),
+                data: value,
+                id: (!last_event_id.is_empty()).then_some(last_event_id.as_str()),
+                retry: *retry,
+            };
+            // As `reset_event`.
+            *named = false;
+            *retry = None;
+            at = next;
+            on_event(&event)?;
+            if at == bytes.len() {
+                return Ok(at);
+            }
         }
+    }
+
+    /// Where the line after the line ending at `bytes[end]` (`\r`, `\n` or `\r\n`) starts,
+    /// noting a `\r` that ends the read (a `\n` at the start of the next read belongs to it).
+    #[inline]
+    fn after_line_end(&mut self, bytes: &[u8], end: usize) -> usize {
+        if bytes[end] == b'\r' {
+            match bytes.get(end + 1) {
+                Some(b'\n') => return end + 2,
+                Some(_) => {}
+                None => self.after_cr = true,
+            }
+        }
+        end + 1
     }
 
     /// Convenience form of [`SseDecoder::feed`] that returns the completed events.
@@ -550,20 +654,6 @@ impl SseDecoder {
         }
         self.named = name > 0;
         Ok(())
-    }
-
-    /// Whether a `data:` line's value may be lent rather than copied: it is the event's first,
-    /// and [`SseDecoder::admit_data`] would take it without counting its text.
-    fn may_lend(&self, value: &[u8]) -> bool {
-        let name = if self.named { self.event_type.len() } else { 0 };
-        self.data.is_empty() && !self.near_limit(name, value.len() + 1)
-    }
-
-    /// Copies a lent `data:` line into the event buffer, as [`SseDecoder::admit_data`] would
-    /// have (which [`SseDecoder::may_lend`] checked).
-    fn keep_lent(&mut self, value: &[u8]) {
-        self.data.extend_from_slice(value);
-        self.data.push(b'\n');
     }
 
     fn too_large(&self) -> SseError {
@@ -854,6 +944,84 @@ mod tests {
             d.decode(b"data: \xff\xff\xff\n\n"),
             Err(SseError::EventTooLarge { limit: 8 })
         );
+    }
+
+    #[test]
+    fn events_read_whole_equal_events_read_a_byte_at_a_time_for_every_line_ending() {
+        for ending in ["\n", "\r\n", "\r"] {
+            let stream = [
+                "event: delta",
+                "data: 1",
+                "",
+                "event: delta",
+                "data: 2",
+                "",
+                "data: 3",
+                "",
+                "event: other",
+                "data: 4",
+                "",
+                "event: other",
+                "id: 9",
+                "data: 5",
+                "",
+                "event: other",
+                "data: 6",
+                "data: 7",
+                "",
+                "event: delta",
+                "data:8",
+                "",
+            ]
+            .join(ending)
+                + ending;
+            let whole = decode_cut(SseLimits::default(), stream.as_bytes(), &[]);
+            let byte_at_a_time: Vec<usize> = (0..stream.len()).collect();
+            let bytes = decode_cut(SseLimits::default(), stream.as_bytes(), &byte_at_a_time);
+            assert_eq!(whole, bytes, "{ending:?}");
+            let data: Vec<&str> = whole.0.iter().map(|e| e.data.as_str()).collect();
+            assert_eq!(data, ["1", "2", "3", "4", "5", "6\n7", "8"], "{ending:?}");
+            let names: Vec<&str> = whole.0.iter().map(SseEvent::name).collect();
+            let expected = [
+                "delta", "delta", "message", "other", "other", "other", "delta",
+            ];
+            assert_eq!(names, expected, "{ending:?}");
+        }
+    }
+
+    proptest! {
+        /// `LineEnds` finds the same line endings as a byte-by-byte search, sparse or dense.
+        #[test]
+        fn line_ends_are_found_in_order(
+            text in proptest::collection::vec(any::<u8>(), 0..9000),
+            marks in proptest::collection::vec((any::<usize>(), any::<bool>()), 0..300),
+            skips in proptest::collection::vec(0usize..200, 1..16),
+        ) {
+            let mut bytes: Vec<u8> = text
+                .iter()
+                .map(|&b| if b == b'\n' || b == b'\r' { b'x' } else { b })
+                .collect();
+            if !bytes.is_empty() {
+                let len = bytes.len();
+                for (at, lf) in marks {
+                    bytes[at % len] = if lf { b'\n' } else { b'\r' };
+                }
+            }
+            let naive = |from: usize| bytes[from..].iter().position(|&b| b == b'\n' || b == b'\r');
+            let ends = LineEnds::new(&bytes);
+            let mut from = 0;
+            for skip in skips.iter().cycle() {
+                if from >= bytes.len() {
+                    break;
+                }
+                let found = ends.next(from);
+                prop_assert_eq!(found, naive(from).map(|at| from + at), "from {}", from);
+                match found {
+                    Some(end) => from = end + 1 + skip,
+                    None => break,
+                }
+            }
+        }
     }
 
     fn piece() -> impl Strategy<Value = Vec<u8>> {
