@@ -94,6 +94,21 @@ fn run_tools(commands: &[Command]) -> (BatchId, Vec<ToolCall>) {
         .unwrap_or_else(|| panic!("expected RunTools in {commands:#?}"))
 }
 
+/// A machine that sent its first request and got `calls` back, with the commands that
+/// answer produced.
+fn answered_with_tools(calls: &[(&str, &str, serde_json::Value)]) -> (AgentMachine, Vec<Command>) {
+    let mut m = AgentMachine::new(config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderSucceeded {
+            request: req,
+            response: tool_response(calls),
+        },
+    );
+    (m, out)
+}
+
 fn fail_error(commands: &[Command]) -> RunError {
     match commands.last() {
         Some(Command::Fail { error }) => (**error).clone(),
@@ -794,40 +809,24 @@ fn resume_answers_interrupted_tool_calls_and_continues() {
 
 #[test]
 fn duplicate_and_empty_tool_ids_are_made_unique() {
-    let mut m = AgentMachine::new(config(), 1);
-    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderSucceeded {
-            request: req,
-            response: tool_response(&[
-                ("a", "read", json!({})),
-                ("a", "list", json!({})),
-                ("", "read", json!({})),
-            ]),
-        },
-    );
+    let (_, out) = answered_with_tools(&[
+        ("a", "read", json!({})),
+        ("a", "list", json!({})),
+        ("", "read", json!({})),
+    ]);
     let (_, calls) = run_tools(&out);
     let ids: BTreeSet<_> = calls.iter().map(|c| c.id.clone()).collect();
     assert_eq!(ids.len(), 3);
     assert!(!ids.contains(""));
 
     // Many calls (checked through a sorted list rather than a scan), one id repeated.
-    let mut m = AgentMachine::new(config(), 1);
-    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
     let mut many: Vec<String> = (0..40).map(|i| format!("c{i}")).collect();
     many[39] = "c17".into();
     let calls: Vec<(&str, &str, serde_json::Value)> = many
         .iter()
         .map(|id| (id.as_str(), "read", json!({})))
         .collect();
-    let out = m.step(
-        Millis(1),
-        Event::ProviderSucceeded {
-            request: req,
-            response: tool_response(&calls),
-        },
-    );
+    let (_, out) = answered_with_tools(&calls);
     let (_, calls) = run_tools(&out);
     let ids: BTreeSet<_> = calls.iter().map(|c| c.id.clone()).collect();
     assert_eq!(ids.len(), 40);
@@ -843,20 +842,12 @@ fn outcomes_are_matched_to_calls_by_id_for_few_and_many_calls() {
         // Ids in an order unlike their sort order; the last call names an unknown tool.
         let ids: Vec<String> = (0..n).map(|i| format!("call_{}", (i * 7) % n)).collect();
         let start = || {
-            let mut m = AgentMachine::new(config(), 1);
-            let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
             let mut calls: Vec<(&str, &str, serde_json::Value)> = ids
                 .iter()
                 .map(|id| (id.as_str(), "read", json!({})))
                 .collect();
             calls[n - 1].1 = "delete";
-            let out = m.step(
-                Millis(1),
-                Event::ProviderSucceeded {
-                    request: req,
-                    response: tool_response(&calls),
-                },
-            );
+            let (m, out) = answered_with_tools(&calls);
             let (batch, run) = run_tools(&out);
             assert_eq!(run.len(), n - 1, "n = {n}");
             (m, batch)

@@ -232,6 +232,16 @@ impl<'b> LineEnds<'b> {
     }
 }
 
+/// Where the line after the line ending at `bytes[end]` (`\r`, `\n` or `\r\n`) starts; a
+/// `\r` that ends `bytes` counts alone (see [`SseDecoder::after_line_end`]).
+#[inline]
+fn line_after(bytes: &[u8], end: usize) -> usize {
+    match bytes.get(end..end + 2) {
+        Some(b"\r\n") => end + 2,
+        _ => end + 1,
+    }
+}
+
 /// `a == b` for two slices of the same length, compared eight bytes at a time in line: event
 /// names are short, and a call to `memcmp` for one cost more than the comparison (issue 21).
 #[inline]
@@ -511,10 +521,7 @@ impl SseDecoder {
             if name_len.saturating_add(worst) > limits.max_event_bytes {
                 return Ok(at);
             }
-            let blank = match bytes.get(end..end + 2) {
-                Some(b"\r\n") => end + 2,
-                _ => end + 1,
-            };
+            let blank = line_after(bytes, end);
             let next = match bytes.get(blank..) {
                 Some([b'\n', ..]) => blank + 1,
                 Some([b'\r', b'\n', ..]) => blank + 2,
@@ -546,14 +553,10 @@ impl SseDecoder {
     /// noting a `\r` that ends the read (a `\n` at the start of the next read belongs to it).
     #[inline]
     fn after_line_end(&mut self, bytes: &[u8], end: usize) -> usize {
-        if bytes[end] == b'\r' {
-            match bytes.get(end + 1) {
-                Some(b'\n') => return end + 2,
-                Some(_) => {}
-                None => self.after_cr = true,
-            }
+        if bytes[end] == b'\r' && end + 1 == bytes.len() {
+            self.after_cr = true;
         }
-        end + 1
+        line_after(bytes, end)
     }
 
     /// Convenience form of [`SseDecoder::feed`] that returns the completed events.
