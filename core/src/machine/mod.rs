@@ -194,9 +194,8 @@ enum Phase {
         batch: BatchId,
         /// The assistant message whose tool uses are being answered.
         message: Arc<Message>,
-        /// Per tool use, in order: set when the call is answered with an error without
-        /// running.
-        refused: Vec<Option<String>>,
+        /// One per tool use, in order: refused or pending.
+        answers: Vec<Answer>,
     },
     Done,
 }
@@ -343,12 +342,12 @@ impl AgentMachine {
             Event::ToolsFinished { batch, outcome } => match &self.phase {
                 Phase::RunningTools { batch: b, .. } if *b == batch => {
                     let Phase::RunningTools {
-                        message, refused, ..
+                        message, answers, ..
                     } = std::mem::replace(&mut self.phase, Phase::Idle)
                     else {
                         unreachable!("matched RunningTools just above");
                     };
-                    self.on_tools_finished(batch, &message, &refused, outcome);
+                    self.on_tools_finished(batch, &message, answers, outcome);
                 }
                 _ => return Handled::Ignored(IgnoreReason::Stale),
             },
@@ -975,40 +974,43 @@ impl AgentMachine {
         }
         let problems = unique_tool_ids(&mut message, input_problems, self.next_id);
         self.turns += 1;
-        let refused: Vec<Option<String>> = message
+        let answers: Vec<Answer> = message
             .tool_uses()
-            .map(|(id, name, input)| self.refusal(name, input, problems.get(id)))
+            .map(|(id, name, input)| {
+                let refusal = self.refusal(name, input, problems.get(id));
+                refusal.map_or(Answer::Pending, Answer::Refused)
+            })
             .collect();
         let calls: Vec<ToolCall> = message
             .content
             .iter()
             .filter_map(|block| match block {
-                ContentBlock::ToolUse { id, name, input } => Some(ToolCall {
-                    id: id.clone(),
-                    name: name.clone(),
-                    input: Arc::clone(input),
-                }),
+                ContentBlock::ToolUse { id, name, input } => Some((id, name, input)),
                 _ => None,
             })
-            .zip(&refused)
-            .filter_map(|(call, refused)| refused.is_none().then_some(call))
+            .zip(&answers)
+            .filter(|(_, answer)| matches!(answer, Answer::Pending))
+            .map(|((id, name, input), _)| ToolCall {
+                id: id.clone(),
+                name: name.clone(),
+                input: Arc::clone(input),
+            })
             .collect();
         let message = self.append(message);
-        if refused.is_empty() {
+        if answers.is_empty() {
             return match stop_reason {
                 StopReason::PauseTurn => self.continue_or_stop(),
                 reason => self.finish(FinishReason::Model(reason)),
             };
         }
         if calls.is_empty() {
-            let results = refused.iter().map(|_| None).collect();
-            return self.answer_tools(&message, &refused, results);
+            return self.answer_tools(&message, answers);
         }
         let batch = BatchId(self.next_id());
         self.phase = Phase::RunningTools {
             batch,
             message,
-            refused,
+            answers,
         };
         self.emit(Command::RunTools { batch, calls });
     }
@@ -1056,72 +1058,63 @@ impl AgentMachine {
         &mut self,
         batch: BatchId,
         message: &Message,
-        refused: &[Option<String>],
+        mut answers: Vec<Answer>,
         outcome: BatchOutcome,
     ) {
-        let calls = CallIndex::new(message);
-        let mut results: Vec<Option<ToolResult>> = refused.iter().map(|_| None).collect();
-        // An outcome for an id the batch did not hold, or for a refused call, is ignored; a
-        // second outcome for one call replaces the first.
-        let mut record = |id: &str, result: ToolResult| {
-            if let Some(i) = calls.position(id).filter(|&i| refused[i].is_none()) {
-                results[i] = Some(result);
-            }
-        };
         match outcome {
             BatchOutcome::WholeBatch(ToolFailure::Host(failure)) => {
                 return self.fail(RunError::from(failure));
             }
             BatchOutcome::WholeBatch(ToolFailure::Model { message: reason }) => {
-                for slot in results.iter_mut().zip(refused).filter(|(_, r)| r.is_none()) {
-                    *slot.0 = Some(Err(reason.clone()));
+                for answer in answers.iter_mut().filter(|a| a.is_open()) {
+                    *answer = Answer::Failed(reason.clone());
                 }
             }
             BatchOutcome::PerCall(outcomes) => {
+                let calls = CallIndex::new(message);
                 for outcome in outcomes {
-                    match outcome.result {
+                    let answer = match outcome.result {
                         Err(ToolFailure::Host(failure)) => {
                             return self.fail(RunError::from(failure));
                         }
-                        Err(ToolFailure::Model { message }) => {
-                            record(&outcome.tool_use_id, Err(message));
-                        }
-                        Ok(output) => record(&outcome.tool_use_id, Ok(output.parts)),
+                        Err(ToolFailure::Model { message }) => Answer::Failed(message),
+                        Ok(output) => Answer::Ran(output.parts),
+                    };
+                    // An outcome for an id the batch did not hold, or for a refused call, is
+                    // ignored; a second outcome for one call replaces the first.
+                    if let Some(slot) = calls
+                        .position(&outcome.tool_use_id)
+                        .and_then(|i| answers.get_mut(i))
+                        .filter(|a| a.is_open())
+                    {
+                        *slot = answer;
                     }
                 }
             }
         }
         let missing = message
             .tool_uses()
-            .zip(refused.iter().zip(&results))
-            .find(|(_, (refused, result))| refused.is_none() && result.is_none());
+            .zip(&answers)
+            .find(|(_, answer)| matches!(answer, Answer::Pending));
         if let Some(((id, name, _), _)) = missing {
             return self.fail(RunError::Invariant {
                 message: format!("tool batch {batch} reported no outcome for call `{id}` ({name})"),
             });
         }
-        self.answer_tools(message, refused, results)
+        self.answer_tools(message, answers)
     }
 
-    /// Appends one result per tool use of `message`, in order, then continues the loop:
-    /// the refusal for a refused call, else its result (present for every call that ran).
-    fn answer_tools(
-        &mut self,
-        message: &Message,
-        refused: &[Option<String>],
-        results: Vec<Option<ToolResult>>,
-    ) {
+    /// Appends one result per tool use of `message`, in order, from its answer (none is
+    /// pending by then), then continues the loop.
+    fn answer_tools(&mut self, message: &Message, answers: Vec<Answer>) {
         let content = message
             .tool_uses()
-            .zip(refused.iter().zip(results))
-            .map(
-                |((id, name, _), (refused, result))| match (refused, result) {
-                    (Some(reason), _) => error_result(id, name, reason),
-                    (None, Some(Ok(parts))) => ContentBlock::tool_result(id, parts, false),
-                    (None, Some(Err(reason))) => error_result(id, name, &reason),
-                    (None, None) => unreachable!("missing outcomes are rejected before answering"),
-                },
-            )
+            .zip(answers)
+            .map(|((id, name, _), answer)| match answer {
+                Answer::Ran(parts) => ContentBlock::tool_result(id, parts, false),
+                Answer::Refused(reason) | Answer::Failed(reason) => error_result(id, name, &reason),
+                Answer::Pending => unreachable!("missing outcomes are rejected before answering"),
+            })
             .collect();
         self.append(Message {
             role: Role::User,
@@ -1146,8 +1139,25 @@ fn error_result(id: &str, name: &str, reason: &str) -> ContentBlock {
     )
 }
 
-/// What one call produced: its result parts, or the error text the model is shown.
-type ToolResult = Result<Vec<ToolResultPart>, String>;
+/// How one tool use of a batch is answered.
+#[derive(Debug)]
+enum Answer {
+    /// Answered with this error without running.
+    Refused(String),
+    /// Running; no outcome yet.
+    Pending,
+    /// Ran and produced these parts.
+    Ran(Vec<ToolResultPart>),
+    /// Ran and failed; the model is shown this.
+    Failed(String),
+}
+
+impl Answer {
+    /// Whether an outcome from the driver may still set it: the call was not refused.
+    fn is_open(&self) -> bool {
+        !matches!(self, Answer::Refused(_))
+    }
+}
 
 /// Finds a tool use's position in its message by id: a scan for the few calls a message
 /// usually holds, a sorted index for the many a hostile or broken server can send.
@@ -1198,6 +1208,9 @@ fn unique_tool_ids(
     problems: Box<[ToolInputProblem]>,
     salt: u64,
 ) -> BTreeMap<String, ToolInputProblem> {
+    if problems.is_empty() && tool_ids_are_unique(message) {
+        return BTreeMap::new();
+    }
     let mut problems: BTreeMap<String, ToolInputProblem> = problems
         .into_vec()
         .into_iter()
