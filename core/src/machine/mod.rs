@@ -1208,7 +1208,8 @@ fn unique_tool_ids(
     problems: Box<[ToolInputProblem]>,
     salt: u64,
 ) -> BTreeMap<String, ToolInputProblem> {
-    if problems.is_empty() && tool_ids_are_unique(message) {
+    let unique = tool_ids_are_unique(message);
+    if unique && problems.is_empty() {
         return BTreeMap::new();
     }
     let mut problems: BTreeMap<String, ToolInputProblem> = problems
@@ -1216,7 +1217,7 @@ fn unique_tool_ids(
         .into_iter()
         .map(|p| (p.tool_use_id.clone(), p))
         .collect();
-    if tool_ids_are_unique(message) {
+    if unique {
         return problems;
     }
     let mut seen = BTreeSet::new();
