@@ -555,8 +555,8 @@ fn block_bytes(block: &ContentBlock) -> usize {
 
 /// The length of `value`'s compact JSON text (its `Display`), counted without building it.
 ///
-/// Walked by hand: going through serde_json's serializer into a counting writer cost five
-/// times as much for the small inputs tool calls usually carry.
+/// Walked by hand: going through serde_json's serializer into a counting writer cost a third
+/// more for the small inputs tool calls usually carry (callgrind, docs/performance.md).
 fn json_len(value: &Value) -> usize {
     match value {
         Value::Null => "null".len(),
