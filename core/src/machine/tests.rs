@@ -439,15 +439,7 @@ fn overflow_with_compaction_off_fails() {
 
 #[test]
 fn unknown_tool_gets_an_error_result_and_a_new_request() {
-    let mut m = AgentMachine::new(config(), 1);
-    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderSucceeded {
-            request: req,
-            response: tool_response(&[("t1", "delete_everything", json!({}))]),
-        },
-    );
+    let (_, out) = answered_with_tools(&[("t1", "delete_everything", json!({}))]);
     assert!(!out.iter().any(|c| matches!(c, Command::RunTools { .. })));
     let msgs = appended(&out);
     assert_eq!(msgs.len(), 2);
@@ -526,18 +518,10 @@ fn invalid_and_truncated_input_get_error_results_without_running() {
 
 #[test]
 fn handler_error_gives_an_error_result_and_another_model_turn() {
-    let mut m = AgentMachine::new(config(), 1);
-    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderSucceeded {
-            request: req,
-            response: tool_response(&[
-                ("a", "read", json!({"path": "missing.rs"})),
-                ("b", "list", json!({})),
-            ]),
-        },
-    );
+    let (mut m, out) = answered_with_tools(&[
+        ("a", "read", json!({"path": "missing.rs"})),
+        ("b", "list", json!({})),
+    ]);
     let (batch, calls) = run_tools(&out);
     assert_eq!(calls.len(), 2);
     // Outcomes arrive out of order; results keep the calls' order.
@@ -580,19 +564,11 @@ fn handler_error_gives_an_error_result_and_another_model_turn() {
 
 #[test]
 fn whole_batch_failure_becomes_an_error_result_per_call() {
-    let mut m = AgentMachine::new(config(), 1);
-    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderSucceeded {
-            request: req,
-            response: tool_response(&[
-                ("a", "read", json!({})),
-                ("x", "nope", json!({})),
-                ("b", "list", json!({})),
-            ]),
-        },
-    );
+    let (mut m, out) = answered_with_tools(&[
+        ("a", "read", json!({})),
+        ("x", "nope", json!({})),
+        ("b", "list", json!({})),
+    ]);
     let (batch, _) = run_tools(&out);
     let out = m.step(
         Millis(2),
@@ -619,15 +595,7 @@ fn cancellation_and_host_failures_fail_the_run() {
             result: Err(ToolFailure::Host(host.clone())),
         }]),
     ] {
-        let mut m = AgentMachine::new(config(), 1);
-        let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
-        let out = m.step(
-            Millis(1),
-            Event::ProviderSucceeded {
-                request: req,
-                response: tool_response(&[("a", "read", json!({}))]),
-            },
-        );
+        let (mut m, out) = answered_with_tools(&[("a", "read", json!({}))]);
         let (batch, _) = run_tools(&out);
         let out = m.step(Millis(2), Event::ToolsFinished { batch, outcome });
         assert_eq!(out.len(), 1);
