@@ -11,6 +11,7 @@ use crate::time::Millis;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::io::{self, Write};
 
 /// The `format` field of every trace header.
 pub const TRACE_FORMAT: &str = "rebound-trace";
@@ -78,4 +79,40 @@ impl TraceStep {
 #[must_use]
 pub fn command_value(command: &Command) -> Value {
     serde_json::to_value(command).unwrap_or(Value::Null)
+}
+
+/// Writes a trace as it happens: the header first, then one line per step.
+///
+/// For drivers that record while running (the tokio runner): nothing is kept in memory.
+#[derive(Debug)]
+pub struct TraceWriter<W: Write> {
+    writer: W,
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Writes the header line.
+    ///
+    /// # Errors
+    ///
+    /// Any error of `writer`.
+    pub fn new(mut writer: W, header: &TraceHeader) -> io::Result<Self> {
+        serde_json::to_writer(&mut writer, header)?;
+        writer.write_all(b"\n")?;
+        Ok(TraceWriter { writer })
+    }
+
+    /// Writes one step line.
+    ///
+    /// # Errors
+    ///
+    /// Any error of the writer.
+    pub fn write_step(&mut self, step: &TraceStep) -> io::Result<()> {
+        serde_json::to_writer(&mut self.writer, step)?;
+        self.writer.write_all(b"\n")
+    }
+
+    /// The writer back.
+    pub fn into_inner(self) -> W {
+        self.writer
+    }
 }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 fn message(i: usize) -> Message {
     let text = format!("message {i}: {}", "lorem ipsum dolor sit amet ".repeat(18));
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         Message::user_text(text)
     } else {
         Message::assistant_text(text)

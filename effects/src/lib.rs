@@ -1,28 +1,25 @@
 //! # rebound-effects
 //!
-//! The effects side of rebound: the tokio runner, HTTP providers, tools, sessions, the fake
-//! provider server, and the library behind the `rebound` CLI.
+//! The library an agent embeds: the tokio [`runner`] that executes an
+//! [`AgentMachine`](rebound_core::AgentMachine)'s commands, the [`provider`]s that speak the
+//! Anthropic and OpenAI wire formats over HTTP, [`tools`], [`session`] transcripts, the
+//! [`receiver`] of a run's events, and the retry [`budget`] stores.
+//!
+//! Features (all off by default, so an agent pulls only what it runs):
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `lua` | tools defined in Lua files (`tools::lua`, Lua 5.4 built from source) |
+//! | `mcp` | MCP servers as a tool source (`tools::mcp`, over stdio) |
+//! | `redis` | a retry budget shared by processes through Redis (`budget::redis`) |
 
 #![warn(missing_docs)]
 
 pub mod budget;
-mod cli;
 pub mod config;
-pub mod fake;
 pub mod private_file;
 pub mod provider;
 pub mod receiver;
 pub mod runner;
 pub mod session;
 pub mod tools;
-
-/// The `rebound` binary: parses the process's arguments, runs the command and returns the
-/// exit code (0 finished, 1 the run failed, 2 usage or configuration error, 130 canceled).
-///
-/// Not API: public only for `src/main.rs`. The command line is documented by
-/// `rebound --help` and the README; embedders use [`runner`] and the other modules.
-#[doc(hidden)]
-#[must_use]
-pub fn cli_main() -> i32 {
-    cli::main()
-}

@@ -3,13 +3,13 @@
 use crate::budget::BudgetStore;
 use crate::provider::{BoxFuture, Provider, SendError};
 use crate::receiver::{NullReceiver, Receiver, ReceiverError};
+use rebound_core::trace::TraceWriter;
 use rebound_core::trace::{TraceHeader, TraceStep};
 use rebound_core::{
     compact, AgentMachine, BatchOutcome, Command, CompactionError, ContentBlock, Conversation,
     Event, FinishReason, HostFailure, HostFailureKind, MachineConfig, Message, Millis,
     RequestPurpose, RunError, ToolCall, ToolFailure, ToolSpec, Usage,
 };
-use rebound_sim::TraceWriter;
 use std::io::Write;
 use std::sync::Arc;
 use tokio::time::Instant;

@@ -6,9 +6,9 @@ use rebound_core::{
     RetryConfig,
 };
 use rebound_effects::budget::SharedBudget;
-use rebound_effects::fake::{FakeServer, FakeServerConfig};
 use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig};
 use rebound_effects::runner::{RunInput, Runner};
+use rebound_sim::fake::{FakeServer, FakeServerConfig};
 use rebound_sim::Scenario;
 use std::time::Duration;
 

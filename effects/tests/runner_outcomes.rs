@@ -9,7 +9,6 @@ use rebound_core::{
     HostFailureKind, MachineConfig, Message, ProviderKind, RetryConfig, Role, RunError, TargetSpec,
     ToolCall, ToolFailure, ToolSpec,
 };
-use rebound_effects::fake::{FakeServer, FakeServerConfig};
 use rebound_effects::provider::{
     ApiKey, BoxFuture, HttpProvider, HttpProviderConfig, Provider, SendError,
 };
@@ -17,6 +16,7 @@ use rebound_effects::receiver::{Receiver, ReceiverError};
 use rebound_effects::runner::{
     Compactor, CompactorError, Persist, PersistError, RunInput, Runner, ToolExecutor,
 };
+use rebound_sim::fake::{FakeServer, FakeServerConfig};
 use rebound_sim::Scenario;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;

@@ -667,13 +667,13 @@ async fn session_appender_child_process() {
     out.flush().expect("flush");
     loop {
         n += 1;
-        let message = if n % 10 == 0 {
+        let message = if n.is_multiple_of(10) {
             Message::assistant_text("y".repeat(64 * 1024))
         } else {
             Message::user_text(format!("message {n} {}", "x".repeat(n % 7 * 300)))
         };
         store.append(&message).await.expect("append");
-        if n % 25 == 0 {
+        if n.is_multiple_of(25) {
             let kept = Conversation::from(vec![Message::user_text(format!("summary of {n}"))]);
             store.replace(&kept).await.expect("replace");
         }

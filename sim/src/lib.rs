@@ -10,8 +10,10 @@
 //! - [`trace`]: JSON Lines traces, written while simulating (or by any driver) and
 //!   replayed ([`replay`]) into a fresh machine, reporting the first divergence.
 //! - [`stats`]: many seeded runs summarized ([`run_many`]).
-//! - `charts` (feature `charts`, on by default): SVG charts of the outage experiment and
+//! - `charts` (feature `charts`): SVG charts of the outage experiment and
 //!   of many runs.
+//! - `fake` (feature `server`): a fault-injecting fake provider server that plays a
+//!   scenario over HTTP in the real wire formats, for testing any agent.
 //! - [`compare`]: the outage experiment — rebound against the retry policies of other agent
 //!   stacks on the same seeded outages ([`compare::run_experiment`]).
 //!
@@ -34,6 +36,8 @@
 pub mod charts;
 pub mod compare;
 pub mod driver;
+#[cfg(feature = "server")]
+pub mod fake;
 mod record;
 pub mod scenario;
 pub mod scripted;

@@ -29,6 +29,7 @@
 //! println!("{error}");
 //! ```
 
+pub use rebound_core::trace::TraceWriter;
 use rebound_core::trace::{command_value, TraceHeader, TraceStep, TRACE_FORMAT, TRACE_VERSION};
 use rebound_core::{AgentMachine, Event, FinishReason, Millis, RunError};
 use serde_json::Value;
@@ -203,42 +204,6 @@ impl Trace {
             header: header.ok_or(TraceError::Empty)?,
             steps,
         })
-    }
-}
-
-/// Writes a trace as it happens: the header first, then one line per step.
-///
-/// For drivers that record while running (the tokio runner): nothing is kept in memory.
-#[derive(Debug)]
-pub struct TraceWriter<W: Write> {
-    writer: W,
-}
-
-impl<W: Write> TraceWriter<W> {
-    /// Writes the header line.
-    ///
-    /// # Errors
-    ///
-    /// Any error of `writer`.
-    pub fn new(mut writer: W, header: &TraceHeader) -> io::Result<Self> {
-        serde_json::to_writer(&mut writer, header)?;
-        writer.write_all(b"\n")?;
-        Ok(TraceWriter { writer })
-    }
-
-    /// Writes one step line.
-    ///
-    /// # Errors
-    ///
-    /// Any error of the writer.
-    pub fn write_step(&mut self, step: &TraceStep) -> io::Result<()> {
-        serde_json::to_writer(&mut self.writer, step)?;
-        self.writer.write_all(b"\n")
-    }
-
-    /// The writer back.
-    pub fn into_inner(self) -> W {
-        self.writer
     }
 }
 

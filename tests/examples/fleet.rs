@@ -17,10 +17,10 @@
 
 use rebound_core::{BudgetConfig, MachineConfig, ProviderKind};
 use rebound_effects::budget::SharedBudget;
-use rebound_effects::fake::{FakeServer, FakeServerConfig, Outcome};
 use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig};
 use rebound_effects::runner::{RunInput, Runner};
 use rebound_sim::compare::{ExperimentConfig, OutageModel};
+use rebound_sim::fake::{FakeServer, FakeServerConfig, Outcome};
 use rebound_sim::scenario::FaultKind;
 use rebound_sim::{simulate_fleet, FleetAgent, Scenario, SimConfig};
 use std::process::ExitCode;

@@ -3,14 +3,14 @@
 
 #![warn(missing_docs)]
 
+use rebound_cli::scenario_tools::ScenarioTools;
 use rebound_core::{Conversation, MachineConfig, ProviderKind, RetryConfig, RunError, TargetSpec};
-use rebound_effects::fake::{FakeServer, FakeServerConfig, RequestRecord};
 use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider};
 use rebound_effects::receiver::{Receiver, ReceiverError};
 use rebound_effects::runner::{
     CancelHandle, RunInput, RunSummary, Runner, ToolExecutor, TraceRecorder,
 };
-use rebound_effects::tools::scripted::ScenarioTools;
+use rebound_sim::fake::{FakeServer, FakeServerConfig, RequestRecord};
 use rebound_sim::{replay, Scenario, Trace};
 use std::io::Write;
 use std::sync::{Arc, Mutex};

@@ -7,7 +7,7 @@
 use rebound_core::compaction::{is_summary_request, SUMMARY_PREFIX};
 use rebound_core::wire::parse_request;
 use rebound_core::{CompactionMethod, ProviderKind, Role};
-use rebound_effects::fake::Outcome;
+use rebound_sim::fake::Outcome;
 use rebound_tests::{scenario, Play, Played, PROVIDERS};
 
 fn received(played: &Played, provider: ProviderKind, index: usize) -> rebound_core::Conversation {

@@ -1,11 +1,11 @@
 //! The fallback chain end to end: an overloaded Anthropic primary, an OpenAI fallback.
 
+use rebound_cli::scenario_tools::ScenarioTools;
 use rebound_core::wire::parse_request;
 use rebound_core::{MachineConfig, ProviderKind, RetryConfig, Role, TargetSpec};
-use rebound_effects::fake::{FakeServer, FakeServerConfig};
 use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider};
 use rebound_effects::runner::{RunInput, Runner};
-use rebound_effects::tools::scripted::ScenarioTools;
+use rebound_sim::fake::{FakeServer, FakeServerConfig};
 use rebound_tests::scenario;
 use std::sync::Arc;
 
@@ -148,7 +148,7 @@ async fn continue_on(
     turns: &str,
 ) -> (
     Result<rebound_effects::runner::RunSummary, rebound_core::RunError>,
-    Vec<rebound_effects::fake::RequestRecord>,
+    Vec<rebound_sim::fake::RequestRecord>,
 ) {
     let outage = r#"{"faults": [{"type": "http", "status": 503}, {"type": "http", "status": 503},
                                 {"type": "http", "status": 503}, {"type": "http", "status": 503}],

@@ -4,13 +4,13 @@
 //! `function_call_output` items — and a conversation that moves between Anthropic and
 //! Responses with its tools intact. (The failures every format shares are in `phase6.rs`.)
 
+use rebound_cli::scenario_tools::ScenarioTools;
 use rebound_core::{
     ContentBlock, Conversation, MachineConfig, Message, ProviderKind, RetryConfig, Role, TargetSpec,
 };
-use rebound_effects::fake::{FakeServer, FakeServerConfig, Outcome};
 use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider};
 use rebound_effects::runner::{RunInput, Runner};
-use rebound_effects::tools::scripted::ScenarioTools;
+use rebound_sim::fake::{FakeServer, FakeServerConfig, Outcome};
 use rebound_tests::{scenario, Play};
 use serde_json::{json, Value};
 use std::sync::Arc;

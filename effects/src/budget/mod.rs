@@ -14,7 +14,10 @@
 //! Pick one with a [`BudgetLocation`] (what `rebound run --budget` takes): `local` or
 //! `redis://HOST:PORT/NAME`.
 //!
+//! [`RedisBudget`] needs the `redis` feature.
+//!
 //! ```
+//! # #[cfg(feature = "redis")] {
 //! use rebound_core::{BudgetConfig, MachineConfig};
 //! use rebound_effects::budget::{BudgetLocation, RedisBudget, RedisOptions, SharedBudget};
 //! use rebound_effects::runner::Runner;
@@ -26,12 +29,15 @@
 //! let budget = RedisBudget::new(&url, BudgetConfig::default(), RedisOptions::default())?;
 //! let runner = Runner::new(MachineConfig::resilient(), vec![]).budget(budget.clone());
 //! # let _ = (runner, SharedBudget::new(BudgetConfig::default()));
+//! # }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 mod local;
+#[cfg(feature = "redis")]
 pub mod redis;
 
+#[cfg(feature = "redis")]
 pub use self::redis::{BudgetEvent, BudgetEventHook, RedisBudget, RedisBudgetError, RedisOptions};
 pub use local::SharedBudget;
 

@@ -326,7 +326,7 @@ fn endpoint_url(provider: ProviderKind, base: &str) -> Result<reqwest::Url, Conf
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(bad("the scheme must be http or https"));
     }
-    if parsed.host_str().map_or(true, str::is_empty) {
+    if parsed.host_str().is_none_or(str::is_empty) {
         return Err(bad("the URL has no host"));
     }
     let full = format!(

@@ -132,7 +132,7 @@ fn megabytes(bytes: usize) -> String {
 /// The decoded length of standard, padded base64, or `None` if it is not that.
 fn base64_len(data: &str) -> Option<usize> {
     let bytes = data.as_bytes();
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return None;
     }
     let padding = bytes.iter().rev().take_while(|&&b| b == b'=').count();

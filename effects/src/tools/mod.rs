@@ -61,7 +61,6 @@ pub mod lua;
 pub mod mcp;
 pub mod media;
 mod schema;
-pub mod scripted;
 mod set;
 
 /// Re-exported so implementers of [`Tool`] and [`ToolSource`] need no extra dependency.

@@ -80,10 +80,10 @@ impl Script {
                             .into(),
                     ));
                 }
-                if let Err(e) = jsonschema::validator_for(&schema) {
+                if let Err(e) = crate::tools::schema::InputSchema::compile(&schema) {
                     return Err(definition(format!(
                         "`input_schema` is not a valid JSON Schema: {}",
-                        bounded(&e.to_string(), 300)
+                        bounded(&e, 300)
                     )));
                 }
                 schema

@@ -3,10 +3,10 @@
 //! it had.
 #![cfg(unix)]
 
-#[path = "hostile_support/table.rs"]
+#[path = "../../effects/tests/hostile_support/table.rs"]
 mod table;
 
-use rebound_effects::fake::{FakeServer, FakeServerConfig};
+use rebound_sim::fake::{FakeServer, FakeServerConfig};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

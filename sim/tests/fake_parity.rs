@@ -4,7 +4,7 @@
 use rebound_core::classify::classify_http;
 use rebound_core::wire::StreamDecoder;
 use rebound_core::{Headers, ProviderFailure, ProviderKind, TransportFault};
-use rebound_effects::fake::{FakeServer, FakeServerConfig};
+use rebound_sim::fake::{FakeServer, FakeServerConfig};
 use rebound_sim::scenario::{Answer, Fault, Scenario};
 use serde_json::json;
 use std::time::Duration;

@@ -1,14 +1,22 @@
+//! # rebound-cli
+//!
 //! The `rebound` command line: `run`, `demo`, `serve`, `sim`, `replay`.
 //!
-//! A thin layer over library calls embedders can use too. Exit codes: 0 finished, 1 the run
-//! hard-failed, 2 usage or configuration error, 130 canceled by SIGINT/SIGTERM.
+//! A thin layer over library calls embedders can use too: [`rebound_effects`] (the runner,
+//! providers, tools, sessions, budgets) and [`rebound_sim`] (scenarios, the simulator, the
+//! fake provider server). Exit codes: 0 finished, 1 the run hard-failed, 2 usage or
+//! configuration error, 130 canceled by SIGINT/SIGTERM.
 //!
-//! Private to the crate: its clap structs are not API. The binary reaches it through
-//! [`crate::cli_main`].
+//! This library exists for the binary and for rebound's own cross-crate tests; its clap
+//! structs are not a stable API. Embedders use the libraries beneath it.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 mod events;
 mod replay;
 mod run;
+pub mod scenario_tools;
 mod simulate;
 
 pub use events::{HumanView, JsonEvents};
@@ -180,7 +188,7 @@ pub struct RunArgs {
     /// Redis password is best given in `REBOUND_REDIS_PASSWORD`, not in the URL, where any
     /// process on the machine can read it.
     #[arg(long, value_name = "local|redis://HOST:PORT/NAME")]
-    pub budget: Option<crate::budget::BudgetLocation>,
+    pub budget: Option<rebound_effects::budget::BudgetLocation>,
     /// The same as `--budget local`.
     #[arg(long, conflicts_with = "budget")]
     pub retry_budget: bool,

@@ -4,19 +4,21 @@ use super::{
     DemoArgs, EventsFormat, HumanView, JsonEvents, RunArgs, ServeArgs, EXIT_CANCELED, EXIT_FAILED,
     EXIT_OK, EXIT_USAGE,
 };
-use crate::budget::{BudgetEvent, BudgetLocation, RedisBudget, RedisOptions, SharedBudget};
-use crate::config::ConfigError;
-use crate::fake::{FakeServer, FakeServerConfig};
-use crate::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider};
-use crate::receiver::Receiver;
-use crate::runner::{CancelHandle, RunInput, RunSummary, Runner, TraceRecorder};
-use crate::session::SessionStore;
-use crate::tools::mcp::McpConfig;
-use crate::tools::scripted::ScenarioTools;
-use crate::tools::{files, ToolSet};
+use crate::scenario_tools::ScenarioTools;
 use rebound_core::{
     BudgetConfig, BudgetUse, MachineConfig, ProviderKind, RetryConfig, RunError, TargetSpec,
 };
+use rebound_effects::budget::{
+    BudgetEvent, BudgetLocation, RedisBudget, RedisOptions, SharedBudget,
+};
+use rebound_effects::config::ConfigError;
+use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider};
+use rebound_effects::receiver::Receiver;
+use rebound_effects::runner::{CancelHandle, RunInput, RunSummary, Runner, TraceRecorder};
+use rebound_effects::session::SessionStore;
+use rebound_effects::tools::mcp::McpConfig;
+use rebound_effects::tools::{files, ToolSet};
+use rebound_sim::fake::{FakeServer, FakeServerConfig};
 use std::sync::Arc;
 
 /// Model aliases accepted as `@name`.
@@ -214,15 +216,16 @@ async fn build_tools(args: &RunArgs) -> Result<Option<ToolSet>, String> {
     if let (Some(dir), Some(root)) = (&args.lua_tools, &root) {
         let dir = dir.clone();
         let root = root.clone();
-        let tools = tokio::task::spawn_blocking(move || crate::tools::lua::load_dir(&dir, &root))
-            .await
-            .map_err(|e| format!("--lua-tools: {e}"))?
-            .map_err(|e| format!("--lua-tools: {e}"))?;
+        let tools =
+            tokio::task::spawn_blocking(move || rebound_effects::tools::lua::load_dir(&dir, &root))
+                .await
+                .map_err(|e| format!("--lua-tools: {e}"))?
+                .map_err(|e| format!("--lua-tools: {e}"))?;
         builder = builder.tools(tools);
         any = true;
     }
     for (command, config) in args.mcp.iter().zip(mcp_configs(args)?) {
-        let source = crate::tools::mcp::McpSource::spawn_with(command, config)
+        let source = rebound_effects::tools::mcp::McpSource::spawn_with(command, config)
             .await
             .map_err(|e| format!("--mcp: {e}"))?;
         builder = builder.source(source);
@@ -373,7 +376,7 @@ pub async fn run(args: RunArgs) -> i32 {
         }
     }
     if let Some(path) = &args.trace {
-        match crate::private_file::create(path) {
+        match rebound_effects::private_file::create(path) {
             Ok(f) => runner = runner.trace(TraceRecorder::new(f)),
             Err(e) => return usage_error(format!("cannot create trace {}: {e}", path.display())),
         }
@@ -408,7 +411,7 @@ fn budget_location(args: &RunArgs) -> Option<BudgetLocation> {
 /// Tells people (a line on stderr) and, with `--events json`, programs (a `budget_fallback`
 /// or `budget_restored` event on stdout) that the budget moved between Redis and this
 /// process.
-fn budget_event_hook(events: EventsFormat) -> crate::budget::BudgetEventHook {
+fn budget_event_hook(events: EventsFormat) -> rebound_effects::budget::BudgetEventHook {
     Arc::new(move |event: &BudgetEvent| {
         eprintln!("rebound: {event}");
         if events == EventsFormat::Json {
@@ -479,14 +482,15 @@ pub async fn demo(args: DemoArgs) -> i32 {
     if human {
         let stats = match &result {
             Ok(summary) => summary.stats.clone(),
-            Err(_) => crate::runner::RunStats::default(),
+            Err(_) => rebound_effects::runner::RunStats::default(),
         };
         let faults = requests
             .iter()
             .filter(|r| {
                 !matches!(
                     r.outcome,
-                    crate::fake::Outcome::Answered { .. } | crate::fake::Outcome::Summarized
+                    rebound_sim::fake::Outcome::Answered { .. }
+                        | rebound_sim::fake::Outcome::Summarized
                 )
             })
             .count();
@@ -523,7 +527,7 @@ pub async fn serve(args: ServeArgs) -> i32 {
         None => FakeServerConfig::healthy(),
     };
     config.addr = std::net::SocketAddr::from(([127, 0, 0, 1], args.port));
-    config.on_request = Some(Arc::new(|record: &crate::fake::RequestRecord| {
+    config.on_request = Some(Arc::new(|record: &rebound_sim::fake::RequestRecord| {
         eprintln!("{record}");
     }));
     let server = match FakeServer::start(config).await {
@@ -561,8 +565,8 @@ mod tests {
 
     fn run_args(line: &[&str]) -> RunArgs {
         let args = ["rebound", "run", "hi"].iter().chain(line);
-        match super::super::parse(args).expect("parses").command {
-            super::super::Commands::Run(args) => *args,
+        match crate::parse(args).expect("parses").command {
+            crate::Commands::Run(args) => *args,
             other => panic!("not run: {other:?}"),
         }
     }
@@ -588,7 +592,7 @@ mod tests {
         assert_eq!(names(&configs[0]), ["ONE", "TOKEN"]);
         assert_eq!(
             configs[1].env["MODE"],
-            crate::tools::mcp::EnvValue::Set("x=y".into())
+            rebound_effects::tools::mcp::EnvValue::Set("x=y".into())
         );
         assert!(configs[2].env.is_empty());
     }
@@ -626,7 +630,7 @@ mod tests {
             &["--budget", "local", "--retry-budget"],
         ] {
             let args = ["rebound", "run", "hi"].iter().chain(bad);
-            assert!(super::super::parse(args).is_err(), "{bad:?}");
+            assert!(crate::parse(args).is_err(), "{bad:?}");
         }
     }
 

@@ -1,9 +1,9 @@
 //! Hostile session files and hostile use of them: lines torn by a crash, and a second
 //! process opening a session another one is running.
 
-#[path = "hostile_support/server.rs"]
+#[path = "../../effects/tests/hostile_support/server.rs"]
 mod server;
-#[path = "hostile_support/table.rs"]
+#[path = "../../effects/tests/hostile_support/table.rs"]
 mod table;
 
 use rebound_core::{Conversation, Message};

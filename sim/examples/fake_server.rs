@@ -6,10 +6,10 @@
 //! ```
 //!
 //! Prints `http://127.0.0.1:PORT` on its first line, then one JSON line per request received
-//! (the [`RequestRecord`](rebound_effects::fake::RequestRecord)), so a test in another language
+//! (the [`RequestRecord`](rebound_sim::fake::RequestRecord)), so a test in another language
 //! can read the address and the log from standard output.
 
-use rebound_effects::fake::{FakeServer, FakeServerConfig};
+use rebound_sim::fake::{FakeServer, FakeServerConfig};
 use rebound_sim::Scenario;
 use std::io::Write;
 use std::process::ExitCode;

@@ -6,9 +6,9 @@
 //! connection refused, a bad URL, a cancel by SIGTERM); its stdout, stderr, trace and session
 //! files are searched for the key. The library's error and config types are searched too.
 
-#[path = "hostile_support/server.rs"]
+#[path = "../../effects/tests/hostile_support/server.rs"]
 mod server;
-#[path = "hostile_support/table.rs"]
+#[path = "../../effects/tests/hostile_support/table.rs"]
 mod table;
 
 use rebound_core::{Conversation, MachineConfig, Message, ProviderKind, RetryConfig};

@@ -1,9 +1,9 @@
 //! Tools that answer as a scenario scripts them: for `rebound demo` and for tests that run
 //! the real runner against the fake provider server.
 
-use crate::provider::BoxFuture;
-use crate::runner::ToolExecutor;
 use rebound_core::{BatchOutcome, HostFailure, HostFailureKind, ToolCall, ToolFailure, ToolSpec};
+use rebound_effects::provider::BoxFuture;
+use rebound_effects::runner::ToolExecutor;
 use rebound_sim::{Scenario, ScriptedTools};
 use std::sync::Arc;
 use std::time::Duration;

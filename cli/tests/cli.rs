@@ -1,7 +1,7 @@
 //! The `rebound` binary's contract: exit codes, the JSON event stream, signals, demo, replay.
 //! Each test runs the built binary against the fake provider server on loopback.
 
-use rebound_effects::fake::{FakeServer, FakeServerConfig};
+use rebound_sim::fake::{FakeServer, FakeServerConfig};
 use rebound_sim::Scenario;
 use serde_json::Value;
 use std::process::{Command, Output, Stdio};
@@ -451,7 +451,10 @@ async fn a_lua_tool_error_is_shown_to_the_model_which_then_calls_it_correctly() 
               {"answer": {"text": "1 + 2 = 3"}}]}"#,
     )
     .await;
-    let lua = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/lua/tools");
+    let lua = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../effects/tests/fixtures/lua/tools"
+    );
     let out = output(run_cmd(&s, &["--events", "json", "--lua-tools", lua])).await;
     assert_eq!(
         out.status.code(),

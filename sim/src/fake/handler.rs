@@ -5,6 +5,10 @@ use super::body::{Cut, FakeBody};
 use super::reasoning;
 use super::reject::{self, Rejection};
 use super::{Outcome, RequestRecord, Shared};
+use crate::scenario::{
+    final_answer, message_id, overflow_body_for, render, with_usage, BodyKind, Fault, FaultKind,
+    Planned, Rendered, ScriptCursor, WireRequest,
+};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::ext::ReasonPhrase;
@@ -15,10 +19,6 @@ use hyper::{HeaderMap, Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rebound_core::wire::{self, ParsedRequest};
 use rebound_core::{AssistantResponse, Conversation, Millis, ProviderKind};
-use rebound_sim::scenario::{
-    final_answer, message_id, overflow_body_for, render, with_usage, BodyKind, Fault, FaultKind,
-    Planned, Rendered, ScriptCursor, WireRequest,
-};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

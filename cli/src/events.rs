@@ -1,14 +1,14 @@
 //! The CLI's two views of a run: a human one and a JSON event stream.
 
-use crate::budget::BudgetEvent;
-use crate::receiver::{Receiver, ReceiverError};
-use crate::runner::RunStats;
 use anstyle::{AnsiColor, Style};
 use rebound_core::wire::StreamDelta;
 use rebound_core::{
     CompactionReport, FallbackInfo, FinishReason, Message, ProviderRetryInfo, Role, RunError,
     ToolCall, ToolResultBlock,
 };
+use rebound_effects::budget::BudgetEvent;
+use rebound_effects::receiver::{Receiver, ReceiverError};
+use rebound_effects::runner::RunStats;
 use serde_json::{json, Value};
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -120,6 +120,8 @@ pub fn budget_event_json(event: &BudgetEvent) -> Value {
             "budget": budget,
             "message": event.to_string(),
         }),
+        // A kind of change this build does not know yet: its message says what happened.
+        _ => json!({ "type": "budget", "message": event.to_string() }),
     }
 }
 

@@ -6,7 +6,7 @@
 //! own agent), and read back what it received:
 //!
 //! ```
-//! use rebound_effects::fake::{FakeServer, FakeServerConfig, Outcome};
+//! use rebound_sim::fake::{FakeServer, FakeServerConfig, Outcome};
 //! use rebound_sim::Scenario;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -83,8 +83,8 @@
 //! | `stall` | no byte for `ms`, then what the script says next, for this same request (after the headers and first event when that is a stream) |
 //! | `slow_drip` | what the script says next, one event every `interval_ms` |
 //!
-//! These bytes come from [`rebound_sim::scenario::render`], which the simulator classifies
-//! too ([`Rendered::failure`](rebound_sim::scenario::Rendered::failure)): both players of a
+//! These bytes come from [`crate::scenario::render`], which the simulator classifies
+//! too ([`Rendered::failure`](crate::scenario::Rendered::failure)): both players of a
 //! scenario tell the machine the same failure.
 //!
 //! A request that does not stream gets the nearest JSON equivalent: a cut is a JSON body cut
@@ -106,9 +106,9 @@ mod handler;
 mod reasoning;
 mod reject;
 
+use crate::scenario::{Fault, ScriptCursor};
+use crate::Scenario;
 use rebound_core::ProviderKind;
-use rebound_sim::scenario::{Fault, ScriptCursor};
-use rebound_sim::Scenario;
 use serde::Serialize;
 use serde_json::Value;
 use std::fmt;
@@ -214,7 +214,7 @@ pub enum FakeServerError {
     },
     /// The scenario is invalid.
     #[error(transparent)]
-    Scenario(#[from] rebound_sim::ScenarioError),
+    Scenario(#[from] crate::ScenarioError),
 }
 
 /// One request the server received, and what it did with it.

@@ -1,5 +1,5 @@
 //! The `rebound` command-line interface; see `rebound --help`.
 
 fn main() {
-    std::process::exit(rebound_effects::cli_main());
+    std::process::exit(rebound_cli::main());
 }

@@ -6,7 +6,7 @@ use rebound_core::wire::{self, StreamDecoder};
 use rebound_core::{
     AssistantResponse, FailureKind, Headers, ProviderFailure, ProviderKind, TransportFault,
 };
-use rebound_effects::fake::{FakeServer, FakeServerConfig, Outcome};
+use rebound_sim::fake::{FakeServer, FakeServerConfig, Outcome};
 use rebound_sim::scenario::{Answer, Scenario};
 use serde_json::{json, Value};
 use std::net::SocketAddr;

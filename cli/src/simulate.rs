@@ -24,7 +24,7 @@ pub fn sim(args: &SimArgs) -> i32 {
     if let Some(path) = &args.trace_out {
         match simulate(&scenario, &config, seed) {
             Ok(outcome) => {
-                let written = crate::private_file::create(path)
+                let written = rebound_effects::private_file::create(path)
                     .and_then(|f| outcome.trace().write_to(std::io::BufWriter::new(f)));
                 if let Err(e) = written {
                     eprintln!("rebound: cannot write trace {}: {e}", path.display());

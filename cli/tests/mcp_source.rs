@@ -3,18 +3,17 @@
 //! `tests/fixtures/mcp/install.sh` (once, under a lock shared by every test process), so
 //! `cargo test --workspace` needs nothing run before it; `REBOUND_MCP_PYTHON` names another
 //! Python that has the SDK instead.
-#![cfg(feature = "mcp")]
 
-#[path = "hostile_support/table.rs"]
+#[path = "../../effects/tests/hostile_support/table.rs"]
 mod table;
 
 use rebound_core::{
     BatchOutcome, CallOutcome, HostFailureKind, MediaSource, ToolCall, ToolFailure, ToolOutput,
     ToolResultPart,
 };
-use rebound_effects::fake::{FakeServer, FakeServerConfig};
 use rebound_effects::tools::mcp::{McpConfig, McpError, McpSource, DEFAULT_ENV_VARS};
 use rebound_effects::tools::{ToolContext, ToolSet, ToolSource};
+use rebound_sim::fake::{FakeServer, FakeServerConfig};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

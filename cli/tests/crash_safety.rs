@@ -7,9 +7,9 @@
 //! the previous run left, unchanged; the next run resumes from it. A last, undisturbed run
 //! must finish with every tool call answered.
 
-#[path = "hostile_support/server.rs"]
+#[path = "../../effects/tests/hostile_support/server.rs"]
 mod server;
-#[path = "hostile_support/table.rs"]
+#[path = "../../effects/tests/hostile_support/table.rs"]
 mod table;
 
 use rebound_core::{ContentBlock, Conversation};

@@ -5,11 +5,11 @@
 //!
 //! Each test starts its own `redis-server` (see `redis_support/server.rs`).
 
-#[path = "redis_support/server.rs"]
+#[path = "../../effects/tests/redis_support/server.rs"]
 mod server;
 
 use rebound_effects::budget::{RedisBudget, RedisOptions};
-use rebound_effects::fake::{FakeServer, FakeServerConfig, Outcome};
+use rebound_sim::fake::{FakeServer, FakeServerConfig, Outcome};
 use rebound_sim::Scenario;
 use serde_json::Value;
 use server::RedisServer;
