@@ -4,11 +4,10 @@ use anstyle::{AnsiColor, Style};
 use rebound_core::wire::StreamDelta;
 use rebound_core::{
     CompactionReport, FallbackInfo, FinishReason, Message, ProviderRetryInfo, Role, RunError,
-    ToolCall, ToolResultBlock,
+    RunTally, ToolCall, ToolResultBlock,
 };
 use rebound_effects::budget::BudgetEvent;
 use rebound_effects::receiver::{Receiver, ReceiverError};
-use rebound_effects::runner::RunStats;
 use serde_json::{json, Value};
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,12 +31,12 @@ pub struct JsonEvents {
 /// result of `claude -p --output-format json` (`duration_ms`, `num_turns`-like counts,
 /// `usage` with Anthropic's token names).
 #[must_use]
-pub fn totals_json(stats: &RunStats) -> Value {
+pub fn totals_json(stats: &RunTally) -> Value {
     json!({
         "requests": stats.requests,
         "retries": stats.retries,
         "compactions": stats.compactions,
-        "duration_ms": stats.wall_ms,
+        "duration_ms": stats.elapsed_ms,
         "usage": {
             "input_tokens": stats.input_tokens,
             "output_tokens": stats.output_tokens,
@@ -50,7 +49,7 @@ pub fn totals_json(stats: &RunStats) -> Value {
 /// One line of totals for people, e.g. `3 requests (1 retry), 12,345 input + 678 output
 /// tokens (cache: 0 read, 0 written), 1 compaction, 4.2s`.
 #[must_use]
-pub fn totals_line(stats: &RunStats) -> String {
+pub fn totals_line(stats: &RunTally) -> String {
     let plural = |n: u32, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     format!(
         "{} ({}), {} input + {} output tokens (cache: {} read, {} written), {}, {:.1}s",
@@ -61,7 +60,7 @@ pub fn totals_line(stats: &RunStats) -> String {
         stats.cache_read_tokens,
         stats.cache_creation_tokens,
         plural(stats.compactions, "compaction", "compactions"),
-        stats.wall_ms as f64 / 1000.0
+        stats.elapsed_ms as f64 / 1000.0
     )
 }
 
@@ -192,7 +191,7 @@ impl Receiver for JsonEvents {
         }))
     }
 
-    fn totals(&mut self, stats: &RunStats) -> Result<(), ReceiverError> {
+    fn totals(&mut self, stats: &RunTally) -> Result<(), ReceiverError> {
         self.totals = Some(totals_json(stats));
         Ok(())
     }
@@ -399,7 +398,7 @@ impl Receiver for HumanView {
         self.status(DIM, &report.to_string())
     }
 
-    fn totals(&mut self, stats: &RunStats) -> Result<(), ReceiverError> {
+    fn totals(&mut self, stats: &RunTally) -> Result<(), ReceiverError> {
         self.totals = Some(totals_line(stats));
         Ok(())
     }

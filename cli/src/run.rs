@@ -370,6 +370,13 @@ pub async fn run(args: RunArgs) -> i32 {
     if let Some(path) = &args.session {
         match SessionStore::open(path.clone()).await {
             Ok((store, conversation)) => {
+                if let Some(kind) = store.network_filesystem() {
+                    eprintln!(
+                        "warning: session file {} is on a network filesystem ({kind}): its lock \
+                         may not keep a second run from writing to it at the same time",
+                        path.display()
+                    );
+                }
                 runner = runner.conversation(conversation).persist(store);
             }
             Err(e) => return usage_error(e),
@@ -444,7 +451,6 @@ pub async fn demo(args: DemoArgs) -> i32 {
     }
     let mut http = HttpProviderConfig::new(provider, "rebound-demo", ApiKey::new("demo-key"));
     http.base_url = server.base_url_for(provider);
-    http.idle_timeout = std::time::Duration::from_secs(10);
     let http = match HttpProvider::new(http) {
         Ok(p) => p,
         Err(e) => return usage_error(e),
@@ -457,6 +463,8 @@ pub async fn demo(args: DemoArgs) -> i32 {
             context_window: None,
         }],
         compact_with: rebound_core::CompactionMethod::Elide,
+        // A stalled fake stream is given up after 10 s, not the default 90.
+        stream: rebound_core::StreamDeadlines::new(10_000, 600_000),
         ..MachineConfig::default()
     };
     let scenario = Arc::new(scenario);
@@ -482,7 +490,7 @@ pub async fn demo(args: DemoArgs) -> i32 {
     if human {
         let stats = match &result {
             Ok(summary) => summary.stats.clone(),
-            Err(_) => rebound_effects::runner::RunStats::default(),
+            Err(_) => rebound_core::RunTally::default(),
         };
         let faults = requests
             .iter()

@@ -12,7 +12,9 @@ mod server;
 mod table;
 
 use rebound_core::{Conversation, MachineConfig, Message, ProviderKind, RetryConfig};
-use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider, SendError};
+use rebound_effects::provider::{
+    ApiKey, HttpProvider, HttpProviderConfig, Provider, ProviderRequest, SendError,
+};
 use rebound_effects::runner::{RunInput, Runner};
 use server::{serve, write, SSE_HEAD};
 use std::path::Path;
@@ -291,7 +293,10 @@ async fn library_errors_and_debug_forms_never_contain_the_key() {
         let provider = HttpProvider::new(c).expect("valid");
         let conversation = Conversation::from(vec![Message::user_text("hi")]);
         let mut sink = |_: rebound_core::wire::StreamDelta<&str>| true;
-        let Err(SendError::Provider(f)) = provider.send(&conversation, &[], &mut sink).await else {
+        let Err(SendError::Provider(f)) = provider
+            .send(ProviderRequest::new(&conversation, &[]), &mut sink)
+            .await
+        else {
             panic!("a provider failure for an error status");
         };
         assert!(

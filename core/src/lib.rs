@@ -21,6 +21,7 @@ pub mod headers;
 pub mod machine;
 pub mod response;
 pub mod retry;
+pub mod tally;
 pub mod time;
 pub mod tool;
 pub mod trace;
@@ -44,10 +45,11 @@ pub use headers::Headers;
 pub use machine::{
     AgentMachine, BatchId, BudgetUse, Command, CompactionId, Event, FallbackInfo, FinishReason,
     GiveUp, Handled, IgnoreReason, MachineConfig, PermitId, ProviderRetryInfo, RequestId,
-    RequestPurpose, RunError, Snapshot, TargetFailure, TargetSpec, TimerId,
+    RequestPurpose, RunError, Snapshot, StreamDeadlines, TargetFailure, TargetSpec, TimerId,
 };
 pub use response::{AssistantResponse, InputProblemKind, StopReason, ToolInputProblem, Usage};
 pub use retry::{RetryConfig, RetryDelay};
+pub use tally::{RequestUsage, RunTally};
 pub use time::Millis;
 pub use tool::{
     tool_error_text, BatchOutcome, CallOutcome, HostFailure, HostFailureKind, ToolCall,

@@ -116,6 +116,9 @@ pub enum InputProblemKind {
     Truncated,
     /// The arguments were valid JSON but not an object.
     NotAnObject,
+    /// The arguments nest deeper than [`MAX_TOOL_INPUT_DEPTH`](crate::tool::MAX_TOOL_INPUT_DEPTH)
+    /// levels (no session or request could hold them).
+    TooDeep,
 }
 
 /// A tool call whose input cannot be used; the machine answers it with an error result

@@ -216,6 +216,33 @@ pub fn bounded(text: &str, max: usize) -> String {
     format!("{}…", &text[..end])
 }
 
+/// The deepest a tool call's input may nest (an object or array inside another counts one
+/// level; `{}` is 1). Deeper input is refused where it arrives, with an error result the
+/// model can act on, and replaced by `{}` in the conversation: a JSON value nested much
+/// deeper cannot be read back by `serde_json` (its limit is 128 levels for a whole session
+/// or request line), so keeping it would make the session, and every later request, unreadable.
+pub const MAX_TOOL_INPUT_DEPTH: usize = 64;
+
+/// Whether `value` nests deeper than `limit` levels. Stops descending at `limit + 1`, so it
+/// costs at most one visit per node and never recurses deeper than `limit + 1` frames.
+///
+/// ```
+/// use rebound_core::tool::nests_deeper_than;
+/// use serde_json::json;
+/// assert!(!nests_deeper_than(&json!({"a": [1, {"b": 2}]}), 3));
+/// assert!(nests_deeper_than(&json!({"a": [1, {"b": {}}]}), 3));
+/// assert!(!nests_deeper_than(&json!(7), 0));
+/// ```
+#[must_use]
+pub fn nests_deeper_than(value: &Value, limit: usize) -> bool {
+    let deeper = |child: &Value| limit == 0 || nests_deeper_than(child, limit - 1);
+    match value {
+        Value::Array(items) => limit == 0 || items.iter().any(deeper),
+        Value::Object(entries) => limit == 0 || entries.values().any(deeper),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod unknown_tool_tests {
     use super::*;

@@ -17,6 +17,7 @@
 
 pub mod budget;
 pub mod config;
+pub mod persist;
 pub mod private_file;
 pub mod provider;
 pub mod receiver;

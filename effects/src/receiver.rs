@@ -1,6 +1,6 @@
 //! Receivers: how a UI (or log, or test) hears what the runner is doing.
 
-use crate::runner::RunStats;
+use rebound_core::RunTally;
 use rebound_core::{wire::StreamDelta, ToolResultBlock};
 use rebound_core::{
     CompactionReport, FallbackInfo, FinishReason, Message, ProviderRetryInfo, RunError, ToolCall,
@@ -95,7 +95,7 @@ pub trait Receiver: Send {
     }
     /// The run's totals (requests, tokens, retries, wall time), just before `finished` or
     /// `error`.
-    fn totals(&mut self, stats: &RunStats) -> Result<(), ReceiverError> {
+    fn totals(&mut self, stats: &RunTally) -> Result<(), ReceiverError> {
         let _ = stats;
         Ok(())
     }

@@ -1,14 +1,15 @@
 //! The tokio runner: executes an [`AgentMachine`]'s commands for real.
 
 use crate::budget::BudgetStore;
-use crate::provider::{BoxFuture, Provider, SendError};
+pub use crate::persist::{Persist, PersistError};
+use crate::provider::{BoxFuture, Provider, ProviderRequest, SendError};
 use crate::receiver::{NullReceiver, Receiver, ReceiverError};
 use rebound_core::trace::TraceWriter;
 use rebound_core::trace::{TraceHeader, TraceStep};
 use rebound_core::{
     compact, AgentMachine, BatchOutcome, Command, CompactionError, ContentBlock, Conversation,
-    Event, FinishReason, HostFailure, HostFailureKind, MachineConfig, Message, Millis,
-    RequestPurpose, RunError, ToolCall, ToolFailure, ToolSpec, Usage,
+    Event, FinishReason, HostFailure, HostFailureKind, MachineConfig, Message, Millis, RequestId,
+    RunError, RunTally, StreamDeadlines, ToolCall, ToolFailure, ToolSpec,
 };
 use std::io::Write;
 use std::sync::Arc;
@@ -45,64 +46,6 @@ impl ToolExecutor for NoTools {
         _cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, BatchOutcome> {
         Box::pin(async { BatchOutcome::WholeBatch(ToolFailure::model("no tools are available")) })
-    }
-}
-
-/// Where the conversation is persisted after every change (a session file, a database): each
-/// change is handed over as it happens, so a store can append it. An error is a host failure:
-/// the run stops.
-pub trait Persist: Send + Sync {
-    /// Records `message`, just appended to the conversation.
-    fn append<'a>(&'a self, message: &'a Message) -> BoxFuture<'a, Result<(), PersistError>>;
-    /// Records that the conversation was replaced by `conversation` (after a compaction).
-    fn replace<'a>(
-        &'a self,
-        conversation: &'a Conversation,
-    ) -> BoxFuture<'a, Result<(), PersistError>>;
-}
-
-/// Why a [`Persist`] store could not record a change. The run fails with a
-/// [`HostFailure`] of kind `SessionStore` carrying this error's message, so the message must
-/// hold no secret (no connection string with a password in it).
-///
-/// ```
-/// use rebound_core::{Conversation, Message};
-/// use rebound_effects::provider::BoxFuture;
-/// use rebound_effects::runner::{Persist, PersistError};
-///
-/// /// A store that is always full.
-/// struct Full;
-///
-/// impl Persist for Full {
-///     fn append<'a>(&'a self, _: &'a Message) -> BoxFuture<'a, Result<(), PersistError>> {
-///         Box::pin(async {
-///             Err(PersistError::other(std::io::Error::other("disk full")))
-///         })
-///     }
-///     fn replace<'a>(&'a self, _: &'a Conversation) -> BoxFuture<'a, Result<(), PersistError>> {
-///         Box::pin(async { Ok(()) })
-///     }
-/// }
-/// ```
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PersistError {
-    /// The session file store ([`SessionStore`](crate::session::SessionStore)) failed; the
-    /// error names the file and what to do.
-    #[error(transparent)]
-    Session(#[from] crate::session::SessionError),
-    /// Any other store failed (a database, a remote service): its own error, whose message is
-    /// this error's message.
-    #[error(transparent)]
-    Other(Box<dyn std::error::Error + Send + Sync>),
-}
-
-impl PersistError {
-    /// Wraps a store's own error, or a message (`&str`, `String`), as
-    /// [`PersistError::Other`].
-    #[must_use]
-    pub fn other(error: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
-        PersistError::Other(error.into())
     }
 }
 
@@ -198,64 +141,6 @@ impl RunInput {
     }
 }
 
-/// Counts of what happened during a run, for summaries.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RunStats {
-    /// Provider requests sent (all attempts).
-    pub requests: u32,
-    /// Delayed retries scheduled.
-    pub retries: u32,
-    /// Total retry delay chosen, in ms.
-    pub retry_wait_ms: u64,
-    /// Tool calls in assistant messages.
-    pub tool_calls: u32,
-    /// Tool results that were errors.
-    pub tool_errors: u32,
-    /// Compactions applied.
-    pub compactions: u32,
-    /// Fallbacks to another target.
-    pub fallbacks: u32,
-    /// Streams whose partial text was discarded.
-    pub stream_resets: u32,
-    /// Input tokens reported, summed over answered requests (as each provider counts them:
-    /// OpenAI's include cached tokens, Anthropic's do not).
-    pub input_tokens: u64,
-    /// Output tokens reported, summed.
-    pub output_tokens: u64,
-    /// Prompt-cache reads reported, summed.
-    pub cache_read_tokens: u64,
-    /// Prompt-cache writes reported, summed (Anthropic).
-    pub cache_creation_tokens: u64,
-    /// Usage of each answered request, in order.
-    pub usage: Vec<RequestUsage>,
-    /// Time from the run's start to its end, in ms.
-    pub wall_ms: u64,
-}
-
-impl RunStats {
-    fn add_usage(&mut self, request: RequestUsage) {
-        let u = &request.usage;
-        self.input_tokens += u.input_tokens;
-        self.output_tokens += u.output_tokens;
-        self.cache_read_tokens += u.cache_read_input_tokens.unwrap_or(0);
-        self.cache_creation_tokens += u.cache_creation_input_tokens.unwrap_or(0);
-        self.usage.push(request);
-    }
-}
-
-/// What one answered provider request used.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestUsage {
-    /// The target it went to.
-    pub target: usize,
-    /// Its attempt number.
-    pub attempt: u32,
-    /// What it was for (a turn, or a summary for compaction).
-    pub purpose: RequestPurpose,
-    /// The usage the provider reported.
-    pub usage: Usage,
-}
-
 /// How a successful run ended.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunSummary {
@@ -264,7 +149,7 @@ pub struct RunSummary {
     /// Assistant messages appended.
     pub turns: u32,
     /// What happened on the way.
-    pub stats: RunStats,
+    pub stats: RunTally,
     /// The final conversation.
     pub conversation: Conversation,
 }
@@ -547,7 +432,7 @@ impl Runner {
             self.seed,
             self.conversation.clone(),
         );
-        let mut stats = RunStats::default();
+        let mut stats = RunTally::default();
         let mut next = Some(match input {
             RunInput::User(content) => Event::UserMessage { content },
             RunInput::Resume => Event::Resume,
@@ -571,7 +456,11 @@ impl Runner {
             }
             let now = Millis(u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX));
             let recorded = self.trace.is_some().then(|| event.clone());
+            stats.event(now, &event);
             let commands = machine.step(now, event);
+            for command in &commands {
+                stats.command(command);
+            }
             if let (Some(trace), Some(event)) = (self.trace.as_mut(), recorded) {
                 if let Err(e) = trace.step(&TraceStep::new(now, event, &commands)) {
                     self.trace = None;
@@ -589,7 +478,7 @@ impl Runner {
         }
         self.conversation = machine.into_conversation();
         if let Err(error) = &result {
-            stats.wall_ms = self.elapsed_ms();
+            stats.elapsed_ms = self.elapsed_ms();
             // Best effort: the run is failing already.
             let _ = self.receiver.totals(&stats);
             self.receiver.error(error);
@@ -635,13 +524,10 @@ impl Runner {
 
     /// Executes one step's commands in order. Returns the next event (the answer to the one
     /// command that waits, or a host failure) or the run's end.
-    async fn execute(&mut self, commands: Vec<Command>, stats: &mut RunStats) -> Flow {
+    async fn execute(&mut self, commands: Vec<Command>, stats: &mut RunTally) -> Flow {
         for command in commands {
             let result = match command {
                 Command::AppendMessage { message } => {
-                    stats.tool_calls += message.tool_uses().count() as u32;
-                    stats.tool_errors +=
-                        message.tool_results().filter(|r| r.is_error).count() as u32;
                     match save(self.persist.as_deref(), Change::Append(&message)).await {
                         Err(e) => Err(e),
                         Ok(()) => receiver_result(self.receiver.message(&message))
@@ -656,23 +542,14 @@ impl Runner {
                 Command::ReplaceConversation {
                     conversation,
                     report,
-                } => {
-                    stats.compactions += 1;
-                    match save(self.persist.as_deref(), Change::Replace(&conversation)).await {
-                        Err(e) => Err(e),
-                        Ok(()) => receiver_result(self.receiver.compaction(&report)).map(|()| None),
-                    }
-                }
+                } => match save(self.persist.as_deref(), Change::Replace(&conversation)).await {
+                    Err(e) => Err(e),
+                    Ok(()) => receiver_result(self.receiver.compaction(&report)).map(|()| None),
+                },
                 Command::NotifyRetry { info } => {
-                    if info.delay_ms > 0 || info.kind != rebound_core::FailureKind::ContextOverflow
-                    {
-                        stats.retries += 1;
-                        stats.retry_wait_ms += info.delay_ms;
-                    }
                     receiver_result(self.receiver.provider_retry(&info)).map(|()| None)
                 }
                 Command::NotifyFallback { info } => {
-                    stats.fallbacks += 1;
                     receiver_result(self.receiver.fallback(&info)).map(|()| None)
                 }
                 Command::SendRequest {
@@ -680,21 +557,16 @@ impl Runner {
                     target,
                     attempt,
                     conversation,
-                    purpose,
+                    deadlines,
+                    ..
                 } => {
-                    stats.requests += 1;
-                    let flow = self
-                        .send(request, target, attempt, &conversation, stats)
-                        .await;
-                    if let Flow::Next(Event::ProviderSucceeded { response, .. }) = &flow {
-                        stats.add_usage(RequestUsage {
-                            target,
-                            attempt,
-                            purpose,
-                            usage: response.usage,
-                        });
-                    }
-                    return flow;
+                    let sent = Sent {
+                        request,
+                        target,
+                        attempt,
+                        deadlines,
+                    };
+                    return self.send(sent, &conversation, stats).await;
                 }
                 // Every wait below polls the cancel first (`biased`): when the cancel and the
                 // awaited answer are both ready, the run is canceled, never a coin toss.
@@ -766,7 +638,7 @@ impl Runner {
                 Command::Finish { reason, turns } => {
                     // The machine has finished; a receiver that cannot show it still fails
                     // the run, as a receiver failure anywhere else does.
-                    stats.wall_ms = self.elapsed_ms();
+                    stats.elapsed_ms = self.elapsed_ms();
                     let shown = self
                         .receiver
                         .totals(stats)
@@ -801,12 +673,16 @@ impl Runner {
     /// run when no request could be built from the conversation.
     async fn send(
         &mut self,
-        request: rebound_core::RequestId,
-        target: usize,
-        attempt: u32,
+        sent: Sent,
         conversation: &Conversation,
-        stats: &mut RunStats,
+        stats: &mut RunTally,
     ) -> Flow {
+        let Sent {
+            request,
+            target,
+            attempt,
+            deadlines,
+        } = sent;
         if self.cancel.is_canceled() {
             return Flow::Next(Event::Cancel);
         }
@@ -834,7 +710,10 @@ impl Runner {
         let outcome = tokio::select! {
             biased;
             () = self.cancel.0.cancelled() => None,
-            r = provider.send(conversation, tools, &mut sink) => Some(r),
+            r = provider.send(
+                ProviderRequest::new(conversation, tools).with_deadlines(deadlines),
+                &mut sink,
+            ) => Some(r),
         };
         if let Some(e) = receiver_failed {
             return Flow::Next(host_event(HostFailureKind::Receiver, e.to_string()));
@@ -844,7 +723,7 @@ impl Runner {
             Some(Ok(response)) => Event::ProviderSucceeded { request, response },
             Some(Err(SendError::Provider(failure))) => {
                 if streamed {
-                    stats.stream_resets += 1;
+                    stats.stream_reset();
                     if let Err(e) = self.receiver.stream_reset(attempt) {
                         return Flow::Next(host_event(HostFailureKind::Receiver, e.to_string()));
                     }
@@ -870,6 +749,15 @@ impl Runner {
             }
         })
     }
+}
+
+/// The request a [`Command::SendRequest`] asked for, as the runner sends it.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    request: RequestId,
+    target: usize,
+    attempt: u32,
+    deadlines: StreamDeadlines,
 }
 
 /// Stores `change` with `persist`, if there is one. A free function, not a method: a

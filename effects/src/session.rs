@@ -47,6 +47,13 @@
 //! [`SessionError::Locked`] instead of interleaving its lines. (On platforms other than Unix
 //! there is no lock.) Reading with [`load_session`] takes no lock.
 //!
+//! The lock is `flock(2)`. On a network filesystem it protects less: on Linux NFS it becomes
+//! a lock on the whole file held by the process (other clients honour it only if their
+//! kernels and the server agree), it does nothing with the `nolock` mount option, and SMB,
+//! FUSE and other network filesystems vary. [`SessionStore::network_filesystem`] says when the
+//! session is on one (the `rebound` binary prints a warning); keep sessions on a local disk
+//! when two runs might use the same file.
+//!
 //! ```
 //! use rebound_core::Message;
 //! use rebound_effects::session::SessionStore;
@@ -220,6 +227,32 @@ pub enum SessionError {
         /// The I/O error.
         source: io::Error,
     },
+    /// Saving would take the file past [`MAX_SESSION_BYTES`], which no rebound could load
+    /// again. Nothing was written; every line saved before is intact.
+    #[error(
+        "session file `{path}` would grow to {size} bytes, more than the {limit} a session may \
+         hold; nothing was written (start a new session file to go on)"
+    )]
+    Full {
+        /// The session file.
+        path: PathBuf,
+        /// Its size had the change been written.
+        size: u64,
+        /// [`MAX_SESSION_BYTES`].
+        limit: u64,
+    },
+    /// The change could not be read back as written (JSON nested deeper than a session line
+    /// may be), so it was not written: every line saved before is intact.
+    #[error(
+        "cannot save session file `{path}`: the new line would not load again ({reason}); \
+         nothing was written"
+    )]
+    Unloadable {
+        /// The session file.
+        path: PathBuf,
+        /// Why the line would not load.
+        reason: String,
+    },
     /// Saving failed; every line saved before is intact.
     #[error("cannot save session file `{path}`: {source}; its previous content was kept")]
     Write {
@@ -335,7 +368,7 @@ fn transcript_header(bytes: &[u8]) -> Result<Option<(SessionHeader, usize)>, Ses
     if format != SESSION_FORMAT {
         return Err(header_error(format!(
             "`format` must be \"{SESSION_FORMAT}\", found {}",
-            crate::tools::bounded(&format.to_string(), 60)
+            rebound_core::tool::bounded(&format.to_string(), 60)
         )));
     }
     check_version(
@@ -343,7 +376,7 @@ fn transcript_header(bytes: &[u8]) -> Result<Option<(SessionHeader, usize)>, Ses
         SESSION_VERSION,
     )?;
     let header = serde_json::from_value::<SessionHeader>(Value::Object(fields))
-        .map_err(|e| header_error(crate::tools::bounded(&e.to_string(), 300)))?;
+        .map_err(|e| header_error(rebound_core::tool::bounded(&e.to_string(), 300)))?;
     Ok(Some((header, end)))
 }
 
@@ -369,14 +402,21 @@ fn decode_transcript(
         }
         let value = match serde_json::from_slice::<Value>(line) {
             Ok(value) => value,
-            // The last line, torn by a crash: ignored, and cut off by the next append.
-            Err(_) if bytes[end..].iter().all(u8::is_ascii_whitespace) => break,
+            // The last line, torn by a crash: ignored, and cut off by the next append. A whole
+            // line nested deeper than the parser reads (as an older rebound could write) is
+            // not torn, and is never cut off: the session is refused instead.
+            Err(_)
+                if bytes[end..].iter().all(u8::is_ascii_whitespace)
+                    && !whole_and_too_deep(line) =>
+            {
+                break
+            }
             Err(e) => {
                 return Err(SessionFormatError::Line {
                     line: line_number,
                     message: format!(
                         "not valid JSON: {}",
-                        crate::tools::bounded(&e.to_string(), 300)
+                        rebound_core::tool::bounded(&e.to_string(), 300)
                     ),
                 })
             }
@@ -401,7 +441,7 @@ fn apply_entry(messages: &mut Vec<Message>, value: Value) -> Result<(), String> 
     };
     let message_of = |value: Value| {
         serde_json::from_value::<Message>(value)
-            .map_err(|e| crate::tools::bounded(&e.to_string(), 300))
+            .map_err(|e| rebound_core::tool::bounded(&e.to_string(), 300))
     };
     match fields.get("type").and_then(Value::as_str) {
         Some("message") => {
@@ -426,7 +466,7 @@ fn apply_entry(messages: &mut Vec<Message>, value: Value) -> Result<(), String> 
         Some(other) => {
             return Err(format!(
                 "unknown line type `{}`",
-                crate::tools::bounded(other, 60)
+                rebound_core::tool::bounded(other, 60)
             ))
         }
         None => return Err("a line without a `type` string".to_owned()),
@@ -473,7 +513,7 @@ fn decode_whole(bytes: &[u8]) -> Result<Conversation, SessionFormatError> {
         .map(|(index, item)| {
             serde_json::from_value::<Message>(item).map_err(|e| SessionFormatError::Message {
                 index,
-                message: crate::tools::bounded(&e.to_string(), 300),
+                message: rebound_core::tool::bounded(&e.to_string(), 300),
             })
         })
         .collect::<Result<Vec<_>, _>>()
@@ -509,6 +549,50 @@ fn line_of(value: &impl Serialize) -> Vec<u8> {
         .unwrap_or_else(|e| panic!("invariant: session lines always serialize ({e})"));
     bytes.push(b'\n');
     bytes
+}
+
+/// The deepest a session line may nest objects and arrays: serde_json, which reads every
+/// line back, refuses the 128th level.
+const MAX_LINE_DEPTH: usize = 127;
+
+/// How deep `json` nests objects and arrays (brackets inside strings do not count).
+fn nesting_depth(json: &[u8]) -> usize {
+    nesting(json).0
+}
+
+/// Whether `line` closes every bracket it opens and nests deeper than the loader reads: a
+/// complete line the parser refuses for its depth, not one a crash cut short.
+fn whole_and_too_deep(line: &[u8]) -> bool {
+    let (deepest, open) = nesting(line);
+    deepest > MAX_LINE_DEPTH && open == 0
+}
+
+/// The deepest nesting of objects and arrays in `json`, and how many are still open at its
+/// end (brackets inside strings do not count).
+fn nesting(json: &[u8]) -> (usize, usize) {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in json {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    (deepest, depth)
 }
 
 /// The transcript line recording `message` appended (with its newline).
@@ -629,6 +713,7 @@ fn read_decoded(path: &Path) -> Result<Option<OnDisk>, SessionError> {
 pub struct SessionStore {
     path: PathBuf,
     writer: Arc<tokio::sync::Mutex<Writer>>,
+    network_filesystem: Option<&'static str>,
 }
 
 impl SessionStore {
@@ -643,11 +728,12 @@ impl SessionStore {
             let path = path.clone();
             tokio::task::spawn_blocking(move || {
                 let lock = SessionLock::acquire(&path)?;
-                read_decoded(&path).map(|decoded| (lock, decoded))
+                let network = network_filesystem(&folder_of(&path));
+                read_decoded(&path).map(|decoded| (lock, decoded, network))
             })
             .await
         };
-        let (lock, decoded) = opened.map_err(|join| SessionError::Read {
+        let (lock, decoded, network_filesystem) = opened.map_err(|join| SessionError::Read {
             path: path.clone(),
             source: io::Error::other(format!("the opening task failed: {join}")),
         })??;
@@ -691,8 +777,17 @@ impl SessionStore {
         let store = SessionStore {
             path,
             writer: Arc::new(tokio::sync::Mutex::new(writer)),
+            network_filesystem,
         };
         Ok((store, conversation))
+    }
+
+    /// The kind of network filesystem the session is on (`"nfs"`, `"smb"`, `"fuse"`, …), or
+    /// `None` on a local one (or where it cannot be told). On a network filesystem the
+    /// session's lock may not keep a second run out: see the module documentation.
+    #[must_use]
+    pub fn network_filesystem(&self) -> Option<&'static str> {
+        self.network_filesystem
     }
 
     /// The session file.
@@ -754,24 +849,6 @@ enum Change {
     Replace(Vec<u8>, usize),
 }
 
-/// The runner records through this after every appended message and compaction; an error
-/// fails the run with a `SessionStore` host failure.
-impl crate::runner::Persist for SessionStore {
-    fn append<'a>(
-        &'a self,
-        message: &'a Message,
-    ) -> crate::provider::BoxFuture<'a, Result<(), crate::runner::PersistError>> {
-        Box::pin(async move { Ok(SessionStore::append(self, message).await?) })
-    }
-
-    fn replace<'a>(
-        &'a self,
-        conversation: &'a Conversation,
-    ) -> crate::provider::BoxFuture<'a, Result<(), crate::runner::PersistError>> {
-        Box::pin(async move { Ok(SessionStore::replace(self, conversation).await?) })
-    }
-}
-
 /// The writing side of a store, behind its mutex.
 #[derive(Debug)]
 struct Writer {
@@ -803,6 +880,27 @@ enum State {
 
 impl Writer {
     fn write_line(&mut self, line: &[u8]) -> Result<(), SessionError> {
+        // Whatever is written must load: the loader reads each line with serde_json, which
+        // refuses JSON nested deeper than its limit.
+        let depth = nesting_depth(line);
+        if depth > MAX_LINE_DEPTH {
+            return Err(SessionError::Unloadable {
+                path: self.path.clone(),
+                reason: format!(
+                    "it nests {depth} levels of objects and arrays, more than the \
+                     {MAX_LINE_DEPTH} a session line may"
+                ),
+            });
+        }
+        if let State::Transcript {
+            len, needs_newline, ..
+        } = &self.state
+        {
+            let size = len
+                .saturating_add(u64::from(*needs_newline))
+                .saturating_add(line.len() as u64);
+            self.check_size(size)?;
+        }
         let path = self.path.clone();
         let write_error = |source| SessionError::Write {
             path: path.clone(),
@@ -869,8 +967,21 @@ impl Writer {
         }
     }
 
+    /// `Err(Full)` when a file of `size` bytes could not be loaded again.
+    fn check_size(&self, size: u64) -> Result<(), SessionError> {
+        if size > MAX_SESSION_BYTES {
+            return Err(SessionError::Full {
+                path: self.path.clone(),
+                size,
+                limit: MAX_SESSION_BYTES,
+            });
+        }
+        Ok(())
+    }
+
     /// Creates the transcript holding `bytes` through a temporary file renamed into place.
     fn create(&mut self, bytes: Vec<u8>) -> Result<(), SessionError> {
+        self.check_size(bytes.len() as u64)?;
         replace_file(&self.path, &bytes).map_err(|source| SessionError::Write {
             path: self.path.clone(),
             source,
@@ -1016,6 +1127,49 @@ fn rfc3339_now() -> String {
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// The network filesystem `dir` is on, by the magic number `statfs(2)` reports (Linux).
+#[cfg(target_os = "linux")]
+fn network_filesystem(dir: &Path) -> Option<&'static str> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `path` is a NUL-terminated string that outlives the call, and `stat` is a
+    // plain-data struct statfs fills in; it is read only when the call succeeded.
+    let kind = unsafe {
+        let mut stat: libc::statfs = std::mem::zeroed();
+        if libc::statfs(path.as_ptr(), &mut stat) != 0 {
+            return None;
+        }
+        stat.f_type
+    };
+    // `f_type`'s type (i32, i64, u32 or u64) differs between C libraries and architectures.
+    #[allow(clippy::useless_conversion, clippy::unnecessary_fallible_conversions)]
+    i64::try_from(kind).ok().and_then(filesystem_name)
+}
+
+/// Elsewhere the filesystem is not told.
+#[cfg(not(target_os = "linux"))]
+fn network_filesystem(_dir: &Path) -> Option<&'static str> {
+    None
+}
+
+/// The network filesystems among Linux's `statfs` magic numbers (`linux/magic.h`).
+#[cfg(any(target_os = "linux", test))]
+fn filesystem_name(magic: i64) -> Option<&'static str> {
+    Some(match magic {
+        0x6969 => "nfs",
+        0x517B => "smb",
+        0xFE53_4D42 => "smb2",
+        0xFF53_4D42 => "cifs",
+        0x6573_5546 => "fuse",
+        0x00C3_6400 => "ceph",
+        0x5346_414F => "afs",
+        0x0102_1997 => "9p",
+        0x0BD0_0BD0 => "lustre",
+        0x4750_4653 => "gpfs",
+        _ => return None,
+    })
+}
+
 fn folder_of(path: &Path) -> PathBuf {
     match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
@@ -1096,10 +1250,15 @@ fn check_version(version: &Value, expected: u64) -> Result<(), SessionFormatErro
             supported: SESSION_VERSION,
         }),
         _ => Err(SessionFormatError::BadVersion {
-            found: crate::tools::bounded(&version.to_string(), 60),
+            found: rebound_core::tool::bounded(&version.to_string(), 60),
         }),
     }
 }
+
+/// Keeps the counted rows of `docs/robustness.md` true (shared with the hostile tests).
+#[cfg(test)]
+#[path = "../tests/hostile_support/table.rs"]
+mod robustness_table;
 
 #[cfg(test)]
 mod failpoint {
@@ -1133,6 +1292,8 @@ mod failpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use super::robustness_table as table;
 
     #[tokio::test]
     async fn creating_a_session_failing_midway_leaves_no_file_and_no_temp_file() {
@@ -1194,6 +1355,96 @@ mod tests {
             .collect();
         assert_eq!(texts, ["first", "third"]);
         assert_eq!(bytes.iter().filter(|&&b| b == b'\n').count(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_change_past_the_size_limit_is_refused_and_nothing_is_written() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("s.jsonl");
+        let (store, _) = SessionStore::open(&path).await.expect("open");
+        store
+            .append(&Message::user_text("first"))
+            .await
+            .expect("append");
+        let before = std::fs::read(&path).expect("read");
+        // As if the complete lines were 10 bytes short of the limit (a real file that size
+        // would take a gigabyte of disk and memory in a test).
+        match &mut store.writer.lock().await.state {
+            State::Transcript { len, .. } => *len = MAX_SESSION_BYTES - 10,
+            other => panic!("not a transcript: {other:?}"),
+        }
+        let err = store
+            .append(&Message::assistant_text("one line too many"))
+            .await
+            .expect_err("past the limit");
+        assert!(
+            matches!(err, SessionError::Full { size, limit, .. }
+                if size > limit && limit == MAX_SESSION_BYTES),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("start a new session file"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&path).expect("read"), before);
+        let err = store
+            .replace(&Conversation::from(vec![Message::user_text("compacted")]))
+            .await
+            .expect_err("a compaction line past the limit too");
+        assert!(matches!(err, SessionError::Full { .. }), "{err}");
+        assert_eq!(std::fs::read(&path).expect("read"), before);
+        table::check("session-size-limit", 2);
+    }
+
+    #[test]
+    fn the_writers_depth_limit_is_the_loaders() {
+        let line = |levels: usize| {
+            let mut text = format!("{}{}", "[".repeat(levels), "]".repeat(levels));
+            text.insert_str(1, "\"[{\\\"\",");
+            text
+        };
+        assert_eq!(
+            nesting_depth(line(MAX_LINE_DEPTH).as_bytes()),
+            MAX_LINE_DEPTH
+        );
+        assert!(serde_json::from_str::<Value>(&line(MAX_LINE_DEPTH)).is_ok());
+        assert_eq!(
+            nesting_depth(line(MAX_LINE_DEPTH + 1).as_bytes()),
+            MAX_LINE_DEPTH + 1
+        );
+        assert!(serde_json::from_str::<Value>(&line(MAX_LINE_DEPTH + 1)).is_err());
+    }
+
+    #[test]
+    fn network_filesystems_are_told_by_their_magic_numbers() {
+        assert_eq!(filesystem_name(0x6969), Some("nfs"));
+        assert_eq!(filesystem_name(0xFF53_4D42), Some("cifs"));
+        assert_eq!(filesystem_name(0x6573_5546), Some("fuse"));
+        let network = [
+            0x517B,
+            0xFE53_4D42,
+            0x00C3_6400,
+            0x5346_414F,
+            0x0102_1997,
+            0x0BD0_0BD0,
+            0x4750_4653,
+        ];
+        assert!(network.iter().all(|&m| filesystem_name(m).is_some()));
+        // ext4, tmpfs, xfs, btrfs, overlayfs
+        let local = [0xEF53, 0x0102_1994, 0x5846_5342, 0x9123_683E, 0x794C_7630];
+        for magic in local {
+            assert_eq!(filesystem_name(magic), None, "{magic:#x}");
+        }
+        table::check("session-network-fs", 3 + network.len() + local.len());
+    }
+
+    #[tokio::test]
+    async fn a_session_on_a_local_disk_is_not_on_a_network_filesystem() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (store, _) = SessionStore::open(dir.path().join("s.jsonl"))
+            .await
+            .expect("open");
+        assert_eq!(store.network_filesystem(), None);
     }
 
     #[test]

@@ -12,9 +12,11 @@ mod table;
 
 use rebound_core::{
     AssistantResponse, Conversation, FailureKind, MachineConfig, Message, ProviderFailure,
-    ProviderKind, RetryConfig, RunError, TransportFault,
+    ProviderKind, RetryConfig, RunError, StreamDeadlines, TransportFault,
 };
-use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider, SendError};
+use rebound_effects::provider::{
+    ApiKey, HttpProvider, HttpProviderConfig, Provider, ProviderRequest, SendError,
+};
 use rebound_effects::runner::{RunInput, Runner};
 use server::{flood, serve, write, SSE_HEAD};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,8 +36,6 @@ fn config(kind: ProviderKind, url: &str) -> HttpProviderConfig {
         ProviderKind::Anthropic => url.to_owned(),
         ProviderKind::OpenAi | ProviderKind::OpenAiResponses => format!("{url}/v1"),
     };
-    c.idle_timeout = IDLE;
-    c.progress_timeout = PROGRESS;
     c.connect_timeout = Duration::from_secs(2);
     c
 }
@@ -45,10 +45,17 @@ async fn send_to(kind: ProviderKind, url: &str) -> Result<AssistantResponse, Pro
     send(&provider).await
 }
 
+/// A request with this file's short deadlines.
+fn request(conversation: &Conversation) -> ProviderRequest<'_> {
+    let ms = |d: Duration| u64::try_from(d.as_millis()).expect("a short duration");
+    ProviderRequest::new(conversation, &[])
+        .with_deadlines(StreamDeadlines::new(ms(IDLE), ms(PROGRESS)))
+}
+
 async fn send(provider: &HttpProvider) -> Result<AssistantResponse, ProviderFailure> {
     let conversation = Conversation::from(vec![Message::user_text("hi")]);
     let mut sink = |_: rebound_core::wire::StreamDelta<&str>| true;
-    tokio::time::timeout(OUTER, provider.send(&conversation, &[], &mut sink))
+    tokio::time::timeout(OUTER, provider.send(request(&conversation), &mut sink))
         .await
         .expect("the provider's own timeouts bound every wait")
         .map_err(|e| match e {

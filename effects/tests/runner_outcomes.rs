@@ -10,7 +10,7 @@ use rebound_core::{
     ToolCall, ToolFailure, ToolSpec,
 };
 use rebound_effects::provider::{
-    ApiKey, BoxFuture, HttpProvider, HttpProviderConfig, Provider, SendError,
+    ApiKey, BoxFuture, HttpProvider, HttpProviderConfig, Provider, ProviderRequest, SendError,
 };
 use rebound_effects::receiver::{Receiver, ReceiverError};
 use rebound_effects::runner::{
@@ -260,7 +260,7 @@ async fn a_successful_json_body_larger_than_the_error_body_limit_is_read_whole()
     let conversation = Conversation::from(vec![Message::user_text("Write it out.")]);
     let mut sink = |_: rebound_core::wire::StreamDelta<&str>| true;
     let response = http(&s)
-        .send(&conversation, &[], &mut sink)
+        .send(ProviderRequest::new(&conversation, &[]), &mut sink)
         .await
         .expect("a complete answer");
     assert_eq!(response.message.text(), text);
@@ -287,7 +287,7 @@ async fn a_conversation_that_breaks_tool_pairing_is_refused_before_sending_not_b
     ]);
     let mut sink = |_: rebound_core::wire::StreamDelta<&str>| true;
     let error = http(&s)
-        .send(&conversation, &[], &mut sink)
+        .send(ProviderRequest::new(&conversation, &[]), &mut sink)
         .await
         .unwrap_err();
     assert!(
@@ -305,7 +305,7 @@ async fn a_caller_that_stops_reading_the_stream_is_not_a_provider_failure() {
     let conversation = Conversation::from(vec![Message::user_text("hi")]);
     let mut sink = |_: rebound_core::wire::StreamDelta<&str>| false;
     let error = http(&s)
-        .send(&conversation, &[], &mut sink)
+        .send(ProviderRequest::new(&conversation, &[]), &mut sink)
         .await
         .unwrap_err();
     assert_eq!(error, SendError::Stopped);

@@ -1,10 +1,7 @@
 //! The runner's jitter seed: drawn per runner unless given, and recorded so a run replays.
 
-use rebound_core::{
-    AssistantResponse, Conversation, FailureKind, MachineConfig, ProviderFailure, RetryConfig,
-    ToolSpec,
-};
-use rebound_effects::provider::{BoxFuture, DeltaSink, Provider, SendError};
+use rebound_core::{AssistantResponse, FailureKind, MachineConfig, ProviderFailure, RetryConfig};
+use rebound_effects::provider::{BoxFuture, DeltaSink, Provider, ProviderRequest, SendError};
 use rebound_effects::runner::{RunInput, Runner, TraceRecorder};
 use rebound_sim::Trace;
 use std::io::Write;
@@ -25,8 +22,7 @@ impl Provider for OverloadedThenRefusing {
 
     fn send<'a>(
         &'a self,
-        _conversation: &'a Conversation,
-        _tools: &'a [ToolSpec],
+        _request: ProviderRequest<'a>,
         _deltas: DeltaSink<'a>,
     ) -> BoxFuture<'a, Result<AssistantResponse, SendError>> {
         let first = self.calls.fetch_add(1, Ordering::SeqCst) == 0;

@@ -10,6 +10,9 @@ use serde_json::{json, Value};
 use std::fs;
 use std::path::{Path, PathBuf};
 
+#[path = "hostile_support/table.rs"]
+mod table;
+
 fn rich_conversation() -> Conversation {
     Conversation::from(vec![
         Message::user_text("read src/main.rs and fix it"),
@@ -773,4 +776,104 @@ fn a_process_killed_while_appending_loses_no_acknowledged_message() {
     });
     let _ = lines(&path);
     println!("{KILLS} kills, {acknowledged_total} acknowledged appends");
+}
+
+/// A tool input `depth` levels deep: `{"a":{"a":…{}…}}`.
+fn nested(depth: usize) -> Value {
+    (1..depth).fold(json!({}), |inner, _| json!({ "a": inner }))
+}
+
+fn calling(input: Value) -> Message {
+    Message {
+        role: Role::Assistant,
+        content: vec![ContentBlock::tool_use("toolu_deep", "read", input)],
+    }
+}
+
+#[tokio::test]
+async fn a_line_that_would_not_load_again_is_refused_and_nothing_stored_is_lost() {
+    let mut cases = 0;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = session_path(&dir);
+    let (store, _) = SessionStore::open(&path).await.expect("open");
+    store
+        .append(&Message::user_text("first"))
+        .await
+        .expect("append");
+    let before = fs::read(&path).expect("read");
+    // 124 levels is valid JSON a response may carry, but the line holding it nests past
+    // serde_json's limit of 128, so it could not be read back; 200 levels neither.
+    for depth in [124, 200] {
+        cases += 1;
+        let err = store
+            .append(&calling(nested(depth)))
+            .await
+            .expect_err("an unloadable line");
+        assert!(matches!(err, SessionError::Unloadable { .. }), "{err}");
+        assert!(err.to_string().contains("nothing was written"), "{err}");
+        assert_eq!(fs::read(&path).expect("read"), before);
+    }
+    // A compaction line holding such a message.
+    cases += 1;
+    let deep = Conversation::from(vec![Message::user_text("hi"), calling(nested(124))]);
+    let err = store.replace(&deep).await.expect_err("an unloadable line");
+    assert!(matches!(err, SessionError::Unloadable { .. }), "{err}");
+    assert_eq!(fs::read(&path).expect("read"), before);
+    // The store goes on, and every line it wrote loads: 64 levels (the most a tool input
+    // may nest) fit.
+    cases += 1;
+    store
+        .append(&calling(nested(64)))
+        .await
+        .expect("64 levels fit");
+    store
+        .append(&Message::user_text("last"))
+        .await
+        .expect("append");
+    let loaded = load_session(&path).await.expect("loads").expect("exists");
+    assert_eq!(loaded.len(), 3);
+    assert_eq!(loaded.messages()[2].text(), "last");
+    table::check("session-deep-lines", cases);
+}
+
+#[tokio::test]
+async fn a_whole_line_nested_too_deep_is_refused_never_cut_off() {
+    let mut cases = 0;
+    for last in [true, false] {
+        cases += 1;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = session_path(&dir);
+        // What an older rebound could write: a complete line nested past the limit.
+        let mut bytes = encode_session(
+            &SessionHeader::now(),
+            &Conversation::from(vec![Message::user_text("first")]),
+        );
+        bytes.extend_from_slice(&message_line(&calling(nested(124))));
+        if !last {
+            bytes.extend_from_slice(&message_line(&Message::user_text("after")));
+        }
+        fs::write(&path, &bytes).expect("write");
+        let err = load_session(&path).await.expect_err("refused, not cut off");
+        assert!(
+            matches!(
+                &err,
+                SessionError::Corrupt {
+                    problem: SessionFormatError::Line { line: 3, .. },
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let err = SessionStore::open(&path).await.expect_err("not opened");
+        assert!(matches!(err, SessionError::Corrupt { .. }), "{err}");
+        assert_untouched(&path, &bytes);
+        if last {
+            // A line cut short by a crash is still a torn line, ignored.
+            cases += 1;
+            fs::write(&path, &bytes[..bytes.len() - 40]).expect("write");
+            let loaded = load_session(&path).await.expect("loads").expect("exists");
+            assert_eq!(loaded.len(), 1);
+        }
+    }
+    table::check("session-deep-lines-on-disk", cases);
 }

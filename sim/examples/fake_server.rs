@@ -1,7 +1,7 @@
 //! Runs the fake provider server until killed.
 //!
 //! ```text
-//! cargo run -p rebound-effects --example fake_server -- [--scenario NAME|FILE|JSON] [--seed N]
+//! cargo run -p rebound-sim --features server --example fake_server -- [--scenario NAME|FILE|JSON] [--seed N]
 //!     [--api-key KEY] [--context-limit-bytes N]
 //! ```
 //!

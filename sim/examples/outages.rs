@@ -1,7 +1,7 @@
 //! The outage experiment: rebound against today's retry policies on the same seeded outages.
 //!
 //! ```text
-//! cargo run --release -p rebound-sim --example outages [-- --seed N --agents N --sweep --charts DIR]
+//! cargo run --release -p rebound-sim --features charts --example outages [-- --seed N --agents N --sweep --charts DIR]
 //! ```
 //!
 //! Prints a Markdown table (the one in `docs/outages.md`) and whether the bar is met, with

@@ -19,6 +19,7 @@
 //! assert_eq!(outcome.retry_notifications().count(), 2);
 //! ```
 
+pub use crate::record::SimStep;
 use crate::record::{Record, Steps};
 use crate::scenario::{
     final_answer, with_usage, Cancel, Fault, FaultKind, Planned, Scenario, ScriptCursor,
@@ -30,7 +31,7 @@ use rebound_core::{
     compact, AgentMachine, AssistantResponse, BudgetConfig, BudgetNote, Command, CompactionError,
     Conversation, Event, FallbackInfo, FinishReason, Handled, IgnoreReason, MachineConfig, Millis,
     PermitAsk, PermitDecision, PermitId, ProviderFailure, ProviderKind, ProviderRetryInfo,
-    RetryBudget, RunError, Ticket,
+    RetryBudget, RunError, RunTally, Ticket,
 };
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
@@ -45,8 +46,6 @@ pub struct SimConfig {
     pub machine: MachineConfig,
     /// Events one agent may handle before the run counts as a livelock.
     pub max_steps: usize,
-    /// The simulated client's stream idle timeout: a longer stall fails as an idle timeout.
-    pub idle_timeout_ms: u64,
     /// A retry budget shared by every agent of the run. Machines ask it for permits only
     /// when `machine.retry_budget` is set; without a budget, permits are always granted.
     pub budget: Option<BudgetConfig>,
@@ -57,7 +56,6 @@ impl Default for SimConfig {
         SimConfig {
             machine: MachineConfig::default(),
             max_steps: 10_000,
-            idle_timeout_ms: 60_000,
             budget: None,
         }
     }
@@ -99,17 +97,6 @@ pub enum SimError {
         /// The agent's last step's commands, as JSON.
         last_commands: String,
     },
-}
-
-/// One handled event and the commands it produced.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SimStep {
-    /// When the event was handled.
-    pub at: Millis,
-    /// The event.
-    pub event: Event,
-    /// The commands the machine emitted, in order.
-    pub commands: Vec<Command>,
 }
 
 /// Everything one simulated run produced.
@@ -157,6 +144,19 @@ impl SimOutcome {
     #[must_use]
     pub fn requests(&self) -> u32 {
         self.requests_per_target.iter().sum()
+    }
+
+    /// What happened, counted as the tokio runner counts it (core's [`RunTally`]).
+    #[must_use]
+    pub fn tally(&self) -> RunTally {
+        let mut tally = RunTally::default();
+        for step in &self.steps {
+            tally.event(step.at, &step.event);
+            for command in &step.commands {
+                tally.command(command);
+            }
+        }
+        tally
     }
 
     /// The retry notifications with their times.
@@ -309,7 +309,6 @@ pub(crate) fn run_world<'s, R: Record>(
         tickets: BTreeMap::new(),
         next_ticket: 0,
         tick_at: None,
-        idle_timeout_ms: config.idle_timeout_ms,
         classified,
     };
     let mut states: Vec<Agent<'_, '_, R>> = agents
@@ -426,7 +425,6 @@ struct World<'b> {
     next_ticket: u64,
     /// The budget tick already in the queue, if any.
     tick_at: Option<Millis>,
-    idle_timeout_ms: u64,
     /// Faults already classified.
     classified: &'b mut Classified,
 }
@@ -669,6 +667,7 @@ impl<'p, 's, R: Record> Agent<'p, 's, R> {
                 request,
                 target,
                 conversation,
+                deadlines,
                 ..
             } => {
                 if *target >= self.requests.len() {
@@ -679,7 +678,7 @@ impl<'p, 's, R: Record> Agent<'p, 's, R> {
                     now,
                     *target,
                     conversation,
-                    world.idle_timeout_ms,
+                    deadlines.silence_limit_ms(),
                     world.classified,
                 );
                 let event = match result {

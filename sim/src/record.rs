@@ -6,9 +6,19 @@
 //! runs and reads four numbers from each; keeping (and then dropping) every step was a fifth
 //! of its time. Both play the same world loop; only the [`Record`] differs.
 
-use crate::driver::SimStep;
 use rebound_core::trace::{TraceHeader, TraceStep};
-use rebound_core::{Command, Event, Millis};
+use rebound_core::{Command, Event, Millis, RunTally};
+
+/// One handled event and the commands it produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimStep {
+    /// When the event was handled.
+    pub at: Millis,
+    /// The event.
+    pub event: Event,
+    /// The commands the machine emitted, in order.
+    pub commands: Vec<Command>,
+}
 
 /// How a world loop keeps what happens to one agent.
 pub(crate) trait Record {
@@ -68,13 +78,14 @@ impl Record for Steps {
     }
 }
 
-/// Counts only: events handled and retry notifications.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+/// Counts only: events handled, and core's [`RunTally`] (the same counts the tokio runner
+/// reports).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct Tally {
     /// Events handled.
     pub(crate) steps: usize,
-    /// `NotifyRetry` commands emitted.
-    pub(crate) retries: u64,
+    /// What happened, counted as every driver counts it.
+    pub(crate) run: RunTally,
 }
 
 impl Record for Tally {
@@ -82,14 +93,13 @@ impl Record for Tally {
         Tally::default()
     }
 
-    fn event(&mut self, _at: Millis, _event: &Event) {
+    fn event(&mut self, at: Millis, event: &Event) {
         self.steps += 1;
+        self.run.event(at, event);
     }
 
     fn command(&mut self, command: Command) {
-        if matches!(command, Command::NotifyRetry { .. }) {
-            self.retries += 1;
-        }
+        self.run.command(&command);
     }
 
     fn steps(&self) -> usize {

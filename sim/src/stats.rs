@@ -29,7 +29,8 @@ pub struct Stats {
     pub requests: Vec<u32>,
     /// Virtual time per completed run in ms, sorted.
     pub elapsed_ms: Vec<u64>,
-    /// Retry notifications over all runs.
+    /// Retries over all runs, counted as core's `RunTally` counts them (a compaction's retry
+    /// is a compaction, not a retry).
     pub retries: u64,
     /// Every run the simulator completed, in seed order: what the scenario charts (module
     /// `charts`, feature `charts`) draw.
@@ -81,7 +82,7 @@ pub fn run_many(scenario: &Scenario, config: &SimConfig, first_seed: u64, runs: 
                 });
                 stats.requests.push(requests);
                 stats.elapsed_ms.push(elapsed_ms);
-                stats.retries += run.record.retries;
+                stats.retries += u64::from(run.record.run.retries);
                 match &run.result {
                     Ok(_) => stats.succeeded += 1,
                     Err(e) => *stats.failures.entry(e.kind().to_owned()).or_default() += 1,

@@ -298,7 +298,7 @@ fn run_many_counts_what_the_full_outcomes_say() {
                         });
                         expected.requests.push(o.requests());
                         expected.elapsed_ms.push(o.duration_ms());
-                        expected.retries += o.retry_notifications().count() as u64;
+                        expected.retries += u64::from(o.tally().retries);
                         match &o.result {
                             Ok(_) => expected.succeeded += 1,
                             Err(e) => {

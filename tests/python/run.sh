@@ -19,7 +19,7 @@ if [ ! -x "$VENV/bin/python" ] || ! cmp -s "$REQ" "$VENV/requirements.txt"; then
     cp "$REQ" "$VENV/requirements.txt"
 fi
 
-cargo build --quiet -p rebound-effects --example fake_server
+cargo build --quiet -p rebound-sim --features server --example fake_server
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$PWD/$TARGET_DIR" ;; esac
 export REBOUND_FAKE_SERVER="$TARGET_DIR/debug/examples/fake_server"

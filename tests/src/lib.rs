@@ -4,7 +4,9 @@
 #![warn(missing_docs)]
 
 use rebound_cli::scenario_tools::ScenarioTools;
-use rebound_core::{Conversation, MachineConfig, ProviderKind, RetryConfig, RunError, TargetSpec};
+use rebound_core::{
+    Conversation, MachineConfig, ProviderKind, RetryConfig, RunError, StreamDeadlines, TargetSpec,
+};
 use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider};
 use rebound_effects::receiver::{Receiver, ReceiverError};
 use rebound_effects::runner::{
@@ -15,6 +17,23 @@ use rebound_sim::{replay, Scenario, Trace};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// The counts of a run tally every driver must agree on (not times, usage or stream resets,
+/// which only a real transport has), as one `counts …` line.
+#[must_use]
+pub fn counts(tally: &rebound_core::RunTally) -> String {
+    format!(
+        "counts requests={} retries={} retry_wait_ms={} compactions={} fallbacks={} \
+         tool_calls={} tool_errors={}",
+        tally.requests,
+        tally.retries,
+        tally.retry_wait_ms,
+        tally.compactions,
+        tally.fallbacks,
+        tally.tool_calls,
+        tally.tool_errors
+    )
+}
 
 /// Everything observed in one played run.
 #[derive(Debug)]
@@ -119,11 +138,12 @@ impl Receiver for LogReceiver {
         ));
         Ok(())
     }
-    fn totals(&mut self, stats: &rebound_effects::runner::RunStats) -> Result<(), ReceiverError> {
+    fn totals(&mut self, stats: &rebound_core::RunTally) -> Result<(), ReceiverError> {
         self.push(format!(
             "totals requests={} input={} output={}",
             stats.requests, stats.input_tokens, stats.output_tokens
         ));
+        self.push(counts(stats));
         Ok(())
     }
     fn tool_start(&mut self, call: &rebound_core::ToolCall) -> Result<(), ReceiverError> {
@@ -164,8 +184,6 @@ pub struct Play {
     pub cancel_after: Option<Duration>,
     /// The target's context window in tokens, if it is to be known.
     pub context_window: Option<u64>,
-    /// The HTTP provider's idle timeout (a stall longer than this fails the attempt).
-    pub idle_timeout: Duration,
 }
 
 impl Play {
@@ -182,12 +200,13 @@ impl Play {
                     jitter: false,
                     ..RetryConfig::default()
                 },
+                // A stall longer than 5 s fails the attempt, in the runner and the simulator.
+                stream: StreamDeadlines::new(5_000, 600_000),
                 ..MachineConfig::default()
             },
             tools: None,
             cancel_after: None,
             context_window: None,
-            idle_timeout: Duration::from_secs(5),
         }
     }
 
@@ -207,7 +226,6 @@ impl Play {
         let mut http =
             HttpProviderConfig::new(self.provider, "test-model", ApiKey::new("test-key"));
         http.base_url = server.base_url_for(self.provider);
-        http.idle_timeout = self.idle_timeout;
         let provider = HttpProvider::new(http).expect("a valid provider config");
         let mut config = self.config;
         config.targets = vec![TargetSpec {

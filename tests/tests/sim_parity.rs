@@ -5,12 +5,15 @@
 //! order — the same failures (kind, status, error type, delay hints, transport fault), the
 //! same answers, the same tool outcomes — and end the run the same way.
 //!
+//! Both count the run with core's `RunTally`, so the totals (requests, retries and their
+//! waits, compactions, fallbacks, tool calls and errors) must agree too.
+//!
 //! What may differ is what a real transport adds: times, usage counts, a failure's free-text
 //! message, and the reasoning items the fake Responses server attaches to its answers.
 
 use rebound_core::{ContentBlock, Event, ProviderKind};
 use rebound_sim::{simulate, Scenario, SimConfig};
-use rebound_tests::{Play, PROVIDERS};
+use rebound_tests::{counts, Play, PROVIDERS};
 use serde_json::Value;
 
 /// The seed of the fake server's script cursor in [`Play`]; the simulator's cursor (and its
@@ -75,7 +78,9 @@ fn told(event: &Event) -> String {
 async fn over_http(scenario: Scenario, provider: ProviderKind) -> (Vec<String>, String) {
     let played = Play::new(scenario, provider).run().await;
     let trace = rebound_sim::Trace::parse(&played.trace).expect("the runner's trace parses");
-    let events = trace.steps.iter().map(|s| told(&s.event)).collect();
+    let mut events: Vec<String> = trace.steps.iter().map(|s| told(&s.event)).collect();
+    // The runner's totals, as its receiver was told them.
+    events.extend(played.lines("counts").into_iter().map(str::to_owned));
     let end = match &played.result {
         Ok(summary) => format!("finished {:?}", summary.reason),
         Err(e) => format!("failed {}", e.kind()),
@@ -88,7 +93,6 @@ fn simulated(scenario: &Scenario, provider: ProviderKind) -> (Vec<String>, Strin
     let play = Play::new(scenario.clone(), provider);
     let mut config = SimConfig {
         machine: play.config,
-        idle_timeout_ms: play.idle_timeout.as_millis() as u64,
         ..SimConfig::default()
     };
     config.machine.targets = vec![rebound_core::TargetSpec {
@@ -97,7 +101,8 @@ fn simulated(scenario: &Scenario, provider: ProviderKind) -> (Vec<String>, Strin
         context_window: play.context_window,
     }];
     let outcome = simulate(scenario, &config, SCRIPT_SEED).expect("the simulation runs");
-    let events = outcome.steps.iter().map(|s| told(&s.event)).collect();
+    let mut events: Vec<String> = outcome.steps.iter().map(|s| told(&s.event)).collect();
+    events.push(counts(&outcome.tally()));
     let end = match &outcome.result {
         Ok(reason) => format!("finished {reason:?}"),
         Err(e) => format!("failed {}", e.kind()),

@@ -1,5 +1,6 @@
 //! Outputs of the machine: what the driver must do.
 
+use super::config::StreamDeadlines;
 use super::error::RunError;
 use super::ids::{BatchId, CompactionId, PermitId, RequestId, TimerId};
 use crate::budget::{BudgetNote, PermitAsk};
@@ -85,10 +86,19 @@ pub struct ProviderRetryInfo {
     pub target: usize,
 }
 
+impl ProviderRetryInfo {
+    /// Whether this announces the retry after a compaction (a context overflow), which
+    /// waits for nothing and costs no attempt, rather than a retry after a failure.
+    #[must_use]
+    pub fn is_compaction(&self) -> bool {
+        self.kind == FailureKind::ContextOverflow
+    }
+}
+
 impl fmt::Display for ProviderRetryInfo {
     /// The CLI's status line, e.g. `provider unavailable: retrying in 2.4s (attempt 2/4)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.kind == FailureKind::ContextOverflow {
+        if self.is_compaction() {
             return write!(f, "{}: compacting the conversation and retrying", self.kind);
         }
         write!(
@@ -204,6 +214,11 @@ pub enum Command {
         /// What the request is for: the next message, or a summary for compaction.
         #[serde(default, skip_serializing_if = "RequestPurpose::is_turn")]
         purpose: RequestPurpose,
+        /// How long the response may take: past either deadline, answer with a
+        /// [`TransportFault::IdleTimeout`](crate::TransportFault::IdleTimeout) failure.
+        /// From [`MachineConfig::stream`](crate::MachineConfig::stream).
+        #[serde(default, skip_serializing_if = "StreamDeadlines::is_default")]
+        deadlines: StreamDeadlines,
     },
     /// Wait `delay_ms`, then answer with `TimerFired { timer }`.
     Sleep {

@@ -9,7 +9,7 @@ mod ids;
 pub use command::{
     Command, FallbackInfo, FinishReason, ProviderRetryInfo, RequestPurpose, Snapshot,
 };
-pub use config::{BudgetUse, MachineConfig, TargetSpec};
+pub use config::{BudgetUse, MachineConfig, StreamDeadlines, TargetSpec};
 pub use error::{GiveUp, RunError, TargetFailure};
 pub use event::{Event, Handled, IgnoreReason};
 pub use ids::{BatchId, CompactionId, PermitId, RequestId, TimerId};
@@ -24,7 +24,9 @@ use crate::failure::{FailureAction, FailureKind, ProviderFailure, TransportFault
 use crate::response::{AssistantResponse, InputProblemKind, StopReason, ToolInputProblem};
 use crate::retry::RetryDelay;
 use crate::time::Millis;
-use crate::tool::{tool_error_text, BatchOutcome, ToolCall, ToolFailure};
+use crate::tool::{
+    nests_deeper_than, tool_error_text, BatchOutcome, ToolCall, ToolFailure, MAX_TOOL_INPUT_DEPTH,
+};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
@@ -548,6 +550,7 @@ impl AgentMachine {
             attempt: self.request.attempt,
             conversation,
             purpose,
+            deadlines: self.config.stream,
         });
     }
 
@@ -972,6 +975,7 @@ impl AgentMachine {
             let tokens = usage.context_tokens(provider);
             self.last_context_tokens = (tokens > 0).then_some(tokens);
         }
+        let input_problems = refuse_deep_inputs(&mut message, input_problems);
         let problems = unique_tool_ids(&mut message, input_problems, self.next_id);
         self.turns += 1;
         let answers: Vec<Answer> = message
@@ -1039,6 +1043,10 @@ impl AgentMachine {
                 InputProblemKind::NotAnObject => {
                     format!("the input must be a JSON object, got: {}", excerpt(&p.raw))
                 }
+                InputProblemKind::TooDeep => format!(
+                    "the input nests deeper than {MAX_TOOL_INPUT_DEPTH} levels of objects and \
+                     arrays; send a flatter input (e.g. a nested structure as a string)"
+                ),
             });
         }
         if !self.config.tools.iter().any(|t| t.name == name) {
@@ -1203,6 +1211,38 @@ fn excerpt(raw: &str) -> String {
 
 /// Gives every tool use a non-empty id unique within the message (a broken
 /// OpenAI-compatible server may send none or repeat one), re-keying input problems to match.
+/// Replaces every tool input nesting deeper than [`MAX_TOOL_INPUT_DEPTH`] by `{}` and adds a
+/// [`InputProblemKind::TooDeep`] problem for it (unless the decoder reported one already):
+/// such an input could be neither stored nor sent again. The wire decoders catch it first;
+/// this holds for responses from any provider.
+fn refuse_deep_inputs(
+    message: &mut Message,
+    problems: Box<[ToolInputProblem]>,
+) -> Box<[ToolInputProblem]> {
+    let mut added = Vec::new();
+    for block in &mut message.content {
+        if let ContentBlock::ToolUse { id, input, .. } = block {
+            if nests_deeper_than(input, MAX_TOOL_INPUT_DEPTH) {
+                *input = Arc::new(serde_json::Value::Object(serde_json::Map::new()));
+                if !problems.iter().any(|p| p.tool_use_id == *id) {
+                    added.push(ToolInputProblem {
+                        tool_use_id: id.clone(),
+                        kind: InputProblemKind::TooDeep,
+                        raw: String::new(),
+                        detail: format!("nests deeper than {MAX_TOOL_INPUT_DEPTH} levels"),
+                    });
+                }
+            }
+        }
+    }
+    if added.is_empty() {
+        return problems;
+    }
+    let mut all = problems.into_vec();
+    all.extend(added);
+    all.into_boxed_slice()
+}
+
 fn unique_tool_ids(
     message: &mut Message,
     problems: Box<[ToolInputProblem]>,

@@ -1971,3 +1971,23 @@ fn commands_and_events_stay_small_enough_to_move_inline() {
         std::mem::size_of::<Event>()
     );
 }
+
+#[test]
+fn a_tool_input_nested_too_deep_is_refused_and_replaced_before_it_is_stored() {
+    let deep = (1..=MAX_TOOL_INPUT_DEPTH).fold(json!({}), |inner, _| json!({ "a": inner }));
+    let fits = (1..MAX_TOOL_INPUT_DEPTH).fold(json!({}), |inner, _| json!({ "a": inner }));
+    let (_, out) = answered_with_tools(&[("deep", "read", deep), ("fits", "read", fits.clone())]);
+    let msgs = appended(&out);
+    // The stored call holds `{}`, not the input no session or request could hold.
+    let inputs: Vec<serde_json::Value> = msgs[0]
+        .tool_uses()
+        .map(|(_, _, input)| input.clone())
+        .collect();
+    assert_eq!(inputs, [json!({}), fits]);
+    // Only the call that fits runs; the other gets an error result the model can act on.
+    let (_, calls) = run_tools(&out);
+    assert_eq!(
+        calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+        ["fits"]
+    );
+}

@@ -5,6 +5,7 @@ use super::{malformed, Deltas, StreamDelta};
 use crate::conversation::{ContentBlock, Message, Role};
 use crate::failure::{ProviderFailure, TransportFault};
 use crate::response::{AssistantResponse, InputProblemKind, StopReason, ToolInputProblem, Usage};
+use crate::tool::{nests_deeper_than, MAX_TOOL_INPUT_DEPTH};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -326,7 +327,7 @@ pub(crate) fn tool_input(
 ) -> Result<Value, (InputProblemKind, String)> {
     if json.trim().is_empty() {
         return match initial {
-            Some(v @ Value::Object(_)) => Ok(v),
+            Some(v @ Value::Object(_)) => shallow(v),
             None => Ok(Value::Object(Map::new())),
             Some(other) => Err((
                 InputProblemKind::NotAnObject,
@@ -335,7 +336,7 @@ pub(crate) fn tool_input(
         };
     }
     match serde_json::from_str::<Value>(json) {
-        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(v @ Value::Object(_)) => shallow(v),
         Ok(other) => Err((
             InputProblemKind::NotAnObject,
             format!("tool input is {}, not an object", json_kind(&other)),
@@ -350,6 +351,17 @@ pub(crate) fn tool_input(
             Err((kind, e.to_string()))
         }
     }
+}
+
+/// `input` if it nests at most [`MAX_TOOL_INPUT_DEPTH`] levels, else the problem.
+fn shallow(input: Value) -> Result<Value, (InputProblemKind, String)> {
+    if nests_deeper_than(&input, MAX_TOOL_INPUT_DEPTH) {
+        return Err((
+            InputProblemKind::TooDeep,
+            format!("tool input nests deeper than {MAX_TOOL_INPUT_DEPTH} levels"),
+        ));
+    }
+    Ok(input)
 }
 
 pub(crate) fn json_kind(v: &Value) -> &'static str {

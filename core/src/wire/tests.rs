@@ -448,6 +448,11 @@ fn tool_input_that_is_invalid_or_not_an_object_is_reported_not_panicked() {
         ("{\"a\": 1", InputProblemKind::InvalidJson),
         ("[1, 2]", InputProblemKind::NotAnObject),
         ("\"text\"", InputProblemKind::NotAnObject),
+        // 65 levels: valid JSON, deeper than a tool input may nest (64 would pass).
+        (
+            &format!("{}{{}}{}", "{\"a\":".repeat(64), "}".repeat(64)),
+            InputProblemKind::TooDeep,
+        ),
     ] {
         let call = json!({"index": 0, "id": "c", "function": {"name": "t", "arguments": args}});
         let chunk = json!({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]});

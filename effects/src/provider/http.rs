@@ -1,12 +1,12 @@
 //! The HTTP provider: Anthropic Messages and OpenAI Chat Completions over reqwest, streaming.
 
-use super::{ApiKey, BoxFuture, DeltaSink, Provider, SendError};
+use super::{ApiKey, BoxFuture, DeltaSink, Provider, ProviderRequest, SendError};
 use crate::config::ConfigError;
 use rebound_core::classify::classify_http;
 use rebound_core::wire::{self, RequestParams, StreamDecoder, WireError};
 use rebound_core::{
-    AssistantResponse, Conversation, Headers, ProviderFailure, ProviderKind, ToolSpec,
-    TransportFault,
+    AssistantResponse, Conversation, Headers, ProviderFailure, ProviderKind, StreamDeadlines,
+    ToolSpec, TransportFault,
 };
 use std::error::Error as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -40,16 +40,10 @@ pub struct HttpProviderConfig {
     pub system: Option<String>,
     /// Output token limit per response.
     pub max_tokens: u32,
-    /// How long connecting may take.
+    /// How long connecting may take. (How long the response may take is the machine's
+    /// decision: [`MachineConfig::stream`](rebound_core::MachineConfig::stream), carried on
+    /// each request.)
     pub connect_timeout: Duration,
-    /// How long the response may stay silent (before headers, or between stream chunks)
-    /// before the attempt counts as a transport fault.
-    pub idle_timeout: Duration,
-    /// How long a response may go without *content*: a streamed response that only sends
-    /// keep-alives (pings, comments, empty deltas) for this long, or a non-streamed or error
-    /// body still not complete after it, fails as an idle timeout. Bytes alone do not reset
-    /// it, so a server dripping keep-alives cannot hold a request open forever.
-    pub progress_timeout: Duration,
 }
 
 impl HttpProviderConfig {
@@ -64,8 +58,6 @@ impl HttpProviderConfig {
             system: None,
             max_tokens: 8_192,
             connect_timeout: Duration::from_secs(10),
-            idle_timeout: Duration::from_secs(90),
-            progress_timeout: Duration::from_secs(600),
         }
     }
 }
@@ -131,6 +123,7 @@ impl HttpProvider {
         &self,
         conversation: &Conversation,
         tools: &[ToolSpec],
+        deadlines: Deadlines,
         deltas: DeltaSink<'_>,
     ) -> Result<AssistantResponse, SendError> {
         let kind = self.config.provider;
@@ -161,7 +154,7 @@ impl HttpProvider {
             }
         };
         let send = request.body(body).send();
-        let mut response = match tokio::time::timeout(self.config.idle_timeout, send).await {
+        let mut response = match tokio::time::timeout(deadlines.idle, send).await {
             Err(_) => {
                 return Err(
                     transport(TransportFault::Timeout, "no response headers in time").into(),
@@ -174,7 +167,7 @@ impl HttpProvider {
         let headers = to_headers(response.headers());
         if !response.status().is_success() {
             // Classification needs the start of the body; whatever was read is used.
-            let body = read_bounded(&mut response, &self.config, MAX_ERROR_BODY)
+            let body = read_bounded(&mut response, deadlines, MAX_ERROR_BODY)
                 .await
                 .body;
             return Err(classify_http(kind, status, &headers, &body, now_unix_ms()).into());
@@ -185,7 +178,7 @@ impl HttpProvider {
         if is_json {
             // A server that ignored `stream: true` (some compatible servers do). The answer
             // must be read whole: a part of it is no answer.
-            let read = read_bounded(&mut response, &self.config, MAX_RESPONSE_BODY).await;
+            let read = read_bounded(&mut response, deadlines, MAX_RESPONSE_BODY).await;
             let parsed = match read.end {
                 End::Complete => wire::parse_response(kind, &read.body),
                 End::Limit => Err(transport(
@@ -197,8 +190,7 @@ impl HttpProvider {
             return parsed.map_err(|f| with_request_id(f, &headers).into());
         }
         let mut decoder = StreamDecoder::new(kind);
-        let idle = self.config.idle_timeout;
-        let progress = self.config.progress_timeout;
+        let Deadlines { idle, progress } = deadlines;
         let mut last_byte = Instant::now();
         let mut last_progress = last_byte;
         // One timer for the whole body, moved only when it fires early: re-arming a timeout
@@ -275,12 +267,12 @@ impl Provider for HttpProvider {
 
     fn send<'a>(
         &'a self,
-        conversation: &'a Conversation,
-        tools: &'a [ToolSpec],
+        request: ProviderRequest<'a>,
         deltas: DeltaSink<'a>,
     ) -> BoxFuture<'a, Result<AssistantResponse, SendError>> {
+        let deadlines = Deadlines::from(request.deadlines);
         Box::pin(async move {
-            self.send_inner(conversation, tools, deltas)
+            self.send_inner(request.conversation, request.tools, deadlines, deltas)
                 .await
                 .map_err(|e| match e {
                     SendError::Provider(f) => {
@@ -381,6 +373,24 @@ fn now_unix_ms() -> Option<u64> {
 }
 
 /// `after` past `t`, or about 30 years (tokio's "never") when that is not representable.
+/// A request's [`StreamDeadlines`] as durations.
+#[derive(Debug, Clone, Copy)]
+struct Deadlines {
+    /// No byte for this long fails the attempt.
+    idle: Duration,
+    /// No content for this long fails the attempt.
+    progress: Duration,
+}
+
+impl From<StreamDeadlines> for Deadlines {
+    fn from(d: StreamDeadlines) -> Self {
+        Deadlines {
+            idle: Duration::from_millis(d.idle_ms.max(1)),
+            progress: Duration::from_millis(d.progress_ms.max(1)),
+        }
+    }
+}
+
 fn later(t: Instant, after: Duration) -> Instant {
     t.checked_add(after)
         .unwrap_or_else(|| t + Duration::from_secs(86_400 * 365 * 30))
@@ -421,15 +431,13 @@ enum End {
 /// timeout in all; a body that is slow, endless or broken stops early and says why.
 async fn read_bounded(
     response: &mut reqwest::Response,
-    config: &HttpProviderConfig,
+    deadlines: Deadlines,
     limit: usize,
 ) -> Read {
     let started = Instant::now();
     let mut body = Vec::new();
     let end = loop {
-        let idle = config
-            .idle_timeout
-            .min(remaining(started, config.progress_timeout));
+        let idle = deadlines.idle.min(remaining(started, deadlines.progress));
         match tokio::time::timeout(idle, response.chunk()).await {
             Ok(Ok(Some(chunk))) => {
                 let room = limit - body.len();
@@ -441,7 +449,7 @@ async fn read_bounded(
             }
             Ok(Ok(None)) => break End::Complete,
             Ok(Err(e)) => break End::Failed(classify_reqwest(&e, true)),
-            Err(_) if started.elapsed() >= config.progress_timeout => {
+            Err(_) if started.elapsed() >= deadlines.progress => {
                 break End::Failed(transport(
                     TransportFault::IdleTimeout,
                     "the body was not complete in time",

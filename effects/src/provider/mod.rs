@@ -7,7 +7,7 @@ pub use http::{HttpProvider, HttpProviderConfig};
 pub use key::ApiKey;
 
 use rebound_core::wire::{StreamDelta, WireError};
-use rebound_core::{AssistantResponse, Conversation, ProviderFailure, ToolSpec};
+use rebound_core::{AssistantResponse, Conversation, ProviderFailure, StreamDeadlines, ToolSpec};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -47,6 +47,42 @@ impl From<ProviderFailure> for SendError {
     }
 }
 
+/// One request for a [`Provider`]: what to send, and how long the answer may take.
+///
+/// The runner builds it from the machine's
+/// [`Command::SendRequest`](rebound_core::Command::SendRequest); a provider past a deadline
+/// answers with a [`TransportFault::IdleTimeout`](rebound_core::TransportFault::IdleTimeout)
+/// failure.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct ProviderRequest<'a> {
+    /// The conversation to continue.
+    pub conversation: &'a Conversation,
+    /// The tools the model may call.
+    pub tools: &'a [ToolSpec],
+    /// How long the response may stay silent, or go without content.
+    pub deadlines: StreamDeadlines,
+}
+
+impl<'a> ProviderRequest<'a> {
+    /// A request for `conversation` offering `tools`, with the default deadlines.
+    #[must_use]
+    pub fn new(conversation: &'a Conversation, tools: &'a [ToolSpec]) -> Self {
+        ProviderRequest {
+            conversation,
+            tools,
+            deadlines: StreamDeadlines::default(),
+        }
+    }
+
+    /// The same request with `deadlines`.
+    #[must_use]
+    pub fn with_deadlines(mut self, deadlines: StreamDeadlines) -> Self {
+        self.deadlines = deadlines;
+        self
+    }
+}
+
 /// Something that turns a conversation into the next assistant message, or a classified
 /// failure. [`HttpProvider`] speaks the real Anthropic and OpenAI APIs; embedders may bring
 /// their own (a local model, a test double, a proxy).
@@ -54,14 +90,13 @@ pub trait Provider: Send + Sync {
     /// A printable name, e.g. `anthropic:claude-sonnet-4-5` (never containing a secret).
     fn label(&self) -> String;
 
-    /// Sends one request for `conversation` offering `tools`, streaming pieces to `deltas`.
+    /// Sends one request, streaming pieces to `deltas`, within the request's deadlines.
     ///
     /// Must not mutate anything observable on failure: the machine retries with the same
     /// conversation.
     fn send<'a>(
         &'a self,
-        conversation: &'a Conversation,
-        tools: &'a [ToolSpec],
+        request: ProviderRequest<'a>,
         deltas: DeltaSink<'a>,
     ) -> BoxFuture<'a, Result<AssistantResponse, SendError>>;
 }

@@ -73,7 +73,6 @@ use std::future::Future;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
-pub(crate) use schema::bounded;
 pub use set::{ToolSet, ToolSetBuilder, ToolSetConfig, ToolSetError};
 
 /// Why a tool call failed, as the tool itself reports it.

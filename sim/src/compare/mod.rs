@@ -41,7 +41,7 @@ pub use timeline::{run_experiment_with_timelines, Timeline};
 
 use crate::driver::{simulate_fleet, FleetAgent, SimConfig, SimError, SimOutcome};
 use crate::scenario::{Answer, Fault, FaultKind, Outage, RandomFaults, Scenario, Turn};
-use rebound_core::{BudgetConfig, BudgetUse, Command, MachineConfig, TargetSpec};
+use rebound_core::{BudgetConfig, BudgetUse, Command, MachineConfig, StreamDeadlines, TargetSpec};
 use std::fmt;
 
 /// Who retries: rebound or a modelled peer.
@@ -314,7 +314,9 @@ pub struct ExperimentConfig {
     /// The retry budget each rebound process holds (shared by all agents of a
     /// shared-process model).
     pub budget: Option<BudgetConfig>,
-    /// The simulated client's stream idle timeout, in ms.
+    /// Every simulated client's stream idle timeout, in ms: the other stacks', and
+    /// rebound's (it replaces `machine.stream.idle_ms`), so every policy waits as long for
+    /// a stalled stream.
     pub idle_timeout_ms: u64,
     /// The models to run.
     pub models: Vec<OutageModel>,
@@ -450,6 +452,7 @@ fn run_rebound(
     budgeted: bool,
 ) -> Result<Vec<AgentTurn>, SimError> {
     let mut machine = config.machine.clone();
+    machine.stream = StreamDeadlines::new(config.idle_timeout_ms, machine.stream.progress_ms);
     if model.fallback {
         let provider = model.scenario.provider;
         machine.targets = vec![
@@ -469,7 +472,6 @@ fn run_rebound(
     let sim = SimConfig {
         machine,
         max_steps: 10_000,
-        idle_timeout_ms: config.idle_timeout_ms,
         budget,
     };
     let agents: Vec<FleetAgent<'_>> = (0..config.agents)

@@ -1,0 +1,252 @@
+//! The run tally: what happened during one run, counted the same way by every driver.
+//!
+//! A driver hands the tally each event it gives the machine and each command the machine
+//! emits ([`RunTally::event`], [`RunTally::command`]); the tokio runner and the simulator both
+//! do, so their totals agree by construction. What only a driver can see (a stream whose
+//! partial text was thrown away) it adds itself ([`RunTally::stream_reset`]).
+//!
+//! ```
+//! use rebound_core::{AgentMachine, ContentBlock, Event, MachineConfig, Millis, RunTally};
+//!
+//! let mut machine = AgentMachine::new(MachineConfig::default(), 7);
+//! let mut tally = RunTally::default();
+//! let event = Event::UserMessage { content: vec![ContentBlock::text("hi")] };
+//! tally.event(Millis(0), &event);
+//! for command in machine.step(Millis(0), event) {
+//!     tally.command(&command);
+//! }
+//! assert_eq!(tally.requests, 1);
+//! assert_eq!(tally.retries, 0);
+//! ```
+
+use crate::machine::{Command, Event, RequestId, RequestPurpose};
+use crate::response::Usage;
+use crate::time::Millis;
+use serde::{Deserialize, Serialize};
+
+/// Counts of what happened during a run, for summaries and statistics.
+///
+/// Every count is saturating: a run long enough to overflow one stays at the maximum.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct RunTally {
+    /// Provider requests sent (every attempt, summaries for compaction included).
+    pub requests: u32,
+    /// Retries announced with a delay or after a provider failure: every
+    /// [`Command::NotifyRetry`] except the one before a compaction's retry (that one is
+    /// counted in [`compactions`](Self::compactions)).
+    pub retries: u32,
+    /// The delays of those retries, summed, in ms.
+    pub retry_wait_ms: u64,
+    /// Tool calls in appended assistant messages.
+    pub tool_calls: u32,
+    /// Appended tool results that were errors.
+    pub tool_errors: u32,
+    /// Compactions applied (the conversation replaced).
+    pub compactions: u32,
+    /// Moves to another target of the fallback chain.
+    pub fallbacks: u32,
+    /// Streams whose partial text was shown and then discarded (counted by the driver).
+    pub stream_resets: u32,
+    /// Input tokens reported, summed over answered requests (as each provider counts them:
+    /// OpenAI's include cached tokens, Anthropic's do not).
+    pub input_tokens: u64,
+    /// Output tokens reported, summed.
+    pub output_tokens: u64,
+    /// Prompt-cache reads reported, summed.
+    pub cache_read_tokens: u64,
+    /// Prompt-cache writes reported, summed (Anthropic).
+    pub cache_creation_tokens: u64,
+    /// Usage of each answered request, in order.
+    pub usage: Vec<RequestUsage>,
+    /// Time from the first event to the last, in ms, on the clock the driver passes in.
+    pub elapsed_ms: u64,
+    /// The request awaiting its answer, to attribute its usage.
+    #[serde(skip)]
+    pending: Option<PendingRequest>,
+    /// When the first event was handled.
+    #[serde(skip)]
+    started: Option<Millis>,
+}
+
+/// What one answered provider request used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct RequestUsage {
+    /// The target it went to.
+    pub target: usize,
+    /// Its attempt number.
+    pub attempt: u32,
+    /// What it was for (a turn, or a summary for compaction).
+    pub purpose: RequestPurpose,
+    /// The usage the provider reported.
+    pub usage: Usage,
+}
+
+/// The last request sent, until its answer arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PendingRequest {
+    request: RequestId,
+    target: usize,
+    attempt: u32,
+    purpose: RequestPurpose,
+}
+
+impl RunTally {
+    /// Counts an event handed to the machine at `now` (usage of an answered request, the
+    /// run's elapsed time).
+    pub fn event(&mut self, now: Millis, event: &Event) {
+        let started = *self.started.get_or_insert(now);
+        self.elapsed_ms = now.0.saturating_sub(started.0);
+        if let Event::ProviderSucceeded { request, response } = event {
+            let Some(pending) = self.pending.filter(|p| p.request == *request) else {
+                return; // a stale answer the machine ignores
+            };
+            self.pending = None;
+            self.add_usage(RequestUsage {
+                target: pending.target,
+                attempt: pending.attempt,
+                purpose: pending.purpose,
+                usage: response.usage,
+            });
+        }
+    }
+
+    /// Counts a command the machine emitted.
+    pub fn command(&mut self, command: &Command) {
+        match command {
+            Command::SendRequest {
+                request,
+                target,
+                attempt,
+                purpose,
+                ..
+            } => {
+                self.requests = self.requests.saturating_add(1);
+                self.pending = Some(PendingRequest {
+                    request: *request,
+                    target: *target,
+                    attempt: *attempt,
+                    purpose: *purpose,
+                });
+            }
+            Command::NotifyRetry { info } if !info.is_compaction() => {
+                self.retries = self.retries.saturating_add(1);
+                self.retry_wait_ms = self.retry_wait_ms.saturating_add(info.delay_ms);
+            }
+            Command::NotifyFallback { .. } => self.fallbacks = self.fallbacks.saturating_add(1),
+            Command::ReplaceConversation { .. } => {
+                self.compactions = self.compactions.saturating_add(1);
+            }
+            Command::AppendMessage { message } => {
+                let calls = message.tool_uses().count();
+                let errors = message.tool_results().filter(|r| r.is_error).count();
+                self.tool_calls = self.tool_calls.saturating_add(count(calls));
+                self.tool_errors = self.tool_errors.saturating_add(count(errors));
+            }
+            Command::NotifyRetry { .. }
+            | Command::Sleep { .. }
+            | Command::RunTools { .. }
+            | Command::Compact { .. }
+            | Command::AcquirePermit { .. }
+            | Command::NoteBudget { .. }
+            | Command::Finish { .. }
+            | Command::Fail { .. } => {}
+        }
+    }
+
+    /// Counts a stream whose partial text the driver had shown and then discarded because
+    /// the attempt failed.
+    pub fn stream_reset(&mut self) {
+        self.stream_resets = self.stream_resets.saturating_add(1);
+    }
+
+    fn add_usage(&mut self, request: RequestUsage) {
+        let u = &request.usage;
+        self.input_tokens = self.input_tokens.saturating_add(u.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(u.output_tokens);
+        self.cache_read_tokens = self
+            .cache_read_tokens
+            .saturating_add(u.cache_read_input_tokens.unwrap_or(0));
+        self.cache_creation_tokens = self
+            .cache_creation_tokens
+            .saturating_add(u.cache_creation_input_tokens.unwrap_or(0));
+        self.usage.push(request);
+    }
+}
+
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::failure::FailureKind;
+    use crate::machine::ProviderRetryInfo;
+    use crate::response::AssistantResponse;
+    use crate::{Conversation, Message};
+    use std::sync::Arc;
+
+    fn retry(kind: FailureKind, delay_ms: u64) -> Command {
+        Command::NotifyRetry {
+            info: ProviderRetryInfo {
+                attempt: 2,
+                max_attempts: 4,
+                delay_ms,
+                kind,
+                status: None,
+                retry_after_ms: None,
+                message: Arc::from("x"),
+                target: 0,
+            },
+        }
+    }
+
+    fn send(request: u64, attempt: u32) -> Command {
+        Command::SendRequest {
+            request: RequestId(request),
+            target: 1,
+            attempt,
+            conversation: crate::machine::Snapshot(Arc::new(Conversation::default())),
+            purpose: RequestPurpose::Turn,
+            deadlines: crate::StreamDeadlines::default(),
+        }
+    }
+
+    fn answer(request: u64, output_tokens: u64) -> Event {
+        let mut response = AssistantResponse::end_turn(Message::assistant_text("hi"));
+        response.usage.output_tokens = output_tokens;
+        Event::ProviderSucceeded {
+            request: RequestId(request),
+            response,
+        }
+    }
+
+    #[test]
+    fn a_compactions_retry_is_not_counted_as_a_retry() {
+        let mut tally = RunTally::default();
+        tally.command(&retry(FailureKind::Unavailable, 500));
+        tally.command(&retry(FailureKind::ContextOverflow, 0));
+        tally.command(&retry(FailureKind::RateLimited, 0));
+        assert_eq!(tally.retries, 2);
+        assert_eq!(tally.retry_wait_ms, 500);
+    }
+
+    #[test]
+    fn usage_goes_to_the_request_that_was_answered_and_stale_answers_count_nothing() {
+        let mut tally = RunTally::default();
+        tally.event(Millis(10), &Event::Resume);
+        tally.command(&send(1, 1));
+        tally.command(&send(2, 2));
+        tally.event(Millis(20), &answer(1, 99)); // stale: request 2 is the one awaited
+        tally.event(Millis(35), &answer(2, 7));
+        tally.event(Millis(40), &answer(2, 7)); // a duplicate
+        assert_eq!(tally.requests, 2);
+        assert_eq!(tally.output_tokens, 7);
+        assert_eq!(tally.usage.len(), 1);
+        assert_eq!((tally.usage[0].target, tally.usage[0].attempt), (1, 2));
+        assert_eq!(tally.elapsed_ms, 30);
+    }
+}
