@@ -584,7 +584,7 @@ impl World<'_> {
         if let Some(at) = wakeup {
             // Never at `now`: what is due now was settled just above.
             let at = at.max(now.plus(1));
-            if self.tick_at.map_or(true, |t| at < t) {
+            if self.tick_at.is_none_or(|t| at < t) {
                 self.tick_at = Some(at);
                 self.enqueue(at, 1, Due::BudgetTick);
             }

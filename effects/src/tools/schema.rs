@@ -7,8 +7,10 @@
 use serde_json::Value;
 
 /// At most this many problems are listed in one message.
+#[cfg(feature = "schema")]
 const MAX_PROBLEMS: usize = 5;
 /// Each listed problem is cut to this many bytes (the instance value may be huge).
+#[cfg(feature = "schema")]
 const MAX_PROBLEM_BYTES: usize = 200;
 
 /// A compiled input schema.

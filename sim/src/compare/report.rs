@@ -377,7 +377,7 @@ fn model_misses(model: &OutageModel, rebound: &Row, rows: &[Row]) -> Vec<Miss> {
     }
     if let Some(limit) = model.max_requests_per_turn {
         let got = rebound.requests_per_turn();
-        if got.map_or(true, |x| x > limit) {
+        if got.is_none_or(|x| x > limit) {
             misses.push(Miss::RequestsPerTurn {
                 model: name(),
                 got,
@@ -400,7 +400,7 @@ fn model_misses(model: &OutageModel, rebound: &Row, rows: &[Row]) -> Vec<Miss> {
             .filter(|r| r.model == rebound.model && !r.policy.is_rebound())
         {
             let Some(p50_ms) = other.p50_ms else { continue };
-            if rebound.p50_ms.map_or(true, |ours| ours >= p50_ms) {
+            if rebound.p50_ms.is_none_or(|ours| ours >= p50_ms) {
                 misses.push(Miss::Slower {
                     model: name(),
                     policy: other.policy.to_string(),

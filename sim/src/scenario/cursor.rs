@@ -104,7 +104,7 @@ impl ScriptCursor {
         }
         if let Some(random) = &scenario.random {
             for o in &random.outages {
-                let aimed = o.target.map_or(true, |t| t == target);
+                let aimed = o.target.is_none_or(|t| t == target);
                 if aimed && (o.from_ms..o.until_ms).contains(&now.0) {
                     let hit = match o.rate {
                         None => true,
