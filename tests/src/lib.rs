@@ -175,15 +175,12 @@ impl Play {
         Play {
             scenario,
             provider,
-            config: MachineConfig {
-                retry: RetryConfig {
-                    initial_delay_ms: 20,
-                    max_delay_ms: 200,
-                    jitter: false,
-                    ..RetryConfig::default()
-                },
-                ..MachineConfig::default()
-            },
+            config: MachineConfig::default().with_retry(
+                RetryConfig::default()
+                    .with_initial_delay_ms(20)
+                    .with_max_delay_ms(200)
+                    .with_jitter(false),
+            ),
             tools: None,
             cancel_after: None,
             context_window: None,
@@ -210,11 +207,9 @@ impl Play {
         http.idle_timeout = self.idle_timeout;
         let provider = HttpProvider::new(http).expect("a valid provider config");
         let mut config = self.config;
-        config.targets = vec![TargetSpec {
-            provider: self.provider,
-            model: "test-model".into(),
-            context_window: self.context_window,
-        }];
+        config.targets =
+            vec![TargetSpec::new(self.provider, "test-model")
+                .with_context_window(self.context_window)];
         let scenario = Arc::new(self.scenario);
         let tools = self
             .tools

@@ -63,6 +63,7 @@ impl Serialize for Snapshot {
 
 /// Told to the UI before a delayed retry or a compaction retry (never for tool errors).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub struct ProviderRetryInfo {
     /// The 1-based number of the attempt about to be made (the first retry is attempt 2).
     /// For a compaction retry, the attempt number is unchanged: compaction costs no attempt.
@@ -104,6 +105,7 @@ impl fmt::Display for ProviderRetryInfo {
 
 /// Told to the UI before the first request to a fallback target.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub struct FallbackInfo {
     /// Index of the abandoned target.
     pub from: usize,
@@ -132,6 +134,7 @@ impl fmt::Display for FallbackInfo {
 /// Why a run finished successfully.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum FinishReason {
     /// The model stopped without asking for tools.
     Model(StopReason),
@@ -154,6 +157,7 @@ impl fmt::Display for FinishReason {
 /// What a provider request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RequestPurpose {
     /// The next assistant message of the conversation.
     #[default]

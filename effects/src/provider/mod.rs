@@ -26,6 +26,7 @@ pub type DeltaSink<'a> = &'a mut (dyn FnMut(StreamDelta<&str>) -> bool + Send);
 /// caller's side, and must not be retried, compacted or fallen back from as if the provider
 /// had failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SendError {
     /// The provider, or the way to it, failed: a classified failure for the machine to decide
     /// about (`Event::ProviderFailed`: retry, compact, fall back or fail).
