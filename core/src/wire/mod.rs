@@ -8,6 +8,11 @@
 //!   [`WireError`]) and, for the fake server, [`parse_request`];
 //! - responses: [`StreamDecoder`] (incremental SSE decoding + assembly into exactly one
 //!   outcome) and [`parse_response`] for non-streaming JSON;
+//! - failures: an error inside a 200 response (a mid-stream `error` event, a cut or
+//!   malformed stream) comes out of the decoder as a classified [`ProviderFailure`]; an
+//!   error status goes to [`classify_http`](crate::classify::classify_http), and an exchange
+//!   that produced no response to
+//!   [`classify_transport_error`](crate::classify::classify_transport_error);
 //! - the other direction, what a provider would send: [`encode_stream`],
 //!   [`encode_response_json`], [`encode_error_body`], [`encode_stream_error_event`] and
 //!   [`context_overflow_message`].

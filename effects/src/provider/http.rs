@@ -2,7 +2,7 @@
 
 use super::{ApiKey, BoxFuture, DeltaSink, Provider, SendError};
 use crate::config::ConfigError;
-use rebound_core::classify::classify_http;
+use rebound_core::classify::{classify_http, classify_transport_error, TransportError};
 use rebound_core::wire::{self, RequestParams, StreamDecoder, WireError};
 use rebound_core::{
     AssistantResponse, Conversation, Headers, ProviderFailure, ProviderKind, ToolSpec,
@@ -501,25 +501,12 @@ fn classify_reqwest(error: &reqwest::Error, mid_body: bool) -> ProviderFailure {
         source = e.source();
     }
     let detail = error_detail(error, &chain);
-    let fault = if error.is_timeout() {
-        if mid_body {
-            TransportFault::IdleTimeout
-        } else {
-            TransportFault::Timeout
-        }
-    } else if mid_body {
-        TransportFault::StreamCut
-    } else if chain.contains("dns") || chain.contains("failed to lookup address") {
-        TransportFault::Dns
-    } else if chain.contains("certificate") || chain.contains("tls") || chain.contains("handshake")
-    {
-        TransportFault::Tls
-    } else if error.is_connect() {
-        TransportFault::Connect
-    } else {
-        TransportFault::Reset
-    };
-    ProviderFailure::transport(fault, Some(&detail))
+    classify_transport_error(
+        &TransportError::new(&detail)
+            .with_timed_out(error.is_timeout())
+            .with_connect_failed(error.is_connect())
+            .with_response_started(mid_body),
+    )
 }
 
 fn error_detail(error: &reqwest::Error, chain: &str) -> String {
