@@ -132,9 +132,12 @@ impl fmt::Display for FailureKind {
     }
 }
 
-/// The four things the agent loop can do about a failure (DESIGN.md's decision table).
+/// What the agent loop does about a provider failure: the decision table of the README
+/// ("What happens to each failure"). Retry, compact, or fail; the fourth decision, an error
+/// tool result for the model, concerns tool failures, not provider failures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum FailureAction {
     /// Retry the same request with backoff.
     Retry,
