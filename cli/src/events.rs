@@ -251,10 +251,8 @@ impl Countdown {
         let total = Duration::from_millis(info.delay_ms);
         let info = info.clone();
         let draw = move |left_ms: u64| {
-            let line = ProviderRetryInfo {
-                delay_ms: left_ms,
-                ..info.clone()
-            };
+            let mut line = info.clone();
+            line.delay_ms = left_ms;
             let mut err = anstream::stderr();
             let _ = write!(err, "\r\x1b[2K{DIM}{line}{DIM:#}");
             let _ = err.flush();
@@ -352,6 +350,7 @@ pub fn advice(error: &RunError) -> &'static str {
             K::ContextOverflow => "the conversation no longer fits; start a new session",
             _ => "the provider kept failing; try again later, raise --max-attempts, or add --fallback",
         },
+        _ => "the run failed; see the message above",
     }
 }
 

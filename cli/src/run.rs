@@ -44,13 +44,16 @@ fn default_model(provider: ProviderKind) -> &'static str {
         ProviderKind::Anthropic => "claude-sonnet-4-5",
         ProviderKind::OpenAi => "gpt-4o",
         ProviderKind::OpenAiResponses => "gpt-5",
+        // The CLI offers only the kinds above (`--provider`).
+        _ => "",
     }
 }
 
 fn default_key_env(provider: ProviderKind) -> &'static str {
     match provider {
         ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
-        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => "OPENAI_API_KEY",
+        // OpenAI's APIs; the CLI offers no other kind (`--provider`).
+        _ => "OPENAI_API_KEY",
     }
 }
 
@@ -309,34 +312,30 @@ pub async fn run(args: RunArgs) -> i32 {
         }
         specs.push(spec);
     }
-    let config = MachineConfig {
-        retry: RetryConfig {
-            max_attempts: args.max_attempts,
-            initial_delay_ms: args.initial_delay_ms,
-            max_delay_ms: args.max_delay_ms,
-            max_retry_after_ms: args.max_retry_after_ms,
-            fallback_after_ms: args.fallback_after_ms,
-            jitter: !args.no_jitter,
-            ..RetryConfig::default()
-        },
-        targets: specs,
-        max_turns: args.max_turns,
-        retry_budget: budget_location(&args).map(|_| BudgetUse {
-            max_wait_ms: args.budget_max_wait_ms,
-        }),
-        compact_with: args.compact.into(),
-        ..MachineConfig::default()
-    };
+    let mut config = MachineConfig::default()
+        .with_retry(
+            RetryConfig::default()
+                .with_max_attempts(args.max_attempts)
+                .with_initial_delay_ms(args.initial_delay_ms)
+                .with_max_delay_ms(args.max_delay_ms)
+                .with_max_retry_after_ms(args.max_retry_after_ms)
+                .with_fallback_after_ms(args.fallback_after_ms)
+                .with_jitter(!args.no_jitter),
+        )
+        .with_targets(specs)
+        .with_compact_with(args.compact.into());
+    config.max_turns = args.max_turns;
+    if budget_location(&args).is_some() {
+        config = config.with_retry_budget(BudgetUse::new(args.budget_max_wait_ms));
+    }
     let mut runner = Runner::new(config, providers);
     if let Some(seed) = args.seed {
         runner = runner.seed(seed);
     }
-    let budget_config = BudgetConfig {
-        capacity: args.budget_tokens,
-        initial: args.budget_tokens,
-        refill_per_sec: args.budget_refill,
-        ..BudgetConfig::default()
-    };
+    let budget_config = BudgetConfig::default()
+        .with_capacity(args.budget_tokens)
+        .with_initial(args.budget_tokens)
+        .with_refill_per_sec(args.budget_refill);
     let mut redis_budget = None;
     match budget_location(&args) {
         None => {}
@@ -348,11 +347,11 @@ pub async fn run(args: RunArgs) -> i32 {
                 Ok(password) => url.with_password(&password),
                 Err(_) => url,
             };
-            let options = RedisOptions {
-                on_event: Some(budget_event_hook(args.events)),
-                call_timeout: std::time::Duration::from_millis(args.budget_timeout_ms.max(1)),
-                ..RedisOptions::default()
-            };
+            let options = RedisOptions::default()
+                .with_on_event(budget_event_hook(args.events))
+                .with_call_timeout(std::time::Duration::from_millis(
+                    args.budget_timeout_ms.max(1),
+                ));
             match RedisBudget::new(&url, budget_config, options) {
                 Ok(budget) => {
                     runner = runner.budget(budget.clone());
@@ -455,18 +454,14 @@ pub async fn demo(args: DemoArgs) -> i32 {
         Ok(p) => p,
         Err(e) => return usage_error(e),
     };
-    let config = MachineConfig {
-        // The demo's script compacts by elision, without a context window.
-        targets: vec![TargetSpec {
-            provider,
-            model: "rebound-demo".into(),
-            context_window: None,
-        }],
-        compact_with: rebound_core::CompactionMethod::Elide,
-        // A stalled fake stream is given up after 10 s, not the default 90.
-        stream: rebound_core::StreamDeadlines::new(10_000, 600_000),
-        ..MachineConfig::default()
-    };
+    // The demo's script compacts by elision, without a context window; a stalled fake stream
+    // is given up after 10 s, not the default 90.
+    let config = MachineConfig::default()
+        .with_targets(vec![
+            TargetSpec::new(provider, "rebound-demo").with_context_window(None)
+        ])
+        .with_compact_with(rebound_core::CompactionMethod::Elide)
+        .with_stream(rebound_core::StreamDeadlines::new(10_000, 600_000));
     let scenario = Arc::new(scenario);
     let mut runner = Runner::new(config, vec![Box::new(http)])
         .seed(args.seed)

@@ -76,6 +76,7 @@ fn error_seed(error: &rebound_sim::SimError) -> Option<u64> {
     match error {
         rebound_sim::SimError::StepLimit { seed, .. }
         | rebound_sim::SimError::Stalled { seed, .. } => Some(*seed),
+        _ => None,
     }
 }
 
@@ -84,10 +85,7 @@ fn error_seed(error: &rebound_sim::SimError) -> Option<u64> {
 /// `docs/outages.md`, each named in the report).
 /// With `charts`, also writes the experiment's charts there.
 fn compare(seed: u64, charts: Option<&Path>) -> i32 {
-    let config = rebound_sim::compare::ExperimentConfig {
-        seed,
-        ..rebound_sim::compare::ExperimentConfig::default()
-    };
+    let config = rebound_sim::compare::ExperimentConfig::default().with_seed(seed);
     match rebound_sim::compare::run_experiment_with_timelines(&config) {
         Ok((report, timelines)) => {
             println!("{report}");

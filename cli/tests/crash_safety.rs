@@ -322,6 +322,7 @@ async fn kill_9_while_converting_an_old_session_keeps_it_whole_or_converted_with
                 );
                 converted += 1;
             }
+            other => panic!("run {i}: a form this test does not know: {other:?}"),
         }
     }
     println!("{CONVERSION_KILLS} kills: {converted} converted, {untouched} untouched");

@@ -119,10 +119,7 @@ fn text(result: &Result<ToolOutput, String>) -> String {
         Ok(output) => output
             .parts
             .iter()
-            .filter_map(|p| match p {
-                ToolResultPart::Text { text } => Some(text.as_str()),
-                ToolResultPart::Image { .. } => None,
-            })
+            .filter_map(ToolResultPart::as_text)
             .collect(),
         Err(message) => panic!("an error result: {message}"),
     }

@@ -5,26 +5,21 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use rebound_core::{
     AgentMachine, AssistantResponse, BatchOutcome, CallOutcome, Command, ContentBlock, Event,
-    FailureKind, Handled, IgnoreReason, MachineConfig, Message, Millis, ProviderFailure, Role,
-    StopReason, ToolOutput, ToolSpec, Usage,
+    FailureKind, Handled, IgnoreReason, MachineConfig, Message, Millis, ProviderFailure,
+    ToolOutput, ToolSpec,
 };
 use serde_json::json;
 
 /// One run: a user message, then per turn three overloaded attempts, a stream cut, a tool call
 /// and its result; finally a text answer. Returns the number of events handled.
 fn retry_heavy_run(turns: usize) -> usize {
-    let config = MachineConfig {
-        tools: vec![ToolSpec {
+    let config = MachineConfig::default()
+        .with_tools(vec![ToolSpec {
             name: "read".into(),
             description: "read a file".into(),
             input_schema: json!({"type": "object"}),
-        }],
-        retry: rebound_core::RetryConfig {
-            max_attempts: 6,
-            ..Default::default()
-        },
-        ..MachineConfig::default()
-    };
+        }])
+        .with_retry(rebound_core::RetryConfig::default().with_max_attempts(6));
     let mut m = AgentMachine::new(config, 7);
     let mut now = Millis(0);
     let mut events = 0;
@@ -58,19 +53,13 @@ fn retry_heavy_run(turns: usize) -> usize {
                         failures_this_turn = 0;
                         turn += 1;
                         let response = if turn <= turns {
-                            AssistantResponse {
-                                message: Message {
-                                    role: Role::Assistant,
-                                    content: vec![ContentBlock::tool_use(
-                                        format!("t{turn}"),
-                                        "read",
-                                        json!({"path": "src/lib.rs"}),
-                                    )],
-                                },
-                                stop_reason: StopReason::ToolUse,
-                                usage: Usage::default(),
-                                input_problems: Box::default(),
-                            }
+                            AssistantResponse::tool_use(Message::assistant(vec![
+                                ContentBlock::tool_use(
+                                    format!("t{turn}"),
+                                    "read",
+                                    json!({"path": "src/lib.rs"}),
+                                ),
+                            ]))
                         } else {
                             AssistantResponse::end_turn(Message::assistant_text("done"))
                         };

@@ -93,13 +93,10 @@ fn measure(messages: usize, retries: u64) -> Figures {
     let (copy, clone_bytes, _) = counted(|| base.clone());
     drop(black_box(copy));
 
-    let config = MachineConfig {
-        retry: RetryConfig {
-            max_attempts: u32::try_from(retries + 1).expect("retries fit in u32"),
-            ..RetryConfig::default()
-        },
-        ..MachineConfig::default()
-    };
+    let config = MachineConfig::default().with_retry(
+        RetryConfig::default()
+            .with_max_attempts(u32::try_from(retries + 1).expect("retries fit in u32")),
+    );
     let mut machine = AgentMachine::with_conversation(config, 1, base);
     let mut now = Millis(0);
     let mut request: Option<RequestId> = None;

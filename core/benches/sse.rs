@@ -29,9 +29,7 @@ use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use rebound_core::wire::sse::{SseDecoder, SseError};
 use rebound_core::wire::{encode_stream, StreamDecoder, StreamDelta, StreamLimits};
-use rebound_core::{
-    AssistantResponse, ContentBlock, Message, ProviderKind, Role, StopReason, Usage,
-};
+use rebound_core::{AssistantResponse, ContentBlock, Message, ProviderKind, Usage};
 use serde_json::json;
 use std::hint::black_box;
 
@@ -66,19 +64,7 @@ fn long_response() -> AssistantResponse {
             json!({"path": format!("src/file_{n}.rs"), "lines": lines}),
         ));
     }
-    AssistantResponse {
-        message: Message {
-            role: Role::Assistant,
-            content,
-        },
-        stop_reason: StopReason::ToolUse,
-        usage: Usage {
-            input_tokens: 1000,
-            output_tokens: 900_000,
-            ..Usage::default()
-        },
-        input_problems: Box::default(),
-    }
+    AssistantResponse::tool_use(Message::assistant(content)).with_usage(Usage::new(1000, 900_000))
 }
 
 fn anthropic_encoded() -> Vec<u8> {

@@ -32,6 +32,7 @@ use std::collections::{BTreeMap, VecDeque};
 ///   funds retries during a long total outage: keep it small.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct BudgetConfig {
     /// Most tokens the bucket holds.
     pub capacity: f64,
@@ -57,6 +58,44 @@ impl Default for BudgetConfig {
     }
 }
 
+impl BudgetConfig {
+    /// Sets [`capacity`](Self::capacity), the most tokens the bucket holds.
+    #[must_use]
+    pub fn with_capacity(mut self, tokens: f64) -> Self {
+        self.capacity = tokens;
+        self
+    }
+
+    /// Sets [`initial`](Self::initial), the tokens in the bucket at the start.
+    #[must_use]
+    pub fn with_initial(mut self, tokens: f64) -> Self {
+        self.initial = tokens;
+        self
+    }
+
+    /// Sets [`deposit_per_request`](Self::deposit_per_request), what each first attempt
+    /// pays.
+    #[must_use]
+    pub fn with_deposit_per_request(mut self, tokens: f64) -> Self {
+        self.deposit_per_request = tokens;
+        self
+    }
+
+    /// Sets [`deposit_per_success`](Self::deposit_per_success), what each success pays.
+    #[must_use]
+    pub fn with_deposit_per_success(mut self, tokens: f64) -> Self {
+        self.deposit_per_success = tokens;
+        self
+    }
+
+    /// Sets [`refill_per_sec`](Self::refill_per_sec), what time alone pays.
+    #[must_use]
+    pub fn with_refill_per_sec(mut self, tokens: f64) -> Self {
+        self.refill_per_sec = tokens;
+        self
+    }
+}
+
 /// What a permit is asked for. Only [`Charged`](PermitKind::Charged) permits cost a token;
 /// every kind waits while the target is rate-limited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -76,6 +115,7 @@ pub enum PermitKind {
 /// The budget's answer to a permit request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum PermitDecision {
     /// Go ahead now (for a charged permit, a token was withdrawn).
     Granted,
@@ -169,13 +209,14 @@ struct Waiter {
 /// use rebound_core::budget::{BudgetConfig, BudgetNote, PermitAsk, PermitDecision, PermitKind, RetryBudget, Ticket};
 /// use rebound_core::Millis;
 ///
-/// let mut budget = RetryBudget::new(BudgetConfig {
-///     capacity: 1.0,
-///     initial: 1.0,
-///     deposit_per_request: 0.0,
-///     deposit_per_success: 1.0,
-///     refill_per_sec: 0.0,
-/// });
+/// let mut budget = RetryBudget::new(
+///     BudgetConfig::default()
+///         .with_capacity(1.0)
+///         .with_initial(1.0)
+///         .with_deposit_per_request(0.0)
+///         .with_deposit_per_success(1.0)
+///         .with_refill_per_sec(0.0),
+/// );
 /// let retry = PermitAsk { kind: PermitKind::Charged, target: 0, deadline: Millis(5_000), since: Millis(0) };
 /// assert_eq!(budget.request(Millis(0), Ticket(1), retry), Some(PermitDecision::Granted));
 /// // Empty: the next retry waits in the queue...

@@ -56,6 +56,7 @@ pub fn estimate_tokens(bytes: usize) -> u64 {
 /// How a conversation is (or was) compacted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum CompactionMethod {
     /// A summary written by the model in use replaces the older turns; on failure, elision.
     Summary,
@@ -76,6 +77,7 @@ impl fmt::Display for CompactionMethod {
 /// Why a compaction ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum CompactionReason {
     /// The provider refused the request as too long for its context window.
     Overflow,
@@ -94,6 +96,7 @@ impl fmt::Display for CompactionReason {
 
 /// What a compaction did: told to the UI and written into traces.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct CompactionReport {
     /// Messages before.
     pub before_messages: usize,
@@ -306,6 +309,7 @@ pub fn summarized(conversation: &Conversation, keep_from: usize, summary: &str) 
 /// assistant message and every `tool_use` in the tail is answered inside it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct CompactionPolicy {
     /// At least this many of the newest messages are kept verbatim.
     pub keep_recent_messages: usize,
@@ -325,6 +329,36 @@ impl Default for CompactionPolicy {
             keep_head_bytes: 256,
             max_tail_result_bytes: 32 * 1_024,
         }
+    }
+}
+
+impl CompactionPolicy {
+    /// Sets [`keep_recent_messages`](Self::keep_recent_messages).
+    #[must_use]
+    pub fn with_keep_recent_messages(mut self, messages: usize) -> Self {
+        self.keep_recent_messages = messages;
+        self
+    }
+
+    /// Sets [`elide_over_bytes`](Self::elide_over_bytes).
+    #[must_use]
+    pub fn with_elide_over_bytes(mut self, bytes: usize) -> Self {
+        self.elide_over_bytes = bytes;
+        self
+    }
+
+    /// Sets [`keep_head_bytes`](Self::keep_head_bytes).
+    #[must_use]
+    pub fn with_keep_head_bytes(mut self, bytes: usize) -> Self {
+        self.keep_head_bytes = bytes;
+        self
+    }
+
+    /// Sets [`max_tail_result_bytes`](Self::max_tail_result_bytes).
+    #[must_use]
+    pub fn with_max_tail_result_bytes(mut self, bytes: usize) -> Self {
+        self.max_tail_result_bytes = bytes;
+        self
     }
 }
 

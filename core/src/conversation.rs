@@ -37,6 +37,7 @@ impl fmt::Display for Role {
 /// Where the bytes of an image (or other media) come from, in Anthropic's `source` shape.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum MediaSource {
     /// Inline base64 data with its media type, e.g. `image/png`.
     Base64 {
@@ -66,6 +67,7 @@ impl MediaSource {
 /// One part of a tool result: text or an image.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolResultPart {
     /// Text shown to the model.
     Text {
@@ -84,6 +86,15 @@ impl ToolResultPart {
     #[must_use]
     pub fn text(text: impl Into<String>) -> Self {
         ToolResultPart::Text { text: text.into() }
+    }
+
+    /// The text of a text part; `None` for an image (or another kind of part).
+    #[must_use]
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            ToolResultPart::Text { text } => Some(text),
+            ToolResultPart::Image { .. } => None,
+        }
     }
 }
 
@@ -118,6 +129,7 @@ impl ToolResultBlock {
 /// One block of message content.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ContentBlock {
     /// Plain text.
     Text {
@@ -209,6 +221,25 @@ impl Message {
     #[must_use]
     pub fn approx_bytes(&self) -> usize {
         self.content.iter().map(block_bytes).sum()
+    }
+
+    /// A user message with these blocks.
+    #[must_use]
+    pub fn user(content: Vec<ContentBlock>) -> Self {
+        Message {
+            role: Role::User,
+            content,
+        }
+    }
+
+    /// An assistant message with these blocks, e.g. text followed by
+    /// [`tool_use`](ContentBlock::tool_use) blocks.
+    #[must_use]
+    pub fn assistant(content: Vec<ContentBlock>) -> Self {
+        Message {
+            role: Role::Assistant,
+            content,
+        }
     }
 
     /// A user message with one text block.
@@ -315,6 +346,7 @@ fn deserialize_result_parts<'de, D: Deserializer<'de>>(
 /// blocks immediately after"); finding it before sending turns a provider error into a local,
 /// explainable one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PairingError {
     /// An assistant `tool_use` is not answered in the very next (user) message.
     #[error("message {message}: tool_use `{tool_use_id}` has no tool_result in the next message")]

@@ -7,6 +7,7 @@ use std::sync::Arc;
 /// Which wire format / API family a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ProviderKind {
     /// Anthropic Messages API (`POST {base}/v1/messages`).
     Anthropic,
@@ -17,6 +18,16 @@ pub enum ProviderKind {
     /// typed input and output items, reasoning items passed back between turns.
     #[serde(rename = "openai_responses")]
     OpenAiResponses,
+}
+
+impl ProviderKind {
+    /// Every kind this version knows, in declaration order: for code that must hold for
+    /// each (tests, a UI's list) and stays complete when a kind is added.
+    pub const ALL: &'static [ProviderKind] = &[
+        ProviderKind::Anthropic,
+        ProviderKind::OpenAi,
+        ProviderKind::OpenAiResponses,
+    ];
 }
 
 impl fmt::Display for ProviderKind {
@@ -32,6 +43,7 @@ impl fmt::Display for ProviderKind {
 /// What went wrong with a provider attempt, sorted by what can be done about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum FailureKind {
     /// 429 (not a spend or quota limit): wait and retry.
     RateLimited,
@@ -120,9 +132,12 @@ impl fmt::Display for FailureKind {
     }
 }
 
-/// The four things the agent loop can do about a failure (DESIGN.md's decision table).
+/// What the agent loop does about a provider failure: the decision table of the README
+/// ("What happens to each failure"). Retry, compact, or fail; the fourth decision, an error
+/// tool result for the model, concerns tool failures, not provider failures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum FailureAction {
     /// Retry the same request with backoff.
     Retry,
@@ -135,6 +150,7 @@ pub enum FailureAction {
 /// A transport-level fault: the HTTP exchange did not produce a usable response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum TransportFault {
     /// TCP connect refused or unreachable.
     Connect,
@@ -196,6 +212,7 @@ impl TransportFault {
 /// from a transport fault. It never holds a secret: only the provider's own error text, the
 /// request id it assigned and delay hints.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ProviderFailure {
     /// What kind of failure this is.
     pub kind: FailureKind,
@@ -264,6 +281,41 @@ impl ProviderFailure {
         self
     }
 
+    /// Builder: sets the provider's error type, e.g. `overloaded_error`.
+    #[must_use]
+    pub fn with_error_type(mut self, error_type: impl Into<String>) -> Self {
+        self.error_type = Some(error_type.into());
+        self
+    }
+
+    /// Builder: sets the provider's request id.
+    #[must_use]
+    pub fn with_request_id(mut self, request_id: impl Into<String>) -> Self {
+        self.request_id = Some(request_id.into());
+        self
+    }
+
+    /// Builder: sets the server's explicit delay hint, in ms.
+    #[must_use]
+    pub fn with_retry_after_ms(mut self, ms: u64) -> Self {
+        self.retry_after_ms = Some(ms);
+        self
+    }
+
+    /// Builder: sets the time until the rate-limit window resets, in ms.
+    #[must_use]
+    pub fn with_rate_limit_reset_ms(mut self, ms: u64) -> Self {
+        self.rate_limit_reset_ms = Some(ms);
+        self
+    }
+
+    /// Builder: sets the server's `x-should-retry` verdict.
+    #[must_use]
+    pub fn with_should_retry(mut self, should_retry: bool) -> Self {
+        self.should_retry = Some(should_retry);
+        self
+    }
+
     /// What to do about this failure.
     ///
     /// The kind decides, except that a server's `x-should-retry` header overrides it (as the
@@ -309,6 +361,18 @@ impl fmt::Display for ProviderFailure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn provider_kind_all_lists_every_kind_in_order() {
+        // Adding a kind breaks this match: give it the next position and add it to `ALL`.
+        let position = |kind: ProviderKind| match kind {
+            ProviderKind::Anthropic => 0,
+            ProviderKind::OpenAi => 1,
+            ProviderKind::OpenAiResponses => 2,
+        };
+        let positions: Vec<usize> = ProviderKind::ALL.iter().map(|k| position(*k)).collect();
+        assert_eq!(positions, (0..3).collect::<Vec<_>>());
+    }
 
     #[test]
     fn decision_table_defaults() {

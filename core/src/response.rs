@@ -8,6 +8,7 @@ use std::fmt;
 /// Why the model stopped producing output.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(from = "String", into = "String")]
+#[non_exhaustive]
 pub enum StopReason {
     /// The model finished its turn (`end_turn` / `stop`).
     EndTurn,
@@ -75,6 +76,7 @@ impl fmt::Display for StopReason {
 
 /// Token usage reported by the provider.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Usage {
     /// Prompt tokens.
     #[serde(default)]
@@ -91,6 +93,31 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Usage of `input_tokens` prompt tokens and `output_tokens` completion tokens, nothing
+    /// cached.
+    #[must_use]
+    pub fn new(input_tokens: u64, output_tokens: u64) -> Self {
+        Usage {
+            input_tokens,
+            output_tokens,
+            ..Usage::default()
+        }
+    }
+
+    /// Sets [`cache_creation_input_tokens`](Self::cache_creation_input_tokens).
+    #[must_use]
+    pub fn with_cache_creation_input_tokens(mut self, tokens: u64) -> Self {
+        self.cache_creation_input_tokens = Some(tokens);
+        self
+    }
+
+    /// Sets [`cache_read_input_tokens`](Self::cache_read_input_tokens).
+    #[must_use]
+    pub fn with_cache_read_input_tokens(mut self, tokens: u64) -> Self {
+        self.cache_read_input_tokens = Some(tokens);
+        self
+    }
+
     /// The tokens of the prompt as the context window counts them: OpenAI's `prompt_tokens`
     /// (Responses: `input_tokens`) already include cached tokens; Anthropic's `input_tokens` exclude the tokens read
     /// from and written to the cache, which count too.
@@ -109,6 +136,7 @@ impl Usage {
 /// What was wrong with the input the model produced for one tool call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum InputProblemKind {
     /// The streamed arguments were not valid JSON.
     InvalidJson,
@@ -137,6 +165,7 @@ pub struct ToolInputProblem {
 
 /// A complete assistant response as assembled from a provider stream or JSON body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct AssistantResponse {
     /// The assistant message (role `assistant`).
     pub message: Message,
@@ -153,15 +182,55 @@ pub struct AssistantResponse {
 }
 
 impl AssistantResponse {
-    /// A response holding `message` that ended its turn normally.
+    /// A response holding `message` that stopped for `stop_reason`, with no usage reported
+    /// and no input problems.
     #[must_use]
-    pub fn end_turn(message: Message) -> Self {
+    pub fn new(message: Message, stop_reason: StopReason) -> Self {
         AssistantResponse {
             message,
-            stop_reason: StopReason::EndTurn,
+            stop_reason,
             usage: Usage::default(),
             input_problems: Box::default(),
         }
+    }
+
+    /// A response holding `message` that ended its turn normally.
+    #[must_use]
+    pub fn end_turn(message: Message) -> Self {
+        Self::new(message, StopReason::EndTurn)
+    }
+
+    /// A response whose `message` asks for tools: its `tool_use` blocks become a
+    /// [`Command::RunTools`](crate::Command::RunTools).
+    ///
+    /// ```
+    /// use rebound_core::{AssistantResponse, ContentBlock, Message, StopReason};
+    /// use serde_json::json;
+    ///
+    /// let response = AssistantResponse::tool_use(Message::assistant(vec![
+    ///     ContentBlock::text("Let me look."),
+    ///     ContentBlock::tool_use("call_1", "read", json!({"path": "README.md"})),
+    /// ]));
+    /// assert_eq!(response.stop_reason, StopReason::ToolUse);
+    /// assert_eq!(response.message.tool_uses().count(), 1);
+    /// ```
+    #[must_use]
+    pub fn tool_use(message: Message) -> Self {
+        Self::new(message, StopReason::ToolUse)
+    }
+
+    /// Sets the token usage the provider reported.
+    #[must_use]
+    pub fn with_usage(mut self, usage: Usage) -> Self {
+        self.usage = usage;
+        self
+    }
+
+    /// Sets the tool calls whose input is unusable.
+    #[must_use]
+    pub fn with_input_problems(mut self, problems: Vec<ToolInputProblem>) -> Self {
+        self.input_problems = problems.into_boxed_slice();
+        self
     }
 }
 

@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 /// ```
 /// use rebound_core::{FailureKind, ProviderFailure, RetryConfig, RetryDelay};
 ///
-/// let policy = RetryConfig { jitter: false, ..RetryConfig::default() };
+/// let policy = RetryConfig::default().with_jitter(false);
 /// let mut rng = fastrand::Rng::with_seed(1);
 /// let mut limited = ProviderFailure::new(FailureKind::RateLimited, "slow down").with_status(429);
 /// limited.rate_limit_reset_ms = Some(3);
@@ -57,6 +57,7 @@ use serde::{Deserialize, Serialize};
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct RetryConfig {
     /// Attempts per request, counting the first. Values below 1 are treated as 1.
     pub max_attempts: u32,
@@ -96,6 +97,67 @@ impl Default for RetryConfig {
     }
 }
 
+impl RetryConfig {
+    /// Sets [`max_attempts`](Self::max_attempts), counting the first attempt.
+    #[must_use]
+    pub fn with_max_attempts(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
+    }
+
+    /// Sets [`initial_delay_ms`](Self::initial_delay_ms), the delay before the first retry.
+    #[must_use]
+    pub fn with_initial_delay_ms(mut self, ms: u64) -> Self {
+        self.initial_delay_ms = ms;
+        self
+    }
+
+    /// Sets [`max_delay_ms`](Self::max_delay_ms), the cap of the computed delay.
+    #[must_use]
+    pub fn with_max_delay_ms(mut self, ms: u64) -> Self {
+        self.max_delay_ms = ms;
+        self
+    }
+
+    /// Sets [`multiplier`](Self::multiplier), the growth factor per retry.
+    #[must_use]
+    pub fn with_multiplier(mut self, multiplier: f64) -> Self {
+        self.multiplier = multiplier;
+        self
+    }
+
+    /// Sets [`jitter`](Self::jitter): whether computed delays are jittered.
+    #[must_use]
+    pub fn with_jitter(mut self, jitter: bool) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
+    /// Sets [`max_retry_after_ms`](Self::max_retry_after_ms), the longest server delay
+    /// honoured.
+    #[must_use]
+    pub fn with_max_retry_after_ms(mut self, ms: u64) -> Self {
+        self.max_retry_after_ms = ms;
+        self
+    }
+
+    /// Sets [`fallback_after_ms`](Self::fallback_after_ms), the longest server delay worth
+    /// waiting with a next target at hand.
+    #[must_use]
+    pub fn with_fallback_after_ms(mut self, ms: u64) -> Self {
+        self.fallback_after_ms = ms;
+        self
+    }
+
+    /// Sets [`max_empty_responses`](Self::max_empty_responses), the empty answers tolerated
+    /// per request.
+    #[must_use]
+    pub fn with_max_empty_responses(mut self, count: u32) -> Self {
+        self.max_empty_responses = count;
+        self
+    }
+}
+
 /// `fallback_after_ms` of a config serialized before it existed.
 fn never() -> u64 {
     u64::MAX
@@ -104,6 +166,7 @@ fn never() -> u64 {
 /// The delay chosen before a retry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RetryDelay {
     /// The policy's own (jittered) exponential backoff.
     Backoff(u64),

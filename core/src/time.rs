@@ -1,13 +1,17 @@
-//! Virtual time as the machine sees it: milliseconds since the run started, always passed in.
+//! Time as the machine sees it: milliseconds on the driver's monotonic clock, always passed in.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
-/// A point in time, in milliseconds since the driver started the run.
+/// A point in time, in milliseconds on a monotonic clock the driver chooses.
 ///
 /// The machine never reads a clock: every `handle` call carries the current `Millis`, and a
 /// deadline the machine wants is expressed as a delay in a [`Command::Sleep`](crate::Command).
-/// The tokio runner derives it from a monotonic clock, the simulator from its virtual clock.
+/// The origin is the driver's choice (the run's start, the process's, a virtual clock's) and
+/// the clock must never go backwards; with a shared retry budget it must be the budget's
+/// clock, so that permit times agree across the machines sharing it (see
+/// [`AgentMachine`](crate::AgentMachine#time)). The tokio runner uses its budget's clock (or
+/// a monotonic clock started with the run), the simulator its virtual clock.
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
 )]
@@ -15,7 +19,7 @@ use std::fmt;
 pub struct Millis(pub u64);
 
 impl Millis {
-    /// The start of a run.
+    /// The clock's origin (where a driver that counts from the run's start begins).
     pub const ZERO: Millis = Millis(0);
 
     /// This time plus `ms` milliseconds, saturating instead of overflowing.

@@ -60,6 +60,7 @@ impl ToolOutput {
 /// A failure of the host rather than the model's choice: it ends the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum HostFailureKind {
     /// The user or embedder canceled.
     Canceled,
@@ -139,6 +140,30 @@ pub struct CallOutcome {
     pub result: Result<ToolOutput, ToolFailure>,
 }
 
+impl CallOutcome {
+    /// The outcome of the call `tool_use_id`.
+    #[must_use]
+    pub fn new(tool_use_id: impl Into<String>, result: Result<ToolOutput, ToolFailure>) -> Self {
+        CallOutcome {
+            tool_use_id: tool_use_id.into(),
+            result,
+        }
+    }
+
+    /// The call `tool_use_id` worked and produced `output`.
+    #[must_use]
+    pub fn ok(tool_use_id: impl Into<String>, output: ToolOutput) -> Self {
+        Self::new(tool_use_id, Ok(output))
+    }
+
+    /// The call `tool_use_id` failed in a way the model can act on (bad arguments, a handler
+    /// error): it becomes an error tool result and the loop goes on.
+    #[must_use]
+    pub fn model_error(tool_use_id: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(tool_use_id, Err(ToolFailure::model(message)))
+    }
+}
+
 /// The outcome of a whole [`Command::RunTools`](crate::Command::RunTools) batch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -149,7 +174,27 @@ pub enum BatchOutcome {
     WholeBatch(ToolFailure),
 }
 
-/// The text of an error tool result, as DESIGN.md specifies it.
+impl FromIterator<CallOutcome> for BatchOutcome {
+    /// One outcome per call, collected: [`BatchOutcome::PerCall`].
+    ///
+    /// ```
+    /// use rebound_core::{BatchOutcome, CallOutcome, ToolCall, ToolOutput};
+    /// use serde_json::json;
+    ///
+    /// let calls = vec![ToolCall::new("call_1", "read", json!({"path": "a.txt"}))];
+    /// let outcome: BatchOutcome = calls
+    ///     .iter()
+    ///     .map(|call| CallOutcome::ok(&call.id, ToolOutput::text("contents of a.txt")))
+    ///     .collect();
+    /// assert!(matches!(outcome, BatchOutcome::PerCall(ref outcomes) if outcomes.len() == 1));
+    /// ```
+    fn from_iter<I: IntoIterator<Item = CallOutcome>>(outcomes: I) -> Self {
+        BatchOutcome::PerCall(outcomes.into_iter().collect())
+    }
+}
+
+/// The text of an error tool result: what the model reads when a call failed, the error
+/// first, then what it may do about it (the same words for every provider and tool).
 ///
 /// ```
 /// assert_eq!(

@@ -55,15 +55,14 @@ fn config() -> impl Strategy<Value = BudgetConfig> {
         0.0f64..4.0,
         0.0f64..2.0,
     )
-        .prop_map(
-            |(capacity, initial, request, success, refill)| BudgetConfig {
-                capacity,
-                initial: capacity * initial,
-                deposit_per_request: request,
-                deposit_per_success: success,
-                refill_per_sec: refill,
-            },
-        )
+        .prop_map(|(capacity, initial, request, success, refill)| {
+            BudgetConfig::default()
+                .with_capacity(capacity)
+                .with_initial(capacity * initial)
+                .with_deposit_per_request(request)
+                .with_deposit_per_success(success)
+                .with_refill_per_sec(refill)
+        })
 }
 
 /// One waiting ticket, as the test sees it.
@@ -109,6 +108,7 @@ proptest! {
                         }
                         Some(PermitDecision::WaitUntil(until)) => prop_assert!(until > now),
                         Some(PermitDecision::Granted) => {}
+                        Some(other) => prop_assert!(false, "a decision this test does not know: {other:?}"),
                         None => {
                             prop_assert_eq!(kind, PermitKind::Charged, "only charged permits wait");
                             waiting.insert(ticket, Waiting { since, order: next, deadline: ask.deadline });
@@ -141,6 +141,7 @@ proptest! {
                     }
                     PermitDecision::Denied => prop_assert!(now >= w.deadline, "{ticket:?} denied early"),
                     PermitDecision::WaitUntil(until) => prop_assert!(until > now),
+                    other => prop_assert!(false, "a decision this test does not know: {other:?}"),
                 }
             }
             // A driver ticking at the next wakeup always moves forward.

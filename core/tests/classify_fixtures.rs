@@ -1,7 +1,10 @@
 //! Classification of real provider error bodies (see `fixtures/errors/SOURCES.md`), plus the
 //! wordings and hostile inputs that have no byte-exact capture.
 
-use rebound_core::classify::{classify_error_body, classify_http, classify_transport};
+use rebound_core::classify::{
+    classify_error_body, classify_http, classify_transport, classify_transport_error,
+    TransportError,
+};
 use rebound_core::{FailureAction, FailureKind, Headers, ProviderKind, TransportFault};
 
 use FailureKind::*;
@@ -494,5 +497,62 @@ fn transport_faults_map_through_their_kind_with_a_clean_detail() {
     assert_eq!(
         classify_transport(TransportFault::EmptyMessage, None).kind,
         EmptyResponse
+    );
+}
+
+/// What clients say about failed exchanges (reqwest/hyper, curl, Go's net/http, Python's
+/// httpx, ureq), and the fault each is.
+#[test]
+fn a_client_error_description_is_classified_without_the_client() {
+    let before = TransportError::new;
+    for (error, fault) in [
+        (
+            before("connect error: dns error: failed to lookup address information: Name or service not known"),
+            TransportFault::Dns,
+        ),
+        (before("dial tcp: lookup api.example: no such host"), TransportFault::Dns),
+        (
+            before("connect error: invalid peer certificate: UnknownIssuer").with_connect_failed(true),
+            TransportFault::Tls,
+        ),
+        (before("SSL: CERTIFICATE_VERIFY_FAILED"), TransportFault::Tls),
+        (
+            before("connect error: tcp connect error: Connection refused (os error 111)")
+                .with_connect_failed(true),
+            TransportFault::Connect,
+        ),
+        (before("[Errno 111] Connection refused"), TransportFault::Connect),
+        (before("connection closed before message completed"), TransportFault::Reset),
+        (before("operation timed out").with_timed_out(true), TransportFault::Timeout),
+        (
+            before("operation timed out").with_timed_out(true).with_response_started(true),
+            TransportFault::IdleTimeout,
+        ),
+        (
+            // Once the response started, a break is a cut stream, whatever the text says.
+            before("dns error").with_response_started(true),
+            TransportFault::StreamCut,
+        ),
+    ] {
+        assert_eq!(error.fault(), fault, "{error:?}");
+        let failure = classify_transport_error(&error);
+        assert_eq!(failure.transport, Some(fault), "{error:?}");
+        assert_eq!(failure.kind, fault.kind(), "{error:?}");
+        assert!(failure.message.starts_with(fault.phrase()), "{}", failure.message);
+    }
+    // The detail is cleaned like any other: one line, bounded, keys redacted.
+    let noisy = format!("reset\nby peer sk-ant-api03-{}", "x".repeat(2_000));
+    let failure = classify_transport_error(&TransportError::new(&noisy));
+    assert!(!failure.message.contains('\n'), "{}", failure.message);
+    assert!(
+        !failure.message.contains("sk-ant-api03-xxxx"),
+        "{}",
+        failure.message
+    );
+    assert!(failure.message.len() < 700, "{}", failure.message.len());
+    // No description: the fault's phrase alone.
+    assert_eq!(
+        &*classify_transport_error(&TransportError::new("  ")).message,
+        TransportFault::Reset.phrase()
     );
 }

@@ -6,13 +6,11 @@ use rebound_core::wire::{encode_stream, StreamDecoder, StreamLimits};
 use rebound_core::{AssistantResponse, Message, ProviderKind};
 
 fn small_limits() -> StreamLimits {
-    StreamLimits {
-        sse: SseLimits {
-            max_line_bytes: 600,
-            max_event_bytes: 1_200,
-        },
-        ..StreamLimits::default()
-    }
+    StreamLimits::default().with_sse(
+        SseLimits::default()
+            .with_max_line_bytes(600)
+            .with_max_event_bytes(1_200),
+    )
 }
 
 /// Feeds `chunks` until the decoder completes or fails, then finishes.

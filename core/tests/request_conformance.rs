@@ -10,13 +10,7 @@ use rebound_core::{
 };
 use serde_json::{json, Value};
 
-const PARAMS: RequestParams<'static> = RequestParams {
-    model: "m",
-    system: None,
-    tools: &[],
-    max_tokens: 64,
-    stream: true,
-};
+const PARAMS: RequestParams<'static> = RequestParams::new("m", 64);
 
 fn user(blocks: Vec<ContentBlock>) -> Message {
     Message {

@@ -9,13 +9,7 @@ use rebound_core::{
 };
 
 fn config(jitter: bool) -> MachineConfig {
-    MachineConfig {
-        retry: RetryConfig {
-            jitter,
-            ..RetryConfig::default()
-        },
-        ..MachineConfig::default()
-    }
+    MachineConfig::default().with_retry(RetryConfig::default().with_jitter(jitter))
 }
 
 fn status_failure(status: u16, headers: &Headers) -> ProviderFailure {

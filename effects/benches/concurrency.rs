@@ -306,14 +306,9 @@ async fn one_agent(client: Client, url: String, all: Arc<Mutex<Vec<u64>>>) -> bo
             let Ok(provider) = HttpProvider::new(http) else {
                 return false;
             };
-            let config = MachineConfig {
-                retry: RetryConfig {
-                    max_attempts: 1,
-                    ..RetryConfig::default()
-                },
-                targets: vec![TargetSpec::new(ProviderKind::Anthropic, "bench")],
-                ..MachineConfig::default()
-            };
+            let config = MachineConfig::default()
+                .with_retry(RetryConfig::default().with_max_attempts(1))
+                .with_targets(vec![TargetSpec::new(ProviderKind::Anthropic, "bench")]);
             let mut runner = Runner::new(config, vec![Box::new(provider)])
                 .seed(1)
                 .receiver(Probe {

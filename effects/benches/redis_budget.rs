@@ -122,15 +122,8 @@ fn main() {
             .expect("a budget url");
         // A bucket that never runs dry, so every charged permit is one grant; generous
         // timeouts, so a slow call is measured rather than sent to the local budget.
-        let config = BudgetConfig {
-            capacity: 1e9,
-            initial: 1e9,
-            ..BudgetConfig::default()
-        };
-        let options = RedisOptions {
-            call_timeout: Duration::from_secs(5),
-            ..RedisOptions::default()
-        };
+        let config = BudgetConfig::default().with_capacity(1e9).with_initial(1e9);
+        let options = RedisOptions::default().with_call_timeout(Duration::from_secs(5));
         let budget = RedisBudget::new(&url, config, options).expect("a client");
         budget.check().await.expect("redis answers");
         for _ in 0..1_000 {

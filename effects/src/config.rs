@@ -5,6 +5,7 @@ use rebound_core::ProviderKind;
 /// A configuration problem: missing key, malformed URL, unknown model. Reported before any
 /// request is sent; the CLI exits with status 2.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// The API key variable is not set.
     #[error("no API key: set the {var} environment variable (or pass --api-key-env VAR)")]

@@ -125,6 +125,7 @@ impl From<CompactorError> for CompactionError {
 
 /// What the runner takes to start.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum RunInput {
     /// A new user message.
     User(Vec<ContentBlock>),

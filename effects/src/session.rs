@@ -97,6 +97,7 @@ pub const MAX_SESSION_BYTES: u64 = 1 << 30;
 
 /// What is wrong with the bytes of a session file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SessionFormatError {
     /// Not JSON at all (or cut off).
     #[error("not valid JSON at line {line}, column {column}: {message}")]
@@ -148,6 +149,7 @@ pub enum SessionFormatError {
 
 /// Why a session could not be loaded or saved. Each variant names the file.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SessionError {
     /// The file exists but could not be read.
     #[error("cannot read session file `{path}`: {source}")]
@@ -298,6 +300,7 @@ impl SessionHeader {
 
 /// Which form a loaded session file has.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SessionForm {
     /// A JSON Lines transcript with this header.
     Transcript(SessionHeader),

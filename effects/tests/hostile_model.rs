@@ -8,7 +8,7 @@ mod table;
 
 use rebound_core::{
     AgentMachine, AssistantResponse, Command, ContentBlock, Event, MachineConfig, Message, Millis,
-    Role, StopReason, ToolOutput, ToolResultBlock, ToolSpec, Usage,
+    ToolOutput, ToolResultBlock, ToolSpec,
 };
 use rebound_effects::tools::{files, FnTool, ToolSet, ToolSetError};
 use serde_json::{json, Value};
@@ -37,10 +37,7 @@ fn file_tools(root: &Path) -> ToolSet {
 /// Drives one assistant message of `calls` through the machine and the tool set; returns the
 /// tool results the machine appended, in order.
 async fn answer(set: &ToolSet, calls: Vec<ContentBlock>) -> Vec<ToolResultBlock> {
-    let config = MachineConfig {
-        tools: set.specs().to_vec(),
-        ..MachineConfig::default()
-    };
+    let config = MachineConfig::default().with_tools(set.specs().to_vec());
     let mut machine = AgentMachine::new(config, 1);
     let now = Millis(0);
     let commands = machine.step(
@@ -56,15 +53,7 @@ async fn answer(set: &ToolSet, calls: Vec<ContentBlock>) -> Vec<ToolResultBlock>
             _ => None,
         })
         .expect("a request");
-    let response = AssistantResponse {
-        message: Message {
-            role: Role::Assistant,
-            content: calls,
-        },
-        stop_reason: StopReason::ToolUse,
-        usage: Usage::default(),
-        input_problems: Box::default(),
-    };
+    let response = AssistantResponse::tool_use(Message::assistant(calls));
     let mut commands = machine.step(now, Event::ProviderSucceeded { request, response });
     let cancel = CancellationToken::new();
     if let Some((batch, calls)) = commands.iter().find_map(|c| match c {

@@ -34,7 +34,8 @@ fn config(kind: ProviderKind, url: &str) -> HttpProviderConfig {
     let mut c = HttpProviderConfig::new(kind, "test-model", ApiKey::new("sk-test-hostile"));
     c.base_url = match kind {
         ProviderKind::Anthropic => url.to_owned(),
-        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => format!("{url}/v1"),
+        // OpenAI's APIs; the server below speaks no other.
+        _ => format!("{url}/v1"),
     };
     c.connect_timeout = Duration::from_secs(2);
     c
@@ -429,15 +430,12 @@ async fn absurd_retry_after_values_never_stall_a_run() {
         }
         // A whole run against it ends promptly: the hint never becomes a sleep of years.
         let provider = HttpProvider::new(config(ProviderKind::Anthropic, &s.url())).expect("ok");
-        let machine = MachineConfig {
-            retry: RetryConfig {
-                max_attempts: 3,
-                initial_delay_ms: 10,
-                max_delay_ms: 20,
-                ..RetryConfig::default()
-            },
-            ..MachineConfig::default()
-        };
+        let machine = MachineConfig::default().with_retry(
+            RetryConfig::default()
+                .with_max_attempts(3)
+                .with_initial_delay_ms(10)
+                .with_max_delay_ms(20),
+        );
         let mut runner = Runner::new(machine, vec![Box::new(provider)]);
         let started = Instant::now();
         let result = tokio::time::timeout(OUTER, runner.run(RunInput::text("hi")))

@@ -91,10 +91,7 @@ fn text_of(output: &ToolOutput) -> String {
     output
         .parts
         .iter()
-        .filter_map(|p| match p {
-            ToolResultPart::Text { text } => Some(text.as_str()),
-            ToolResultPart::Image { .. } => None,
-        })
+        .filter_map(ToolResultPart::as_text)
         .collect()
 }
 
@@ -605,7 +602,7 @@ async fn a_lua_image_the_provider_cannot_take_is_dropped_with_a_note() {
 async fn the_model_reads_a_lua_tools_error_and_then_succeeds() {
     use rebound_core::{
         AgentMachine, AssistantResponse, Command, ContentBlock, Event, MachineConfig, Message,
-        Millis, Role, StopReason,
+        Millis,
     };
 
     let ws = workspace();
@@ -613,10 +610,7 @@ async fn the_model_reads_a_lua_tools_error_and_then_succeeds() {
         .tools(lua::load_dir(fixtures(), &ws.root).unwrap())
         .build()
         .unwrap();
-    let config = MachineConfig {
-        tools: tools.specs().to_vec(),
-        ..MachineConfig::default()
-    };
+    let config = MachineConfig::default().with_tools(tools.specs().to_vec());
     let mut machine = AgentMachine::new(config, 1);
     let now = Millis(0);
     let model_turns = [
@@ -643,17 +637,13 @@ async fn the_model_reads_a_lua_tools_error_and_then_succeeds() {
                         .next()
                         .expect("the model is asked at most three times");
                     let response = match turn {
-                        Some(input) => AssistantResponse {
-                            stop_reason: StopReason::ToolUse,
-                            ..AssistantResponse::end_turn(Message {
-                                role: Role::Assistant,
-                                content: vec![ContentBlock::tool_use(
-                                    format!("call{}", appended.len()),
-                                    "add",
-                                    input.clone(),
-                                )],
-                            })
-                        },
+                        Some(input) => AssistantResponse::tool_use(Message::assistant(vec![
+                            ContentBlock::tool_use(
+                                format!("call{}", appended.len()),
+                                "add",
+                                input.clone(),
+                            ),
+                        ])),
                         None => AssistantResponse::end_turn(Message::assistant_text("42 it is")),
                     };
                     next.extend(machine.step(now, Event::ProviderSucceeded { request, response }));

@@ -26,23 +26,18 @@ fn budget(url: &str, config: BudgetConfig, options: RedisOptions) -> RedisBudget
 /// Generous bounds where the test is not about them: a loaded CI machine must not make a
 /// parity test fall back.
 fn patient() -> RedisOptions {
-    RedisOptions {
-        call_timeout: Duration::from_secs(5),
-        waiter_stale_after: Duration::from_secs(3_600),
-        ..RedisOptions::default()
-    }
+    RedisOptions::default()
+        .with_call_timeout(Duration::from_secs(5))
+        .with_waiter_stale_after(Duration::from_secs(3_600))
 }
 
 /// Collects a budget's events.
 fn recorder() -> (Arc<Mutex<Vec<BudgetEvent>>>, RedisOptions) {
     let events = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&events);
-    let options = RedisOptions {
-        on_event: Some(Arc::new(move |e: &BudgetEvent| {
-            seen.lock().expect("not poisoned").push(e.clone());
-        })),
-        ..RedisOptions::default()
-    };
+    let options = RedisOptions::default().with_on_event(Arc::new(move |e: &BudgetEvent| {
+        seen.lock().expect("not poisoned").push(e.clone());
+    }));
     (events, options)
 }
 
@@ -86,13 +81,12 @@ async fn queued(budget: &RedisBudget, n: u64) {
 }
 
 fn tokens(initial: f64, success: f64) -> BudgetConfig {
-    BudgetConfig {
-        capacity: initial.max(1.0),
-        initial,
-        deposit_per_request: 0.0,
-        deposit_per_success: success,
-        refill_per_sec: 0.0,
-    }
+    BudgetConfig::default()
+        .with_capacity(initial.max(1.0))
+        .with_initial(initial)
+        .with_deposit_per_request(0.0)
+        .with_deposit_per_success(success)
+        .with_refill_per_sec(0.0)
 }
 
 async fn call(b: &RedisBudget, op: ScriptOp, now: u64) -> ScriptReply {
@@ -106,6 +100,7 @@ fn reply_of(decision: PermitDecision, now: u64) -> ScriptReply {
         PermitDecision::Granted => ScriptReply::Granted,
         PermitDecision::Denied => ScriptReply::Denied,
         PermitDecision::WaitUntil(until) => ScriptReply::Wait(until.since(Millis(now))),
+        other => panic!("a decision this test does not know: {other:?}"),
     }
 }
 
@@ -117,13 +112,12 @@ async fn the_script_decides_as_core_does() {
     let pick = |rng: &mut fastrand::Rng, from: &[f64]| from[rng.usize(..from.len())];
     for seed in 0..24_u64 {
         let mut rng = fastrand::Rng::with_seed(seed);
-        let config = BudgetConfig {
-            capacity: pick(&mut rng, &[0.5, 1.0, 2.0, 3.5, 5.0]),
-            initial: pick(&mut rng, &[0.0, 1.0, 2.5, 5.0]),
-            deposit_per_request: pick(&mut rng, &[0.0, 0.1, 0.25]),
-            deposit_per_success: pick(&mut rng, &[0.0, 1.0, 3.0]),
-            refill_per_sec: pick(&mut rng, &[0.0, 0.5, 2.5, 7.0]),
-        };
+        let config = BudgetConfig::default()
+            .with_capacity(pick(&mut rng, &[0.5, 1.0, 2.0, 3.5, 5.0]))
+            .with_initial(pick(&mut rng, &[0.0, 1.0, 2.5, 5.0]))
+            .with_deposit_per_request(pick(&mut rng, &[0.0, 0.1, 0.25]))
+            .with_deposit_per_success(pick(&mut rng, &[0.0, 1.0, 3.0]))
+            .with_refill_per_sec(pick(&mut rng, &[0.0, 0.5, 2.5, 7.0]));
         let redis = budget(
             &server.budget_url(&format!("parity-{seed}")),
             config.clone(),
@@ -368,10 +362,7 @@ async fn a_waiter_whose_process_died_leaves_the_queue() {
         return;
     };
     let url = server.budget_url("stale");
-    let options = RedisOptions {
-        waiter_stale_after: Duration::from_millis(300),
-        ..patient()
-    };
+    let options = patient().with_waiter_stale_after(Duration::from_millis(300));
     let config = tokens(1.0, 1.0);
     let dead = budget(&url, config.clone(), options.clone());
     let alive = budget(&url, config, options);
@@ -412,10 +403,7 @@ async fn keys_are_namespaced_expire_when_idle_and_hold_only_numbers() {
     let Some(server) = RedisServer::start("keys_are_namespaced") else {
         return;
     };
-    let options = RedisOptions {
-        idle_expiry: Duration::from_millis(1_500),
-        ..patient()
-    };
+    let options = patient().with_idle_expiry(Duration::from_millis(1_500));
     let b = budget(
         &server.budget_url("team-a"),
         BudgetConfig::default(),
@@ -469,10 +457,7 @@ async fn a_redis_that_is_down_falls_back_once_and_is_used_again_when_it_returns(
     };
     server.kill();
     let (events, options) = recorder();
-    let options = RedisOptions {
-        retry_redis_after: Duration::from_millis(300),
-        ..options
-    };
+    let options = options.with_retry_redis_after(Duration::from_millis(300));
     let b = budget(&server.budget_url("down"), tokens(2.0, 1.0), options);
     let started = Instant::now();
     let decisions = [
@@ -613,10 +598,7 @@ async fn a_script_error_falls_back_and_the_budget_returns_once_it_runs_again() {
         "+OK"
     );
     let (events, options) = recorder();
-    let options = RedisOptions {
-        retry_redis_after: Duration::from_millis(100),
-        ..options
-    };
+    let options = options.with_retry_redis_after(Duration::from_millis(100));
     let b = budget(&server.budget_url("clash"), tokens(1.0, 1.0), options);
     assert_eq!(b.acquire(charged(&b, 0, 0)).await, PermitDecision::Granted);
     {

@@ -13,13 +13,12 @@ use rebound_sim::Scenario;
 use std::time::Duration;
 
 fn refill_only(refill_per_sec: f64) -> BudgetConfig {
-    BudgetConfig {
-        capacity: 1.0,
-        initial: 0.0,
-        deposit_per_request: 0.0,
-        deposit_per_success: 0.0,
-        refill_per_sec,
-    }
+    BudgetConfig::default()
+        .with_capacity(1.0)
+        .with_initial(0.0)
+        .with_deposit_per_request(0.0)
+        .with_deposit_per_success(0.0)
+        .with_refill_per_sec(refill_per_sec)
 }
 
 #[tokio::test]
@@ -44,17 +43,15 @@ async fn a_run_started_after_the_budget_waits_for_refill_on_the_budgets_clock() 
         since: now,
     };
     assert_eq!(budget.acquire(spent).await, PermitDecision::Granted);
-    let config = MachineConfig {
-        retry: RetryConfig {
-            initial_delay_ms: 10,
-            jitter: false,
-            ..RetryConfig::default()
-        },
+    let config = MachineConfig::default()
+        .with_retry(
+            RetryConfig::default()
+                .with_initial_delay_ms(10)
+                .with_jitter(false),
+        )
         // Enough to wait for the refill on the budget's clock. A run that counted time from
         // its own start would ask with a deadline in the budget's past, and be denied.
-        retry_budget: Some(BudgetUse { max_wait_ms: 1_500 }),
-        ..MachineConfig::default()
-    };
+        .with_retry_budget(BudgetUse::new(1_500));
     let mut provider =
         HttpProviderConfig::new(ProviderKind::Anthropic, "claude-test", ApiKey::new("k"));
     provider.base_url = server.base_url();
@@ -73,10 +70,7 @@ async fn a_run_started_after_the_budget_waits_for_refill_on_the_budgets_clock() 
 
 #[tokio::test(start_paused = true)]
 async fn a_budget_an_hour_old_keeps_refilling() {
-    let budget = SharedBudget::new(BudgetConfig {
-        capacity: 3.0,
-        ..refill_only(0.5)
-    });
+    let budget = SharedBudget::new(refill_only(0.5).with_capacity(3.0));
     tokio::time::sleep(Duration::from_secs(3_600)).await;
     assert!((budget.balance() - 3.0).abs() < f64::EPSILON);
     let ask = |budget: &SharedBudget| {

@@ -40,19 +40,17 @@ fn http(server: &FakeServer) -> HttpProvider {
 }
 
 fn config() -> MachineConfig {
-    MachineConfig {
-        retry: RetryConfig {
-            initial_delay_ms: 10,
-            jitter: false,
-            ..RetryConfig::default()
-        },
-        targets: vec![TargetSpec {
-            provider: ProviderKind::Anthropic,
-            model: "claude-test".into(),
-            context_window: None,
-        }],
-        ..MachineConfig::default()
-    }
+    MachineConfig::default()
+        .with_retry(
+            RetryConfig::default()
+                .with_initial_delay_ms(10)
+                .with_jitter(false),
+        )
+        .with_targets(vec![TargetSpec::new(
+            ProviderKind::Anthropic,
+            "claude-test",
+        )
+        .with_context_window(None)])
 }
 
 fn runner(server: &FakeServer) -> Runner {

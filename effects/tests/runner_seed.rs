@@ -61,13 +61,8 @@ async fn traced_run(runner: Runner) -> Trace {
 }
 
 fn runner() -> Runner {
-    let config = MachineConfig {
-        retry: RetryConfig {
-            initial_delay_ms: 200,
-            ..RetryConfig::default()
-        },
-        ..MachineConfig::default()
-    };
+    let config =
+        MachineConfig::default().with_retry(RetryConfig::default().with_initial_delay_ms(200));
     Runner::new(config, vec![Box::new(OverloadedThenRefusing::default())])
 }
 

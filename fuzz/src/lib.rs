@@ -62,10 +62,9 @@ fn sse_limits(knob: u8) -> SseLimits {
     if knob & 0x80 == 0 {
         SseLimits::default()
     } else {
-        SseLimits {
-            max_line_bytes: 16 + usize::from(knob & 0x0f) * 16,
-            max_event_bytes: 64 + usize::from((knob >> 4) & 0x07) * 64,
-        }
+        SseLimits::default()
+            .with_max_line_bytes(16 + usize::from(knob & 0x0f) * 16)
+            .with_max_event_bytes(64 + usize::from((knob >> 4) & 0x07) * 64)
     }
 }
 
@@ -111,14 +110,13 @@ fn stream(kind: ProviderKind, data: &[u8]) {
     let Some((&knob, body)) = data.split_first() else {
         return;
     };
-    let limits = StreamLimits {
-        sse: sse_limits(knob),
-        max_message_bytes: if knob & 0x80 == 0 {
+    let limits = StreamLimits::default()
+        .with_sse(sse_limits(knob))
+        .with_max_message_bytes(if knob & 0x80 == 0 {
             StreamLimits::default().max_message_bytes
         } else {
             256
-        },
-    };
+        });
     let run = |pieces: Vec<&[u8]>| {
         let mut decoder = StreamDecoder::with_limits(kind, limits);
         let mut deltas = Vec::new();
@@ -334,10 +332,7 @@ pub fn scenario(data: &[u8]) {
         json,
         "to_json of a loaded scenario changed"
     );
-    let config = SimConfig {
-        max_steps: 2_000,
-        ..SimConfig::default()
-    };
+    let config = SimConfig::default().with_max_steps(2_000);
     let _ = simulate(&scenario, &config, 1);
 }
 

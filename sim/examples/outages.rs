@@ -79,15 +79,13 @@ fn run_sweep(base: ExperimentConfig) -> ExitCode {
     let with = |attempts: u32, budget: Option<BudgetConfig>, max_wait_ms: u64| {
         let mut machine = MachineConfig::resilient();
         machine.retry.max_attempts = attempts;
-        machine.retry_budget = budget.as_ref().map(|_| BudgetUse { max_wait_ms });
+        machine.retry_budget = budget.as_ref().map(|_| BudgetUse::new(max_wait_ms));
         // Every policy: the bar compares rebound with "rebound, no budget" in the shared
         // short failures.
-        ExperimentConfig {
-            machine,
-            budget,
-            policies: Policy::all(),
-            ..base.clone()
-        }
+        base.clone()
+            .with_machine(machine)
+            .with_budget(budget)
+            .with_policies(Policy::all())
     };
     let variant = |label: &str, attempts: u32, b: BudgetConfig, max_wait_ms: u64| {
         (label.to_owned(), with(attempts, Some(b), max_wait_ms))

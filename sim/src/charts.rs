@@ -17,11 +17,9 @@
 //! use rebound_sim::compare::{run_experiment_with_timelines, ExperimentConfig, OutageModel};
 //! use rebound_sim::charts::requests_per_second_svg;
 //!
-//! let config = ExperimentConfig {
-//!     agents: 20,
-//!     models: OutageModel::standard().into_iter().take(1).collect(),
-//!     ..ExperimentConfig::default()
-//! };
+//! let config = ExperimentConfig::default()
+//!     .with_agents(20)
+//!     .with_models(OutageModel::standard().into_iter().take(1).collect());
 //! let (report, timelines) = run_experiment_with_timelines(&config).unwrap();
 //! let svg = requests_per_second_svg(&report, &timelines, "blip").unwrap();
 //! assert!(svg.contains("requests / s"));
@@ -37,6 +35,7 @@ use std::path::{Path, PathBuf};
 
 /// Why charts could not be written.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ChartError {
     /// The report has no model of that name.
     #[error("no outage model named {model:?} in the report")]

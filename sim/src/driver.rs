@@ -41,6 +41,7 @@ use std::sync::Arc;
 /// How the simulated world is set up, beyond the scenario.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct SimConfig {
     /// The machine's configuration. Its `tools` are replaced by the scenario's.
     pub machine: MachineConfig,
@@ -61,10 +62,34 @@ impl Default for SimConfig {
     }
 }
 
+impl SimConfig {
+    /// Sets [`machine`](Self::machine), the machine's configuration.
+    #[must_use]
+    pub fn with_machine(mut self, machine: MachineConfig) -> Self {
+        self.machine = machine;
+        self
+    }
+
+    /// Sets [`max_steps`](Self::max_steps), the events one agent may handle before a livelock.
+    #[must_use]
+    pub fn with_max_steps(mut self, max_steps: usize) -> Self {
+        self.max_steps = max_steps;
+        self
+    }
+
+    /// Sets [`budget`](Self::budget), a retry budget shared by every agent of the run.
+    #[must_use]
+    pub fn with_budget(mut self, budget: BudgetConfig) -> Self {
+        self.budget = Some(budget);
+        self
+    }
+}
+
 /// Why a simulation could not run to its end. Each is a bug in the machine or the driver,
 /// never a property of the scenario: a scenario's failures end the run with a
 /// [`RunError`] in [`SimOutcome::result`].
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SimError {
     /// An agent handled `max_steps` events without finishing.
     #[error(

@@ -1,4 +1,5 @@
-//! Trace record and replay: the JSON Lines format of DESIGN.md.
+//! Trace record and replay: the JSON Lines trace format (defined by
+//! [`rebound_core::trace`], which writes it).
 //!
 //! Line 1 is a [`TraceHeader`] (`{"format": "rebound-trace", "version": 1, "seed", "config",
 //! …}`); every further line is a [`TraceStep`] (`{"t_ms", "event", "commands"}`). A trace
@@ -47,6 +48,7 @@ pub struct Trace {
 
 /// Why a trace could not be read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TraceError {
     /// Reading failed.
     #[error("could not read the trace at line {line}: {source}")]
@@ -222,6 +224,7 @@ pub struct ReplayReport {
 
 /// Why a replay failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReplayError {
     /// The replayed machine produced other commands than the recorded ones.
     #[error("{0}")]

@@ -21,11 +21,7 @@ proptest! {
             .find(|m| m.name == "total-outage")
             .expect("the standard models include a total outage");
         let budget = BudgetConfig::default();
-        let config = SimConfig {
-            machine: MachineConfig::resilient(),
-            budget: Some(budget.clone()),
-            ..SimConfig::default()
-        };
+        let config = SimConfig::default().with_machine(MachineConfig::resilient()).with_budget(budget.clone());
         let fleet: Vec<FleetAgent<'_>> = (0..agents)
             .map(|i| FleetAgent {
                 scenario: &model.scenario,

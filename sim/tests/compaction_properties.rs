@@ -30,56 +30,43 @@ fn case(
     percent: u8,
     summary: bool,
 ) -> (Scenario, SimConfig) {
-    let scenario = Scenario {
-        history: Some(History {
-            turns: history.0,
-            bytes: history.1,
-            interrupted: false,
-        }),
-        turns: turns
-            .iter()
-            .map(|overflow| Turn {
-                faults: if *overflow {
-                    vec![Fault::from(FaultKind::ContextOverflow)]
-                } else {
-                    Vec::new()
-                },
-                answer: Answer::calls(vec![ScriptedCall::new("read", json!({"path": "a"}))]),
-                when_last_tool_error: None,
-            })
-            .collect(),
-        summary: SummaryScript {
-            faults: summary_faults.into_iter().map(fault).collect(),
-            text: None,
-        },
-        context_limit_bytes: limit,
-        ..Scenario::default()
+    let mut scenario = Scenario::default();
+    scenario.history = Some(History {
+        turns: history.0,
+        bytes: history.1,
+        interrupted: false,
+    });
+    scenario.turns = turns
+        .iter()
+        .map(|overflow| Turn {
+            faults: if *overflow {
+                vec![Fault::from(FaultKind::ContextOverflow)]
+            } else {
+                Vec::new()
+            },
+            answer: Answer::calls(vec![ScriptedCall::new("read", json!({"path": "a"}))]),
+            when_last_tool_error: None,
+        })
+        .collect();
+    scenario.summary = SummaryScript {
+        faults: summary_faults.into_iter().map(fault).collect(),
+        text: None,
     };
-    let machine = MachineConfig {
-        retry: RetryConfig {
-            jitter: false,
-            ..RetryConfig::default()
-        },
-        targets: vec![TargetSpec {
-            provider: ProviderKind::Anthropic,
-            model: "claude-test".into(),
-            context_window: window,
-        }],
-        compact_with: if summary {
+    scenario.context_limit_bytes = limit;
+    let machine = MachineConfig::default()
+        .with_retry(RetryConfig::default().with_jitter(false))
+        .with_targets(vec![TargetSpec::new(
+            ProviderKind::Anthropic,
+            "claude-test",
+        )
+        .with_context_window(window)])
+        .with_compact_with(if summary {
             CompactionMethod::Summary
         } else {
             CompactionMethod::Elide
-        },
-        compact_threshold_percent: percent,
-        ..MachineConfig::default()
-    };
-    (
-        scenario,
-        SimConfig {
-            machine,
-            ..SimConfig::default()
-        },
-    )
+        })
+        .with_compact_threshold_percent(percent);
+    (scenario, SimConfig::default().with_machine(machine))
 }
 
 proptest! {

@@ -3,11 +3,7 @@
 use rebound_sim::compare::{run_experiment, ExperimentConfig};
 
 fn small(seed: u64) -> ExperimentConfig {
-    ExperimentConfig {
-        seed,
-        agents: 40,
-        ..ExperimentConfig::default()
-    }
+    ExperimentConfig::default().with_seed(seed).with_agents(40)
 }
 
 #[test]

@@ -31,6 +31,7 @@ async fn wire_failure(server: &FakeServer, provider: ProviderKind) -> Option<Pro
             json!({"model": "m", "stream": true, "store": false,
                    "input": [{"role": "user", "content": "hi"}]}),
         ),
+        other => panic!("no request written for {other:?} yet"),
     };
     let response = match client
         .post(url)
@@ -97,21 +98,15 @@ async fn every_fault_is_classified_on_the_wire_as_in_the_simulator() {
         {"type": "transport", "fault": "connect"}
     ]);
     let faults: Vec<Fault> = serde_json::from_value(faults).expect("faults");
-    for provider in [
-        ProviderKind::Anthropic,
-        ProviderKind::OpenAi,
-        ProviderKind::OpenAiResponses,
-    ] {
+    for &provider in ProviderKind::ALL {
         for fault in &faults {
-            let scenario = Scenario {
-                provider,
-                turns: vec![rebound_sim::scenario::Turn {
-                    faults: vec![fault.clone()],
-                    answer: Answer::text("All good."),
-                    ..Default::default()
-                }],
-                ..Scenario::default()
-            };
+            let mut scenario = Scenario::default();
+            scenario.provider = provider;
+            scenario.turns = vec![rebound_sim::scenario::Turn {
+                faults: vec![fault.clone()],
+                answer: Answer::text("All good."),
+                ..Default::default()
+            }];
             let server = FakeServer::start(FakeServerConfig::new(scenario, 3))
                 .await
                 .expect("start");

@@ -169,6 +169,7 @@ fn auth(provider: ProviderKind) -> Vec<(&'static str, &'static str)> {
             ("authorization", "Bearer sk-test-key"),
             ("content-type", "application/json"),
         ],
+        other => panic!("no headers written for {other:?} yet"),
     }
 }
 
@@ -177,6 +178,7 @@ fn path(provider: ProviderKind) -> &'static str {
         A => "/v1/messages",
         O => "/v1/chat/completions",
         R => "/v1/responses",
+        other => panic!("no path written for {other:?} yet"),
     }
 }
 
@@ -188,6 +190,7 @@ fn user_body(provider: ProviderKind, stream: bool) -> Vec<u8> {
                     "messages": [{"role": "user", "content": "Fix the failing test."}]}),
         R => json!({"model": "gpt-test", "stream": stream, "store": false,
                     "input": [{"role": "user", "content": "Fix the failing test."}]}),
+        other => panic!("no body written for {other:?} yet"),
     };
     body.to_string().into_bytes()
 }

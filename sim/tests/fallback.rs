@@ -17,27 +17,25 @@ fn cases() -> u32 {
 }
 
 fn config(attempts: u32, targets: usize) -> SimConfig {
-    SimConfig {
-        machine: MachineConfig {
-            retry: RetryConfig {
-                max_attempts: attempts,
-                ..RetryConfig::default()
-            },
-            targets: (0..targets)
-                .map(|i| TargetSpec {
-                    provider: [
-                        ProviderKind::Anthropic,
-                        ProviderKind::OpenAi,
-                        ProviderKind::OpenAiResponses,
-                    ][i % 3],
-                    model: format!("model-{i}"),
-                    context_window: None,
-                })
-                .collect(),
-            ..MachineConfig::default()
-        },
-        ..SimConfig::default()
-    }
+    SimConfig::default().with_machine(
+        MachineConfig::default()
+            .with_retry(RetryConfig::default().with_max_attempts(attempts))
+            .with_targets(
+                (0..targets)
+                    .map(|i| {
+                        TargetSpec::new(
+                            [
+                                ProviderKind::Anthropic,
+                                ProviderKind::OpenAi,
+                                ProviderKind::OpenAiResponses,
+                            ][i % 3],
+                            format!("model-{i}"),
+                        )
+                        .with_context_window(None)
+                    })
+                    .collect(),
+            ),
+    )
 }
 
 /// The coding task with `target` down (status `status`) for `down_ms`.

@@ -387,19 +387,18 @@ fn scenario(mix: Mix, cap: u64) -> impl Strategy<Value = Scenario> {
                 cancel,
                 resume,
             )| {
-                Scenario {
-                    name: "generated".into(),
-                    provider,
-                    history,
-                    resume,
-                    tools: TOOLS.map(rebound_sim::scenario::ToolDef::named).to_vec(),
-                    turns,
-                    random,
-                    context_limit_bytes,
-                    compaction_error,
-                    cancel,
-                    ..Scenario::default()
-                }
+                let mut scenario = Scenario::default();
+                scenario.name = "generated".into();
+                scenario.provider = provider;
+                scenario.history = history;
+                scenario.resume = resume;
+                scenario.tools = TOOLS.map(rebound_sim::scenario::ToolDef::named).to_vec();
+                scenario.turns = turns;
+                scenario.random = random;
+                scenario.context_limit_bytes = context_limit_bytes;
+                scenario.compaction_error = compaction_error;
+                scenario.cancel = cancel;
+                scenario
             },
         )
 }
@@ -447,21 +446,9 @@ fn sim_config() -> impl Strategy<Value = SimConfig> {
 /// A fallback chain of 1 to 3 targets and, sometimes, a small shared retry budget.
 fn chain() -> impl Strategy<Value = (Vec<TargetSpec>, Option<(BudgetUse, BudgetConfig)>)> {
     let target = prop::sample::select(vec![
-        TargetSpec {
-            provider: ProviderKind::Anthropic,
-            model: "claude-sonnet-4-5".into(),
-            context_window: None,
-        },
-        TargetSpec {
-            provider: ProviderKind::OpenAi,
-            model: "gpt-4.1".into(),
-            context_window: None,
-        },
-        TargetSpec {
-            provider: ProviderKind::OpenAiResponses,
-            model: "gpt-5".into(),
-            context_window: None,
-        },
+        TargetSpec::new(ProviderKind::Anthropic, "claude-sonnet-4-5").with_context_window(None),
+        TargetSpec::new(ProviderKind::OpenAi, "gpt-4.1").with_context_window(None),
+        TargetSpec::new(ProviderKind::OpenAiResponses, "gpt-5").with_context_window(None),
     ]);
     let budget = (
         0u64..20_000,
@@ -472,14 +459,13 @@ fn chain() -> impl Strategy<Value = (Vec<TargetSpec>, Option<(BudgetUse, BudgetC
     )
         .prop_map(|(max_wait_ms, capacity, deposit, success, refill)| {
             (
-                BudgetUse { max_wait_ms },
-                BudgetConfig {
-                    capacity,
-                    initial: capacity,
-                    deposit_per_request: deposit,
-                    deposit_per_success: success,
-                    refill_per_sec: refill,
-                },
+                BudgetUse::new(max_wait_ms),
+                BudgetConfig::default()
+                    .with_capacity(capacity)
+                    .with_initial(capacity)
+                    .with_deposit_per_request(deposit)
+                    .with_deposit_per_success(success)
+                    .with_refill_per_sec(refill),
             )
         });
     (
@@ -1183,6 +1169,7 @@ fn cancellation_fails_promptly_and_nothing_is_sent_after_it(case: &Case) -> Resu
                 "the cancel after step {n} was never handled ({} steps)",
                 o.steps.len()
             ),
+            Some(other) => return Err(format!("a cancel this test does not know: {other:?}")),
             None => {}
         }
         return Ok(());
@@ -1211,6 +1198,7 @@ fn cancellation_fails_promptly_and_nothing_is_sent_after_it(case: &Case) -> Resu
         Some(Cancel::AtStep(n)) => {
             ensure!(i == n, "canceled at step {i}, scheduled after step {n}")
         }
+        Some(other) => return Err(format!("a cancel this test does not know: {other:?}")),
         None => return Err("a cancel nobody scheduled".into()),
     }
     Ok(())
@@ -1536,9 +1524,11 @@ fn generated_cases_reach_every_interesting_path() {
                 GiveUp::CompactionFailed { .. } => "compaction failed",
                 GiveUp::BudgetExhausted => "budget exhausted",
                 GiveUp::CompactionDisabled => "other",
+                other => panic!("a reason this test does not know: {other:?}"),
             }),
             Err(RunError::EmptyUserMessage) => hit("empty user message"),
             Err(RunError::Invariant { .. }) => hit("invariant"),
+            Err(other) => panic!("an error this test does not know: {other:?}"),
         }
         let commands: Vec<_> = o.commands().map(|(_, c)| c).collect();
         if commands

@@ -246,14 +246,15 @@ fn a_caller_owned_budget_is_spent_by_the_fleet() {
         })
         .collect();
     let mut config = SimConfig::default();
-    config.machine.retry_budget = Some(BudgetUse { max_wait_ms: 0 });
-    let mut budget = rebound_core::RetryBudget::new(BudgetConfig {
-        capacity: 5.0,
-        initial: 5.0,
-        deposit_per_request: 0.0,
-        deposit_per_success: 0.0,
-        refill_per_sec: 0.0,
-    });
+    config.machine.retry_budget = Some(BudgetUse::new(0));
+    let mut budget = rebound_core::RetryBudget::new(
+        BudgetConfig::default()
+            .with_capacity(5.0)
+            .with_initial(5.0)
+            .with_deposit_per_request(0.0)
+            .with_deposit_per_success(0.0)
+            .with_refill_per_sec(0.0),
+    );
     let outcomes =
         rebound_sim::simulate_fleet_with(&agents, &config, &mut budget).expect("the fleet runs");
     // 20 first attempts plus exactly the 5 retries the budget held.
@@ -269,10 +270,7 @@ fn run_many_counts_what_the_full_outcomes_say() {
     let mut budgeted = SimConfig::default();
     budgeted.machine.retry_budget = Some(BudgetUse::default());
     budgeted.budget = Some(BudgetConfig::default());
-    let bounded = SimConfig {
-        max_steps: 12,
-        ..SimConfig::default()
-    };
+    let bounded = SimConfig::default().with_max_steps(12);
     let mut stopped_by_the_bound = 0;
     for (config, label) in [
         (SimConfig::default(), "default"),

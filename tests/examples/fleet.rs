@@ -156,11 +156,9 @@ fn differs(real: &Figures, sim: &Figures) -> bool {
 }
 
 async fn parent(options: Options) -> ExitCode {
-    let experiment = ExperimentConfig {
-        seed: options.seed,
-        agents: options.agents,
-        ..ExperimentConfig::default()
-    };
+    let experiment = ExperimentConfig::default()
+        .with_seed(options.seed)
+        .with_agents(options.agents);
     let models = OutageModel::standard();
     println!(
         "{} agents starting over the first 10 s; seed {}; time scaled by {} on both sides, \
@@ -317,11 +315,9 @@ fn play_sim(
 ) -> Result<Figures, rebound_sim::SimError> {
     let scenario = scaled_scenario(&model.scenario, options.scale);
     let (machine, budget) = scaled_config(options.scale);
-    let config = SimConfig {
-        machine,
-        budget: Some(budget),
-        ..SimConfig::default()
-    };
+    let config = SimConfig::default()
+        .with_machine(machine)
+        .with_budget(budget);
     let mut completed = Vec::new();
     let mut requests = Vec::new();
     let mut per_agent = Vec::new();
@@ -527,11 +523,9 @@ fn child(args: &[String]) -> ExitCode {
         scale,
         models: Vec::new(),
     };
-    let experiment = ExperimentConfig {
-        seed,
-        agents,
-        ..ExperimentConfig::default()
-    };
+    let experiment = ExperimentConfig::default()
+        .with_seed(seed)
+        .with_agents(agents);
     let Some(m) = OutageModel::standard()
         .iter()
         .position(|candidate| candidate.name == model)

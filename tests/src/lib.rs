@@ -193,17 +193,15 @@ impl Play {
         Play {
             scenario,
             provider,
-            config: MachineConfig {
-                retry: RetryConfig {
-                    initial_delay_ms: 20,
-                    max_delay_ms: 200,
-                    jitter: false,
-                    ..RetryConfig::default()
-                },
+            config: MachineConfig::default()
+                .with_retry(
+                    RetryConfig::default()
+                        .with_initial_delay_ms(20)
+                        .with_max_delay_ms(200)
+                        .with_jitter(false),
+                )
                 // A stall longer than 5 s fails the attempt, in the runner and the simulator.
-                stream: StreamDeadlines::new(5_000, 600_000),
-                ..MachineConfig::default()
-            },
+                .with_stream(StreamDeadlines::new(5_000, 600_000)),
             tools: None,
             cancel_after: None,
             context_window: None,
@@ -228,11 +226,9 @@ impl Play {
         http.base_url = server.base_url_for(self.provider);
         let provider = HttpProvider::new(http).expect("a valid provider config");
         let mut config = self.config;
-        config.targets = vec![TargetSpec {
-            provider: self.provider,
-            model: "test-model".into(),
-            context_window: self.context_window,
-        }];
+        config.targets =
+            vec![TargetSpec::new(self.provider, "test-model")
+                .with_context_window(self.context_window)];
         let scenario = Arc::new(self.scenario);
         let tools = self
             .tools

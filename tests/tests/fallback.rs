@@ -17,26 +17,16 @@ fn provider(kind: ProviderKind, server: &FakeServer, model: &str) -> Box<dyn Pro
 
 /// Fast retries over an Anthropic primary and an OpenAI fallback.
 fn anthropic_then_openai() -> MachineConfig {
-    MachineConfig {
-        retry: RetryConfig {
-            initial_delay_ms: 10,
-            jitter: false,
-            ..RetryConfig::default()
-        },
-        targets: vec![
-            TargetSpec {
-                provider: ProviderKind::Anthropic,
-                model: "claude-test".into(),
-                context_window: None,
-            },
-            TargetSpec {
-                provider: ProviderKind::OpenAi,
-                model: "gpt-test".into(),
-                context_window: None,
-            },
-        ],
-        ..MachineConfig::default()
-    }
+    MachineConfig::default()
+        .with_retry(
+            RetryConfig::default()
+                .with_initial_delay_ms(10)
+                .with_jitter(false),
+        )
+        .with_targets(vec![
+            TargetSpec::new(ProviderKind::Anthropic, "claude-test").with_context_window(None),
+            TargetSpec::new(ProviderKind::OpenAi, "gpt-test").with_context_window(None),
+        ])
 }
 
 #[tokio::test]
@@ -160,26 +150,16 @@ async fn continue_on(
     let secondary = FakeServer::start(FakeServerConfig::healthy())
         .await
         .expect("fallback starts");
-    let config = MachineConfig {
-        retry: RetryConfig {
-            initial_delay_ms: 10,
-            jitter: false,
-            ..RetryConfig::default()
-        },
-        targets: vec![
-            TargetSpec {
-                provider: first,
-                model: "first".into(),
-                context_window: None,
-            },
-            TargetSpec {
-                provider: second,
-                model: "second".into(),
-                context_window: None,
-            },
-        ],
-        ..MachineConfig::default()
-    };
+    let config = MachineConfig::default()
+        .with_retry(
+            RetryConfig::default()
+                .with_initial_delay_ms(10)
+                .with_jitter(false),
+        )
+        .with_targets(vec![
+            TargetSpec::new(first, "first").with_context_window(None),
+            TargetSpec::new(second, "second").with_context_window(None),
+        ]);
     let providers = vec![
         provider(first, &primary, "first"),
         provider(second, &secondary, "second"),

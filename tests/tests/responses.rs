@@ -140,10 +140,7 @@ async fn a_changed_reasoning_item_is_refused_and_the_run_fails_without_retrying(
     let mut config = HttpProviderConfig::new(R, "gpt-test", ApiKey::new("k"));
     config.base_url = server.base_url_for(R);
     let provider: Box<dyn Provider> = Box::new(HttpProvider::new(config).expect("valid"));
-    let machine = MachineConfig {
-        targets: vec![TargetSpec::new(R, "gpt-test")],
-        ..MachineConfig::default()
-    };
+    let machine = MachineConfig::default().with_targets(vec![TargetSpec::new(R, "gpt-test")]);
     let err = Runner::new(machine, vec![provider])
         .conversation(tampered)
         .run(RunInput::text("again"))
@@ -184,15 +181,13 @@ fn provider(kind: ProviderKind, server: &FakeServer) -> Box<dyn Provider> {
 }
 
 fn config(kind: ProviderKind) -> MachineConfig {
-    MachineConfig {
-        retry: RetryConfig {
-            initial_delay_ms: 10,
-            jitter: false,
-            ..RetryConfig::default()
-        },
-        targets: vec![TargetSpec::new(kind, "test-model")],
-        ..MachineConfig::default()
-    }
+    MachineConfig::default()
+        .with_retry(
+            RetryConfig::default()
+                .with_initial_delay_ms(10)
+                .with_jitter(false),
+        )
+        .with_targets(vec![TargetSpec::new(kind, "test-model")])
 }
 
 /// One run on `kind` continuing `history` (if any) with `prompt`.

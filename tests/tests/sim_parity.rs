@@ -71,6 +71,7 @@ fn told(event: &Event) -> String {
         Event::PermitAnswered { decision, .. } => format!("permit {decision:?}"),
         Event::HostFailed { failure } => format!("host failed {:?}", failure.kind),
         Event::Cancel => "cancel".to_owned(),
+        other => format!("{other:?}"),
     }
 }
 
@@ -91,15 +92,9 @@ async fn over_http(scenario: Scenario, provider: ProviderKind) -> (Vec<String>, 
 /// The same, in the simulator, with the machine configured as [`Play`] configures it.
 fn simulated(scenario: &Scenario, provider: ProviderKind) -> (Vec<String>, String) {
     let play = Play::new(scenario.clone(), provider);
-    let mut config = SimConfig {
-        machine: play.config,
-        ..SimConfig::default()
-    };
-    config.machine.targets = vec![rebound_core::TargetSpec {
-        provider,
-        model: "test-model".into(),
-        context_window: play.context_window,
-    }];
+    let mut config = SimConfig::default().with_machine(play.config);
+    config.machine.targets = vec![rebound_core::TargetSpec::new(provider, "test-model")
+        .with_context_window(play.context_window)];
     let outcome = simulate(scenario, &config, SCRIPT_SEED).expect("the simulation runs");
     let mut events: Vec<String> = outcome.steps.iter().map(|s| told(&s.event)).collect();
     events.push(counts(&outcome.tally()));

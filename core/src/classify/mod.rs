@@ -188,8 +188,135 @@ fn says_nothing(value: &str, status: Option<u16>) -> bool {
 /// Classifies a transport fault (no usable HTTP response): a thin mapping through
 /// [`TransportFault::kind`], with `detail` (made one line, at most 500 characters, API keys
 /// redacted) appended to the fault's phrase.
+///
+/// When all you have is an HTTP client's error, [`classify_transport_error`] picks the
+/// fault for you.
 #[must_use]
 pub fn classify_transport(fault: TransportFault, detail: Option<&str>) -> ProviderFailure {
     let detail = detail.map(|d| one_line(d, 500));
     ProviderFailure::transport(fault, detail.as_deref())
+}
+
+/// What an HTTP client says about an exchange that produced no usable response, in the terms
+/// every client has: its error text and three yes-or-no facts. The input of
+/// [`classify_transport_error`]; any client fills it (reqwest, hyper, ureq, a platform's
+/// own), so the decision stays here instead of in each driver.
+///
+/// More facts may come in a minor release (it is `#[non_exhaustive]`): build it with
+/// [`new`](Self::new) and the `with_*` methods.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TransportError<'a> {
+    /// The client's error with its sources, as text (e.g. `error sending request: dns
+    /// error: failed to lookup address information`). Searched for DNS and TLS markers,
+    /// and kept as the failure's detail (one line, at most 500 characters, keys redacted).
+    pub description: &'a str,
+    /// The client says the exchange timed out (connect, headers, or a read).
+    pub timed_out: bool,
+    /// The client says connecting failed.
+    pub connect_failed: bool,
+    /// The response had started (status and headers arrived) when the exchange failed: a
+    /// break is then a cut stream, and a timeout a stream gone idle.
+    pub response_started: bool,
+}
+
+impl<'a> TransportError<'a> {
+    /// An error described by `description`, with every fact false.
+    #[must_use]
+    pub fn new(description: &'a str) -> Self {
+        TransportError {
+            description,
+            ..TransportError::default()
+        }
+    }
+
+    /// Sets [`timed_out`](Self::timed_out).
+    #[must_use]
+    pub fn with_timed_out(mut self, timed_out: bool) -> Self {
+        self.timed_out = timed_out;
+        self
+    }
+
+    /// Sets [`connect_failed`](Self::connect_failed).
+    #[must_use]
+    pub fn with_connect_failed(mut self, connect_failed: bool) -> Self {
+        self.connect_failed = connect_failed;
+        self
+    }
+
+    /// Sets [`response_started`](Self::response_started).
+    #[must_use]
+    pub fn with_response_started(mut self, response_started: bool) -> Self {
+        self.response_started = response_started;
+        self
+    }
+
+    /// The fault it is, first match wins: a timeout ([`IdleTimeout`] once the response
+    /// started, else [`Timeout`]); any other failure once the response started
+    /// ([`StreamCut`]); a description naming a failed name lookup ([`Dns`]) or TLS or a
+    /// certificate ([`Tls`]); a failed connect, or a description saying the connection was
+    /// refused ([`Connect`]); anything else ([`Reset`]).
+    ///
+    /// [`IdleTimeout`]: TransportFault::IdleTimeout
+    /// [`Timeout`]: TransportFault::Timeout
+    /// [`StreamCut`]: TransportFault::StreamCut
+    /// [`Dns`]: TransportFault::Dns
+    /// [`Tls`]: TransportFault::Tls
+    /// [`Connect`]: TransportFault::Connect
+    /// [`Reset`]: TransportFault::Reset
+    #[must_use]
+    pub fn fault(&self) -> TransportFault {
+        if self.timed_out {
+            return if self.response_started {
+                TransportFault::IdleTimeout
+            } else {
+                TransportFault::Timeout
+            };
+        }
+        if self.response_started {
+            return TransportFault::StreamCut;
+        }
+        let text = self.description.to_ascii_lowercase();
+        let says = |markers: &[&str]| markers.iter().any(|m| text.contains(m));
+        if says(&[
+            "dns",
+            "failed to lookup address",
+            "name or service not known",
+            "no such host",
+            "nodename nor servname",
+        ]) {
+            TransportFault::Dns
+        } else if says(&["certificate", "tls", "ssl", "handshake"]) {
+            TransportFault::Tls
+        } else if self.connect_failed || says(&["connection refused"]) {
+            TransportFault::Connect
+        } else {
+            TransportFault::Reset
+        }
+    }
+}
+
+/// Classifies a failed exchange from what the HTTP client said about it: the fault
+/// [`TransportError::fault`] picks, with the description as detail (see
+/// [`classify_transport`]). Every such failure is retried.
+///
+/// ```
+/// use rebound_core::classify::{classify_transport_error, TransportError};
+/// use rebound_core::{FailureKind, TransportFault};
+///
+/// // Before any response: what the client's error says decides.
+/// let error = TransportError::new("error sending request: dns error: failed to lookup address")
+///     .with_connect_failed(true);
+/// let failure = classify_transport_error(&error);
+/// assert_eq!(failure.transport, Some(TransportFault::Dns));
+/// assert_eq!(failure.kind, FailureKind::Transport);
+///
+/// // After the headers: the stream was cut, whatever the text.
+/// let cut = TransportError::new("connection reset by peer").with_response_started(true);
+/// assert_eq!(classify_transport_error(&cut).kind, FailureKind::StreamMalformed);
+/// ```
+#[must_use]
+pub fn classify_transport_error(error: &TransportError<'_>) -> ProviderFailure {
+    let detail = Some(error.description.trim()).filter(|d| !d.is_empty());
+    classify_transport(error.fault(), detail)
 }

@@ -64,6 +64,7 @@ impl Serialize for Snapshot {
 
 /// Told to the UI before a delayed retry or a compaction retry (never for tool errors).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub struct ProviderRetryInfo {
     /// The 1-based number of the attempt about to be made (the first retry is attempt 2).
     /// For a compaction retry, the attempt number is unchanged: compaction costs no attempt.
@@ -114,6 +115,7 @@ impl fmt::Display for ProviderRetryInfo {
 
 /// Told to the UI before the first request to a fallback target.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub struct FallbackInfo {
     /// Index of the abandoned target.
     pub from: usize,
@@ -142,6 +144,7 @@ impl fmt::Display for FallbackInfo {
 /// Why a run finished successfully.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum FinishReason {
     /// The model stopped without asking for tools.
     Model(StopReason),
@@ -164,6 +167,7 @@ impl fmt::Display for FinishReason {
 /// What a provider request is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RequestPurpose {
     /// The next assistant message of the conversation.
     #[default]
@@ -184,14 +188,28 @@ impl RequestPurpose {
 
 /// Something the driver must do, taken from [`AgentMachine::poll`](crate::AgentMachine::poll).
 ///
+/// **Exhaustive on purpose.** Unlike the other enums of this crate, `Command` is not
+/// `#[non_exhaustive]`: a driver must answer every command (a `SendRequest` left unanswered
+/// stalls the run), so a new command is a breaking change, released as one, and a driver's
+/// `match` should list every variant with no catch-all arm — then it stops compiling when a
+/// command is added instead of silently dropping it. [`AgentMachine`](crate::AgentMachine)'s
+/// example is such a driver.
+///
+/// **One answer awaited at a time.** Five commands want an answer (`SendRequest`, `Sleep`,
+/// `RunTools`, `Compact`, `AcquirePermit`); the machine never emits one while another is
+/// unanswered. The rest (`AppendMessage`, `ReplaceConversation`, `NotifyRetry`,
+/// `NotifyFallback`, `NoteBudget`) are done in order and answered by nothing.
+///
 /// **Time.** A [`Sleep`](Command::Sleep) is relative (`delay_ms`): it concerns this machine
 /// alone, and the driver's one job is to wait that long on its own timer, whatever its clock
 /// reads. The times in an [`AcquirePermit`](Command::AcquirePermit)'s ask (deadline, request
 /// start) and in a budget's answers and notes (`WaitUntil`, `RateLimited { until }`) are
-/// absolute [`Millis`](crate::Millis) on the machine's clock, which with a shared budget must
-/// be the budget's clock: they are compared with other machines' times in one queue and may be
-/// read long after they were written (a queued ask, a rate limit learned by another agent),
-/// when a relative time would no longer mean anything.
+/// absolute [`Millis`](crate::Millis) on the driver's clock, the `now` it passes to
+/// [`handle`](crate::AgentMachine::handle). That may be any monotonic millisecond clock, but
+/// with a shared budget it must be the budget's clock (its origin): these times are compared
+/// with other machines' times in one queue and may be read long after they were written (a
+/// queued ask, a rate limit learned by another agent), when a relative time would no longer
+/// mean anything.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Command {

@@ -10,6 +10,7 @@ use std::fmt;
 /// One model on one provider that requests can go to. Secrets and URLs stay with the driver;
 /// the machine only names targets by index into [`MachineConfig::targets`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct TargetSpec {
     /// The wire format the target speaks.
     pub provider: ProviderKind,
@@ -43,6 +44,22 @@ impl TargetSpec {
     }
 }
 
+impl TargetSpec {
+    /// Sets [`context_window`](Self::context_window) in tokens, for a model the built-in
+    /// table does not know (or `None`: compact only on overflow).
+    ///
+    /// ```
+    /// use rebound_core::{ProviderKind, TargetSpec};
+    /// let t = TargetSpec::new(ProviderKind::OpenAi, "llama3").with_context_window(Some(8_192));
+    /// assert_eq!(t.context_window, Some(8_192));
+    /// ```
+    #[must_use]
+    pub fn with_context_window(mut self, tokens: Option<u64>) -> Self {
+        self.context_window = tokens;
+        self
+    }
+}
+
 impl fmt::Display for TargetSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.provider, self.model)
@@ -57,12 +74,37 @@ impl fmt::Display for TargetSpec {
 /// budget of every success and every 429 with a delay ([`Command::NoteBudget`](crate::Command)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct BudgetUse {
     /// How long a charged retry may wait for a token, in ms, after its backoff ended. Tokens
     /// arrive with successes, so waiting is what lets a fleet ride out a short failure that
     /// hits every agent at once (the first successes after it pay for the waiting retries);
     /// in a total outage nothing pays, and the wait ends in a denial.
     pub max_wait_ms: u64,
+}
+
+impl BudgetUse {
+    /// A charged retry waits up to `max_wait_ms` for a token.
+    #[must_use]
+    pub fn new(max_wait_ms: u64) -> Self {
+        BudgetUse { max_wait_ms }
+    }
+
+    /// Sets [`max_wait_ms`](Self::max_wait_ms), how long a charged retry may wait for a
+    /// token.
+    ///
+    /// ```
+    /// use rebound_core::{BudgetUse, MachineConfig};
+    ///
+    /// let config = MachineConfig::default()
+    ///     .with_retry_budget(BudgetUse::new(5_000));
+    /// assert_eq!(config.retry_budget.map(|b| b.max_wait_ms), Some(5_000));
+    /// ```
+    #[must_use]
+    pub fn with_max_wait_ms(mut self, max_wait_ms: u64) -> Self {
+        self.max_wait_ms = max_wait_ms;
+        self
+    }
 }
 
 impl Default for BudgetUse {
@@ -137,8 +179,28 @@ impl Default for StreamDeadlines {
 
 /// Everything an [`AgentMachine`](crate::AgentMachine) needs to decide. Serializable, so a
 /// trace header can carry it and a replay can rebuild the same machine. Holds no secrets.
+///
+/// New fields may come in a minor release (it is `#[non_exhaustive]`), so build one from
+/// [`default`](Self::default) or [`resilient`](Self::resilient) and chain `with_*` calls,
+/// or set the public fields:
+///
+/// ```
+/// use rebound_core::{MachineConfig, ProviderKind, RetryConfig, TargetSpec};
+///
+/// let config = MachineConfig::default()
+///     .with_retry(RetryConfig::default().with_max_attempts(6))
+///     .with_targets(vec![TargetSpec::new(ProviderKind::Anthropic, "claude-sonnet-4-5")])
+///     .with_max_turns(20);
+///
+/// let mut same = MachineConfig::default();
+/// same.retry.max_attempts = 6;
+/// same.targets.push(TargetSpec::new(ProviderKind::Anthropic, "claude-sonnet-4-5"));
+/// same.max_turns = Some(20);
+/// assert_eq!(config, same);
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
+#[non_exhaustive]
 pub struct MachineConfig {
     /// Retry policy for provider failures.
     pub retry: RetryConfig,
@@ -231,6 +293,81 @@ impl MachineConfig {
             }),
             ..MachineConfig::default()
         }
+    }
+
+    /// Sets [`retry`](Self::retry), the retry policy.
+    #[must_use]
+    pub fn with_retry(mut self, retry: RetryConfig) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Sets [`tools`](Self::tools), the tools the model may call.
+    #[must_use]
+    pub fn with_tools(mut self, tools: Vec<ToolSpec>) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// Sets [`targets`](Self::targets), the fallback chain, primary first.
+    #[must_use]
+    pub fn with_targets(mut self, targets: Vec<TargetSpec>) -> Self {
+        self.targets = targets;
+        self
+    }
+
+    /// Sets [`max_turns`](Self::max_turns): the run finishes once this many assistant
+    /// messages were appended.
+    #[must_use]
+    pub fn with_max_turns(mut self, max_turns: u32) -> Self {
+        self.max_turns = Some(max_turns);
+        self
+    }
+
+    /// Sets [`auto_compact`](Self::auto_compact): whether a context overflow compacts and
+    /// retries once.
+    #[must_use]
+    pub fn with_auto_compact(mut self, auto_compact: bool) -> Self {
+        self.auto_compact = auto_compact;
+        self
+    }
+
+    /// Sets [`compaction`](Self::compaction), the default compactor's policy.
+    #[must_use]
+    pub fn with_compaction(mut self, compaction: CompactionPolicy) -> Self {
+        self.compaction = compaction;
+        self
+    }
+
+    /// Sets [`compact_with`](Self::compact_with): summary or elision.
+    #[must_use]
+    pub fn with_compact_with(mut self, method: CompactionMethod) -> Self {
+        self.compact_with = method;
+        self
+    }
+
+    /// Sets [`compact_threshold_percent`](Self::compact_threshold_percent) (0: compact only
+    /// on overflow).
+    #[must_use]
+    pub fn with_compact_threshold_percent(mut self, percent: u8) -> Self {
+        self.compact_threshold_percent = percent;
+        self
+    }
+
+    /// Sets [`retry_budget`](Self::retry_budget): every attempt asks a shared retry budget
+    /// first.
+    #[must_use]
+    pub fn with_retry_budget(mut self, budget: BudgetUse) -> Self {
+        self.retry_budget = Some(budget);
+        self
+    }
+
+    /// Sets [`stream`](Self::stream): how long a response may stay silent, or go without
+    /// content, before the attempt fails.
+    #[must_use]
+    pub fn with_stream(mut self, deadlines: StreamDeadlines) -> Self {
+        self.stream = deadlines;
+        self
     }
 
     /// Number of targets in the fallback chain (at least 1).

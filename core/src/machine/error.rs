@@ -8,6 +8,7 @@ use std::fmt;
 /// Why the machine stopped trying a provider failure.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum GiveUp {
     /// The failure is not retryable (auth, bad request, not found, quota).
     NotRetryable,
@@ -87,6 +88,7 @@ impl fmt::Display for GiveUp {
 
 /// One target's last failure, kept when the run fell back to the next target.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct TargetFailure {
     /// Index of the target.
     pub target: usize,
@@ -101,6 +103,7 @@ pub struct TargetFailure {
 /// Why a run failed. Never shown to the model; returned to the embedder.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RunError {
     /// The run was canceled.
     #[error("canceled")]

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 /// waiting for is ignored (see [`Handled`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Event {
     /// The person sent a message: starts the run. Only accepted before the run started.
     UserMessage {
@@ -75,6 +76,16 @@ pub enum Event {
     Cancel,
 }
 
+impl Event {
+    /// The person's message as one text block: [`Event::UserMessage`].
+    #[must_use]
+    pub fn user_text(text: impl Into<String>) -> Self {
+        Event::UserMessage {
+            content: vec![ContentBlock::text(text)],
+        }
+    }
+}
+
 /// What the machine did with an event.
 ///
 /// What a driver does with it: `Accepted` and `Ignored(Terminal)` or `Ignored(Stale)` are
@@ -86,6 +97,7 @@ pub enum Event {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[must_use = "an ignored event can mean the driver broke the protocol; see `Handled`"]
+#[non_exhaustive]
 pub enum Handled {
     /// The event changed the machine's state (and may have queued commands).
     Accepted,
@@ -96,6 +108,7 @@ pub enum Handled {
 /// Why an event was ignored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum IgnoreReason {
     /// The run already finished or failed.
     Terminal,

@@ -57,9 +57,18 @@ use std::sync::Arc;
 ///    [`Event::Resume`]).
 /// 2. After **every** `handle`, drain `poll` until it returns `None`, executing commands in
 ///    the order given: `AppendMessage` / `ReplaceConversation` persist, `Notify*` inform the
-///    UI (before the `Sleep` that follows them), `SendRequest`, `Sleep`, `RunTools`,
-///    `Compact` and `AcquirePermit` start work whose answer you `handle` later.
+///    UI (before the `Sleep` that follows them), `NoteBudget` goes to the shared budget, and
+///    `SendRequest`, `Sleep`, `RunTools`, `Compact` and `AcquirePermit` start work whose
+///    answer you `handle` later.
 /// 3. `Finish` and `Fail` are terminal: after them the machine ignores every input.
+///
+/// **At most one command awaits an answer at a time.** Of the five commands that want one
+/// (`SendRequest`, `Sleep`, `RunTools`, `Compact`, `AcquirePermit`), the machine never emits
+/// a second while the first is unanswered, and until the run ends exactly one is always
+/// awaited (the machine never stalls waiting for nothing). A driver may therefore keep a
+/// single "pending" slot, and a cancel needs to stop only that one piece of work. The test
+/// `core/tests/one_awaited_command.rs` drives random event sequences, stale and duplicate
+/// answers included, and checks both.
 ///
 /// A `SendRequest` whose `purpose` is [`RequestPurpose::Summary`] asks the current target
 /// for a summary of older turns during a compaction (see [`crate::compaction`]): send it
@@ -69,51 +78,122 @@ use std::sync::Arc;
 /// [`MachineConfig::compact_threshold_percent`] of the target's context window — at most once
 /// per request.
 ///
-/// Time is [`Millis`] since the run started and must not go backwards (a smaller value is
-/// treated as the latest one seen). The only randomness is retry jitter, drawn from an RNG
+/// # Time
+///
+/// `now` is [`Millis`] on any monotonic millisecond clock the driver chooses (since the run
+/// started, since the process started, a virtual clock), and it must never go backwards (a
+/// smaller value counts as the latest one seen). The machine only compares and subtracts
+/// times, so the origin does not matter — with one exception: with a shared retry budget
+/// ([`MachineConfig::retry_budget`]) it must be **the budget's clock** (its origin), because
+/// the absolute times in permit asks, budget answers and notes are compared with other
+/// machines' times (see [`Command`]). The only randomness is retry jitter, drawn from an RNG
 /// seeded by `seed`, and the chosen delay is written into the `Sleep` command — so commands
 /// are a pure function of (config, seed, events), and a trace of them replays exactly.
 ///
-/// # Example: a minimal blocking driver
+/// # From bytes to events
+///
+/// The machine takes a complete [`AssistantResponse`] or a classified [`ProviderFailure`];
+/// turning HTTP into those is pure too and lives in this crate, for drivers with their own
+/// HTTP client: [`crate::wire`] builds each provider's request body
+/// ([`wire::request_body`](crate::wire::request_body)), decodes its SSE stream incrementally
+/// and assembles the response ([`wire::StreamDecoder`](crate::wire::StreamDecoder)), or
+/// parses a non-streamed one ([`wire::parse_response`](crate::wire::parse_response));
+/// [`crate::classify`] turns an error status, headers and body into a `ProviderFailure`
+/// ([`classify_http`](crate::classify::classify_http)), and so does a failed exchange
+/// without a usable response
+/// ([`classify_transport_error`](crate::classify::classify_transport_error)).
+///
+/// # Example: a blocking driver that answers every command
+///
+/// The `match` has no catch-all arm on purpose: [`Command`] is exhaustive, so when a release
+/// adds a command this driver stops compiling instead of silently ignoring it.
 ///
 /// ```
 /// use rebound_core::*;
+/// use serde_json::json;
 ///
-/// let mut machine = AgentMachine::new(MachineConfig::default(), 42);
-/// let mut now = Millis(0);
-/// let mut inbox = vec![Event::UserMessage { content: vec![ContentBlock::text("hello")] }];
-/// let mut attempts = 0;
+/// let read = ToolSpec {
+///     name: "read".into(),
+///     description: "Reads a file.".into(),
+///     input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+/// };
+/// let config = MachineConfig::default().with_tools(vec![read]);
+/// let mut machine = AgentMachine::new(config, /* jitter seed */ 42);
+/// let mut now = Millis(0); // any monotonic millisecond clock of yours
+/// let mut inbox = vec![Event::user_text("What does README.md say?")];
+/// let mut requests = 0;
 /// let outcome = 'run: loop {
 ///     let event = inbox.pop().expect("every command that needs an answer got one");
 ///     let handled = machine.handle(now, event);
 ///     debug_assert_ne!(handled, Handled::Ignored(IgnoreReason::Unexpected)); // a driver bug
 ///     while let Some(command) = machine.poll() {
 ///         match command {
-///             Command::SendRequest { request, .. } => {
-///                 attempts += 1;
-///                 // A provider that is overloaded once, then answers.
-///                 inbox.push(if attempts == 1 {
-///                     let failure = ProviderFailure::new(FailureKind::Unavailable, "Overloaded")
-///                         .with_status(529);
-///                     Event::ProviderFailed { request, failure }
-///                 } else {
-///                     let message = Message::assistant_text("hi there");
-///                     Event::ProviderSucceeded { request, response: AssistantResponse::end_turn(message) }
+///             Command::SendRequest { request, conversation, .. } => {
+///                 // Send `conversation` to your provider (see "From bytes to events").
+///                 // This one is overloaded once, then calls a tool, then answers.
+///                 requests += 1;
+///                 let _ = conversation;
+///                 inbox.push(match requests {
+///                     1 => Event::ProviderFailed {
+///                         request,
+///                         failure: ProviderFailure::new(FailureKind::Unavailable, "Overloaded")
+///                             .with_status(529),
+///                     },
+///                     2 => Event::ProviderSucceeded {
+///                         request,
+///                         response: AssistantResponse::tool_use(Message::assistant(vec![
+///                             ContentBlock::tool_use("call_1", "read", json!({"path": "README.md"})),
+///                         ])),
+///                     },
+///                     _ => Event::ProviderSucceeded {
+///                         request,
+///                         response: AssistantResponse::end_turn(Message::assistant_text(
+///                             "It says hello.",
+///                         )),
+///                     },
 ///                 });
 ///             }
-///             Command::NotifyRetry { info } => println!("{info}"),
+///             Command::NotifyRetry { info } => println!("{info}"), // before its Sleep
+///             Command::NotifyFallback { info } => println!("{info}"),
 ///             Command::Sleep { timer, delay_ms } => {
 ///                 now = now.plus(delay_ms); // a real driver sleeps here
 ///                 inbox.push(Event::TimerFired { timer });
 ///             }
+///             Command::RunTools { batch, calls } => {
+///                 // Run the calls (concurrently if you can); one outcome per call.
+///                 let outcome = calls
+///                     .iter()
+///                     .map(|call| CallOutcome::ok(&call.id, ToolOutput::text("hello")))
+///                     .collect();
+///                 inbox.push(Event::ToolsFinished { batch, outcome });
+///             }
+///             Command::Compact { compaction, conversation } => {
+///                 let result = compact(&conversation, &machine.config().compaction);
+///                 inbox.push(Event::CompactionFinished { compaction, result });
+///             }
+///             Command::AcquirePermit { permit, ask } => {
+///                 // Only with `MachineConfig::retry_budget`: ask your `RetryBudget`.
+///                 let _ = ask;
+///                 let decision = PermitDecision::Granted;
+///                 inbox.push(Event::PermitAnswered { permit, decision });
+///             }
+///             Command::NoteBudget { note } => {
+///                 let _ = note; // only with a shared budget: `RetryBudget::record`
+///             }
+///             Command::AppendMessage { message } => {
+///                 println!("{}: {}", message.role, message.text()); // persist, show
+///             }
+///             Command::ReplaceConversation { conversation, report } => {
+///                 let _ = (conversation, report); // persist the compacted conversation
+///             }
 ///             Command::Finish { reason, .. } => break 'run Ok(reason),
 ///             Command::Fail { error } => break 'run Err(*error),
-///             _ => {} // AppendMessage: persist; RunTools/Compact: not used here
 ///         }
 ///     }
 /// };
 /// assert_eq!(outcome, Ok(FinishReason::Model(StopReason::EndTurn)));
-/// assert_eq!(machine.conversation().len(), 2); // no duplicate from the failed attempt
+/// // The user's message, the tool call, its result and the answer; nothing from the failure.
+/// assert_eq!(machine.conversation().len(), 4);
 /// ```
 #[derive(Debug)]
 pub struct AgentMachine {
@@ -305,7 +385,8 @@ impl AgentMachine {
         self.queue.drain(..).collect()
     }
 
-    /// Feeds one event at time `now`. See the type's documentation for the protocol.
+    /// Feeds one event at time `now` (on the driver's monotonic clock; see
+    /// [Time](Self#time)). See the type's documentation for the protocol.
     pub fn handle(&mut self, now: Millis, event: Event) -> Handled {
         self.now = self.now.max(now);
         if self.is_terminal() {

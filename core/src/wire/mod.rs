@@ -8,6 +8,11 @@
 //!   [`WireError`]) and, for the fake server, [`parse_request`];
 //! - responses: [`StreamDecoder`] (incremental SSE decoding + assembly into exactly one
 //!   outcome) and [`parse_response`] for non-streaming JSON;
+//! - failures: an error inside a 200 response (a mid-stream `error` event, a cut or
+//!   malformed stream) comes out of the decoder as a classified [`ProviderFailure`]; an
+//!   error status goes to [`classify_http`](crate::classify::classify_http), and an exchange
+//!   that produced no response to
+//!   [`classify_transport_error`](crate::classify::classify_transport_error);
 //! - the other direction, what a provider would send: [`encode_stream`],
 //!   [`encode_response_json`], [`encode_error_body`], [`encode_stream_error_event`] and
 //!   [`context_overflow_message`].
@@ -101,7 +106,11 @@ use serde_json::Value;
 use sse::{SseDecoder, SseError, SseEventRef, SseLimits};
 
 /// What a request needs besides the conversation.
+///
+/// More parameters may come in a minor release (it is `#[non_exhaustive]`): build it with
+/// [`new`](Self::new) and the `with_*` methods.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct RequestParams<'a> {
     /// The provider's model id, e.g. `claude-sonnet-4-5` or `gpt-4o`.
     pub model: &'a str,
@@ -113,6 +122,42 @@ pub struct RequestParams<'a> {
     pub max_tokens: u32,
     /// Whether to ask for a server-sent event stream.
     pub stream: bool,
+}
+
+impl<'a> RequestParams<'a> {
+    /// Parameters for `model` with an output limit of `max_tokens`: no system prompt, no
+    /// tools, streamed.
+    #[must_use]
+    pub const fn new(model: &'a str, max_tokens: u32) -> Self {
+        RequestParams {
+            model,
+            system: None,
+            tools: &[],
+            max_tokens,
+            stream: true,
+        }
+    }
+
+    /// Sets [`system`](Self::system), the system prompt.
+    #[must_use]
+    pub fn with_system(mut self, system: &'a str) -> Self {
+        self.system = Some(system);
+        self
+    }
+
+    /// Sets [`tools`](Self::tools), the tools the model may call.
+    #[must_use]
+    pub fn with_tools(mut self, tools: &'a [ToolSpec]) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// Sets [`stream`](Self::stream): whether to ask for a server-sent event stream.
+    #[must_use]
+    pub fn with_stream(mut self, stream: bool) -> Self {
+        self.stream = stream;
+        self
+    }
 }
 
 /// A request body decoded back into rebound's terms (what the fake provider server received).
@@ -164,6 +209,7 @@ pub(crate) fn parse_tool_spec(
 
 /// Why a request body could not be built or read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum WireError {
     /// The conversation breaks tool-call pairing; the provider would answer 400.
     #[error("conversation cannot be sent: {0}")]
@@ -204,6 +250,7 @@ pub enum WireError {
 /// assert_eq!(owned.as_lent(), lent);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StreamDelta<S = String> {
     /// More answer text.
     Text {
@@ -300,6 +347,7 @@ pub(crate) type Deltas<'d> = dyn FnMut(StreamDelta<&str>) + 'd;
 
 /// Memory bounds for decoding one streamed response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct StreamLimits {
     /// SSE line and event limits.
     pub sse: SseLimits,
@@ -315,6 +363,22 @@ impl Default for StreamLimits {
             sse: SseLimits::default(),
             max_message_bytes: 64 << 20,
         }
+    }
+}
+
+impl StreamLimits {
+    /// Sets [`sse`](Self::sse), the SSE line and event limits.
+    #[must_use]
+    pub fn with_sse(mut self, sse: SseLimits) -> Self {
+        self.sse = sse;
+        self
+    }
+
+    /// Sets [`max_message_bytes`](Self::max_message_bytes), the largest assembled message.
+    #[must_use]
+    pub fn with_max_message_bytes(mut self, bytes: usize) -> Self {
+        self.max_message_bytes = bytes;
+        self
     }
 }
 
@@ -390,8 +454,7 @@ pub fn request_path(provider: ProviderKind) -> &'static str {
 ///         ContentBlock::tool_result("functions.read:0", vec![ToolResultPart::text("ok")], false),
 ///     ] },
 /// ]);
-/// let params = RequestParams { model: "claude-sonnet-4-5", system: None, tools: &[],
-///                              max_tokens: 1024, stream: true };
+/// let params = RequestParams::new("claude-sonnet-4-5", 1024);
 /// let body = request_body(ProviderKind::Anthropic, &conversation, &params).unwrap();
 /// assert_eq!(body["messages"][1]["content"][0]["id"], "rb_functions_2eread_3a0");
 /// assert_eq!(body["messages"][2]["content"][0]["tool_use_id"], "rb_functions_2eread_3a0");

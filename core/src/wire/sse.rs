@@ -43,6 +43,7 @@ use std::fmt;
 
 /// Size limits that keep a hostile or broken stream from using unbounded memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SseLimits {
     /// The longest line accepted, in bytes, without its line ending.
     pub max_line_bytes: usize,
@@ -60,8 +61,25 @@ impl Default for SseLimits {
     }
 }
 
+impl SseLimits {
+    /// Sets [`max_line_bytes`](Self::max_line_bytes).
+    #[must_use]
+    pub fn with_max_line_bytes(mut self, bytes: usize) -> Self {
+        self.max_line_bytes = bytes;
+        self
+    }
+
+    /// Sets [`max_event_bytes`](Self::max_event_bytes).
+    #[must_use]
+    pub fn with_max_event_bytes(mut self, bytes: usize) -> Self {
+        self.max_event_bytes = bytes;
+        self
+    }
+}
+
 /// A stream that broke a size limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SseError {
     /// A line grew past [`SseLimits::max_line_bytes`].
     #[error("server-sent event line longer than {limit} bytes")]

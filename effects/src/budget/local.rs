@@ -231,13 +231,12 @@ mod tests {
     use std::time::Duration;
 
     fn config(initial: f64, success: f64, refill: f64) -> BudgetConfig {
-        BudgetConfig {
-            capacity: 10.0,
-            initial,
-            deposit_per_request: 0.0,
-            deposit_per_success: success,
-            refill_per_sec: refill,
-        }
+        BudgetConfig::default()
+            .with_capacity(10.0)
+            .with_initial(initial)
+            .with_deposit_per_request(0.0)
+            .with_deposit_per_success(success)
+            .with_refill_per_sec(refill)
     }
 
     fn charged(budget: &SharedBudget, wait_ms: u64) -> PermitAsk {

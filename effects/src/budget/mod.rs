@@ -220,6 +220,7 @@ impl FromStr for RedisUrl {
 
 /// Why a `--budget` value was refused. The messages never repeat a password.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum BudgetLocationError {
     /// Neither `local` nor a `redis://` URL.
     #[error("a budget is `local` or `redis://HOST:PORT/NAME`")]

@@ -126,6 +126,7 @@ impl fmt::Display for BudgetEvent {
 /// What went wrong between this process and the budget in Redis. None of them stops a run:
 /// each sends the process to its local budget (see the module documentation).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RedisBudgetError {
     /// The client could not be set up from the URL.
     #[error("bad redis address: {message}")]
@@ -161,6 +162,7 @@ pub enum RedisBudgetError {
 
 /// How a [`RedisBudget`] talks to Redis. The defaults suit a Redis on the same network.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct RedisOptions {
     /// The longest one call may take, connecting included (default 50 ms). Past it the call
     /// counts as a failure and the process decides locally.
@@ -192,6 +194,51 @@ impl Default for RedisOptions {
     }
 }
 
+impl RedisOptions {
+    /// Sets [`call_timeout`](Self::call_timeout), the longest one call may take.
+    #[must_use]
+    pub fn with_call_timeout(mut self, call_timeout: Duration) -> Self {
+        self.call_timeout = call_timeout;
+        self
+    }
+
+    /// Sets [`poll_interval`](Self::poll_interval), how often a queued retry asks.
+    #[must_use]
+    pub fn with_poll_interval(mut self, poll_interval: Duration) -> Self {
+        self.poll_interval = poll_interval;
+        self
+    }
+
+    /// Sets [`retry_redis_after`](Self::retry_redis_after), how long a process that fell back
+    /// decides locally.
+    #[must_use]
+    pub fn with_retry_redis_after(mut self, retry_redis_after: Duration) -> Self {
+        self.retry_redis_after = retry_redis_after;
+        self
+    }
+
+    /// Sets [`idle_expiry`](Self::idle_expiry), how long the keys live without a call.
+    #[must_use]
+    pub fn with_idle_expiry(mut self, idle_expiry: Duration) -> Self {
+        self.idle_expiry = idle_expiry;
+        self
+    }
+
+    /// Sets [`waiter_stale_after`](Self::waiter_stale_after), when a queued retry counts as gone.
+    #[must_use]
+    pub fn with_waiter_stale_after(mut self, waiter_stale_after: Duration) -> Self {
+        self.waiter_stale_after = waiter_stale_after;
+        self
+    }
+
+    /// Sets [`on_event`](Self::on_event), told of each fallback and return.
+    #[must_use]
+    pub fn with_on_event(mut self, on_event: BudgetEventHook) -> Self {
+        self.on_event = Some(on_event);
+        self
+    }
+}
+
 impl fmt::Debug for RedisOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisOptions")
@@ -207,6 +254,7 @@ impl fmt::Debug for RedisOptions {
 
 /// One operation of the budget script, with times relative to the script's clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ScriptOp {
     /// Ask for a permit.
     Ask {
@@ -247,6 +295,7 @@ pub enum ScriptOp {
 
 /// The script's answer to a [`ScriptOp`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ScriptReply {
     /// Go ahead.
     Granted,

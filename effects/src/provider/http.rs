@@ -2,7 +2,7 @@
 
 use super::{ApiKey, BoxFuture, DeltaSink, Provider, ProviderRequest, SendError};
 use crate::config::ConfigError;
-use rebound_core::classify::classify_http;
+use rebound_core::classify::{classify_http, classify_transport_error, TransportError};
 use rebound_core::wire::{self, RequestParams, StreamDecoder, WireError};
 use rebound_core::{
     AssistantResponse, Conversation, Headers, ProviderFailure, ProviderKind, StreamDeadlines,
@@ -26,6 +26,7 @@ const MAX_RESPONSE_BODY: usize = 128 << 20;
 /// Everything an [`HttpProvider`] needs. Build with [`HttpProviderConfig::new`] and adjust
 /// fields; [`HttpProvider::new`] validates it.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct HttpProviderConfig {
     /// Which API the server speaks.
     pub provider: ProviderKind,
@@ -62,12 +63,45 @@ impl HttpProviderConfig {
     }
 }
 
-/// The official base URL of `provider`.
+impl HttpProviderConfig {
+    /// Sets [`base_url`](Self::base_url), e.g. a local OpenAI-compatible server's
+    /// `http://127.0.0.1:11434/v1`.
+    #[must_use]
+    pub fn with_base_url(mut self, base_url: impl Into<String>) -> Self {
+        self.base_url = base_url.into();
+        self
+    }
+
+    /// Sets [`system`](Self::system), the system prompt.
+    #[must_use]
+    pub fn with_system(mut self, system: impl Into<String>) -> Self {
+        self.system = Some(system.into());
+        self
+    }
+
+    /// Sets [`max_tokens`](Self::max_tokens), the output token limit per response.
+    #[must_use]
+    pub fn with_max_tokens(mut self, max_tokens: u32) -> Self {
+        self.max_tokens = max_tokens;
+        self
+    }
+
+    /// Sets [`connect_timeout`](Self::connect_timeout), how long connecting may take.
+    #[must_use]
+    pub fn with_connect_timeout(mut self, connect_timeout: Duration) -> Self {
+        self.connect_timeout = connect_timeout;
+        self
+    }
+}
+
+/// The official base URL of `provider`; empty for a kind this version does not know (then
+/// set [`HttpProviderConfig::base_url`]: an empty one is refused as a bad URL).
 #[must_use]
 pub fn default_base_url(provider: ProviderKind) -> &'static str {
     match provider {
         ProviderKind::Anthropic => "https://api.anthropic.com",
         ProviderKind::OpenAi | ProviderKind::OpenAiResponses => "https://api.openai.com/v1",
+        _ => "",
     }
 }
 
@@ -127,13 +161,10 @@ impl HttpProvider {
         deltas: DeltaSink<'_>,
     ) -> Result<AssistantResponse, SendError> {
         let kind = self.config.provider;
-        let params = RequestParams {
-            model: &self.config.model,
-            system: self.config.system.as_deref(),
-            tools,
-            max_tokens: self.config.max_tokens,
-            stream: true,
-        };
+        let mut params = RequestParams::new(&self.config.model, self.config.max_tokens)
+            .with_tools(tools)
+            .with_stream(true);
+        params.system = self.config.system.as_deref();
         // A conversation no request can be built from is the caller's problem, not the
         // provider's: nothing is sent.
         let body = wire::request_body(kind, conversation, &params)?;
@@ -149,9 +180,8 @@ impl HttpProvider {
             ProviderKind::Anthropic => request
                 .header("x-api-key", self.config.api_key.expose())
                 .header("anthropic-version", ANTHROPIC_VERSION),
-            ProviderKind::OpenAi | ProviderKind::OpenAiResponses => {
-                request.bearer_auth(self.config.api_key.expose())
-            }
+            // OpenAI's APIs, and the bearer token most other APIs take.
+            _ => request.bearer_auth(self.config.api_key.expose()),
         };
         let send = request.body(body).send();
         let mut response = match tokio::time::timeout(deadlines.idle, send).await {
@@ -408,6 +438,8 @@ fn has_content(piece: &wire::StreamDelta<&str>) -> bool {
         wire::StreamDelta::Thinking { thinking, .. } => !thinking.is_empty(),
         wire::StreamDelta::ToolCallStart { .. } => true,
         wire::StreamDelta::ToolInputJson { partial_json, .. } => !partial_json.is_empty(),
+        // A kind of piece this version does not know still shows the stream is alive.
+        _ => true,
     }
 }
 
@@ -466,8 +498,8 @@ async fn read_bounded(
     Read { body, end }
 }
 
-/// Maps a reqwest error to a transport failure. `mid_body` is true once the response
-/// started: a break then is a cut stream.
+/// Maps a reqwest error to a transport failure through core's classifier. `mid_body` is true
+/// once the response started: a break then is a cut stream.
 fn classify_reqwest(error: &reqwest::Error, mid_body: bool) -> ProviderFailure {
     let mut chain = String::new();
     let mut source: Option<&dyn std::error::Error> = error.source();
@@ -477,25 +509,12 @@ fn classify_reqwest(error: &reqwest::Error, mid_body: bool) -> ProviderFailure {
         source = e.source();
     }
     let detail = error_detail(error, &chain);
-    let fault = if error.is_timeout() {
-        if mid_body {
-            TransportFault::IdleTimeout
-        } else {
-            TransportFault::Timeout
-        }
-    } else if mid_body {
-        TransportFault::StreamCut
-    } else if chain.contains("dns") || chain.contains("failed to lookup address") {
-        TransportFault::Dns
-    } else if chain.contains("certificate") || chain.contains("tls") || chain.contains("handshake")
-    {
-        TransportFault::Tls
-    } else if error.is_connect() {
-        TransportFault::Connect
-    } else {
-        TransportFault::Reset
-    };
-    ProviderFailure::transport(fault, Some(&detail))
+    classify_transport_error(
+        &TransportError::new(&detail)
+            .with_timed_out(error.is_timeout())
+            .with_connect_failed(error.is_connect())
+            .with_response_started(mid_body),
+    )
 }
 
 fn error_detail(error: &reqwest::Error, chain: &str) -> String {

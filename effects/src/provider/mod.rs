@@ -26,6 +26,7 @@ pub type DeltaSink<'a> = &'a mut (dyn FnMut(StreamDelta<&str>) -> bool + Send);
 /// caller's side, and must not be retried, compacted or fallen back from as if the provider
 /// had failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SendError {
     /// The provider, or the way to it, failed: a classified failure for the machine to decide
     /// about (`Event::ProviderFailed`: retry, compact, fall back or fail).
@@ -85,7 +86,104 @@ impl<'a> ProviderRequest<'a> {
 
 /// Something that turns a conversation into the next assistant message, or a classified
 /// failure. [`HttpProvider`] speaks the real Anthropic and OpenAI APIs; embedders may bring
-/// their own (a local model, a test double, a proxy).
+/// their own (a local model, a test double, a proxy, their own HTTP client).
+///
+/// # A provider over your own HTTP client
+///
+/// Everything that decides lives in `rebound_core` and takes bytes, not a client's types:
+/// [`wire::request_body`](rebound_core::wire::request_body) builds the body,
+/// [`StreamDecoder`](rebound_core::wire::StreamDecoder) decodes and assembles the stream,
+/// [`classify_http`](rebound_core::classify::classify_http) classifies an error response and
+/// [`classify_transport_error`](rebound_core::classify::classify_transport_error) a failed
+/// exchange. So a provider over your client is the plumbing between them. Here the client is
+/// reqwest, but only as "your client": its four calls (send, status and headers, next chunk,
+/// what its error says) are all that is asked of it.
+///
+/// ```no_run
+/// use rebound_core::classify::{classify_http, classify_transport_error, TransportError};
+/// use rebound_core::wire::{self, RequestParams, StreamDecoder};
+/// use rebound_core::{AssistantResponse, Conversation, Headers, ProviderKind, ToolSpec};
+/// use rebound_effects::provider::{BoxFuture, DeltaSink, Provider, SendError};
+///
+/// /// Anthropic's Messages API over your own HTTP client.
+/// struct MyProvider {
+///     client: reqwest::Client, // your client
+///     api_key: String,
+///     model: String,
+/// }
+///
+/// /// What your client says about a failed exchange, classified by core.
+/// fn transport(error: &reqwest::Error, response_started: bool) -> SendError {
+///     let description = error.to_string(); // the error and its causes, as text
+///     let error = TransportError::new(&description)
+///         .with_timed_out(error.is_timeout())
+///         .with_connect_failed(error.is_connect())
+///         .with_response_started(response_started);
+///     SendError::Provider(classify_transport_error(&error))
+/// }
+///
+/// impl Provider for MyProvider {
+///     fn label(&self) -> String {
+///         format!("anthropic:{}", self.model) // never a secret
+///     }
+///
+///     fn send<'a>(
+///         &'a self,
+///         conversation: &'a Conversation,
+///         tools: &'a [ToolSpec],
+///         deltas: DeltaSink<'a>,
+///     ) -> BoxFuture<'a, Result<AssistantResponse, SendError>> {
+///         Box::pin(async move {
+///             let kind = ProviderKind::Anthropic;
+///             let params = RequestParams::new(&self.model, 8_192).with_tools(tools);
+///             // A conversation no request can be built from: `SendError::Request`.
+///             let body = wire::request_body(kind, conversation, &params)?;
+///             let url = format!("https://api.anthropic.com{}", wire::request_path(kind));
+///             let mut response = self
+///                 .client
+///                 .post(url)
+///                 .header("x-api-key", &self.api_key)
+///                 .header("anthropic-version", "2023-06-01")
+///                 .header("content-type", "application/json")
+///                 .body(body.to_string())
+///                 .send()
+///                 .await
+///                 .map_err(|e| transport(&e, false))?;
+///             let status = response.status().as_u16();
+///             if !response.status().is_success() {
+///                 let headers: Headers = response
+///                     .headers()
+///                     .iter()
+///                     .filter_map(|(name, value)| {
+///                         Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+///                     })
+///                     .collect();
+///                 let body = response.bytes().await.map_err(|e| transport(&e, true))?;
+///                 // Pass your wall clock (ms since the Unix epoch) to read date-valued hints.
+///                 let failure = classify_http(kind, status, &headers, &body, None);
+///                 return Err(SendError::Provider(failure));
+///             }
+///             let mut decoder = StreamDecoder::new(kind);
+///             while let Some(chunk) = response.chunk().await.map_err(|e| transport(&e, true))? {
+///                 let mut stopped = false;
+///                 // A malformed stream or an error event: a classified `ProviderFailure`.
+///                 decoder.feed_with(&chunk, |delta| stopped = stopped || !deltas(delta))?;
+///                 if stopped {
+///                     return Err(SendError::Stopped);
+///                 }
+///                 if decoder.is_complete() {
+///                     break;
+///                 }
+///             }
+///             // A stream cut before its end is a classified failure too.
+///             Ok(decoder.finish()?)
+///         })
+///     }
+/// }
+/// ```
+///
+/// A real provider also bounds how long it waits for bytes and for content (see
+/// [`HttpProviderConfig`]'s timeouts) and reads at most so much of an error body.
 pub trait Provider: Send + Sync {
     /// A printable name, e.g. `anthropic:claude-sonnet-4-5` (never containing a secret).
     fn label(&self) -> String;

@@ -41,6 +41,7 @@ const LIST_SCAN_LIMIT: usize = 100_000;
 
 /// Why a root folder cannot be used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RootError {
     /// The folder cannot be resolved (missing, no permission).
     #[error("tools root `{path}` cannot be used: {source}")]

@@ -43,8 +43,40 @@ impl Default for ToolSetConfig {
     }
 }
 
+impl ToolSetConfig {
+    /// Sets [`concurrency`](Self::concurrency), the most jobs running at once.
+    #[must_use]
+    pub fn with_concurrency(mut self, concurrency: usize) -> Self {
+        self.concurrency = concurrency;
+        self
+    }
+
+    /// Sets [`call_timeout`](Self::call_timeout), the longest a native call may run.
+    #[must_use]
+    pub fn with_call_timeout(mut self, call_timeout: Duration) -> Self {
+        self.call_timeout = call_timeout;
+        self
+    }
+
+    /// Sets [`source_timeout`](Self::source_timeout), the longest a tool source's share of a batch
+    /// may run.
+    #[must_use]
+    pub fn with_source_timeout(mut self, source_timeout: Duration) -> Self {
+        self.source_timeout = source_timeout;
+        self
+    }
+
+    /// Sets [`max_output_bytes`](Self::max_output_bytes), the most text bytes of one call's output.
+    #[must_use]
+    pub fn with_max_output_bytes(mut self, max_output_bytes: usize) -> Self {
+        self.max_output_bytes = max_output_bytes;
+        self
+    }
+}
+
 /// Why a [`ToolSet`] could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ToolSetError {
     /// Two tools have the same name; the model could not tell them apart.
     #[error(
@@ -577,10 +609,7 @@ fn source_results(
 
 /// Cuts the text parts of `output` to `max` bytes in all, adding a note when it does.
 fn cap_output(mut output: ToolOutput, max: usize) -> ToolOutput {
-    let text_len = |p: &ToolResultPart| match p {
-        ToolResultPart::Text { text } => text.len(),
-        ToolResultPart::Image { .. } => 0,
-    };
+    let text_len = |p: &ToolResultPart| p.as_text().map_or(0, str::len);
     let total: usize = output.parts.iter().map(text_len).sum();
     if total <= max {
         return output;

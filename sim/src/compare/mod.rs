@@ -23,7 +23,7 @@
 //! ```
 //! use rebound_sim::compare::{run_experiment, ExperimentConfig};
 //!
-//! let config = ExperimentConfig { agents: 20, ..ExperimentConfig::default() };
+//! let config = ExperimentConfig::default().with_agents(20);
 //! let report = run_experiment(&config).unwrap();
 //! println!("{report}");
 //! assert_eq!(report.rows.len(), config.models.len() * config.policies.len());
@@ -46,6 +46,7 @@ use std::fmt;
 
 /// Who retries: rebound or a modelled peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum Policy {
     /// rebound's machine with [`ExperimentConfig::machine`] and, in shared-process models,
     /// the shared [`ExperimentConfig::budget`].
@@ -300,6 +301,7 @@ impl OutageModel {
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ExperimentConfig {
     /// Seeds every agent's fault draws and jitter.
     pub seed: u64,
@@ -356,6 +358,64 @@ impl ExperimentConfig {
     #[must_use]
     pub fn agent_seed(&self, model: usize, index: usize) -> u64 {
         splitmix(self.seed ^ splitmix(((model as u64) << 32) | index as u64))
+    }
+}
+
+impl ExperimentConfig {
+    /// Sets [`seed`](Self::seed), which seeds every agent's fault draws and jitter.
+    #[must_use]
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Sets [`agents`](Self::agents), the agents per model.
+    #[must_use]
+    pub fn with_agents(mut self, agents: usize) -> Self {
+        self.agents = agents;
+        self
+    }
+
+    /// Sets [`stagger_ms`](Self::stagger_ms), the span the agents' starts are spread over.
+    #[must_use]
+    pub fn with_stagger_ms(mut self, stagger_ms: u64) -> Self {
+        self.stagger_ms = stagger_ms;
+        self
+    }
+
+    /// Sets [`machine`](Self::machine), rebound's machine configuration.
+    #[must_use]
+    pub fn with_machine(mut self, machine: MachineConfig) -> Self {
+        self.machine = machine;
+        self
+    }
+
+    /// Sets [`budget`](Self::budget), the retry budget of each rebound process (`None`: none).
+    #[must_use]
+    pub fn with_budget(mut self, budget: Option<BudgetConfig>) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// Sets [`idle_timeout_ms`](Self::idle_timeout_ms), the simulated client's stream idle timeout.
+    #[must_use]
+    pub fn with_idle_timeout_ms(mut self, idle_timeout_ms: u64) -> Self {
+        self.idle_timeout_ms = idle_timeout_ms;
+        self
+    }
+
+    /// Sets [`models`](Self::models), the models to run.
+    #[must_use]
+    pub fn with_models(mut self, models: Vec<OutageModel>) -> Self {
+        self.models = models;
+        self
+    }
+
+    /// Sets [`policies`](Self::policies), the policies to run, in table order.
+    #[must_use]
+    pub fn with_policies(mut self, policies: Vec<Policy>) -> Self {
+        self.policies = policies;
+        self
     }
 }
 

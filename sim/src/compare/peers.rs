@@ -32,6 +32,7 @@ use std::fmt;
 
 /// A retry policy of another stack, modelled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum Peer {
     /// The official Anthropic Python SDK, default client (`max_retries=2`).
     AnthropicPython,

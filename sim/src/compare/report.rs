@@ -115,6 +115,7 @@ impl Row {
 
 /// One rule of the bar that rebound's budgeted row broke, with the numbers.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Miss {
     /// A policy (a peer, budgeted or not) has both strictly higher success and strictly
     /// fewer requests per completed turn than rebound.

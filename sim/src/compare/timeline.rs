@@ -55,7 +55,7 @@ fn per_second(times_ms: impl Iterator<Item = u64>) -> Vec<u32> {
 /// ```
 /// use rebound_sim::compare::{run_experiment_with_timelines, ExperimentConfig};
 ///
-/// let config = ExperimentConfig { agents: 20, ..ExperimentConfig::default() };
+/// let config = ExperimentConfig::default().with_agents(20);
 /// let (report, timelines) = run_experiment_with_timelines(&config).unwrap();
 /// assert_eq!(timelines.len(), report.rows.len());
 /// for (row, timeline) in report.rows.iter().zip(&timelines) {

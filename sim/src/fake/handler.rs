@@ -392,7 +392,7 @@ impl Reply {
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let id_header = match self.provider {
             ProviderKind::Anthropic => "request-id",
-            ProviderKind::OpenAi | ProviderKind::OpenAiResponses => "x-request-id",
+            _ => "x-request-id",
         };
         let builder = Response::builder()
             .status(status)

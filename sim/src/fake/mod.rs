@@ -128,6 +128,7 @@ pub type RequestHook = Arc<dyn Fn(&RequestRecord) + Send + Sync>;
 
 /// How to start a [`FakeServer`].
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct FakeServerConfig {
     /// What the fake model answers and which faults come first. [`FakeServerConfig::healthy`]
     /// uses `Scenario::default()`: no faults, every request answered `"Done."`.
@@ -201,8 +202,62 @@ impl FakeServerConfig {
     }
 }
 
+impl FakeServerConfig {
+    /// Sets [`addr`](Self::addr), where to listen.
+    #[must_use]
+    pub fn with_addr(mut self, addr: SocketAddr) -> Self {
+        self.addr = addr;
+        self
+    }
+
+    /// Sets [`api_key`](Self::api_key): only this API key is accepted.
+    #[must_use]
+    pub fn with_api_key(mut self, api_key: impl Into<String>) -> Self {
+        self.api_key = Some(api_key.into());
+        self
+    }
+
+    /// Sets [`max_body_bytes`](Self::max_body_bytes), the largest request body accepted.
+    #[must_use]
+    pub fn with_max_body_bytes(mut self, max_body_bytes: usize) -> Self {
+        self.max_body_bytes = max_body_bytes;
+        self
+    }
+
+    /// Sets [`context_limit_bytes`](Self::context_limit_bytes), overriding the scenario's.
+    #[must_use]
+    pub fn with_context_limit_bytes(mut self, context_limit_bytes: usize) -> Self {
+        self.context_limit_bytes = Some(context_limit_bytes);
+        self
+    }
+
+    /// Sets [`on_request`](Self::on_request), called with each request record.
+    #[must_use]
+    pub fn with_on_request(mut self, on_request: RequestHook) -> Self {
+        self.on_request = Some(on_request);
+        self
+    }
+
+    /// Sets [`play_latency`](Self::play_latency): whether the scenario's latencies are played on
+    /// the wire.
+    #[must_use]
+    pub fn with_play_latency(mut self, play_latency: bool) -> Self {
+        self.play_latency = play_latency;
+        self
+    }
+
+    /// Sets [`ignore_stream`](Self::ignore_stream): whether to answer with JSON even when asked for
+    /// a stream.
+    #[must_use]
+    pub fn with_ignore_stream(mut self, ignore_stream: bool) -> Self {
+        self.ignore_stream = ignore_stream;
+        self
+    }
+}
+
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FakeServerError {
     /// The address could not be bound (in use, no permission, …).
     #[error("cannot listen on {addr}: {source}")]
@@ -305,6 +360,7 @@ impl fmt::Display for RequestRecord {
 /// What the server did with a request.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Outcome {
     /// Answered from the script.
     Answered {
@@ -467,7 +523,8 @@ impl FakeServer {
     pub fn base_url_for(&self, provider: ProviderKind) -> String {
         match provider {
             ProviderKind::Anthropic => self.base_url(),
-            ProviderKind::OpenAi | ProviderKind::OpenAiResponses => self.openai_base_url(),
+            // OpenAI's APIs, and any other (the same `/v1` prefix).
+            _ => self.openai_base_url(),
         }
     }
 

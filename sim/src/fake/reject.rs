@@ -54,7 +54,8 @@ fn api_key(provider: ProviderKind, headers: &HeaderMap) -> Option<String> {
     });
     match provider {
         ProviderKind::Anthropic => header("x-api-key").or(bearer),
-        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => bearer,
+        // OpenAI's APIs, and the bearer token most others take.
+        _ => bearer,
     }
 }
 
@@ -93,7 +94,8 @@ pub(crate) fn check_headers(
                 ));
             }
         }
-        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => {
+        // OpenAI's APIs (and, in their words, any other this server does not know).
+        _ => {
             let Some(key) = key else {
                 return Err(Rejection::new(
                     provider,
@@ -145,7 +147,7 @@ pub(crate) fn too_large(provider: ProviderKind, limit: usize) -> Rejection {
             Some("request_too_large"),
             "Request exceeds the maximum allowed number of bytes.",
         ),
-        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => Rejection::new(
+        _ => Rejection::new(
             provider,
             413,
             Some("invalid_request_error"),
@@ -159,7 +161,7 @@ pub(crate) fn too_large(provider: ProviderKind, limit: usize) -> Rejection {
 /// 400: the body is not JSON, or not a request of this provider.
 pub(crate) fn bad_body(provider: ProviderKind, error: &WireError) -> Rejection {
     match (provider, error) {
-        (ProviderKind::OpenAi | ProviderKind::OpenAiResponses, WireError::InvalidJson { .. }) => {
+        (_, WireError::InvalidJson { .. }) if provider != ProviderKind::Anthropic => {
             Rejection::new(
                 provider,
                 400,
@@ -185,7 +187,7 @@ pub(crate) fn bad_body(provider: ProviderKind, error: &WireError) -> Rejection {
         (ProviderKind::OpenAi, WireError::EmptyConversation) => {
             Rejection::openai_param(400, "[] is too short - 'messages'", "messages")
         }
-        (ProviderKind::OpenAiResponses, WireError::EmptyConversation) => Rejection::openai_param(
+        (_, WireError::EmptyConversation) => Rejection::openai_param(
             400,
             "Invalid 'input': empty array. Expected an array with minimum length 1, but got an \
              empty array instead.",
@@ -195,6 +197,12 @@ pub(crate) fn bad_body(provider: ProviderKind, error: &WireError) -> Rejection {
             Rejection::new(provider, 400, Some("invalid_request_error"), detail)
         }
         (_, WireError::Pairing(e)) => pairing(provider, e, &Conversation::new()),
+        (_, other) => Rejection::new(
+            provider,
+            400,
+            Some("invalid_request_error"),
+            &other.to_string(),
+        ),
     }
 }
 
@@ -217,8 +225,8 @@ pub(crate) fn content(provider: ProviderKind, body: &Value) -> Result<(), Reject
     match provider {
         ProviderKind::Anthropic => anthropic_content(messages),
         ProviderKind::OpenAi => openai_tool_call_ids(messages),
-        // Its items are read from `input`, not `messages`.
-        ProviderKind::OpenAiResponses => Ok(()),
+        // Responses: its items are read from `input`, not `messages`. Others: not known.
+        _ => Ok(()),
     }
 }
 
@@ -362,6 +370,7 @@ pub(crate) fn pairing(
                 PairingError::DuplicateToolUseId { message, .. } => {
                     format!("messages.{message}: `tool_use` ids must be unique")
                 }
+                other => other.to_string(),
             };
             Rejection::new(provider, 400, Some("invalid_request_error"), &message)
         }
@@ -396,6 +405,12 @@ pub(crate) fn pairing(
                 "Invalid parameter: duplicate tool call ids in 'tool_calls'.",
                 &format!("messages.[{message}].tool_calls"),
             ),
+            other => Rejection::new(
+                provider,
+                400,
+                Some("invalid_request_error"),
+                &other.to_string(),
+            ),
         },
         // The Responses API's own wording (quoted in openai/codex issues).
         ProviderKind::OpenAiResponses => {
@@ -412,9 +427,16 @@ pub(crate) fn pairing(
                 PairingError::DuplicateToolUseId { tool_use_id, .. } => {
                     format!("Duplicate value for 'call_id': {tool_use_id}.")
                 }
+                other => other.to_string(),
             };
             Rejection::openai_param(400, &message, "input")
         }
+        _ => Rejection::new(
+            provider,
+            400,
+            Some("invalid_request_error"),
+            &error.to_string(),
+        ),
     }
 }
 

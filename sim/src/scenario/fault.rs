@@ -100,10 +100,9 @@ impl Fault {
         if matches!(self.kind, FaultKind::ContextOverflow)
             && failure.kind != FailureKind::ContextOverflow
         {
-            return ProviderFailure {
-                kind: FailureKind::ContextOverflow,
-                ..failure
-            };
+            let mut failure = failure;
+            failure.kind = FailureKind::ContextOverflow;
+            return failure;
         }
         failure
     }
@@ -153,6 +152,7 @@ impl Fault {
 /// What a [`Fault`] is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
 pub enum FaultKind {
     /// An HTTP error response with a provider-shaped JSON error body.
     Http {

@@ -155,6 +155,7 @@ pub use script::{
 /// See the [module documentation](self) for the JSON format.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Scenario {
     /// A short name, e.g. `brownout`.
     pub name: String,
@@ -255,6 +256,7 @@ impl ToolDef {
 /// When the run is canceled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
 pub enum Cancel {
     /// At this virtual time.
     AtMs(u64),
@@ -265,6 +267,7 @@ pub enum Cancel {
 /// Latencies of the simulated world, in virtual ms.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Timing {
     /// A complete answer.
     pub answer_ms: u64,
@@ -301,6 +304,7 @@ impl Default for Timing {
 
 /// Why a scenario could not be loaded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ScenarioError {
     /// The text is not valid scenario JSON.
     #[error("scenario is not valid JSON at line {line}, column {column}: {message}")]

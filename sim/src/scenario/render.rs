@@ -9,8 +9,7 @@ use super::{Fault, FaultKind, Timing};
 use rebound_core::classify::classify_http;
 use rebound_core::wire::{self, StreamDecoder};
 use rebound_core::{
-    AssistantResponse, Headers, Message, ProviderFailure, ProviderKind, Role, StopReason,
-    TransportFault, Usage,
+    AssistantResponse, Headers, Message, ProviderFailure, ProviderKind, TransportFault,
 };
 use std::collections::BTreeMap;
 
@@ -35,8 +34,10 @@ pub struct WireRequest<'a> {
 pub fn message_id(provider: ProviderKind, request_id: &str) -> String {
     match provider {
         ProviderKind::Anthropic => format!("msg_{request_id}"),
-        ProviderKind::OpenAi => format!("chatcmpl-{request_id}"),
         ProviderKind::OpenAiResponses => format!("resp_{request_id}"),
+        // OpenAI Chat, and a kind this version does not know: OpenAI-compatible is the
+        // common dialect.
+        _ => format!("chatcmpl-{request_id}"),
     }
 }
 
@@ -214,15 +215,7 @@ pub fn render(
             )
         }
         FaultKind::EmptyMessage => {
-            let empty = AssistantResponse {
-                message: Message {
-                    role: Role::Assistant,
-                    content: Vec::new(),
-                },
-                stop_reason: StopReason::EndTurn,
-                usage: Usage::default(),
-                input_problems: Box::default(),
-            };
+            let empty = AssistantResponse::end_turn(Message::assistant(Vec::new()));
             if request.stream {
                 return stream(events(&empty), false);
             }
@@ -339,8 +332,10 @@ fn not_a_fault() -> ProviderFailure {
 fn before_finish(provider: ProviderKind, chunks: &[Vec<u8>]) -> usize {
     let tail = match provider {
         ProviderKind::Anthropic => 2,
-        ProviderKind::OpenAi => 3,
         ProviderKind::OpenAiResponses => 1,
+        // OpenAI Chat, and a kind this version does not know: OpenAI-compatible is the
+        // common dialect.
+        _ => 3,
     };
     chunks.len().saturating_sub(tail)
 }
@@ -366,8 +361,10 @@ fn cut_bytes(chunks: Vec<Vec<u8>>, at: usize) -> Vec<Vec<u8>> {
 fn malformed_event(provider: ProviderKind) -> Vec<u8> {
     match provider {
         ProviderKind::Anthropic => b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\n\n".to_vec(),
-        ProviderKind::OpenAi => b"data: {\"id\":\"chatcmpl-broken\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\n\n".to_vec(),
         ProviderKind::OpenAiResponses => b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_broken\",\"output_index\":0,\"content_index\":0,\"delta\":\n\n".to_vec(),
+        // OpenAI Chat, and a kind this version does not know: OpenAI-compatible is the
+        // common dialect.
+        _ => b"data: {\"id\":\"chatcmpl-broken\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\n\n".to_vec(),
     }
 }
 
@@ -399,7 +396,8 @@ pub fn default_error_message(provider: ProviderKind, status: u16) -> &'static st
             529 => "Overloaded",
             _ => "Internal server error",
         },
-        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => match status {
+        // OpenAI's APIs, and a kind this version does not know.
+        _ => match status {
             400 => "Invalid request",
             401 => "Incorrect API key provided",
             403 => "Country, region, or territory not supported",
@@ -429,8 +427,10 @@ pub fn stream_error_body(provider: ProviderKind, error_type: &str, message: &str
 pub fn overflow_tokens(provider: ProviderKind) -> (u64, u64) {
     match provider {
         ProviderKind::Anthropic => (208_310, 200_000),
-        ProviderKind::OpenAi => (130_412, 128_000),
         ProviderKind::OpenAiResponses => (272_913, 272_000),
+        // OpenAI Chat, and a kind this version does not know: OpenAI-compatible is the
+        // common dialect.
+        _ => (130_412, 128_000),
     }
 }
 
@@ -440,7 +440,8 @@ pub fn overflow_body_for(provider: ProviderKind, tokens: u64, limit: u64) -> Str
     let message = wire::context_overflow_message(provider, tokens, limit);
     let error_type = match provider {
         ProviderKind::Anthropic => "invalid_request_error",
-        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => "context_length_exceeded",
+        // OpenAI's APIs, and a kind this version does not know.
+        _ => "context_length_exceeded",
     };
     let body = wire::encode_error_body(provider, 400, Some(error_type), &message);
     String::from_utf8_lossy(&body).into_owned()

@@ -4,7 +4,7 @@ use super::Fault;
 use rebound_core::wire;
 use rebound_core::{
     AssistantResponse, ContentBlock, Conversation, HostFailure, HostFailureKind, InputProblemKind,
-    Message, Role, StopReason, ToolInputProblem, Usage,
+    Message, StopReason, ToolInputProblem, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -48,11 +48,10 @@ impl SummaryScript {
 /// answer's estimated tokens ([`rebound_core::compaction::estimate_tokens`]).
 #[must_use]
 pub fn with_usage(mut response: AssistantResponse, request: &Conversation) -> AssistantResponse {
-    response.usage = Usage {
-        input_tokens: rebound_core::compaction::estimate_tokens(request.approx_bytes()),
-        output_tokens: rebound_core::compaction::estimate_tokens(response.message.approx_bytes()),
-        ..Usage::default()
-    };
+    response.usage = Usage::new(
+        rebound_core::compaction::estimate_tokens(request.approx_bytes()),
+        rebound_core::compaction::estimate_tokens(response.message.approx_bytes()),
+    );
     response
 }
 
@@ -166,15 +165,8 @@ impl Answer {
             };
             content.push(ContentBlock::tool_use(id, call.name.clone(), input));
         }
-        AssistantResponse {
-            message: Message {
-                role: Role::Assistant,
-                content,
-            },
-            stop_reason,
-            usage: Usage::default(),
-            input_problems: input_problems.into(),
-        }
+        AssistantResponse::new(Message::assistant(content), stop_reason)
+            .with_input_problems(input_problems)
     }
 }
 
@@ -232,6 +224,7 @@ pub struct InputProblem {
 /// What a scripted tool call produces.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
 pub enum ToolOutcome {
     /// The tool worked.
     Ok {
@@ -312,6 +305,7 @@ impl ToolOutcome {
 /// A tool source's failure of a whole batch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
 pub enum ToolError {
     /// A failure the model sees as an error result for every call.
     Error {

@@ -130,6 +130,7 @@ impl LuaLimits {
 
 /// Why Lua tool files could not be loaded. Each variant names the folder or file.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LuaLoadError {
     /// The folder cannot be listed.
     #[error("Lua tools folder `{dir}` cannot be read: {source}")]

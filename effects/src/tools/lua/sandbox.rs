@@ -203,10 +203,7 @@ fn run_file_tool(
             let text: Vec<&str> = output
                 .parts
                 .iter()
-                .filter_map(|p| match p {
-                    ToolResultPart::Text { text } => Some(text.as_str()),
-                    ToolResultPart::Image { .. } => None,
-                })
+                .filter_map(ToolResultPart::as_text)
                 .collect();
             (Some(text.join("")), None)
         }

@@ -22,13 +22,7 @@ pub(super) fn call_result(result: rmcp::model::CallToolResult) -> Result<ToolOut
         }
     }
     if is_error {
-        let text: Vec<&str> = parts
-            .iter()
-            .filter_map(|p| match p {
-                ToolResultPart::Text { text } => Some(text.as_str()),
-                ToolResultPart::Image { .. } => None,
-            })
-            .collect();
+        let text: Vec<&str> = parts.iter().filter_map(ToolResultPart::as_text).collect();
         let text = text.join("\n");
         return Err(ToolFailure::model(if text.is_empty() {
             "the tool reported an error without a message".to_owned()

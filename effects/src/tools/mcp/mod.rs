@@ -73,6 +73,7 @@ use tool_names::allowed_name;
 
 /// Why an MCP server could not be started. Each variant names the command line.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum McpError {
     /// The command line is empty.
     #[error("the MCP server command line is empty: give a program and its arguments")]
