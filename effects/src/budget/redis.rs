@@ -938,8 +938,9 @@ impl RedisBudget {
                 }
                 waiters.slots.keys().copied().collect()
             };
+            // At most a batch at a time (Lua unpacks at most 8,000 values); the rest next time.
             let op = ScriptOp::Inbox {
-                acks: std::mem::take(&mut acks),
+                acks: acks.drain(..acks.len().min(POLL_BATCH)).collect(),
             };
             let (retry_in_ms, waiting, answers) = match self.call_idempotent(op).await {
                 Ok(ScriptReply::Inbox {
@@ -955,7 +956,7 @@ impl RedisBudget {
             self.succeeded();
             pause = most.min(retry_in_ms.max(1));
             let answered: BTreeSet<u64> = answers.iter().map(|(r, _)| *r).collect();
-            acks = self.deliver(answers);
+            acks.extend(self.deliver(answers));
             let unanswered: Vec<u64> = expected.difference(&answered).copied().collect();
             if waiting >= unanswered.len() as u64 {
                 continue;
