@@ -9,7 +9,7 @@
 //! | store | for | clock | the queue |
 //! |---|---|---|---|
 //! | [`SharedBudget`] | the runners of one process | a monotonic `Instant` (the budget's creation) | core's queue; a waiter is woken the moment its permit is decided |
-//! | [`RedisBudget`] | processes on any number of machines | Redis's own `TIME` | the same rules run in a Lua script; a waiter polls (see [`redis`]) |
+//! | [`RedisBudget`] | processes on any number of machines | Redis's own `TIME`, never going back | the same rules run in a Lua script; each process polls the answers of all its waiters in one call (see [`redis`]) |
 //!
 //! Pick one with a [`BudgetLocation`] (what `rebound run --budget` takes): `local` or
 //! `redis://HOST:PORT/NAME`.

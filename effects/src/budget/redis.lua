@@ -48,7 +48,8 @@
 --
 -- KEYS (one hash tag, so the script also runs on one Redis Cluster slot; all expire together
 -- after `idle_ms` without a call):
---   1 state     hash: now, offset, balance, carry, counters, seq
+--   1 state     hash: now, offset, balance, carry, counters, seq, refreshed (when every
+--               key last got its idle expiry)
 --   2 limits    hash: target -> end of its rate-limit window
 --   3 queue     sorted set: seq(16 digits) .. request, scored by the request's `since`
 --               (oldest turn first; equal ages in order of asking: seq grows)
@@ -124,7 +125,7 @@ end
 
 -- The state, or a new budget starting now with `initial` tokens.
 local saved = redis.call('HMGET', STATE, 'now', 'offset', 'balance', 'carry', 'granted',
-    'denied', 'queued', 'deposited', 'seq')
+    'denied', 'queued', 'deposited', 'seq', 'refreshed')
 local now, offset, balance, carry, granted, denied, queued, deposited, seq
 if saved[1] then
     now = int(saved[1])
@@ -145,6 +146,9 @@ else
     granted, denied, queued, deposited, seq = 0, 0, 0, 0, 0
 end
 local clock = raw + offset
+
+-- The keys this call wrote: each gets its idle expiry again (see the end).
+local written = { [STATE] = true }
 
 local function member(s, request)
     return string.format('%016d', s) .. request
@@ -178,6 +182,7 @@ end
 local function remember(request, decision)
     redis.call('HSET', DECIDED, request, decision .. ' ' .. now)
     redis.call('ZADD', ANSWERED, now, request)
+    written[DECIDED], written[ANSWERED] = true, true
 end
 
 -- Answers a waiting request: out of the queue, into its process's inbox.
@@ -185,6 +190,7 @@ local function decide(request, w, decision)
     leave(request, w)
     remember(request, decision)
     redis.call('ZADD', MINE, 0, mine(request, 'a'))
+    written[MINE] = true
 end
 
 -- Forgets answers: the requests' own, and their inbox entries.
@@ -343,6 +349,7 @@ end
 
 local function touch()
     redis.call('ZADD', OWNERS, now, owner)
+    written[OWNERS] = true
 end
 
 local reply
@@ -395,6 +402,8 @@ if op == 'ask' then
             redis.call('ZADD', DEADLINES, deadline, request)
             redis.call('HSET', WAITERS, request, seq .. ' ' .. deadline .. ' ' .. target)
             redis.call('ZADD', MINE, 0, mine(request, 'q'))
+            written[QUEUE], written[DEADLINES], written[WAITERS], written[MINE] =
+                true, true, true, true
             settle()
             reply = answer(request) or { 'queued', retry_in() }
         end
@@ -498,6 +507,7 @@ elseif op == 'limited' then
             ends = known
         end
         redis.call('HSET', RL, tostring(target), ends)
+        written[RL] = true
         -- While a window is on, no retry for its target joins the queue (it is told to
         -- wait), so only a window that starts can find waiters to send away: the one walk
         -- over the queue, once per window.
@@ -521,9 +531,20 @@ else
     return redis.error_reply('rebound budget: unknown operation ' .. tostring(op))
 end
 
+-- Every key expires `idle_ms` after the last call. A key this call wrote gets that expiry
+-- now (it may be new); the others every tenth of `idle_ms`, which keeps them alive while
+-- calls come and costs most calls two PEXPIREs instead of nine.
+local refreshed = int(saved[10])
+local refresh_all = not saved[1] or now - refreshed >= math.floor(idle_ms / 10)
+if refresh_all then
+    refreshed = now
+end
 redis.call('HSET', STATE, 'now', now, 'offset', offset, 'balance', balance, 'carry', carry,
-    'granted', granted, 'denied', denied, 'queued', queued, 'deposited', deposited, 'seq', seq)
+    'granted', granted, 'denied', denied, 'queued', queued, 'deposited', deposited, 'seq', seq,
+    'refreshed', refreshed)
 for _, key in ipairs(KEYS) do
-    redis.call('PEXPIRE', key, idle_ms)
+    if refresh_all or written[key] then
+        redis.call('PEXPIRE', key, idle_ms)
+    end
 end
 return reply
