@@ -84,7 +84,9 @@
 //! # When Redis fails
 //!
 //! Agents never wait on Redis. Every call is bounded (`call_timeout`, 50 ms, connecting
-//! included). A connection error, a timeout, a script error or a reply the budget does not
+//! included); an ask, a poll or a withdrawal whose reply is lost (a timeout, a broken
+//! connection) is made once more on a fresh connection, so a decision waits at most twice
+//! the bound. A connection error, a timeout, a script error or a reply the budget does not
 //! understand sends this process to a local budget ([`SharedBudget`], same configuration, on
 //! the same clock as the machines): a [`BudgetEvent::FellBack`] is reported once, and
 //! decisions are local from then on. Every `retry_redis_after` (1 s) the next decision tries
