@@ -187,7 +187,7 @@ pub struct RunArgs {
     /// machines), with this process falling back to a local budget while Redis fails. A
     /// Redis password is best given in `REBOUND_REDIS_PASSWORD`, not in the URL, where any
     /// process on the machine can read it.
-    #[arg(long, value_name = "local|redis://HOST:PORT/NAME")]
+    #[arg(long, value_name = "local|redis://HOST:PORT/NAME", value_parser = BudgetParser)]
     pub budget: Option<rebound_effects::budget::BudgetLocation>,
     /// The same as `--budget local`.
     #[arg(long, conflicts_with = "budget")]
@@ -215,6 +215,37 @@ pub struct RunArgs {
     /// before the provider refuses: at 85 % of it).
     #[arg(long, value_name = "TOKENS")]
     pub context_window: Option<u64>,
+}
+
+/// Parses `--budget` without ever repeating a password: clap's own error for a value its
+/// parser refuses quotes the raw value, URL credentials included.
+#[derive(Clone, Copy, Debug)]
+struct BudgetParser;
+
+impl clap::builder::TypedValueParser for BudgetParser {
+    type Value = rebound_effects::budget::BudgetLocation;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Self::Value, clap::Error> {
+        let refuse = |message: String| {
+            clap::Error::raw(clap::error::ErrorKind::ValueValidation, message).with_cmd(cmd)
+        };
+        let Some(raw) = value.to_str() else {
+            return Err(refuse(
+                "invalid value for '--budget': not UTF-8\n".to_owned(),
+            ));
+        };
+        raw.parse().map_err(|e| {
+            refuse(format!(
+                "invalid value '{}' for '--budget': {e}\n",
+                rebound_effects::budget::redact(raw)
+            ))
+        })
+    }
 }
 
 /// `--compact`.

@@ -7,6 +7,8 @@
 
 #[path = "../../effects/tests/redis_support/server.rs"]
 mod server;
+#[path = "../../effects/tests/hostile_support/table.rs"]
+mod table;
 
 use rebound_effects::budget::{RedisBudget, RedisOptions};
 use rebound_sim::fake::{FakeServer, FakeServerConfig, Outcome};
@@ -373,4 +375,60 @@ async fn a_redis_password_from_the_environment_authenticates_and_is_never_shown(
     assert!(redis
         .command(&format!("AUTH {PASSWORD}"))
         .starts_with("+OK"));
+}
+
+#[tokio::test]
+async fn a_malformed_budget_url_is_refused_without_showing_its_password() {
+    let provider = fake_server(r#"{"turns": [{"answer": {"text": "ok"}}]}"#).await;
+    let mut cases = 0;
+    for bad in [
+        "redis://bot:hunter2@cache",
+        "redis://bot:hunter2@cache:99999/x",
+        "redis://:hunter2@cache/{bad}",
+        "rediss://bot:hunter2@cache/x",
+        "redis+sentinel://:hunter2@s1:26379/mymaster",
+        "memcached://bot:hunter2@cache/x",
+        "redis://bot:hunter2/x@cache/x",
+    ] {
+        let mut cmd = agent(&provider, &["--budget", bad]);
+        let out = tokio::task::spawn_blocking(move || cmd.output().expect("rebound runs"))
+            .await
+            .expect("joins");
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(out.status.code(), Some(2), "{bad}: {all}");
+        assert!(
+            !all.contains("hunter2"),
+            "{bad}: the password was shown: {all}"
+        );
+        assert!(all.contains("--budget"), "{bad}: {all}");
+        cases += 1;
+    }
+    assert!(provider.requests().is_empty(), "no run started");
+    provider.shutdown().await;
+    table::check("secrets-budget-url", cases);
+}
+
+#[tokio::test]
+async fn a_redis_cluster_is_refused_at_start_not_used_as_a_local_budget_all_run() {
+    let Some(redis) = RedisServer::start_cluster_node("a_redis_cluster_is_refused_at_start") else {
+        return;
+    };
+    let provider = fake_server(r#"{"turns": [{"answer": {"text": "ok"}}]}"#).await;
+    let budget = redis.budget_url("clustered");
+    let mut cmd = agent(
+        &provider,
+        &["--budget", &budget, "--budget-timeout-ms", "1000"],
+    );
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("rebound runs"))
+        .await
+        .expect("joins");
+    let errors = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{errors}");
+    assert!(errors.contains("Redis Cluster"), "{errors}");
+    assert!(provider.requests().is_empty(), "no request sent");
+    provider.shutdown().await;
 }

@@ -6,11 +6,13 @@
 
 #[path = "redis_support/server.rs"]
 mod server;
+#[path = "hostile_support/table.rs"]
+mod table;
 
 use rebound_core::{
     BudgetConfig, BudgetNote, Millis, PermitAsk, PermitDecision, PermitKind, RetryBudget, Ticket,
 };
-use rebound_effects::budget::redis::{ScriptOp, ScriptReply};
+use rebound_effects::budget::redis::{PollAnswer, ScriptOp, ScriptReply};
 use rebound_effects::budget::{
     BudgetEvent, BudgetStore, RedisBudget, RedisBudgetError, RedisOptions,
 };
@@ -90,9 +92,35 @@ fn tokens(initial: f64, success: f64) -> BudgetConfig {
 }
 
 async fn call(b: &RedisBudget, op: ScriptOp, now: u64) -> ScriptReply {
+    let what = format!("{op:?} at {now}");
     b.call(op, Some(now))
         .await
-        .unwrap_or_else(|e| panic!("{op:?} at {now}: {e}"))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+/// What one poll of `request` says.
+async fn poll(b: &RedisBudget, request: u64, now: u64) -> PollAnswer {
+    match call(
+        b,
+        ScriptOp::Poll {
+            requests: vec![request],
+        },
+        now,
+    )
+    .await
+    {
+        ScriptReply::Polled { answers, .. } if answers.len() == 1 => answers[0],
+        other => panic!("poll of {request} at {now}: {other:?}"),
+    }
+}
+
+fn answer_of(decision: PermitDecision, now: u64) -> PollAnswer {
+    match decision {
+        PermitDecision::Granted => PollAnswer::Granted,
+        PermitDecision::Denied => PollAnswer::Denied,
+        PermitDecision::WaitUntil(until) => PollAnswer::Wait(until.since(Millis(now))),
+        other => panic!("a decision this test does not know: {other:?}"),
+    }
 }
 
 fn reply_of(decision: PermitDecision, now: u64) -> ScriptReply {
@@ -157,6 +185,7 @@ async fn the_script_decides_as_core_does() {
                     let got = call(
                         &redis,
                         ScriptOp::Ask {
+                            request: ticket,
                             kind,
                             target: ask.target,
                             wait_ms: ask.deadline.since(Millis(now)),
@@ -169,8 +198,8 @@ async fn the_script_decides_as_core_does() {
                         (Some(d), None, got) | (None, Some(d), got) => {
                             assert_eq!(got, reply_of(d, now), "{at}: {ask:?}");
                         }
-                        (None, None, ScriptReply::Queued { ticket: theirs, .. }) => {
-                            waiting.insert(ticket, theirs);
+                        (None, None, ScriptReply::Queued { .. }) => {
+                            waiting.insert(ticket, ticket);
                         }
                         (expected, _, got) => {
                             panic!("{at}: {ask:?}: core {expected:?}, script {got:?}")
@@ -200,7 +229,14 @@ async fn the_script_decides_as_core_does() {
                         .nth(rng.usize(..waiting.len()))
                         .expect("one waits");
                     assert!(core.cancel(Ticket(ours)), "{at}");
-                    let got = call(&redis, ScriptOp::Cancel { ticket: theirs }, now).await;
+                    let got = call(
+                        &redis,
+                        ScriptOp::Cancel {
+                            requests: vec![theirs],
+                        },
+                        now,
+                    )
+                    .await;
                     assert_eq!(got, ScriptReply::Ok, "{at}");
                     waiting.remove(&ours);
                 }
@@ -215,11 +251,11 @@ async fn the_script_decides_as_core_does() {
             decided.extend(std::iter::from_fn(|| core.poll_decision()).map(|(t, d)| (t.0, d)));
             // Every waiter's answer, asked at the same time: the same as core's.
             for (ours, theirs) in waiting.clone() {
-                let got = call(&redis, ScriptOp::Poll { ticket: theirs }, now).await;
+                let got = poll(&redis, theirs, now).await;
                 match (decided.remove(&ours), got) {
-                    (None, ScriptReply::Queued { .. }) => {}
+                    (None, PollAnswer::Queued) => {}
                     (Some(d), got) => {
-                        assert_eq!(got, reply_of(d, now), "{at}: waiter {ours}");
+                        assert_eq!(got, answer_of(d, now), "{at}: waiter {ours}");
                         waiting.remove(&ours);
                     }
                     (None, got) => {
@@ -374,6 +410,7 @@ async fn a_waiter_whose_process_died_leaves_the_queue() {
     let queued = dead
         .call(
             ScriptOp::Ask {
+                request: 1,
                 kind: PermitKind::Charged,
                 target: 0,
                 wait_ms: 60_000,
@@ -652,4 +689,528 @@ async fn a_rate_limit_is_shared_and_also_kept_for_the_fall_back() {
         PermitDecision::WaitUntil(_)
     ));
     assert!(!a.is_shared());
+}
+
+/// A TCP proxy in front of a Redis that can swallow its replies: while `swallow` is set,
+/// what Redis sends back is dropped (the commands still run). `heal_on_connect` clears it
+/// when the client opens a new connection (a reply lost once).
+struct LossyProxy {
+    port: u16,
+    swallow: Arc<std::sync::atomic::AtomicBool>,
+    heal_on_connect: Arc<std::sync::atomic::AtomicBool>,
+    swallowed: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl LossyProxy {
+    async fn start(redis_port: u16) -> LossyProxy {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let port = listener.local_addr().expect("bound").port();
+        let swallow = Arc::new(AtomicBool::new(false));
+        let heal_on_connect = Arc::new(AtomicBool::new(false));
+        let swallowed = Arc::new(AtomicUsize::new(0));
+        let (s, h, n) = (swallow.clone(), heal_on_connect.clone(), swallowed.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                if h.load(Ordering::SeqCst) {
+                    s.store(false, Ordering::SeqCst);
+                }
+                let Ok(server) = tokio::net::TcpStream::connect(("127.0.0.1", redis_port)).await
+                else {
+                    continue;
+                };
+                let (mut client_read, mut client_write) = client.into_split();
+                let (mut server_read, mut server_write) = server.into_split();
+                tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut client_read, &mut server_write).await;
+                });
+                let (s, n) = (s.clone(), n.clone());
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(len) = server_read.read(&mut buf).await {
+                        if len == 0 {
+                            break;
+                        }
+                        if s.load(Ordering::SeqCst) {
+                            n.fetch_add(len, Ordering::SeqCst);
+                            continue;
+                        }
+                        if client_write.write_all(&buf[..len]).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        LossyProxy {
+            port,
+            swallow,
+            heal_on_connect,
+            swallowed,
+        }
+    }
+
+    /// Drops Redis's replies: until the client reconnects (`once`), or until `deliver`.
+    fn lose_replies(&self, once: bool) {
+        use std::sync::atomic::Ordering;
+        self.heal_on_connect.store(once, Ordering::SeqCst);
+        self.swallow.store(true, Ordering::SeqCst);
+    }
+
+    fn deliver(&self) {
+        self.swallow
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn swallowed(&self) -> usize {
+        self.swallowed.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Options for a budget behind a [`LossyProxy`]: a call timeout a loaded machine keeps to
+/// when nothing is lost.
+fn through_proxy(events: RedisOptions) -> RedisOptions {
+    events
+        .with_call_timeout(Duration::from_secs(1))
+        .with_retry_redis_after(Duration::from_millis(200))
+        .with_waiter_stale_after(Duration::from_secs(3_600))
+}
+
+#[tokio::test]
+async fn a_reply_lost_to_the_timeout_is_read_again_and_a_token_is_spent_once() {
+    let Some(server) = RedisServer::start("a_reply_lost_to_the_timeout") else {
+        return;
+    };
+    let proxy = LossyProxy::start(server.port()).await;
+    let mut cases = 0;
+    let url = format!("redis://127.0.0.1:{}/lost", proxy.port);
+    let direct = budget(&server.budget_url("lost"), tokens(1.0, 1.0), patient());
+
+    // 1. The reply to a granted ask is lost once: asked again under the same request, the
+    // grant is read, not made twice, and nothing is decided locally.
+    let (events, options) = recorder();
+    let b = budget(&url, tokens(1.0, 1.0), through_proxy(options));
+    b.check().await.expect("redis answers");
+    proxy.lose_replies(true);
+    assert_eq!(b.acquire(charged(&b, 0, 0)).await, PermitDecision::Granted);
+    assert!(proxy.swallowed() > 0, "a reply was lost");
+    let stats = direct.stats().await.expect("redis answers");
+    assert_eq!((stats.stats.granted, stats.balance_milli), (1, 0));
+    assert_eq!(b.fallback().stats().granted, 0, "no local token spent");
+    assert!(kinds(&events).is_empty(), "{:?}", kinds(&events));
+    assert_eq!(b.acquire(charged(&b, 0, 0)).await, PermitDecision::Denied);
+    cases += 1;
+
+    // 2. The reply to a poll that carries a grant is lost once: the next poll reads it.
+    let waiting = {
+        let b = b.clone();
+        let ask = charged(&b, 10_000, 0);
+        tokio::spawn(async move { b.acquire(ask).await })
+    };
+    queued(&direct, 1).await;
+    let lost_before = proxy.swallowed();
+    proxy.lose_replies(true);
+    direct.record(BudgetNote::Succeeded { target: 0 }).await;
+    let decision = tokio::time::timeout(Duration::from_secs(6), waiting)
+        .await
+        .expect("granted after the lost poll")
+        .expect("joins");
+    assert_eq!(decision, PermitDecision::Granted);
+    assert!(proxy.swallowed() > lost_before, "a poll's reply was lost");
+    let stats = direct.stats().await.expect("redis answers");
+    assert_eq!((stats.stats.granted, stats.balance_milli), (2, 0));
+    assert_eq!(b.fallback().stats().granted, 0);
+    assert!(kinds(&events).is_empty(), "{:?}", kinds(&events));
+    cases += 1;
+
+    // 3. Every reply is lost: the process decides locally, and once Redis answers again it
+    // withdraws the request, so the token Redis granted to it goes back.
+    direct.record(BudgetNote::Succeeded { target: 0 }).await;
+    let (events, options) = recorder();
+    let c = budget(&url, tokens(1.0, 1.0), through_proxy(options));
+    c.check().await.expect("redis answers");
+    proxy.lose_replies(false);
+    assert_eq!(c.acquire(charged(&c, 0, 0)).await, PermitDecision::Granted);
+    assert_eq!(c.fallback().stats().granted, 1, "decided locally");
+    proxy.deliver();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    c.record(BudgetNote::RateLimited {
+        target: 1,
+        until: Millis(0),
+    })
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let stats = direct.stats().await.expect("redis answers");
+        if stats.balance_milli == 1_000 {
+            assert_eq!(stats.stats.granted, 2, "the lost grant was paid back");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never paid back: {stats:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(kinds(&events), ["fell_back", "restored"]);
+    cases += 1;
+    table::check("redis-lost-replies", cases);
+}
+
+#[tokio::test]
+async fn the_budget_clock_never_goes_back_when_redis_time_does() {
+    let Some(server) = RedisServer::start("the_budget_clock_never_goes_back") else {
+        return;
+    };
+    let mut cases = 0;
+    // What a failover to a host whose clock is 10 s behind looks like to the budget: the
+    // state says a time 10 s after what `TIME` now says.
+    let step_back = |name: &str| {
+        let time = server.command("TIME");
+        let numbers: Vec<u64> = time.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        assert_eq!(numbers.len(), 2, "TIME: {time}");
+        let ahead = numbers[0] * 1_000 + numbers[1] / 1_000 + 10_000;
+        let set = server.command(&format!("HSET rebound:budget:{{{name}}}:state now {ahead}"));
+        assert!(set.starts_with(':'), "{set}");
+        ahead
+    };
+
+    // 1. A charged retry allowed to wait 5 s waits (and is granted by a success), instead
+    // of being denied at once.
+    let b = budget(&server.budget_url("behind"), tokens(0.0, 1.0), patient());
+    b.check().await.expect("redis answers");
+    let ahead = step_back("behind");
+    let ask = charged(&b, 5_000, 0);
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire(ask).await })
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!waiting.is_finished(), "the retry waits for a token");
+    b.record(BudgetNote::Succeeded { target: 0 }).await;
+    let decision = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("decided")
+        .expect("joins");
+    assert_eq!(decision, PermitDecision::Granted);
+    let stats = b.stats().await.expect("redis answers");
+    assert!(stats.now_ms >= ahead, "{} < {ahead}", stats.now_ms);
+    cases += 1;
+
+    // 2. A shared rate limit heard after the step back holds for its whole window.
+    let b = budget(
+        &server.budget_url("limit-behind"),
+        BudgetConfig::default(),
+        patient(),
+    );
+    b.check().await.expect("redis answers");
+    step_back("limit-behind");
+    let now = Millis(u64::try_from(b.origin().elapsed().as_millis()).unwrap_or(0));
+    b.record(BudgetNote::RateLimited {
+        target: 0,
+        until: now.plus(2_000),
+    })
+    .await;
+    let first = PermitAsk {
+        kind: PermitKind::FirstAttempt,
+        target: 0,
+        deadline: Millis::ZERO,
+        since: now,
+    };
+    let PermitDecision::WaitUntil(until) = b.acquire(first).await else {
+        panic!("the window was dropped");
+    };
+    let left = until.since(now);
+    assert!((1_500..=2_100).contains(&left), "{left} ms left");
+    cases += 1;
+
+    // 3. The same through the script's clock: ticked at 20 s, then asked at 10 s, a retry
+    // allowed to wait 5 s is queued, and a window of 2 s holds 2 s.
+    let b = budget(&server.budget_url("scripted"), tokens(0.0, 1.0), patient());
+    call(&b, ScriptOp::Stats, 20_000).await;
+    let ask = ScriptOp::Ask {
+        request: 1,
+        kind: PermitKind::Charged,
+        target: 0,
+        wait_ms: 5_000,
+        age_ms: 0,
+    };
+    assert!(matches!(
+        call(&b, ask, 10_000).await,
+        ScriptReply::Queued { .. }
+    ));
+    let limited = ScriptOp::RateLimited {
+        target: 1,
+        for_ms: 2_000,
+    };
+    assert_eq!(call(&b, limited, 10_100).await, ScriptReply::Ok);
+    let first = ScriptOp::Ask {
+        request: 2,
+        kind: PermitKind::FirstAttempt,
+        target: 1,
+        wait_ms: 0,
+        age_ms: 0,
+    };
+    assert_eq!(call(&b, first, 10_200).await, ScriptReply::Wait(1_900));
+    cases += 1;
+    table::check("redis-clock-back", cases);
+}
+
+#[tokio::test]
+async fn an_old_waiter_never_takes_or_cancels_a_newcomers_place_after_redis_forgets() {
+    let Some(server) = RedisServer::start("an_old_waiter_never_takes") else {
+        return;
+    };
+    let mut cases = 0;
+    // A flush; a failover to a replica that never received the budget's keys.
+    for forget in ["FLUSHALL", "DEL"] {
+        let name = format!("forgot-{cases}");
+        let url = server.budget_url(&name);
+        let a = budget(&url, tokens(0.0, 1.0), patient());
+        let b = budget(&url, tokens(0.0, 1.0), patient());
+        let old = {
+            let a = a.clone();
+            let ask = charged(&a, 20_000, 0);
+            tokio::spawn(async move { a.acquire(ask).await })
+        };
+        queued(&a, 1).await;
+        if forget == "FLUSHALL" {
+            assert!(server.command("FLUSHALL").starts_with("+OK"));
+        } else {
+            let keys = server.command(&format!("KEYS rebound:budget:{{{name}}}:*"));
+            let keys: Vec<&str> = keys.lines().filter(|l| l.starts_with("rebound")).collect();
+            assert!(keys.len() >= 5, "{keys:?}");
+            let deleted = server.command(&format!("DEL {}", keys.join(" ")));
+            assert!(deleted.starts_with(':'), "{deleted}");
+        }
+        // A newcomer in another process asks after Redis forgot: its request is the first
+        // the fresh budget numbers, as the old waiter's was.
+        let newcomer = {
+            let b = b.clone();
+            let ask = charged(&b, 20_000, 0);
+            tokio::spawn(async move { b.acquire(ask).await })
+        };
+        // The old waiter learns its request is gone and asks again: two wait.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while b.stats().await.expect("redis answers").waiting < 2 {
+            assert!(Instant::now() < deadline, "{forget}: both never waited");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The old waiter stops waiting (its run was canceled): only its own request goes.
+        old.abort();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while b.stats().await.expect("redis answers").waiting != 1 {
+            assert!(
+                Instant::now() < deadline,
+                "{forget}: the old request stayed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        b.record(BudgetNote::Succeeded { target: 0 }).await;
+        let decision = tokio::time::timeout(Duration::from_secs(3), newcomer)
+            .await
+            .unwrap_or_else(|_| panic!("{forget}: the newcomer kept its place"))
+            .expect("joins");
+        assert_eq!(decision, PermitDecision::Granted, "{forget}");
+        assert!(a.is_shared() && b.is_shared(), "{forget}");
+        cases += 1;
+    }
+    table::check("redis-forgotten-requests", cases);
+}
+
+/// A server that answers `INFO` as a Redis 4 would, and `+OK` to anything else.
+async fn redis_four() -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let port = listener.local_addr().expect("bound").port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n) = s.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    let data = String::from_utf8_lossy(&buf[..n]).to_ascii_uppercase();
+                    let mut out = Vec::new();
+                    for command in data.split('*').filter(|c| !c.trim().is_empty()) {
+                        if command.contains("\r\nINFO\r\n") {
+                            let info =
+                                "# Server\r\nredis_version:4.0.14\r\nredis_mode:standalone\r\n";
+                            out.extend(format!("${}\r\n{info}\r\n", info.len()).bytes());
+                        } else {
+                            out.extend(b"+OK\r\n");
+                        }
+                    }
+                    if s.write_all(&out).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn a_redis_that_cannot_keep_the_budget_is_refused_once_with_a_clear_error() {
+    let mut cases = 0;
+    let cluster = RedisServer::start_cluster_node("refused_cluster");
+    let sentinel = RedisServer::start_sentinel("refused_sentinel");
+    let (Some(cluster), Some(sentinel)) = (cluster, sentinel) else {
+        return;
+    };
+    let old = redis_four().await;
+    for (url, expected) in [
+        (cluster.budget_url("c"), "Redis Cluster"),
+        (sentinel.budget_url("s"), "Sentinel"),
+        (format!("redis://127.0.0.1:{old}/old"), "Redis 5 or later"),
+    ] {
+        let (events, options) = recorder();
+        // A loaded machine must not turn the refusal into a timeout.
+        let options = options.with_call_timeout(Duration::from_secs(5));
+        let b = budget(&url, tokens(1.0, 1.0), options);
+        match b.check().await {
+            Err(RedisBudgetError::Unsupported { reason }) => {
+                assert!(reason.contains(expected), "{url}: {reason}");
+            }
+            other => panic!("{url}: {other:?}"),
+        }
+        // Decided locally from then on, without asking Redis again, told once.
+        assert_eq!(b.acquire(charged(&b, 0, 0)).await, PermitDecision::Granted);
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        assert_eq!(b.acquire(charged(&b, 0, 0)).await, PermitDecision::Denied);
+        assert_eq!(b.fallback().stats().granted, 1, "{url}");
+        assert!(!b.is_shared());
+        assert_eq!(kinds(&events), ["fell_back"], "{url}");
+        cases += 1;
+    }
+    table::check("redis-unsupported", cases);
+}
+
+/// Server CPU seconds (user + system) so far, from `INFO cpu`.
+fn server_cpu(server: &RedisServer) -> f64 {
+    let info = server.command("INFO cpu");
+    ["used_cpu_sys:", "used_cpu_user:"]
+        .iter()
+        .map(|field| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(field))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("INFO cpu without {field}: {info}"))
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_waiting_retries_across_ten_processes_keep_redis_cheap_and_none_falls_back() {
+    const PROCESSES: usize = 10;
+    const PER_PROCESS: usize = 100;
+    let Some(server) = RedisServer::start("a_thousand_waiting_retries") else {
+        return;
+    };
+    let url = server.budget_url("fleet");
+    // A total outage: nothing succeeds, refill pays 20 retries a second, each retry waits
+    // at most 4 s. The default call timeout would measure the test machine's scheduler (a
+    // debug build, 1,000 tasks, two shared cores); the server's cost is measured below.
+    let config = BudgetConfig::default()
+        .with_capacity(20.0)
+        .with_initial(0.0)
+        .with_deposit_per_request(0.0)
+        .with_deposit_per_success(0.0)
+        .with_refill_per_sec(20.0);
+    let mut fell_back = Vec::new();
+    let processes: Vec<RedisBudget> = (0..PROCESSES)
+        .map(|_| {
+            let (events, options) = recorder();
+            fell_back.push(events);
+            budget(
+                &url,
+                config.clone(),
+                // Nobody dies here; a starved test process must not look dead.
+                options
+                    .with_call_timeout(Duration::from_secs(2))
+                    .with_waiter_stale_after(Duration::from_secs(60)),
+            )
+        })
+        .collect();
+    processes[0].check().await.expect("redis answers");
+    let started = Instant::now();
+    let mut waiters = Vec::new();
+    for p in &processes {
+        for _ in 0..PER_PROCESS {
+            let p = p.clone();
+            let ask = charged(&p, 4_000, 0);
+            waiters.push(tokio::spawn(async move { p.acquire(ask).await }));
+        }
+    }
+    let total = (PROCESSES * PER_PROCESS) as u64;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let stats = processes[0].stats().await.expect("redis answers");
+        if stats.stats.queued + stats.stats.granted >= total {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never all asked: {stats:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Measured while (nearly) everyone waits and polls.
+    server.command("CONFIG RESETSTAT");
+    let cpu_before = server_cpu(&server);
+    let window = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let cpu = (server_cpu(&server) - cpu_before) / window.elapsed().as_secs_f64();
+    let commandstats = server.command("INFO commandstats");
+    let mut decisions = [0_usize; 3];
+    for w in waiters {
+        match w.await.expect("joins") {
+            PermitDecision::Granted => decisions[0] += 1,
+            PermitDecision::Denied => decisions[1] += 1,
+            PermitDecision::WaitUntil(_) => decisions[2] += 1,
+            other => panic!("a decision this test does not know: {other:?}"),
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    // A waiter that gave up on its own (a starved test process hears late) withdraws its
+    // request, and a token granted to it goes back: wait for those withdrawals.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let stats = loop {
+        let stats = processes[0].stats().await.expect("redis answers");
+        let settled = stats.waiting == 0 && stats.stats.granted as usize == decisions[0];
+        if settled || Instant::now() > deadline {
+            break stats;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!(
+        "{total} waiters: server CPU {:.1} % of a core while they waited, decisions \
+         {decisions:?} in {wall:.1} s, {stats:?}\n{}",
+        cpu * 100.0,
+        commandstats
+            .lines()
+            .filter(|l| l.contains("evalsha"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    for events in &fell_back {
+        assert!(kinds(events).is_empty(), "{:?}", kinds(events));
+    }
+    assert!(processes.iter().all(RedisBudget::is_shared));
+    assert_eq!(decisions[2], 0, "{decisions:?}");
+    // Each grant was Redis's, and each token Redis spent went to a waiter that used it.
+    assert_eq!(stats.stats.granted as usize, decisions[0], "{decisions:?}");
+    assert!(
+        stats.stats.denied as usize <= decisions[1],
+        "{decisions:?}: {stats:?}"
+    );
+    // What refill funds over the run, no more.
+    assert!(
+        decisions[0] as f64 <= 20.0 * wall + 1.0,
+        "{decisions:?} in {wall:.1} s"
+    );
+    assert!(decisions[0] > 0 && decisions[1] > 0, "{decisions:?}");
+    assert!(cpu < 0.5, "redis used {:.0} % of a core", cpu * 100.0);
+    table::check("redis-fleet-waiters", PROCESSES * PER_PROCESS);
 }

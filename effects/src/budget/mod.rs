@@ -9,7 +9,7 @@
 //! | store | for | clock | the queue |
 //! |---|---|---|---|
 //! | [`SharedBudget`] | the runners of one process | a monotonic `Instant` (the budget's creation) | core's queue; a waiter is woken the moment its permit is decided |
-//! | [`RedisBudget`] | processes on any number of machines | Redis's own `TIME` | the same rules run in a Lua script; a waiter polls (see [`redis`]) |
+//! | [`RedisBudget`] | processes on any number of machines | Redis's own `TIME`, never going back | the same rules run in a Lua script; each process polls the answers of all its waiters in one call (see [`redis`]) |
 //!
 //! Pick one with a [`BudgetLocation`] (what `rebound run --budget` takes): `local` or
 //! `redis://HOST:PORT/NAME`.
@@ -87,8 +87,38 @@ impl FromStr for BudgetLocation {
         if s.starts_with("redis://") || s.starts_with("rediss://") {
             return s.parse().map(BudgetLocation::Redis);
         }
+        if s.starts_with("redis+sentinel://") || s.starts_with("redis-sentinel://") {
+            return Err(BudgetLocationError::Sentinel);
+        }
         Err(BudgetLocationError::Scheme)
     }
+}
+
+/// `value` with the password of a URL's `USER:PASSWORD@` (or the whole `SECRET@`) replaced
+/// by `***`: what an error about a `--budget` value may repeat of it, whatever else is wrong
+/// with it.
+///
+/// ```
+/// use rebound_effects::budget::redact;
+/// assert_eq!(redact("redis://bot:hunter2@cache"), "redis://bot:***@cache");
+/// assert_eq!(redact("redis://hunter2@cache:x/y"), "redis://***@cache:x/y");
+/// assert_eq!(redact("local"), "local");
+/// ```
+#[must_use]
+pub fn redact(value: &str) -> String {
+    let Some((scheme, rest)) = value.split_once("://") else {
+        return value.to_owned();
+    };
+    // Up to the last `@`, whatever it holds: a password may contain `/`, `?` or `#`, and
+    // showing too little is better than showing a secret.
+    let Some((userinfo, rest)) = rest.rsplit_once('@') else {
+        return value.to_owned();
+    };
+    let shown = match userinfo.split_once(':') {
+        Some((user, _)) if !user.contains(['/', '?', '#']) => format!("{user}:***"),
+        _ => "***".to_owned(),
+    };
+    format!("{scheme}://{shown}@{rest}")
 }
 
 /// A budget in Redis: the server, and the budget's name (its keys' namespace).
@@ -240,11 +270,30 @@ pub enum BudgetLocationError {
     /// No host.
     #[error("the redis URL needs a host: redis://HOST:PORT/NAME")]
     NoHost,
+    /// `redis+sentinel://`: the budget needs the master itself.
+    #[error("Redis Sentinel is not supported for the budget: name the current master as redis://HOST:PORT/NAME")]
+    Sentinel,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_malformed_url_is_shown_without_its_password() {
+        for (raw, shown) in [
+            ("redis://u:hunter2@h:99999/x", "redis://u:***@h:99999/x"),
+            ("redis://:hunter2@h", "redis://:***@h"),
+            ("redis://hunter2@h/{x}", "redis://***@h/{x}"),
+            ("rediss://u:p@ss:w@h/x", "rediss://u:***@h/x"),
+            ("memcached://u:hunter2@h/x", "memcached://u:***@h/x"),
+            ("redis://u:pa/ss@h/x", "redis://u:***@h/x"),
+            ("redis://h:1/a@b", "redis://h:***@b"),
+            ("local", "local"),
+        ] {
+            assert_eq!(redact(raw), shown, "{raw}");
+        }
+    }
 
     #[test]
     fn a_password_from_elsewhere_is_used_to_connect_and_never_shown() {
@@ -284,6 +333,10 @@ mod tests {
             ("redis://host:99999/x", BudgetLocationError::BadPort),
             ("redis://:1/x", BudgetLocationError::NoHost),
             ("rediss://host/x", BudgetLocationError::Tls),
+            (
+                "redis+sentinel://s1:26379/mymaster",
+                BudgetLocationError::Sentinel,
+            ),
         ] {
             assert_eq!(bad.parse::<BudgetLocation>(), Err(error), "{bad}");
         }

@@ -6,36 +6,84 @@
 -- (effects/tests/redis_budget.rs, `the_script_decides_as_core_does`) drives both with the same
 -- random operations and compares every answer.
 --
--- One call is one decision, atomic (Redis runs a script alone). The clock is Redis's own
--- (`TIME`), so processes on machines whose clocks disagree agree on the budget's time; every
--- time that crosses the wire is a duration relative to "now" (a wait, an age, a remaining
--- delay), never a timestamp of the caller's clock.
+-- One call is one decision, atomic (Redis runs a script alone). Needs Redis 5 or later: the
+-- script writes after reading `TIME`, which only effects replication (the default from 5 on)
+-- allows.
+--
+-- # The budget's own clock
+--
+-- The clock is Redis's (`TIME`), so processes on machines whose clocks disagree agree on the
+-- budget's time; every time that crosses the wire is a duration relative to "now" (a wait,
+-- an age, a remaining delay), never a timestamp of a caller's clock. The budget's clock is
+-- `TIME + offset` and never goes back: when `TIME` is behind the last time the budget saw
+-- (an NTP step back, a failover to a host whose clock is behind), the offset grows by the
+-- difference, so the budget's time goes on from where it was, at `TIME`'s pace. Every time
+-- the script stores or compares is on that clock.
+--
+-- # Cost
+--
+-- Nothing walks the queue. With n waiting retries a decision costs O(log n) plus what it
+-- decides: the queue is a sorted set, deadlines are a second one (expiring is a range up to
+-- now), answers are read by field and forgotten by a third sorted set of their times, and a
+-- waiter whose process stopped polling is dropped lazily, when it reaches the head of the
+-- queue or its deadline. The one exception is a rate limit starting for a target (see
+-- `limited`), which visits every waiter once to send those for that target to wait.
+--
+-- A process polls with `inbox`: O(log n) plus the answers it reads, whatever the number of
+-- its waiters. Only when the count of its waiting requests is lower than it expects (a
+-- request went stale or Redis forgot it) does it `poll` them one by one.
+--
+-- # Requests and owners
+--
+-- Every ask carries a request id chosen by its process: 32 hex digits, the process's random
+-- owner id (16) then its own counter (16). It names the request everywhere (queue, answers),
+-- so it cannot collide across a flush or a failover to a lagging replica (the state's
+-- counters restart, the ids do not), and asking again with the same id reads the answer
+-- already decided instead of deciding twice (a reply lost to the caller's timeout). A
+-- process polls the answers of all its waiters in one call, which also says the owner is
+-- alive; a waiter whose owner has not polled for `stale_ms` has left (its process died).
 --
 -- Tokens are integer milli-tokens, as in core. Lua numbers are doubles: integers are exact up
 -- to 2^53, and the caller clamps the configuration well below that.
 --
--- KEYS: 1 state (hash), 2 rate limits (hash target -> end of the window), 3 queue (sorted set: ticket
--- scored by its request's age), 4 waiters (hash ticket -> "deadline target seen"),
--- 5 decided (hash ticket -> "decision at"). All share one hash tag, so the script also runs on
--- a Redis Cluster, and all expire together after `idle_ms` without a call.
+-- KEYS (one hash tag, so the script also runs on one Redis Cluster slot; all expire together
+-- after `idle_ms` without a call):
+--   1 state     hash: now, offset, balance, carry, counters, seq, refreshed (when every
+--               key last got its idle expiry)
+--   2 limits    hash: target -> end of its rate-limit window
+--   3 queue     sorted set: seq(16 digits) .. request, scored by the request's `since`
+--               (oldest turn first; equal ages in order of asking: seq grows)
+--   4 deadlines sorted set: request -> deadline
+--   5 waiters   hash: request -> "seq deadline target"
+--   6 decided   hash: request -> "decision at" (decision: granted (a token was taken) |
+--               free (granted without a token) | denied | wait:END)
+--   7 answered  sorted set: request -> when it was decided (answers live `stale_ms`)
+--   8 owners    sorted set: owner -> when it last asked or polled
+--   9 mine      sorted set, every score 0, read by range of member: OWNER q COUNTER for
+--               each waiting request, OWNER a COUNTER for each answer from the queue its
+--               process has not yet acknowledged (a process's inbox)
 --
 -- ARGV: 1 op, 2 now (empty: Redis TIME; a number: tests only), 3 capacity, 4 initial,
 -- 5 deposit per request, 6 deposit per success, 7 refill per second (all milli-tokens),
--- 8 idle_ms, 9 stale_ms (a waiter that has not polled for this long is gone: its process
--- died), then the op's own arguments:
---   ask     kind ("first" | "hinted" | "charged"), target, wait_ms (deadline - now),
---           age_ms (now - since)
---   poll    ticket
---   cancel  ticket
+-- 8 idle_ms, 9 stale_ms, 10 owner (16 hex digits), then the op's own arguments:
+--   ask     request, kind ("first" | "hinted" | "charged"), target, wait_ms (deadline -
+--           now), age_ms (now - since)
+--   inbox   request...   (answers the caller acknowledges: it got them)
+--   poll    request...   (any number, the caller's waiters)
+--   cancel  request...   (withdraw; an answer granted but never collected is paid back)
 --   success target
 --   limited target, for_ms (end of the window - now)
 --   stats
 --
--- Replies: {"granted"}, {"denied"}, {"wait", ms}, {"queued", ticket, retry_in_ms},
--- {"gone"} (poll of a ticket this budget no longer knows), {"ok"},
--- {"stats", balance, granted, denied, queued, deposited, waiting, now}.
+-- Replies: {"granted"}, {"denied"}, {"wait", ms}, {"queued", retry_in_ms},
+-- {"inbox", retry_in_ms, waiting, counter, answer, counter, answer...}: the caller's
+-- requests still waiting, and its unacknowledged answers from the queue (at most 1,000),
+-- {"polled", retry_in_ms, answer...} with one answer per request polled: "g" (granted),
+-- "d" (denied), "w<ms>" (wait), "q" (still queued), "x" (gone: unknown here),
+-- {"ok"}, {"stats", balance, granted, denied, queued, deposited, waiting, now}.
 
-local STATE, RL, QUEUE, WAITERS, DECIDED = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local STATE, RL, QUEUE, DEADLINES, WAITERS, DECIDED, ANSWERED, OWNERS, MINE =
+    KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local ONE = 1000
 
 local function int(value)
@@ -54,58 +102,114 @@ local deposit_success = int(ARGV[6])
 local refill_per_sec = int(ARGV[7])
 local idle_ms = math.max(int(ARGV[8]), 1000)
 local stale_ms = math.max(int(ARGV[9]), 1)
+local owner = ARGV[10]
+if type(owner) ~= 'string' or not string.match(owner, '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$') then
+    return redis.error_reply('rebound budget: bad owner id')
+end
 
-local clock
+local function request_at(i)
+    local r = ARGV[i]
+    if type(r) ~= 'string' or #r ~= 32 or not string.match(r, '^%x+$') then
+        return nil
+    end
+    return r
+end
+
+local raw
 if ARGV[2] ~= nil and ARGV[2] ~= '' then
-    clock = int(ARGV[2])
+    raw = int(ARGV[2])
 else
     local t = redis.call('TIME')
-    clock = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    raw = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
 -- The state, or a new budget starting now with `initial` tokens.
-local saved = redis.call('HMGET', STATE, 'now', 'balance', 'carry', 'granted', 'denied',
-    'queued', 'deposited', 'ticket')
-local now, balance, carry, granted, denied, queued, deposited, ticket
+local saved = redis.call('HMGET', STATE, 'now', 'offset', 'balance', 'carry', 'granted',
+    'denied', 'queued', 'deposited', 'seq', 'refreshed')
+local now, offset, balance, carry, granted, denied, queued, deposited, seq
 if saved[1] then
     now = int(saved[1])
-    balance = math.min(int(saved[2]), capacity)
-    carry = int(saved[3])
-    granted = int(saved[4])
-    denied = int(saved[5])
-    queued = int(saved[6])
-    deposited = int(saved[7])
-    ticket = int(saved[8])
+    offset = int(saved[2])
+    balance = math.min(int(saved[3]), capacity)
+    carry = int(saved[4])
+    granted = int(saved[5])
+    denied = int(saved[6])
+    queued = int(saved[7])
+    deposited = int(saved[8])
+    seq = int(saved[9])
+    -- The budget's clock never goes back (see the top of this file).
+    if raw + offset < now then
+        offset = now - raw
+    end
 else
-    now, balance, carry = clock, initial, 0
-    granted, denied, queued, deposited, ticket = 0, 0, 0, 0, 0
+    now, offset, balance, carry = raw, 0, initial, 0
+    granted, denied, queued, deposited, seq = 0, 0, 0, 0, 0
+end
+local clock = raw + offset
+
+-- The keys this call wrote: each gets its idle expiry again (see the end).
+local written = { [STATE] = true }
+
+local function member(s, request)
+    return string.format('%016d', s) .. request
 end
 
-local function member(t)
-    return string.format('%016d', t)
-end
-
--- A waiter: deadline, target, last poll.
-local function waiter(m)
-    local w = redis.call('HGET', WAITERS, m)
+-- A waiter: its place in the queue, deadline, target.
+local function waiter(request)
+    local w = redis.call('HGET', WAITERS, request)
     if not w then
         return nil
     end
-    local deadline, target, seen = string.match(w, '^(%d+) (%d+) (%d+)$')
-    if not deadline then
+    local s, deadline, target = string.match(w, '^(%d+) (%d+) (%d+)$')
+    if not s then
         return nil
     end
-    return { deadline = tonumber(deadline), target = tonumber(target), seen = tonumber(seen) }
+    return { seq = tonumber(s), deadline = tonumber(deadline), target = tonumber(target) }
 end
 
-local function leave(m)
-    redis.call('ZREM', QUEUE, m)
-    redis.call('HDEL', WAITERS, m)
+-- A request's entry in its process's inbox: `q` while it waits, `a` once answered.
+local function mine(request, what)
+    return string.sub(request, 1, 16) .. what .. string.sub(request, 17)
 end
 
-local function decide(m, decision)
-    leave(m)
-    redis.call('HSET', DECIDED, m, decision .. ' ' .. now)
+local function leave(request, w)
+    redis.call('ZREM', QUEUE, member(w.seq, request))
+    redis.call('ZREM', DEADLINES, request)
+    redis.call('HDEL', WAITERS, request)
+    redis.call('ZREM', MINE, mine(request, 'q'))
+end
+
+local function remember(request, decision)
+    redis.call('HSET', DECIDED, request, decision .. ' ' .. now)
+    redis.call('ZADD', ANSWERED, now, request)
+    written[DECIDED], written[ANSWERED] = true, true
+end
+
+-- Answers a waiting request: out of the queue, into its process's inbox.
+local function decide(request, w, decision)
+    leave(request, w)
+    remember(request, decision)
+    redis.call('ZADD', MINE, 0, mine(request, 'a'))
+    written[MINE] = true
+end
+
+-- Forgets answers: the requests' own, and their inbox entries.
+local function unremember(requests)
+    if #requests == 0 then
+        return
+    end
+    local entries = {}
+    for i, request in ipairs(requests) do
+        entries[i] = mine(request, 'a')
+    end
+    redis.call('HDEL', DECIDED, unpack(requests))
+    redis.call('ZREM', ANSWERED, unpack(requests))
+    redis.call('ZREM', MINE, unpack(entries))
+end
+
+-- Whether the process that asked `request` still polls.
+local function alive(request)
+    return redis.call('ZSCORE', OWNERS, string.sub(request, 1, 16)) ~= false
 end
 
 local function can_ever_pay()
@@ -156,63 +260,63 @@ local function advance(t)
     end
 end
 
+-- Denies the waiters whose deadline is before now (strict) or not after now; a waiter whose
+-- process is gone just leaves, as a canceled one does in core.
 local function expire(strict)
-    for _, m in ipairs(redis.call('ZRANGE', QUEUE, 0, -1)) do
-        local w = waiter(m)
-        if w and ((strict and w.deadline < now) or (not strict and w.deadline <= now)) then
+    local upto = strict and ('(' .. now) or tostring(now)
+    for _, request in ipairs(redis.call('ZRANGEBYSCORE', DEADLINES, '-inf', upto)) do
+        local w = waiter(request)
+        if not w then
+            redis.call('ZREM', DEADLINES, request)
+        elseif alive(request) then
             denied = denied + 1
-            decide(m, 'denied')
+            decide(request, w, 'denied')
+        else
+            leave(request, w)
         end
     end
 end
 
--- What core does on `cancel`, for the waiters whose process stopped polling (it died), and
--- the forgetting of answers nobody collected.
-local function forget_the_gone()
-    for _, m in ipairs(redis.call('ZRANGE', QUEUE, 0, -1)) do
-        local w = waiter(m)
-        if not w or w.seen + stale_ms < now then
-            leave(m)
-        end
-    end
-    local answers = redis.call('HGETALL', DECIDED)
-    for i = 1, #answers, 2 do
-        local at = tonumber(string.match(answers[i + 1], ' (%d+)$'))
-        if not at or at + stale_ms < now then
-            redis.call('HDEL', DECIDED, answers[i])
-        end
-    end
+-- Forgets the answers nobody collected within `stale_ms`, and the owners that stopped
+-- polling (their waiters leave lazily).
+local function forget()
+    local cutoff = '(' .. (now - stale_ms)
+    unremember(redis.call('ZRANGEBYSCORE', ANSWERED, '-inf', cutoff, 'LIMIT', 0, 1000))
+    redis.call('ZREMRANGEBYSCORE', OWNERS, '-inf', cutoff)
 end
 
 -- Grants waiters in order while tokens last, then denies those whose deadline came; a
 -- waiter whose deadline passed before now is denied first (see core's `settle`).
 local function settle()
-    forget_the_gone()
+    forget()
     expire(true)
     while balance >= ONE do
         local head = redis.call('ZRANGE', QUEUE, 0, 0)[1]
         if not head then
             break
         end
-        balance = balance - ONE
-        granted = granted + 1
-        decide(head, 'granted')
+        local request = string.sub(head, 17)
+        local w = waiter(request)
+        if not w then
+            redis.call('ZREM', QUEUE, head)
+        elseif not alive(request) then
+            leave(request, w)
+        else
+            balance = balance - ONE
+            granted = granted + 1
+            decide(request, w, 'granted')
+        end
     end
     expire(false)
 end
 
 -- When a tick next changes something: refill paying the head, or the earliest deadline.
 local function next_wakeup()
-    local earliest = nil
-    for _, m in ipairs(redis.call('ZRANGE', QUEUE, 0, -1)) do
-        local w = waiter(m)
-        if w and (earliest == nil or w.deadline < earliest) then
-            earliest = w.deadline
-        end
-    end
-    if earliest == nil then
+    local first = redis.call('ZRANGE', DEADLINES, 0, 0, 'WITHSCORES')
+    if #first == 0 then
         return nil
     end
+    local earliest = tonumber(first[2])
     if refill_per_sec > 0 then
         local missing = math.max(ONE - balance, 0)
         local needed = math.max(missing * 1000 - carry, 0)
@@ -222,81 +326,171 @@ local function next_wakeup()
     return earliest
 end
 
--- The answer decided for ticket `m`, taken out of the decided hash.
-local function collect(m)
-    local answer = redis.call('HGET', DECIDED, m)
-    if not answer then
+local function retry_in()
+    local at = next_wakeup() or (now + 1)
+    return math.max(at - now, 1)
+end
+
+-- The answer decided for `request`, if any (read, not taken: asking again reads it again).
+local function answer(request)
+    local a = redis.call('HGET', DECIDED, request)
+    if not a then
         return nil
     end
-    redis.call('HDEL', DECIDED, m)
-    local decision = string.match(answer, '^(%S+)')
-    if decision == 'granted' then
+    local decision = string.match(a, '^(%S+)')
+    if decision == 'granted' or decision == 'free' then
         return { 'granted' }
     elseif decision == 'denied' then
         return { 'denied' }
     end
-    local ends = tonumber(string.match(decision, '^wait:(%d+)$')) or now
+    local ends = tonumber(string.match(decision or '', '^wait:(%d+)$')) or now
     return { 'wait', math.max(ends - now, 0) }
 end
 
-local function still_queued(m, t)
-    local at = next_wakeup() or (now + 1)
-    return { 'queued', t, math.max(at - now, 1) }
+local function touch()
+    redis.call('ZADD', OWNERS, now, owner)
+    written[OWNERS] = true
 end
 
 local reply
 if op == 'ask' then
-    local kind, target = ARGV[10], int(ARGV[11])
-    local deadline, since = clock + int(ARGV[12]), clock - int(ARGV[13])
-    advance(clock)
-    local ends = rate_limited_until(target)
-    if ends then
-        settle()
-        reply = { 'wait', ends - now }
-    elseif kind == 'first' then
-        deposit(deposit_request)
-        settle()
-        reply = { 'granted' }
-    elseif kind == 'hinted' then
-        settle()
-        reply = { 'granted' }
-    elseif redis.call('ZCARD', QUEUE) == 0 and balance >= ONE then
-        balance = balance - ONE
-        granted = granted + 1
-        settle()
-        reply = { 'granted' }
-    elseif deadline <= now or not can_ever_pay() then
-        denied = denied + 1
-        settle()
-        reply = { 'denied' }
-    else
-        queued = queued + 1
-        ticket = ticket + 1
-        local m = member(ticket)
-        -- Ordered by the request's own arrival; equal ages in order of asking (tickets grow).
-        redis.call('ZADD', QUEUE, since, m)
-        redis.call('HSET', WAITERS, m, deadline .. ' ' .. target .. ' ' .. now)
-        settle()
-        reply = collect(m) or still_queued(m, ticket)
+    local request = request_at(11)
+    if not request or string.sub(request, 1, 16) ~= owner then
+        return redis.error_reply('rebound budget: bad request id')
     end
-elseif op == 'poll' then
-    local m = member(int(ARGV[10]))
+    local kind, target = ARGV[12], int(ARGV[13])
     advance(clock)
-    settle()
-    reply = collect(m)
-    if not reply then
-        local w = waiter(m)
-        if w then
-            redis.call('HSET', WAITERS, m, w.deadline .. ' ' .. w.target .. ' ' .. now)
-            reply = still_queued(m, int(ARGV[10]))
+    touch()
+    local deadline, since = now + int(ARGV[14]), now - int(ARGV[15])
+    local known = answer(request)
+    if known then
+        settle()
+        reply = known
+    elseif waiter(request) then
+        settle()
+        reply = answer(request) or { 'queued', retry_in() }
+    else
+        local ends = rate_limited_until(target)
+        if ends then
+            settle()
+            reply = { 'wait', ends - now }
+            remember(request, 'wait:' .. ends)
+        elseif kind == 'first' then
+            deposit(deposit_request)
+            settle()
+            reply = { 'granted' }
+            remember(request, 'free')
+        elseif kind == 'hinted' then
+            settle()
+            reply = { 'granted' }
+            remember(request, 'free')
+        elseif redis.call('ZCARD', QUEUE) == 0 and balance >= ONE then
+            balance = balance - ONE
+            granted = granted + 1
+            settle()
+            reply = { 'granted' }
+            remember(request, 'granted')
+        elseif deadline <= now or not can_ever_pay() then
+            denied = denied + 1
+            settle()
+            reply = { 'denied' }
+            remember(request, 'denied')
         else
-            reply = { 'gone' }
+            queued = queued + 1
+            seq = seq + 1
+            redis.call('ZADD', QUEUE, since, member(seq, request))
+            redis.call('ZADD', DEADLINES, deadline, request)
+            redis.call('HSET', WAITERS, request, seq .. ' ' .. deadline .. ' ' .. target)
+            redis.call('ZADD', MINE, 0, mine(request, 'q'))
+            written[QUEUE], written[DEADLINES], written[WAITERS], written[MINE] =
+                true, true, true, true
+            settle()
+            reply = answer(request) or { 'queued', retry_in() }
         end
     end
+elseif op == 'inbox' then
+    advance(clock)
+    touch()
+    local acked = {}
+    local i = 11
+    while ARGV[i] do
+        local request = request_at(i)
+        if request and string.sub(request, 1, 16) == owner then
+            acked[#acked + 1] = request
+        end
+        i = i + 1
+    end
+    unremember(acked)
+    settle()
+    local waiting = redis.call('ZLEXCOUNT', MINE, '[' .. owner .. 'q', '(' .. owner .. 'r')
+    reply = { 'inbox', retry_in(), waiting }
+    local answered = redis.call('ZRANGEBYLEX', MINE, '[' .. owner .. 'a', '(' .. owner .. 'b',
+        'LIMIT', 0, 1000)
+    for _, entry in ipairs(answered) do
+        local request = owner .. string.sub(entry, 18)
+        local a = answer(request)
+        reply[#reply + 1] = string.sub(entry, 18)
+        if not a then
+            reply[#reply + 1] = 'x'
+        elseif a[1] == 'granted' then
+            reply[#reply + 1] = 'g'
+        elseif a[1] == 'denied' then
+            reply[#reply + 1] = 'd'
+        else
+            reply[#reply + 1] = 'w' .. a[2]
+        end
+    end
+elseif op == 'poll' then
+    advance(clock)
+    touch()
+    settle()
+    reply = { 'polled', retry_in() }
+    local i = 11
+    while ARGV[i] do
+        local request = request_at(i)
+        local a = request and answer(request)
+        if not request then
+            reply[#reply + 1] = 'x'
+        elseif a then
+            if a[1] == 'granted' then
+                reply[#reply + 1] = 'g'
+            elseif a[1] == 'denied' then
+                reply[#reply + 1] = 'd'
+            else
+                reply[#reply + 1] = 'w' .. a[2]
+            end
+        elseif redis.call('HEXISTS', WAITERS, request) == 1 then
+            reply[#reply + 1] = 'q'
+        else
+            reply[#reply + 1] = 'x'
+        end
+        i = i + 1
+    end
 elseif op == 'cancel' then
-    local m = member(int(ARGV[10]))
-    leave(m)
-    redis.call('HDEL', DECIDED, m)
+    local repaid = false
+    local i = 11
+    while ARGV[i] do
+        local request = request_at(i)
+        if request then
+            local w = waiter(request)
+            if w then
+                leave(request, w)
+            elseif string.match(redis.call('HGET', DECIDED, request) or '', '^granted ') then
+                -- A charged permit granted, but its process stopped waiting before it heard
+                -- (or lost the reply and decided locally): the token was never used, so it
+                -- goes back (to the next waiter, if any).
+                granted = granted - 1
+                balance = math.min(balance + ONE, capacity)
+                repaid = true
+            end
+            unremember({ request })
+        end
+        i = i + 1
+    end
+    if repaid then
+        advance(clock)
+        settle()
+    end
     reply = { 'ok' }
 elseif op == 'success' then
     advance(clock)
@@ -304,19 +498,25 @@ elseif op == 'success' then
     settle()
     reply = { 'ok' }
 elseif op == 'limited' then
-    local target = int(ARGV[10])
-    local ends = clock + int(ARGV[11])
+    local target = int(ARGV[11])
     advance(clock)
+    local ends = now + int(ARGV[12])
     if ends > now then
-        local known = tonumber(redis.call('HGET', RL, tostring(target)))
+        local known = rate_limited_until(target)
         if known and known > ends then
             ends = known
         end
         redis.call('HSET', RL, tostring(target), ends)
-        for _, m in ipairs(redis.call('ZRANGE', QUEUE, 0, -1)) do
-            local w = waiter(m)
-            if w and w.target == target then
-                decide(m, 'wait:' .. ends)
+        written[RL] = true
+        -- While a window is on, no retry for its target joins the queue (it is told to
+        -- wait), so only a window that starts can find waiters to send away: the one walk
+        -- over the queue, once per window.
+        if not known then
+            for _, request in ipairs(redis.call('HKEYS', WAITERS)) do
+                local w = waiter(request)
+                if w and w.target == target then
+                    decide(request, w, 'wait:' .. ends)
+                end
             end
         end
     end
@@ -331,9 +531,20 @@ else
     return redis.error_reply('rebound budget: unknown operation ' .. tostring(op))
 end
 
-redis.call('HSET', STATE, 'now', now, 'balance', balance, 'carry', carry, 'granted', granted,
-    'denied', denied, 'queued', queued, 'deposited', deposited, 'ticket', ticket)
+-- Every key expires `idle_ms` after the last call. A key this call wrote gets that expiry
+-- now (it may be new); the others every tenth of `idle_ms`, which keeps them alive while
+-- calls come and costs most calls two PEXPIREs instead of nine.
+local refreshed = int(saved[10])
+local refresh_all = not saved[1] or now - refreshed >= math.floor(idle_ms / 10)
+if refresh_all then
+    refreshed = now
+end
+redis.call('HSET', STATE, 'now', now, 'offset', offset, 'balance', balance, 'carry', carry,
+    'granted', granted, 'denied', denied, 'queued', queued, 'deposited', deposited, 'seq', seq,
+    'refreshed', refreshed)
 for _, key in ipairs(KEYS) do
-    redis.call('PEXPIRE', key, idle_ms)
+    if refresh_all or written[key] then
+        redis.call('PEXPIRE', key, idle_ms)
+    end
 end
 return reply

@@ -22,31 +22,61 @@
 //! wait before asking again). Processes on machines whose clocks disagree by minutes agree on
 //! refill, deadlines and the rate-limit window, because only Redis's clock is ever compared
 //! with itself. Each process runs its machines on its own monotonic clock
-//! ([`BudgetStore::origin`]).
+//! ([`BudgetStore::origin`]). The budget's clock never goes back: when `TIME` steps back
+//! (NTP, a failover to a host whose clock is behind), the script carries on from the last
+//! time it saw, at `TIME`'s pace, so a retry allowed to wait still waits and a shared rate
+//! limit still holds.
 //!
-//! # The queue across processes: tickets polled in Redis
+//! # Where it does not work
+//!
+//! Redis 5 or later, standalone (or a replicated master named directly). The first call on
+//! each connection reads `INFO server` and refuses Redis Cluster, a Sentinel and a Redis
+//! older than 5 with [`RedisBudgetError::Unsupported`]: the process decides locally for the
+//! rest of its life, says so once, and [`RedisBudget::check`] returns the error so a command
+//! line can stop at start instead.
+//!
+//! # The queue across processes: requests polled in Redis, one call per process
 //!
 //! In one process a waiting retry is woken the moment a deposit pays for it. Across
-//! processes that would need Redis to call back (pub/sub, keyspace notifications), which adds
-//! a second connection and a failure mode per process for little gain. Instead the queue
-//! lives in Redis as core's queue does in memory — a sorted set of tickets ordered by the age
-//! of their request (oldest turn first, ties in order of asking) — and each decision the
-//! script makes settles it exactly as core does: a deposit from any process grants the
-//! head of the queue at once, in Redis, and a waiter whose deadline came is denied. The
-//! waiting process learns its answer by polling its ticket: every `poll_interval` (50 ms by
-//! default), sooner when the script says refill or its deadline decides it earlier. So
-//! tokens go to the oldest request first, as in one process; the differences are that a
-//! granted retry may start up to one poll interval later, and that a request's age is read
-//! on its process's clock just before the call, so an ask that reaches Redis late (a busy
-//! process, a slow network) counts as younger by that delay. A poll also says "I am still
-//! here": a ticket not polled for `waiter_stale_after` (its process died or was killed) leaves
-//! the queue, as a canceled waiter does in core, and a dropped wait cancels its ticket.
+//! processes the queue lives in Redis as core's queue does in memory — a sorted set of
+//! requests ordered by the age of their turn (oldest first, ties in order of asking) — and
+//! each decision the script makes settles it exactly as core does: a deposit from any
+//! process grants the head of the queue at once, in Redis, and a waiter whose deadline came
+//! is denied. Nothing in the script walks the queue: deadlines are a second sorted set,
+//! answers are read by field, so a decision costs O(log n) with n retries waiting (see
+//! `docs/performance.md`).
+//!
+//! A process learns the answers of all its waiting retries with one call, every
+//! `poll_interval` (50 ms by default; sooner when the script says refill or a deadline
+//! decides one earlier), which reads the process's inbox in Redis — the answers the queue
+//! gave its requests since the last read — at a cost that does not grow with its waiters: a
+//! fleet of 50 processes with 10,000 retries waiting makes 1,000 cheap calls a second, not
+//! 200,000 of a cost growing with the queue. That call also says "this process is still here": the
+//! retries of a process that stopped polling for `waiter_stale_after` (it died) leave the
+//! queue when they reach its head or their deadline, as canceled waiters do in core, and a
+//! dropped wait cancels its request. A granted retry may start up to one poll interval
+//! later than in one process, and a request's age is read on its process's clock just
+//! before the call, so an ask that reaches Redis late counts as younger by that delay.
+//!
+//! # Requests: named once, decided once
+//!
+//! Each ask is named by its process: a random owner id (one per [`RedisBudget`]) and a
+//! counter. A flush of Redis or a failover to a lagging replica cannot make two asks share a
+//! name (the script's own counters restart; the names do not), so an old waiter never
+//! reads or cancels a newcomer's place. An answer is kept in Redis for `waiter_stale_after`
+//! and reading it does not take it: when a reply misses the call timeout, the process asks
+//! once more under the same name and reads what the first call decided, instead of having a
+//! token spent in Redis and another one locally. When that second call fails too, the
+//! process decides locally and, once Redis answers again, withdraws the request: a token
+//! granted to it but never used is paid back.
 //!
 //! # Keys
 //!
-//! Five keys per budget name, `rebound:budget:{NAME}:state|limits|queue|waiters|decided`, one
-//! hash tag so they live on one Redis Cluster slot. They hold counters, milli-tokens,
-//! Redis times, target indexes and ticket numbers: no prompt, key, URL or host name. All
+//! Nine keys per budget name,
+//! `rebound:budget:{NAME}:state|limits|queue|deadlines|waiters|decided|answered|owners|mine`,
+//! one hash tag so they would live on one Redis Cluster slot. They hold counters,
+//! milli-tokens, Redis times, target indexes and request ids (random numbers): no prompt,
+//! key, URL or host name. All
 //! expire together after `idle_expiry` (10 minutes) without a call; the next call starts a
 //! fresh budget with its initial tokens. Each call carries the caller's [`BudgetConfig`]:
 //! processes sharing a name should share a configuration.
@@ -54,7 +84,9 @@
 //! # When Redis fails
 //!
 //! Agents never wait on Redis. Every call is bounded (`call_timeout`, 50 ms, connecting
-//! included). A connection error, a timeout, a script error or a reply the budget does not
+//! included); an ask, a poll or a withdrawal whose reply is lost (a timeout, a broken
+//! connection) is made once more on a fresh connection, so a decision waits at most twice
+//! the bound. A connection error, a timeout, a script error or a reply the budget does not
 //! understand sends this process to a local budget ([`SharedBudget`], same configuration, on
 //! the same clock as the machines): a [`BudgetEvent::FellBack`] is reported once, and
 //! decisions are local from then on. Every `retry_redis_after` (1 s) the next decision tries
@@ -69,9 +101,12 @@ use rebound_core::{
     BudgetConfig, BudgetNote, BudgetStats, Millis, PermitAsk, PermitDecision, PermitKind,
 };
 use redis::aio::MultiplexedConnection;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 /// The script: core's budget rules for Redis (see the module documentation).
@@ -108,6 +143,14 @@ pub enum BudgetEvent {
 impl fmt::Display for BudgetEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            BudgetEvent::FellBack {
+                budget,
+                error: error @ RedisBudgetError::Unsupported { .. },
+            } => write!(
+                f,
+                "retry budget {budget} cannot be kept in this redis ({error}): using a local \
+                 budget for this process"
+            ),
             BudgetEvent::FellBack { budget, error } => write!(
                 f,
                 "retry budget {budget} unavailable ({error}): using a local budget for this \
@@ -158,6 +201,13 @@ pub enum RedisBudgetError {
         /// The reply, abridged.
         reply: String,
     },
+    /// This Redis cannot keep the budget: a Redis Cluster, a Sentinel, or a version before
+    /// 5. Not retried: the process decides locally for the rest of its life.
+    #[error("{reason}")]
+    Unsupported {
+        /// What it is and what to do instead.
+        reason: String,
+    },
 }
 
 /// How a [`RedisBudget`] talks to Redis. The defaults suit a Redis on the same network.
@@ -174,8 +224,8 @@ pub struct RedisOptions {
     pub retry_redis_after: Duration,
     /// How long the budget's keys live without a call (default 10 minutes).
     pub idle_expiry: Duration,
-    /// A queued retry not polled for this long has left (its process died), and so has an
-    /// answer nobody collected (default 2 s).
+    /// A queued retry whose process has not polled for this long has left (the process
+    /// died), and an answer is kept this long for its process to read (default 2 s).
     pub waiter_stale_after: Duration,
     /// Told when the budget falls back to a local one and when it returns to Redis.
     pub on_event: Option<BudgetEventHook>,
@@ -252,12 +302,17 @@ impl fmt::Debug for RedisOptions {
     }
 }
 
-/// One operation of the budget script, with times relative to the script's clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One operation of the budget script, with times relative to the script's clock. Requests
+/// are named by a number the caller chooses, unique among its own asks; the script sees it
+/// prefixed with the caller's random owner id.
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ScriptOp {
-    /// Ask for a permit.
+    /// Ask for a permit. Asking again under the same `request` reads the answer already
+    /// decided (or the place already taken) instead of deciding again.
     Ask {
+        /// Names this ask.
+        request: u64,
         /// What for.
         kind: PermitKind,
         /// The target asked for.
@@ -267,15 +322,23 @@ pub enum ScriptOp {
         /// How old the request is (now minus its `since`).
         age_ms: u64,
     },
-    /// Ask whether a queued ticket was decided (and say its asker is still waiting).
-    Poll {
-        /// The ticket.
-        ticket: u64,
+    /// Read this process's answers from the queue (and say it is still waiting), after
+    /// acknowledging those it got from the previous read.
+    Inbox {
+        /// Requests whose answers this process got: forgotten now.
+        acks: Vec<u64>,
     },
-    /// Withdraw a queued ticket.
+    /// Ask whether queued requests were decided, one by one (and say their process is still
+    /// waiting).
+    Poll {
+        /// The requests, at most [`POLL_BATCH`].
+        requests: Vec<u64>,
+    },
+    /// Withdraw requests: a queued one leaves the queue; a charged permit granted to one but
+    /// never used is paid back.
     Cancel {
-        /// The ticket.
-        ticket: u64,
+        /// The requests.
+        requests: Vec<u64>,
     },
     /// A request to `target` succeeded.
     Succeeded {
@@ -293,8 +356,12 @@ pub enum ScriptOp {
     Stats,
 }
 
+/// The most requests one [`ScriptOp::Poll`] carries (Redis's Lua unpacks at most 8,000
+/// values; a process with more waiters polls in several calls).
+pub const POLL_BATCH: usize = 1_000;
+
 /// The script's answer to a [`ScriptOp`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ScriptReply {
     /// Go ahead.
@@ -303,19 +370,46 @@ pub enum ScriptReply {
     Denied,
     /// The target is rate-limited for this many more ms.
     Wait(u64),
-    /// Waiting in the queue under `ticket`: poll again within `retry_in_ms`.
+    /// Waiting in the queue: poll within `retry_in_ms`.
     Queued {
-        /// The ticket to poll.
-        ticket: u64,
         /// When the script expects the answer may change, at the latest.
         retry_in_ms: u64,
     },
-    /// The ticket polled is not known (it expired, or Redis restarted empty).
-    Gone,
+    /// This process's requests still waiting, and its answers not yet acknowledged.
+    Inbox {
+        /// When the script expects an answer may change, at the latest.
+        retry_in_ms: u64,
+        /// How many of this process's requests wait in the queue.
+        waiting: u64,
+        /// Answered requests (never [`PollAnswer::Queued`]).
+        answers: Vec<(u64, PollAnswer)>,
+    },
+    /// The answers of the requests polled, in the order polled.
+    Polled {
+        /// When the script expects an answer may change, at the latest.
+        retry_in_ms: u64,
+        /// One per request polled.
+        answers: Vec<PollAnswer>,
+    },
     /// Done.
     Ok,
     /// The budget's figures.
     Stats(RedisBudgetStats),
+}
+
+/// What a poll says of one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PollAnswer {
+    /// Granted.
+    Granted,
+    /// Denied.
+    Denied,
+    /// The target is rate-limited for this many more ms.
+    Wait(u64),
+    /// Still waiting.
+    Queued,
+    /// Not known here (it went stale, or Redis restarted empty): ask again.
+    Gone,
 }
 
 /// What the budget in Redis holds and did, shared by every process using it.
@@ -327,7 +421,7 @@ pub struct RedisBudgetStats {
     pub stats: BudgetStats,
     /// Charged permits waiting in the queue.
     pub waiting: u64,
-    /// The budget's clock (Redis's `TIME`, in ms).
+    /// The budget's clock (Redis's `TIME`, never going back, in ms).
     pub now_ms: u64,
 }
 
@@ -355,19 +449,47 @@ struct Inner {
     url: RedisUrl,
     client: redis::Client,
     script: redis::Script,
-    keys: [String; 5],
+    keys: [String; 9],
     /// capacity, initial, deposit per request, per success, refill per second: milli-tokens.
     config: [u64; 5],
     options: RedisOptions,
     fallback: SharedBudget,
+    /// This process's random name in the budget: the first half of its request ids.
+    owner: u64,
+    next_request: AtomicU64,
     connection: Mutex<Option<MultiplexedConnection>>,
     health: Mutex<Health>,
+    waiters: Mutex<Waiters>,
+    /// Requests to withdraw once Redis answers again (their process decided locally).
+    orphans: Mutex<Vec<u64>>,
+}
+
+/// The requests of this process waiting in Redis's queue, each with the way to tell its
+/// waiter, and whether the one task polling them all runs.
+#[derive(Default)]
+struct Waiters {
+    slots: BTreeMap<u64, oneshot::Sender<Heard>>,
+    polling: bool,
+}
+
+/// What the polling task tells a waiter.
+#[derive(Debug)]
+enum Heard {
+    Decided(PermitDecision),
+    /// Redis does not know the request (any more): ask again.
+    Gone,
+    /// Redis failed: decide locally.
+    Failed,
 }
 
 #[derive(Debug, Clone, Copy)]
 enum Health {
     Shared,
-    Local { next_try: Instant },
+    Local {
+        next_try: Instant,
+    },
+    /// This Redis cannot keep the budget ([`RedisBudgetError::Unsupported`]): local for good.
+    Refused,
 }
 
 impl fmt::Debug for RedisBudget {
@@ -396,6 +518,57 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// A random owner id: from the operating system, or (should it fail) from the clock, the
+/// process id and fastrand.
+fn random_owner() -> u64 {
+    getrandom::u64().unwrap_or_else(|_| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        nanos ^ u64::from(std::process::id()).rotate_left(32) ^ fastrand::u64(..)
+    })
+}
+
+/// What `INFO server` says of a Redis: refused when the budget cannot live there.
+fn supported(info: &str) -> Result<(), RedisBudgetError> {
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    };
+    let Some(version) = field("redis_version") else {
+        return Err(malformed(&format!(
+            "INFO server without redis_version: {info}"
+        )));
+    };
+    let major: u32 = version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    if major < 5 {
+        return Err(RedisBudgetError::Unsupported {
+            reason: format!(
+                "redis {version} is too old for the retry budget: it needs Redis 5 or later \
+                 (its script writes after reading TIME)"
+            ),
+        });
+    }
+    match field("redis_mode") {
+        Some("cluster") => Err(RedisBudgetError::Unsupported {
+            reason: "this redis is a Redis Cluster node, which the retry budget does not \
+                     support: use a standalone Redis (or a replicated master named directly)"
+                .to_owned(),
+        }),
+        Some("sentinel") => Err(RedisBudgetError::Unsupported {
+            reason: "this redis is a Sentinel, which the retry budget does not support: name \
+                     the master it watches as redis://HOST:PORT/NAME"
+                .to_owned(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 impl RedisBudget {
     /// A budget named by `url` with `config` (what it starts with when Redis has none of
     /// that name, and how it refills). No I/O: the first decision connects.
@@ -408,8 +581,18 @@ impl RedisBudget {
             message: e.to_string().replace(url.server(), &url.to_string()),
         })?;
         let name = url.name();
-        let keys = ["state", "limits", "queue", "waiters", "decided"]
-            .map(|part| format!("rebound:budget:{{{name}}}:{part}"));
+        let keys = [
+            "state",
+            "limits",
+            "queue",
+            "deadlines",
+            "waiters",
+            "decided",
+            "answered",
+            "owners",
+            "mine",
+        ]
+        .map(|part| format!("rebound:budget:{{{name}}}:{part}"));
         Ok(RedisBudget {
             inner: Arc::new(Inner {
                 url: url.clone(),
@@ -425,8 +608,12 @@ impl RedisBudget {
                 ],
                 options,
                 fallback: SharedBudget::new(config),
+                owner: random_owner(),
+                next_request: AtomicU64::new(1),
                 connection: Mutex::new(None),
                 health: Mutex::new(Health::Shared),
+                waiters: Mutex::new(Waiters::default()),
+                orphans: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -449,9 +636,10 @@ impl RedisBudget {
         &self.inner.fallback
     }
 
-    /// Checks that Redis answers (one call), falling back or returning to Redis as a
-    /// decision would. A command line calls it at start, so a Redis that is down is reported
-    /// before the first request rather than at the first retry.
+    /// Checks that Redis answers (one call) and can keep the budget, falling back or
+    /// returning to Redis as a decision would. A command line calls it at start, so a Redis
+    /// that is down is reported before the first request rather than at the first retry,
+    /// and one that can never work ([`RedisBudgetError::Unsupported`]) can stop the run.
     pub async fn check(&self) -> Result<RedisBudgetStats, RedisBudgetError> {
         let result = match self.call(ScriptOp::Stats, None).await {
             Ok(ScriptReply::Stats(stats)) => Ok(stats),
@@ -502,6 +690,19 @@ impl RedisBudget {
         }
     }
 
+    /// A call that reads the same answer when repeated ([`ScriptOp::Ask`] under the same
+    /// request, a poll, a cancel, the figures), made once more on a fresh connection when
+    /// the first one's reply was lost (a timeout, a broken connection): what the first call
+    /// decided is read, not decided again.
+    async fn call_idempotent(&self, op: ScriptOp) -> Result<ScriptReply, RedisBudgetError> {
+        match self.call(op.clone(), None).await {
+            Err(RedisBudgetError::Timeout { .. } | RedisBudgetError::Connection { .. }) => {
+                self.call(op, None).await
+            }
+            other => other,
+        }
+    }
+
     async fn call_unbounded(
         &self,
         op: ScriptOp,
@@ -513,7 +714,7 @@ impl RedisBudget {
         for key in &inner.keys {
             invocation.key(key);
         }
-        let (name, args) = op_args(op);
+        let (name, args) = op_args(&op, inner.owner);
         invocation
             .arg(name)
             .arg(now_ms.map(|n| n.to_string()).unwrap_or_default());
@@ -522,7 +723,8 @@ impl RedisBudget {
         }
         invocation
             .arg(millis_of(inner.options.idle_expiry))
-            .arg(millis_of(inner.options.waiter_stale_after));
+            .arg(millis_of(inner.options.waiter_stale_after))
+            .arg(format!("{:016x}", inner.owner));
         for arg in args {
             invocation.arg(arg);
         }
@@ -533,6 +735,8 @@ impl RedisBudget {
         decode(&value)
     }
 
+    /// The shared connection, or a new one once `INFO server` says this Redis can keep the
+    /// budget.
     async fn connection(&self) -> Result<MultiplexedConnection, RedisBudgetError> {
         if let Some(c) = lock(&self.inner.connection).clone() {
             return Ok(c);
@@ -541,12 +745,24 @@ impl RedisBudget {
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(timeout)
             .set_response_timeout(timeout);
-        let c = self
+        let mut c = self
             .inner
             .client
             .get_multiplexed_async_connection_with_config(&config)
             .await
             .map_err(|e| self.error_of(&e))?;
+        let info: redis::Value = redis::cmd("INFO")
+            .arg("server")
+            .query_async(&mut c)
+            .await
+            .map_err(|e| self.error_of(&e))?;
+        let info = match &info {
+            redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+            redis::Value::VerbatimString { text, .. } => text.clone(),
+            redis::Value::SimpleString(s) => s.clone(),
+            other => return Err(malformed(&format!("INFO server: {other:?}"))),
+        };
+        supported(&info)?;
         *lock(&self.inner.connection) = Some(c.clone());
         Ok(c)
     }
@@ -557,6 +773,17 @@ impl RedisBudget {
             .to_string()
             .replace(self.inner.url.server(), &self.inner.url.to_string());
         match e.kind() {
+            redis::ErrorKind::Server(
+                redis::ServerErrorKind::Moved
+                | redis::ServerErrorKind::Ask
+                | redis::ServerErrorKind::CrossSlot
+                | redis::ServerErrorKind::ClusterDown,
+            ) => RedisBudgetError::Unsupported {
+                reason: format!(
+                    "this redis is part of a Redis Cluster ({message}), which the retry budget \
+                     does not support: use a standalone Redis"
+                ),
+            },
             redis::ErrorKind::Server(_) | redis::ErrorKind::Extension => {
                 RedisBudgetError::Script { message }
             }
@@ -573,11 +800,12 @@ impl RedisBudget {
     }
 
     /// Whether this decision should try Redis: always while shared; once per
-    /// `retry_redis_after` while fallen back.
+    /// `retry_redis_after` while fallen back; never once refused.
     fn try_redis(&self) -> bool {
         let mut health = lock(&self.inner.health);
         match *health {
             Health::Shared => true,
+            Health::Refused => false,
             Health::Local { next_try } => {
                 let now = Instant::now();
                 if now < next_try {
@@ -592,9 +820,21 @@ impl RedisBudget {
     }
 
     fn failed(&self, error: RedisBudgetError) {
-        let next_try = Instant::now() + self.inner.options.retry_redis_after;
-        let was = std::mem::replace(&mut *lock(&self.inner.health), Health::Local { next_try });
-        if matches!(was, Health::Shared) {
+        let next = if matches!(error, RedisBudgetError::Unsupported { .. }) {
+            Health::Refused
+        } else {
+            Health::Local {
+                next_try: Instant::now() + self.inner.options.retry_redis_after,
+            }
+        };
+        let was = {
+            let mut health = lock(&self.inner.health);
+            if matches!(*health, Health::Refused) {
+                return;
+            }
+            std::mem::replace(&mut *health, next)
+        };
+        if matches!(was, Health::Shared) || matches!(next, Health::Refused) {
             self.tell(&BudgetEvent::FellBack {
                 budget: self.inner.url.to_string(),
                 error,
@@ -603,11 +843,21 @@ impl RedisBudget {
     }
 
     fn succeeded(&self) {
-        let was = std::mem::replace(&mut *lock(&self.inner.health), Health::Shared);
+        let was = {
+            let mut health = lock(&self.inner.health);
+            if matches!(*health, Health::Refused) {
+                return;
+            }
+            std::mem::replace(&mut *health, Health::Shared)
+        };
         if matches!(was, Health::Local { .. }) {
             self.tell(&BudgetEvent::Restored {
                 budget: self.inner.url.to_string(),
             });
+        }
+        let orphans = std::mem::take(&mut *lock(&self.inner.orphans));
+        if !orphans.is_empty() {
+            self.release(orphans);
         }
     }
 
@@ -617,110 +867,223 @@ impl RedisBudget {
         }
     }
 
-    /// Asks Redis, polling a queued ticket until it is decided. `None`: Redis failed (the
-    /// failure is recorded), decide locally.
+    /// Withdraws `requests` from Redis, off the calling task; when Redis does not answer,
+    /// keeps them to withdraw once it does.
+    fn release(&self, requests: Vec<u64>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let budget = self.clone();
+        runtime.spawn(async move {
+            for chunk in requests.chunks(POLL_BATCH) {
+                let op = ScriptOp::Cancel {
+                    requests: chunk.to_vec(),
+                };
+                if !matches!(budget.call(op, None).await, Ok(ScriptReply::Ok)) {
+                    lock(&budget.inner.orphans).extend_from_slice(chunk);
+                }
+            }
+        });
+    }
+
+    /// Asks Redis, waiting for a queued request's answer from this process's poll. `None`:
+    /// Redis failed (the failure is recorded), decide locally.
     async fn acquire_shared(&self, ask: PermitAsk) -> Option<PermitDecision> {
-        let mut queued: Option<Waiting<'_>> = None;
-        let mut retry_in_ms = 0;
         loop {
             let now = self.now();
-            let op = match &queued {
-                None => ScriptOp::Ask {
-                    kind: ask.kind,
-                    target: ask.target,
-                    wait_ms: ask.deadline.since(now),
-                    age_ms: now.since(ask.since),
-                },
-                Some(waiting) => {
-                    if now > ask.deadline.plus(DEADLINE_GRACE_MS) {
-                        // The ticket is withdrawn as `waiting` drops.
-                        return Some(PermitDecision::Denied);
-                    }
-                    let pause = retry_in_ms
-                        .min(millis_of(self.inner.options.poll_interval))
-                        .max(1);
-                    tokio::time::sleep(Duration::from_millis(pause)).await;
-                    ScriptOp::Poll {
-                        ticket: waiting.ticket,
-                    }
-                }
+            if now > ask.deadline.plus(DEADLINE_GRACE_MS) && ask.kind == PermitKind::Charged {
+                return Some(PermitDecision::Denied);
+            }
+            let request = self.inner.next_request.fetch_add(1, Ordering::Relaxed);
+            let op = ScriptOp::Ask {
+                request,
+                kind: ask.kind,
+                target: ask.target,
+                wait_ms: ask.deadline.since(now),
+                age_ms: now.since(ask.since),
             };
-            let reply = match self.call(op, None).await {
+            let reply = match self.call_idempotent(op).await {
                 Ok(reply) => reply,
                 Err(e) => {
-                    if let Some(waiting) = queued.as_mut() {
-                        // Redis is failing: nobody to withdraw the ticket from.
-                        waiting.withdraw = false;
+                    if ask.kind == PermitKind::Charged {
+                        // Redis may have granted or queued it: a token it took goes back
+                        // once Redis answers again.
+                        lock(&self.inner.orphans).push(request);
                     }
                     self.failed(e);
                     return None;
                 }
             };
-            let now = self.now();
             let decided = match reply {
                 ScriptReply::Granted => PermitDecision::Granted,
                 ScriptReply::Denied => PermitDecision::Denied,
-                ScriptReply::Wait(ms) => PermitDecision::WaitUntil(now.plus(ms)),
-                ScriptReply::Queued {
-                    ticket,
-                    retry_in_ms: next,
-                } if ask.kind == PermitKind::Charged => {
+                ScriptReply::Wait(ms) => PermitDecision::WaitUntil(self.now().plus(ms)),
+                ScriptReply::Queued { retry_in_ms } if ask.kind == PermitKind::Charged => {
                     self.succeeded();
-                    retry_in_ms = next;
-                    match &queued {
-                        Some(waiting) if waiting.ticket == ticket => {}
-                        _ => {
-                            queued = Some(Waiting {
-                                budget: self,
-                                ticket,
-                                withdraw: true,
-                            });
-                        }
+                    match self.wait_queued(request, ask.deadline, retry_in_ms).await {
+                        Heard::Decided(decision) => return Some(decision),
+                        // Redis forgot the request (restarted empty, or it went stale): ask
+                        // again, as a newcomer with the same request age.
+                        Heard::Gone => continue,
+                        Heard::Failed => return None,
                     }
-                    continue;
-                }
-                // Redis forgot the ticket (restarted empty, or the ticket went stale): ask
-                // again, as a newcomer with the same request age.
-                ScriptReply::Gone if queued.is_some() => {
-                    if let Some(mut waiting) = queued.take() {
-                        waiting.withdraw = false;
-                    }
-                    self.succeeded();
-                    continue;
                 }
                 other => {
                     self.failed(malformed(&format!("{other:?}")));
                     return None;
                 }
             };
-            if let Some(mut waiting) = queued.take() {
-                waiting.withdraw = false;
-            }
             self.succeeded();
             return Some(decided);
         }
     }
-}
 
-/// A ticket waiting in Redis's queue: withdrawn when its wait is dropped (canceled run).
-struct Waiting<'a> {
-    budget: &'a RedisBudget,
-    ticket: u64,
-    withdraw: bool,
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        if !self.withdraw {
-            return;
+    /// Waits for the answer to `request`, queued in Redis, from this process's poll; past
+    /// the deadline (and a grace for a Redis whose clock runs slow) it is denied.
+    async fn wait_queued(&self, request: u64, deadline: Millis, retry_in_ms: u64) -> Heard {
+        let (send, answer) = oneshot::channel();
+        let mut registered = Registered {
+            budget: self,
+            request,
+            armed: true,
+        };
+        let start_polling = {
+            let mut waiters = lock(&self.inner.waiters);
+            waiters.slots.insert(request, send);
+            !std::mem::replace(&mut waiters.polling, true)
+        };
+        if start_polling {
+            let budget = self.clone();
+            tokio::spawn(async move { budget.poll_waiters(retry_in_ms).await });
         }
-        // Best effort, off the dropping task: a ticket left behind goes stale anyway.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let budget = self.budget.clone();
-            let ticket = self.ticket;
-            runtime.spawn(async move {
-                let _ = budget.call(ScriptOp::Cancel { ticket }, None).await;
-            });
+        let limit = self.origin() + Duration::from_millis(deadline.plus(DEADLINE_GRACE_MS).0);
+        tokio::select! {
+            heard = answer => {
+                let heard = heard.unwrap_or(Heard::Failed);
+                // Decided or gone: nothing left in Redis to withdraw. Failed: withdrawn once
+                // Redis answers again.
+                registered.armed = matches!(heard, Heard::Failed);
+                heard
+            }
+            () = tokio::time::sleep_until(limit) => Heard::Decided(PermitDecision::Denied),
+        }
+    }
+
+    /// The one task of this process that polls the answers of all its waiters, until none
+    /// is left: one [`ScriptOp::Inbox`] per poll, whatever the number of waiters, and one by
+    /// one only when Redis holds fewer of them than this process waits for (some went stale,
+    /// or Redis forgot them).
+    async fn poll_waiters(self, first_in_ms: u64) {
+        let most = millis_of(self.inner.options.poll_interval)
+            .min(millis_of(self.inner.options.waiter_stale_after) / 2)
+            .max(1);
+        let mut pause = first_in_ms.clamp(1, most);
+        let mut acks: Vec<u64> = Vec::new();
+        loop {
+            tokio::time::sleep(Duration::from_millis(pause)).await;
+            let expected: BTreeSet<u64> = {
+                let mut waiters = lock(&self.inner.waiters);
+                if waiters.slots.is_empty() {
+                    waiters.polling = false;
+                    return;
+                }
+                waiters.slots.keys().copied().collect()
+            };
+            // At most a batch at a time (Lua unpacks at most 8,000 values); the rest next time.
+            let op = ScriptOp::Inbox {
+                acks: acks.drain(..acks.len().min(POLL_BATCH)).collect(),
+            };
+            let (retry_in_ms, waiting, answers) = match self.call_idempotent(op).await {
+                Ok(ScriptReply::Inbox {
+                    retry_in_ms,
+                    waiting,
+                    answers,
+                }) => (retry_in_ms, waiting, answers),
+                other => {
+                    self.poll_failed(other);
+                    return;
+                }
+            };
+            self.succeeded();
+            pause = most.min(retry_in_ms.max(1));
+            let answered: BTreeSet<u64> = answers.iter().map(|(r, _)| *r).collect();
+            acks.extend(self.deliver(answers));
+            let unanswered: Vec<u64> = expected.difference(&answered).copied().collect();
+            if waiting >= unanswered.len() as u64 {
+                continue;
+            }
+            // Some of ours are neither waiting nor answered: ask for each.
+            for chunk in unanswered.chunks(POLL_BATCH) {
+                let op = ScriptOp::Poll {
+                    requests: chunk.to_vec(),
+                };
+                match self.call_idempotent(op).await {
+                    Ok(ScriptReply::Polled { answers, .. }) if answers.len() == chunk.len() => {
+                        let answers = chunk.iter().copied().zip(answers).collect();
+                        acks.extend(self.deliver(answers));
+                    }
+                    other => {
+                        self.poll_failed(other);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Hands answers to their waiters; returns those delivered (to acknowledge). An answer
+    /// whose waiter stopped waiting is not acknowledged: its withdrawal pays back a token it
+    /// was granted.
+    fn deliver(&self, answers: Vec<(u64, PollAnswer)>) -> Vec<u64> {
+        let now = self.now();
+        let mut waiters = lock(&self.inner.waiters);
+        let mut delivered = Vec::new();
+        for (request, answer) in answers {
+            let heard = match answer {
+                PollAnswer::Queued => continue,
+                PollAnswer::Granted => Heard::Decided(PermitDecision::Granted),
+                PollAnswer::Denied => Heard::Decided(PermitDecision::Denied),
+                PollAnswer::Wait(ms) => Heard::Decided(PermitDecision::WaitUntil(now.plus(ms))),
+                PollAnswer::Gone => Heard::Gone,
+            };
+            if let Some(waiter) = waiters.slots.remove(&request) {
+                if waiter.send(heard).is_ok() {
+                    delivered.push(request);
+                }
+            }
+        }
+        delivered
+    }
+
+    /// The poll failed: every waiter of this process decides locally.
+    fn poll_failed(&self, outcome: Result<ScriptReply, RedisBudgetError>) {
+        self.failed(match outcome {
+            Err(e) => e,
+            Ok(reply) => malformed(&format!("{reply:?}")),
+        });
+        let mut waiters = lock(&self.inner.waiters);
+        for (_, waiter) in std::mem::take(&mut waiters.slots) {
+            let _ = waiter.send(Heard::Failed);
+        }
+        waiters.polling = false;
+    }
+}
+
+/// A request waiting in Redis's queue: withdrawn when its wait ends without an answer
+/// (canceled run, deadline passed), paying back a token granted to it too late.
+struct Registered<'a> {
+    budget: &'a RedisBudget,
+    request: u64,
+    armed: bool,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        lock(&self.budget.inner.waiters).slots.remove(&self.request);
+        if self.armed {
+            // Best effort, off the dropping task: a request left behind leaves the queue
+            // at its deadline anyway.
+            self.budget.release(vec![self.request]);
         }
     }
 }
@@ -738,9 +1101,15 @@ fn malformed(reply: &str) -> RedisBudgetError {
     RedisBudgetError::MalformedReply { reply }
 }
 
-fn op_args(op: ScriptOp) -> (&'static str, Vec<String>) {
+/// A request's id in Redis: the owner's random id, then the owner's own number for it.
+fn request_id(owner: u64, request: u64) -> String {
+    format!("{owner:016x}{request:016x}")
+}
+
+fn op_args(op: &ScriptOp, owner: u64) -> (&'static str, Vec<String>) {
     match op {
         ScriptOp::Ask {
+            request,
             kind,
             target,
             wait_ms,
@@ -754,19 +1123,30 @@ fn op_args(op: ScriptOp) -> (&'static str, Vec<String>) {
             (
                 "ask",
                 vec![
+                    request_id(owner, *request),
                     kind.to_owned(),
                     target.to_string(),
-                    wait_ms.min(MAX_MILLI).to_string(),
-                    age_ms.min(MAX_MILLI).to_string(),
+                    (*wait_ms).min(MAX_MILLI).to_string(),
+                    (*age_ms).min(MAX_MILLI).to_string(),
                 ],
             )
         }
-        ScriptOp::Poll { ticket } => ("poll", vec![ticket.to_string()]),
-        ScriptOp::Cancel { ticket } => ("cancel", vec![ticket.to_string()]),
+        ScriptOp::Inbox { acks } => (
+            "inbox",
+            acks.iter().map(|r| request_id(owner, *r)).collect(),
+        ),
+        ScriptOp::Poll { requests } => (
+            "poll",
+            requests.iter().map(|r| request_id(owner, *r)).collect(),
+        ),
+        ScriptOp::Cancel { requests } => (
+            "cancel",
+            requests.iter().map(|r| request_id(owner, *r)).collect(),
+        ),
         ScriptOp::Succeeded { target } => ("success", vec![target.to_string()]),
         ScriptOp::RateLimited { target, for_ms } => (
             "limited",
-            vec![target.to_string(), for_ms.min(MAX_MILLI).to_string()],
+            vec![target.to_string(), (*for_ms).min(MAX_MILLI).to_string()],
         ),
         ScriptOp::Stats => ("stats", vec![]),
     }
@@ -778,27 +1158,68 @@ fn decode(value: &redis::Value) -> Result<ScriptReply, RedisBudgetError> {
     let redis::Value::Array(items) = value else {
         return Err(bad());
     };
-    let word = match items.first() {
-        Some(redis::Value::BulkString(bytes)) => std::str::from_utf8(bytes).map_err(|_| bad())?,
-        Some(redis::Value::SimpleString(s)) => s.as_str(),
-        _ => return Err(bad()),
+    let text = |item: Option<&redis::Value>| -> Result<String, RedisBudgetError> {
+        match item {
+            Some(redis::Value::BulkString(bytes)) => std::str::from_utf8(bytes)
+                .map(str::to_owned)
+                .map_err(|_| bad()),
+            Some(redis::Value::SimpleString(s)) => Ok(s.clone()),
+            _ => Err(bad()),
+        }
     };
+    let word = text(items.first())?;
     let number = |at: usize| -> Result<u64, RedisBudgetError> {
         match items.get(at) {
             Some(redis::Value::Int(n)) => u64::try_from(*n).map_err(|_| bad()),
             _ => Err(bad()),
         }
     };
-    let reply = match (word, items.len()) {
+    let code = |a: &str| -> Result<PollAnswer, RedisBudgetError> {
+        Ok(match a {
+            "g" => PollAnswer::Granted,
+            "d" => PollAnswer::Denied,
+            "q" => PollAnswer::Queued,
+            "x" => PollAnswer::Gone,
+            _ => PollAnswer::Wait(
+                a.strip_prefix('w')
+                    .and_then(|ms| ms.parse().ok())
+                    .ok_or_else(bad)?,
+            ),
+        })
+    };
+    let reply = match (word.as_str(), items.len()) {
         ("granted", 1) => ScriptReply::Granted,
         ("denied", 1) => ScriptReply::Denied,
-        ("gone", 1) => ScriptReply::Gone,
         ("ok", 1) => ScriptReply::Ok,
         ("wait", 2) => ScriptReply::Wait(number(1)?),
-        ("queued", 3) => ScriptReply::Queued {
-            ticket: number(1)?,
-            retry_in_ms: number(2)?,
+        ("queued", 2) => ScriptReply::Queued {
+            retry_in_ms: number(1)?,
         },
+        ("polled", n) if n >= 2 => {
+            let answers = items[2..]
+                .iter()
+                .map(|item| code(&text(Some(item))?))
+                .collect::<Result<Vec<_>, RedisBudgetError>>()?;
+            ScriptReply::Polled {
+                retry_in_ms: number(1)?,
+                answers,
+            }
+        }
+        ("inbox", n) if n >= 3 && n % 2 == 1 => {
+            let answers = items[3..]
+                .chunks(2)
+                .map(|pair| {
+                    let request =
+                        u64::from_str_radix(&text(pair.first())?, 16).map_err(|_| bad())?;
+                    Ok((request, code(&text(pair.get(1))?)?))
+                })
+                .collect::<Result<Vec<_>, RedisBudgetError>>()?;
+            ScriptReply::Inbox {
+                retry_in_ms: number(1)?,
+                waiting: number(2)?,
+                answers,
+            }
+        }
         ("stats", 8) => ScriptReply::Stats(RedisBudgetStats {
             balance_milli: number(1)?,
             stats: BudgetStats {
@@ -873,6 +1294,33 @@ mod tests {
     }
 
     #[test]
+    fn redis_5_and_later_standalone_is_supported_and_the_rest_refused_saying_why() {
+        let info = |version: &str, mode: &str| {
+            format!("# Server\r\nredis_version:{version}\r\nredis_mode:{mode}\r\nos:Linux\r\n")
+        };
+        for ok in [info("5.0.0", "standalone"), info("7.2.4", "standalone")] {
+            assert_eq!(supported(&ok), Ok(()), "{ok}");
+        }
+        for (bad, says) in [
+            (info("4.0.14", "standalone"), "Redis 5 or later"),
+            (info("3.2.1", "standalone"), "Redis 5 or later"),
+            (info("7.0.15", "cluster"), "Redis Cluster"),
+            (info("7.0.15", "sentinel"), "Sentinel"),
+        ] {
+            match supported(&bad) {
+                Err(RedisBudgetError::Unsupported { reason }) => {
+                    assert!(reason.contains(says), "{reason}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            supported("42"),
+            Err(RedisBudgetError::MalformedReply { .. })
+        ));
+    }
+
+    #[test]
     fn replies_decode_and_anything_else_is_a_typed_error() {
         use redis::Value::{Array, Int, Nil};
         assert_eq!(
@@ -884,10 +1332,28 @@ mod tests {
             Ok(ScriptReply::Wait(1500))
         );
         assert_eq!(
-            decode(&Array(vec![bulk("queued"), Int(7), Int(40)])),
-            Ok(ScriptReply::Queued {
-                ticket: 7,
-                retry_in_ms: 40
+            decode(&Array(vec![bulk("queued"), Int(40)])),
+            Ok(ScriptReply::Queued { retry_in_ms: 40 })
+        );
+        assert_eq!(
+            decode(&Array(vec![
+                bulk("polled"),
+                Int(9),
+                bulk("g"),
+                bulk("d"),
+                bulk("w1500"),
+                bulk("q"),
+                bulk("x")
+            ])),
+            Ok(ScriptReply::Polled {
+                retry_in_ms: 9,
+                answers: vec![
+                    PollAnswer::Granted,
+                    PollAnswer::Denied,
+                    PollAnswer::Wait(1500),
+                    PollAnswer::Queued,
+                    PollAnswer::Gone
+                ]
             })
         );
         for hostile in [
@@ -897,7 +1363,9 @@ mod tests {
             Array(vec![bulk("granted"), Int(1)]),
             Array(vec![bulk("wait"), Int(-5)]),
             Array(vec![bulk("wait"), bulk("soon")]),
-            Array(vec![bulk("queued"), Int(1)]),
+            Array(vec![bulk("queued")]),
+            Array(vec![bulk("polled"), Int(1), bulk("w-3")]),
+            Array(vec![bulk("polled"), Int(1), Int(2)]),
             Array(vec![redis::Value::BulkString(vec![0xff, 0xfe])]),
             Array(vec![bulk("stats"), Int(1)]),
             Array(vec![bulk(&"x".repeat(10_000))]),

@@ -18,6 +18,10 @@ pub struct RedisServer {
     child: Option<Child>,
     port: u16,
     dir: tempfile::TempDir,
+    /// More arguments for `redis-server` (a mode: cluster, sentinel).
+    extra: Vec<String>,
+    /// Started as a Sentinel (from a config file it may rewrite).
+    sentinel: bool,
 }
 
 /// Whether `redis-server` can be run here.
@@ -34,6 +38,21 @@ impl RedisServer {
     /// A fresh server, or `None` (after saying why) when none can be run and none is
     /// required. With `REBOUND_REQUIRE_REDIS` set, a missing server is a failure.
     pub fn start(test: &str) -> Option<RedisServer> {
+        Self::start_with(test, &[], false)
+    }
+
+    /// A fresh Redis Cluster node (cluster mode on, no slots assigned), or `None` as
+    /// [`start`](Self::start).
+    pub fn start_cluster_node(test: &str) -> Option<RedisServer> {
+        Self::start_with(test, &["--cluster-enabled", "yes"], false)
+    }
+
+    /// A fresh Sentinel (watching nothing), or `None` as [`start`](Self::start).
+    pub fn start_sentinel(test: &str) -> Option<RedisServer> {
+        Self::start_with(test, &[], true)
+    }
+
+    fn start_with(test: &str, extra: &[&str], sentinel: bool) -> Option<RedisServer> {
         if !installed() {
             if std::env::var_os("REBOUND_REQUIRE_REDIS").is_some() {
                 panic!(
@@ -54,6 +73,8 @@ impl RedisServer {
             child: None,
             port: free_port(),
             dir,
+            extra: extra.iter().map(|a| (*a).to_owned()).collect(),
+            sentinel,
         };
         server.restart();
         Some(server)
@@ -80,12 +101,23 @@ impl RedisServer {
     /// Starts the server (again) on the same port, empty, and waits until it answers.
     pub fn restart(&mut self) {
         self.kill();
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        if self.sentinel {
+            let config = self.dir.path().join("sentinel.conf");
+            std::fs::write(&config, "").expect("a sentinel config");
+            command.arg(config).arg("--sentinel");
+        } else {
+            command
+                .args(["--save", "", "--appendonly", "no"])
+                .arg("--cluster-config-file")
+                .arg(self.dir.path().join("nodes.conf"));
+        }
+        let child = command
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(self.dir.path())
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
