@@ -19,7 +19,7 @@ pub trait Persist: Send + Sync {
 }
 
 /// Why a [`Persist`] store could not record a change. The run fails with a
-/// [`HostFailure`] of kind `SessionStore` carrying this error's message, so the message must
+/// [`HostFailure`](rebound_core::HostFailure) of kind `SessionStore` carrying this error's message, so the message must
 /// hold no secret (no connection string with a password in it).
 ///
 /// ```
@@ -44,7 +44,7 @@ pub trait Persist: Send + Sync {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PersistError {
-    /// The session file store ([`SessionStore`](crate::session::SessionStore)) failed; the
+    /// The session file store ([`SessionStore`]) failed; the
     /// error names the file and what to do.
     #[error(transparent)]
     Session(#[from] SessionError),

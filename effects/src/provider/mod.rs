@@ -102,8 +102,9 @@ impl<'a> ProviderRequest<'a> {
 /// ```no_run
 /// use rebound_core::classify::{classify_http, classify_transport_error, TransportError};
 /// use rebound_core::wire::{self, RequestParams, StreamDecoder};
-/// use rebound_core::{AssistantResponse, Conversation, Headers, ProviderKind, ToolSpec};
-/// use rebound_effects::provider::{BoxFuture, DeltaSink, Provider, SendError};
+/// use rebound_core::{AssistantResponse, Headers, ProviderFailure, ProviderKind, TransportFault};
+/// use rebound_effects::provider::{BoxFuture, DeltaSink, Provider, ProviderRequest, SendError};
+/// use std::time::Duration;
 ///
 /// /// Anthropic's Messages API over your own HTTP client.
 /// struct MyProvider {
@@ -129,25 +130,32 @@ impl<'a> ProviderRequest<'a> {
 ///
 ///     fn send<'a>(
 ///         &'a self,
-///         conversation: &'a Conversation,
-///         tools: &'a [ToolSpec],
+///         request: ProviderRequest<'a>,
 ///         deltas: DeltaSink<'a>,
 ///     ) -> BoxFuture<'a, Result<AssistantResponse, SendError>> {
 ///         Box::pin(async move {
 ///             let kind = ProviderKind::Anthropic;
-///             let params = RequestParams::new(&self.model, 8_192).with_tools(tools);
+///             let params = RequestParams::new(&self.model, 8_192).with_tools(request.tools);
 ///             // A conversation no request can be built from: `SendError::Request`.
-///             let body = wire::request_body(kind, conversation, &params)?;
+///             let body = wire::request_body(kind, request.conversation, &params)?;
+///             // The machine's deadlines: silence past `idle_ms` is a retryable idle timeout.
+///             let idle = Duration::from_millis(request.deadlines.idle_ms);
+///             let silent = || {
+///                 let failure = ProviderFailure::transport(TransportFault::IdleTimeout, None);
+///                 SendError::Provider(failure)
+///             };
 ///             let url = format!("https://api.anthropic.com{}", wire::request_path(kind));
-///             let mut response = self
+///             let send = self
 ///                 .client
 ///                 .post(url)
 ///                 .header("x-api-key", &self.api_key)
 ///                 .header("anthropic-version", "2023-06-01")
 ///                 .header("content-type", "application/json")
 ///                 .body(body.to_string())
-///                 .send()
+///                 .send();
+///             let mut response = tokio::time::timeout(idle, send)
 ///                 .await
+///                 .map_err(|_| silent())?
 ///                 .map_err(|e| transport(&e, false))?;
 ///             let status = response.status().as_u16();
 ///             if !response.status().is_success() {
@@ -164,7 +172,12 @@ impl<'a> ProviderRequest<'a> {
 ///                 return Err(SendError::Provider(failure));
 ///             }
 ///             let mut decoder = StreamDecoder::new(kind);
-///             while let Some(chunk) = response.chunk().await.map_err(|e| transport(&e, true))? {
+///             loop {
+///                 let chunk = tokio::time::timeout(idle, response.chunk()).await;
+///                 let Some(chunk) = chunk.map_err(|_| silent())?.map_err(|e| transport(&e, true))?
+///                 else {
+///                     break;
+///                 };
 ///                 let mut stopped = false;
 ///                 // A malformed stream or an error event: a classified `ProviderFailure`.
 ///                 decoder.feed_with(&chunk, |delta| stopped = stopped || !deltas(delta))?;
@@ -182,8 +195,9 @@ impl<'a> ProviderRequest<'a> {
 /// }
 /// ```
 ///
-/// A real provider also bounds how long it waits for bytes and for content (see
-/// [`HttpProviderConfig`]'s timeouts) and reads at most so much of an error body.
+/// A real provider also bounds how long it goes without *content* (the request's
+/// `deadlines.progress_ms`: a server sending only keep-alives) and reads at most so much of
+/// an error body; [`HttpProvider`] does both.
 pub trait Provider: Send + Sync {
     /// A printable name, e.g. `anthropic:claude-sonnet-4-5` (never containing a secret).
     fn label(&self) -> String;
