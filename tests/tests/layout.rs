@@ -163,7 +163,7 @@ fn normal_closure(package: &str, features: &[&str]) -> BTreeMap<String, BTreeSet
             "--prefix",
             "none",
         ])
-        .args(["--no-default-features", "--offline"]);
+        .arg("--no-default-features");
     if !features.is_empty() {
         command.args(["--features", &features.join(",")]);
     }
