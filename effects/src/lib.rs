@@ -5,7 +5,7 @@
 //! Anthropic and OpenAI wire formats over HTTP, [`tools`], [`session`] transcripts, the
 //! [`receiver`] of a run's events, and the retry [`budget`] stores.
 //!
-//! Features (all off by default, so an agent pulls only what it runs):
+//! Features (only `schema` on by default, so an agent pulls only what it runs):
 //!
 //! | feature | what it adds |
 //! |---|---|

@@ -12,8 +12,8 @@
 //!   sequential, in call order), bounds each call with a timeout, turns a panicking tool into an
 //!   error result, and returns promptly when canceled.
 //! - [`files`] has the built-in `read`, `list` and `write` tools, confined to a root folder.
-//! - [`lua`] loads tools written in Lua (feature `lua`, on by default); [`mcp`] makes an MCP
-//!   server a tool source (feature `mcp`, on by default); [`media`] drops images a provider
+//! - [`lua`] loads tools written in Lua (feature `lua`, off by default); [`mcp`] makes an MCP
+//!   server a tool source (feature `mcp`, off by default); [`media`] drops images a provider
 //!   could not take, with a note, from every output.
 //!
 //! ```
