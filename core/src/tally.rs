@@ -60,7 +60,8 @@ pub struct RunTally {
     pub cache_creation_tokens: u64,
     /// Usage of each answered request, in order.
     pub usage: Vec<RequestUsage>,
-    /// Time from the first event to the last, in ms, on the clock the driver passes in.
+    /// Time from the first event to the last, in ms, on the clock the driver passes in (the
+    /// tokio runner sets it to the run's wall time when the run ends, saving included).
     pub elapsed_ms: u64,
     /// The request awaiting its answer, to attribute its usage.
     #[serde(skip)]
