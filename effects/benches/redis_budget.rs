@@ -252,6 +252,8 @@ async fn fleet_child(port: u16, agents: usize, seconds: u64) {
     let seen = Arc::clone(&fell_back);
     let options = RedisOptions::default().with_on_event(Arc::new(move |e: &BudgetEvent| {
         if matches!(e, BudgetEvent::FellBack { .. }) {
+            // Counted from the start of the clock (below); said always, with why.
+            eprintln!("{e}");
             seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
     }));
@@ -354,8 +356,8 @@ fn fleet(port: u16, processes: usize, agents: usize, seconds: u64) {
     let cpu = (server_cpu(port) - cpu_before) / wall;
     let (calls, us) = evalsha_cost(port);
     eprintln!(
-        "calls that took Redis over 10 ms: {}",
-        command(port, "SLOWLOG LEN").trim()
+        "calls that took Redis over 10 ms (wall time, so a busy machine's too): {}",
+        command(port, "SLOWLOG LEN").trim().trim_start_matches(':')
     );
     println!(
         "| {processes} × {agents} agents | {seconds} s | {:.0} % | {:.0} % | {calls} | {:.0} | {us:.1} µs | {} / {} | {fell_back_processes} |",

@@ -772,11 +772,12 @@ impl LossyProxy {
 
 /// Options for a budget behind a [`LossyProxy`]: a call timeout a loaded machine keeps to
 /// when nothing is lost.
+/// Its processes poll every 2 s even when woken (a lost reply may be the wake-up).
 fn through_proxy(events: RedisOptions) -> RedisOptions {
     events
         .with_call_timeout(Duration::from_secs(1))
         .with_retry_redis_after(Duration::from_millis(200))
-        .with_waiter_stale_after(Duration::from_secs(3_600))
+        .with_waiter_stale_after(Duration::from_secs(4))
 }
 
 #[tokio::test]
@@ -966,8 +967,10 @@ async fn an_old_waiter_never_takes_or_cancels_a_newcomers_place_after_redis_forg
     for forget in ["FLUSHALL", "DEL"] {
         let name = format!("forgot-{cases}");
         let url = server.budget_url(&name);
-        let a = budget(&url, tokens(0.0, 1.0), patient());
-        let b = budget(&url, tokens(0.0, 1.0), patient());
+        // Each process polls every 2 s, woken or not: how it finds that Redis forgot.
+        let options = patient().with_waiter_stale_after(Duration::from_secs(4));
+        let a = budget(&url, tokens(0.0, 1.0), options.clone());
+        let b = budget(&url, tokens(0.0, 1.0), options);
         let old = {
             let a = a.clone();
             let ask = charged(&a, 20_000, 0);
@@ -1091,6 +1094,64 @@ async fn a_redis_that_cannot_keep_the_budget_is_refused_once_with_a_clear_error(
 }
 
 /// Server CPU seconds (user + system) so far, from `INFO cpu`.
+/// Options under which a waiter would hear nothing for a minute by polling alone.
+fn never_polling() -> RedisOptions {
+    patient()
+        .with_poll_interval(Duration::from_secs(60))
+        .with_waiter_stale_after(Duration::from_secs(120))
+}
+
+#[tokio::test]
+async fn a_grant_wakes_the_waiting_process_at_once_instead_of_its_next_poll() {
+    let Some(server) = RedisServer::start("a_grant_wakes_the_waiting_process") else {
+        return;
+    };
+    let url = server.budget_url("push");
+    let config = tokens(0.0, 1.0);
+    let payer = budget(&url, config.clone(), never_polling());
+    let waiter = budget(&url, config, never_polling());
+    let ask = charged(&waiter, 60_000, 0);
+    let handle = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { waiter.acquire(ask).await })
+    };
+    queued(&payer, 1).await;
+    // Well past the subscription's start (a bounded call), so what follows is a wake-up.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!handle.is_finished(), "no token: the retry waits");
+    payer.record(BudgetNote::Succeeded { target: 0 }).await;
+    // Polling alone would answer in a minute; the script's message wakes it now.
+    let decision = tokio::time::timeout(Duration::from_secs(10), handle)
+        .await
+        .expect("woken by the grant, not by a poll a minute later")
+        .expect("joins");
+    assert_eq!(decision, PermitDecision::Granted);
+    let stats = payer.stats().await.expect("redis answers");
+    assert_eq!((stats.stats.granted, stats.stats.queued), (1, 1));
+}
+
+#[tokio::test]
+async fn a_waiter_hears_its_denial_from_redis_at_its_deadline_without_a_wake_up() {
+    let Some(server) = RedisServer::start("a_waiter_hears_its_denial") else {
+        return;
+    };
+    let url = server.budget_url("deadline");
+    let waiter = budget(&url, tokens(0.0, 1.0), never_polling());
+    let asked = Instant::now();
+    let decision = tokio::time::timeout(
+        Duration::from_secs(10),
+        waiter.acquire(charged(&waiter, 500, 0)),
+    )
+    .await
+    .expect("denied at its deadline, not a minute later");
+    assert_eq!(decision, PermitDecision::Denied);
+    assert!(asked.elapsed() >= Duration::from_millis(500));
+    // Redis denied it (its process polled at the deadline), not the local safety net a
+    // second later, which withdraws the request instead.
+    let stats = waiter.stats().await.expect("redis answers");
+    assert_eq!((stats.stats.denied, stats.waiting), (1, 0), "{stats:?}");
+}
+
 fn server_cpu(server: &RedisServer) -> f64 {
     let info = server.command("INFO cpu");
     ["used_cpu_sys:", "used_cpu_user:"]

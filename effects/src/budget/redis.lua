@@ -1,8 +1,8 @@
 -- rebound's retry budget, shared by processes through Redis.
 --
 -- The rules are those of `rebound_core::budget::RetryBudget` (core/src/budget.rs), function
--- for function: `advance`, `settle`, `expire`, `deposit`, `request`, `record`, `cancel`,
--- `next_wakeup`. A change to one is a change to both: the parity test
+-- for function: `advance`, `settle`, `expire`, `deposit`, `request`, `record`, `cancel`. A
+-- change to one is a change to both: the parity test
 -- (effects/tests/redis_budget.rs, `the_script_decides_as_core_does`) drives both with the same
 -- random operations and compares every answer.
 --
@@ -185,12 +185,20 @@ local function remember(request, decision)
     written[DECIDED], written[ANSWERED] = true, true
 end
 
--- Answers a waiting request: out of the queue, into its process's inbox.
+-- The processes to wake at the end of this call (see the end of this file).
+local wake = {}
+
+-- Answers a waiting request: out of the queue, into its process's inbox. A grant or a wait
+-- wakes its process; a denial does not: a waiter is denied at its deadline, which its
+-- process knows and polls for itself.
 local function decide(request, w, decision)
     leave(request, w)
     remember(request, decision)
     redis.call('ZADD', MINE, 0, mine(request, 'a'))
     written[MINE] = true
+    if decision ~= 'denied' then
+        wake[string.sub(request, 1, 16)] = true
+    end
 end
 
 -- Forgets answers: the requests' own, and their inbox entries.
@@ -311,24 +319,16 @@ local function settle()
 end
 
 -- When a tick next changes something: refill paying the head, or the earliest deadline.
-local function next_wakeup()
-    local first = redis.call('ZRANGE', DEADLINES, 0, 0, 'WITHSCORES')
-    if #first == 0 then
-        return nil
-    end
-    local earliest = tonumber(first[2])
-    if refill_per_sec > 0 then
-        local missing = math.max(ONE - balance, 0)
-        local needed = math.max(missing * 1000 - carry, 0)
-        local at = now + math.max(math.ceil(needed / refill_per_sec), 1)
-        earliest = math.min(earliest, at)
-    end
-    return earliest
-end
-
+-- When refill alone could pay the head of the queue: the one answer that no call brings
+-- about by itself (a deposit or a success is a call, which wakes the processes it answers;
+-- a deadline is its own process's to poll for). Without a waiter or a refill: `stale_ms`.
 local function retry_in()
-    local at = next_wakeup() or (now + 1)
-    return math.max(at - now, 1)
+    if refill_per_sec == 0 or redis.call('ZCARD', QUEUE) == 0 then
+        return stale_ms
+    end
+    local missing = math.max(ONE - balance, 0)
+    local needed = math.max(missing * 1000 - carry, 0)
+    return math.max(math.ceil(needed / refill_per_sec), 1)
 end
 
 -- The answer decided for `request`, if any (read, not taken: asking again reads it again).
@@ -545,6 +545,17 @@ redis.call('HSET', STATE, 'now', now, 'offset', offset, 'balance', balance, 'car
 for _, key in ipairs(KEYS) do
     if refresh_all or written[key] then
         redis.call('PEXPIRE', key, idle_ms)
+    end
+end
+
+-- Wakes each process whose queued request this call answered, once, on its channel
+-- `rebound:budget:{NAME}:wake:OWNER`, so it reads its inbox now instead of at its next
+-- poll. The caller of `inbox` reads its answers in this reply. A message lost (nobody
+-- subscribed, a broken connection) costs only time: the process still polls.
+local channel = string.sub(STATE, 1, #STATE - #'state') .. 'wake:'
+for o in pairs(wake) do
+    if not (op == 'inbox' and o == owner) then
+        redis.call('PUBLISH', channel .. o, '1')
     end
 end
 return reply

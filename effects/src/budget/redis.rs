@@ -46,17 +46,25 @@
 //! answers are read by field, so a decision costs O(log n) with n retries waiting (see
 //! `docs/performance.md`).
 //!
-//! A process learns the answers of all its waiting retries with one call, every
-//! `poll_interval` (50 ms by default; sooner when the script says refill or a deadline
-//! decides one earlier), which reads the process's inbox in Redis — the answers the queue
-//! gave its requests since the last read — at a cost that does not grow with its waiters: a
-//! fleet of 50 processes with 10,000 retries waiting makes 1,000 cheap calls a second, not
-//! 200,000 of a cost growing with the queue. That call also says "this process is still here": the
-//! retries of a process that stopped polling for `waiter_stale_after` (it died) leave the
-//! queue when they reach its head or their deadline, as canceled waiters do in core, and a
-//! dropped wait cancels its request. A granted retry may start up to one poll interval
-//! later than in one process, and a request's age is read on its process's clock just
-//! before the call, so an ask that reaches Redis late counts as younger by that delay.
+//! A process learns the answers of all its waiting retries with one call, which reads the
+//! process's inbox in Redis — the answers the queue gave its requests since the last read —
+//! at a cost that does not grow with its waiters. It makes that call when it is told to:
+//! the script publishes on the process's channel (`rebound:budget:{NAME}:wake:OWNER`, one
+//! subscription per process) when it grants one of the process's requests or sends it to
+//! wait, so a retry paid by another process's success starts within a round trip. Besides,
+//! a process polls when refill alone could pay the head of the queue, at its own earliest
+//! waiter's deadline (denials are not published: a process knows its deadlines; it polls
+//! for them at most every 200 ms, so a denial may come that much late), and every
+//! `waiter_stale_after / 2` (1 s) to say it is still here and to find requests Redis
+//! forgot or a wake-up that was lost. Without a live subscription (it
+//! could not be made, or broke; retried every `retry_redis_after`) it polls every
+//! `poll_interval` (50 ms) as well, so a lost message costs time, never an answer. A fleet
+//! of 50 processes with 10,000 retries waiting in a total outage thus makes a few hundred
+//! cheap calls a second besides its asks (see `docs/performance.md`). The retries of a
+//! process that stopped polling for `waiter_stale_after` (it died) leave the queue when
+//! they reach its head or their deadline, as canceled waiters do in core, and a dropped
+//! wait cancels its request. A request's age is read on its process's clock just before
+//! the call, so an ask that reaches Redis late counts as younger by that delay.
 //!
 //! # Requests: named once, decided once
 //!
@@ -84,9 +92,11 @@
 //! # When Redis fails
 //!
 //! Agents never wait on Redis. Every call is bounded (`call_timeout`, 50 ms, connecting
-//! included); an ask, a poll or a withdrawal whose reply is lost (a timeout, a broken
-//! connection) is made once more on a fresh connection, so a decision waits at most twice
-//! the bound. A connection error, a timeout, a script error or a reply the budget does not
+//! included); an ask, a poll or a withdrawal whose reply is lost is made once more (after a
+//! broken connection on a fresh one; after a timeout on the same one, since a new
+//! connection would only add its handshake to a busy Redis's delay, and on a fresh one
+//! after a second timeout in a row), so a decision waits at most twice the bound. A
+//! connection error, a timeout, a script error or a reply the budget does not
 //! understand sends this process to a local budget ([`SharedBudget`], same configuration, on
 //! the same clock as the machines): a [`BudgetEvent::FellBack`] is reported once, and
 //! decisions are local from then on. Every `retry_redis_after` (1 s) the next decision tries
@@ -103,10 +113,10 @@ use rebound_core::{
 use redis::aio::MultiplexedConnection;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
 
 /// The script: core's budget rules for Redis (see the module documentation).
@@ -217,7 +227,9 @@ pub struct RedisOptions {
     /// The longest one call may take, connecting included (default 50 ms). Past it the call
     /// counts as a failure and the process decides locally.
     pub call_timeout: Duration,
-    /// How often a retry waiting in the queue asks whether it was granted (default 50 ms).
+    /// How often a process with retries waiting in the queue asks whether they were
+    /// decided when it cannot be woken by Redis (no live subscription to its channel;
+    /// default 50 ms).
     pub poll_interval: Duration,
     /// How long a process that fell back decides locally before trying Redis again
     /// (default 1 s).
@@ -225,7 +237,9 @@ pub struct RedisOptions {
     /// How long the budget's keys live without a call (default 10 minutes).
     pub idle_expiry: Duration,
     /// A queued retry whose process has not polled for this long has left (the process
-    /// died), and an answer is kept this long for its process to read (default 2 s).
+    /// died), and an answer is kept this long for its process to read (default 2 s). A
+    /// process with retries waiting polls every half of it, woken or not: how late it
+    /// notices that Redis forgot its requests (a flush, a failover) or lost a wake-up.
     pub waiter_stale_after: Duration,
     /// Told when the budget falls back to a local one and when it returns to Redis.
     pub on_event: Option<BudgetEventHook>,
@@ -458,17 +472,41 @@ struct Inner {
     owner: u64,
     next_request: AtomicU64,
     connection: Mutex<Option<MultiplexedConnection>>,
+    /// Calls that timed out since the last answer (two in a row: a new connection).
+    timeouts_in_row: AtomicU64,
     health: Mutex<Health>,
     waiters: Mutex<Waiters>,
     /// Requests to withdraw once Redis answers again (their process decided locally).
     orphans: Mutex<Vec<u64>>,
+    /// Rung when the script wakes this process (its channel) or the subscription changes.
+    wake: Arc<Notify>,
+    /// The subscription to this process's wake-up channel.
+    listener: Mutex<Listener>,
+    /// Whether that subscription is live, so waiters need not be polled for often.
+    listening: Arc<AtomicBool>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(task) = lock(&self.listener).task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// The task holding this process's subscription to its wake-up channel, and when to try
+/// subscribing again after it failed.
+#[derive(Default)]
+struct Listener {
+    task: Option<tokio::task::AbortHandle>,
+    next_try: Option<Instant>,
 }
 
 /// The requests of this process waiting in Redis's queue, each with the way to tell its
-/// waiter, and whether the one task polling them all runs.
+/// waiter and its deadline, and whether the one task polling them all runs.
 #[derive(Default)]
 struct Waiters {
-    slots: BTreeMap<u64, oneshot::Sender<Heard>>,
+    slots: BTreeMap<u64, (oneshot::Sender<Heard>, Millis)>,
     polling: bool,
 }
 
@@ -611,9 +649,13 @@ impl RedisBudget {
                 owner: random_owner(),
                 next_request: AtomicU64::new(1),
                 connection: Mutex::new(None),
+                timeouts_in_row: AtomicU64::new(0),
                 health: Mutex::new(Health::Shared),
                 waiters: Mutex::new(Waiters::default()),
                 orphans: Mutex::new(Vec::new()),
+                wake: Arc::new(Notify::new()),
+                listener: Mutex::new(Listener::default()),
+                listening: Arc::new(AtomicBool::new(false)),
             }),
         })
     }
@@ -673,7 +715,10 @@ impl RedisBudget {
         let timeout = self.inner.options.call_timeout;
         let result = tokio::time::timeout(timeout, self.call_unbounded(op, now_ms)).await;
         match result {
-            Ok(Ok(reply)) => Ok(reply),
+            Ok(Ok(reply)) => {
+                self.inner.timeouts_in_row.store(0, Ordering::SeqCst);
+                Ok(reply)
+            }
             Ok(Err(e)) => {
                 if matches!(e, RedisBudgetError::Connection { .. }) {
                     *lock(&self.inner.connection) = None;
@@ -681,8 +726,13 @@ impl RedisBudget {
                 Err(e)
             }
             Err(_) => {
-                // The connection may be stuck behind a slow command: start afresh.
-                *lock(&self.inner.connection) = None;
+                // One late reply is a busy Redis (or a busy machine): a new connection would
+                // only add a connect and a handshake to the wait. Two in a row may be a
+                // connection that went silent: the next call starts afresh.
+                if self.inner.timeouts_in_row.fetch_add(1, Ordering::SeqCst) >= 1 {
+                    self.inner.timeouts_in_row.store(0, Ordering::SeqCst);
+                    *lock(&self.inner.connection) = None;
+                }
                 Err(RedisBudgetError::Timeout {
                     timeout_ms: millis_of(timeout),
                 })
@@ -691,8 +741,8 @@ impl RedisBudget {
     }
 
     /// A call that reads the same answer when repeated ([`ScriptOp::Ask`] under the same
-    /// request, a poll, a cancel, the figures), made once more on a fresh connection when
-    /// the first one's reply was lost (a timeout, a broken connection): what the first call
+    /// request, a poll, a cancel, the figures), made once more when the first one's reply
+    /// was lost (a timeout; a broken connection, then on a fresh one): what the first call
     /// decided is read, not decided again.
     async fn call_idempotent(&self, op: ScriptOp) -> Result<ScriptReply, RedisBudgetError> {
         match self.call(op.clone(), None).await {
@@ -949,7 +999,7 @@ impl RedisBudget {
         };
         let start_polling = {
             let mut waiters = lock(&self.inner.waiters);
-            waiters.slots.insert(request, send);
+            waiters.slots.insert(request, (send, deadline));
             !std::mem::replace(&mut waiters.polling, true)
         };
         if start_polling {
@@ -973,14 +1023,27 @@ impl RedisBudget {
     /// is left: one [`ScriptOp::Inbox`] per poll, whatever the number of waiters, and one by
     /// one only when Redis holds fewer of them than this process waits for (some went stale,
     /// or Redis forgot them).
+    ///
+    /// When it polls: at once when the script wakes this process (it answered one of its
+    /// requests); when refill could pay the head of the queue; at its earliest waiter's
+    /// deadline (at most every [`DEADLINE_POLL_MS`]); and at least every
+    /// `waiter_stale_after / 2`, which says the process is still here and finds requests
+    /// Redis forgot (a flush, a failover) or a wake-up that was lost. Without a live
+    /// subscription (it could not be made, or broke) also every `poll_interval`.
     async fn poll_waiters(self, first_in_ms: u64) {
-        let most = millis_of(self.inner.options.poll_interval)
-            .min(millis_of(self.inner.options.waiter_stale_after) / 2)
+        let stale = millis_of(self.inner.options.waiter_stale_after);
+        let fast = millis_of(self.inner.options.poll_interval)
+            .min(stale / 2)
             .max(1);
-        let mut pause = first_in_ms.clamp(1, most);
+        let slow = (stale / 2).max(fast);
+        let mut pause = first_in_ms.clamp(1, fast);
         let mut acks: Vec<u64> = Vec::new();
         loop {
-            tokio::time::sleep(Duration::from_millis(pause)).await;
+            self.listen();
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(pause)) => {}
+                () = self.inner.wake.notified() => {}
+            }
             let expected: BTreeSet<u64> = {
                 let mut waiters = lock(&self.inner.waiters);
                 if waiters.slots.is_empty() {
@@ -1005,30 +1068,72 @@ impl RedisBudget {
                 }
             };
             self.succeeded();
-            pause = most.min(retry_in_ms.max(1));
             let answered: BTreeSet<u64> = answers.iter().map(|(r, _)| *r).collect();
             acks.extend(self.deliver(answers));
             let unanswered: Vec<u64> = expected.difference(&answered).copied().collect();
-            if waiting >= unanswered.len() as u64 {
-                continue;
-            }
-            // Some of ours are neither waiting nor answered: ask for each.
-            for chunk in unanswered.chunks(POLL_BATCH) {
-                let op = ScriptOp::Poll {
-                    requests: chunk.to_vec(),
-                };
-                match self.call_idempotent(op).await {
-                    Ok(ScriptReply::Polled { answers, .. }) if answers.len() == chunk.len() => {
-                        let answers = chunk.iter().copied().zip(answers).collect();
-                        acks.extend(self.deliver(answers));
-                    }
-                    other => {
-                        self.poll_failed(other);
-                        return;
+            if waiting < unanswered.len() as u64 {
+                // Some of ours are neither waiting nor answered: ask for each.
+                for chunk in unanswered.chunks(POLL_BATCH) {
+                    let op = ScriptOp::Poll {
+                        requests: chunk.to_vec(),
+                    };
+                    match self.call_idempotent(op).await {
+                        Ok(ScriptReply::Polled { answers, .. }) if answers.len() == chunk.len() => {
+                            let answers = chunk.iter().copied().zip(answers).collect();
+                            acks.extend(self.deliver(answers));
+                        }
+                        other => {
+                            self.poll_failed(other);
+                            return;
+                        }
                     }
                 }
             }
+            let most = if self.inner.listening.load(Ordering::SeqCst) {
+                slow
+            } else {
+                fast
+            };
+            let deadline = lock(&self.inner.waiters)
+                .slots
+                .values()
+                .map(|(_, deadline)| *deadline)
+                .min()
+                .map_or(u64::MAX, |d| d.since(self.now()).max(DEADLINE_POLL_MS));
+            pause = most.min(retry_in_ms.max(1)).min(deadline);
         }
+    }
+
+    /// Keeps this process subscribed to its wake-up channel while it has waiters: starts
+    /// the subscribing task when none runs (at most once per `retry_redis_after` after a
+    /// failure).
+    fn listen(&self) {
+        let mut listener = lock(&self.inner.listener);
+        if listener.task.as_ref().is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        let now = Instant::now();
+        if listener.next_try.is_some_and(|t| now < t) {
+            return;
+        }
+        listener.next_try = Some(now + self.inner.options.retry_redis_after);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let task = runtime.spawn(listen(
+            self.inner.client.clone(),
+            format!("{}wake:{:016x}", self.channel_prefix(), self.inner.owner),
+            self.inner.options.call_timeout,
+            Arc::clone(&self.inner.wake),
+            Arc::clone(&self.inner.listening),
+        ));
+        listener.task = Some(task.abort_handle());
+    }
+
+    /// `rebound:budget:{NAME}:`, the prefix of the budget's keys and channels.
+    fn channel_prefix(&self) -> &str {
+        let state = &self.inner.keys[0];
+        &state[..state.len() - "state".len()]
     }
 
     /// Hands answers to their waiters; returns those delivered (to acknowledge). An answer
@@ -1046,7 +1151,7 @@ impl RedisBudget {
                 PollAnswer::Wait(ms) => Heard::Decided(PermitDecision::WaitUntil(now.plus(ms))),
                 PollAnswer::Gone => Heard::Gone,
             };
-            if let Some(waiter) = waiters.slots.remove(&request) {
+            if let Some((waiter, _)) = waiters.slots.remove(&request) {
                 if waiter.send(heard).is_ok() {
                     delivered.push(request);
                 }
@@ -1062,11 +1167,45 @@ impl RedisBudget {
             Ok(reply) => malformed(&format!("{reply:?}")),
         });
         let mut waiters = lock(&self.inner.waiters);
-        for (_, waiter) in std::mem::take(&mut waiters.slots) {
+        for (_, (waiter, _)) in std::mem::take(&mut waiters.slots) {
             let _ = waiter.send(Heard::Failed);
         }
         waiters.polling = false;
     }
+}
+
+/// How long a process lets pass between two polls for its waiters' deadlines: a retry is
+/// denied at most this late, and a fleet whose deadlines come every millisecond polls for
+/// them a few times a second, not a thousand.
+const DEADLINE_POLL_MS: u64 = 200;
+
+/// The subscription to a process's wake-up channel: rings `wake` on every message, and once
+/// when it starts or ends (so the polling task re-reads its inbox, and its pace). Needs its
+/// own connection (a subscribed connection runs no script).
+async fn listen(
+    client: redis::Client,
+    channel: String,
+    timeout: Duration,
+    wake: Arc<Notify>,
+    listening: Arc<AtomicBool>,
+) {
+    use futures_util::StreamExt;
+    let subscribed = tokio::time::timeout(timeout, async {
+        let mut pubsub = client.get_async_pubsub().await?;
+        pubsub.subscribe(&channel).await?;
+        Ok::<_, redis::RedisError>(pubsub)
+    })
+    .await;
+    if let Ok(Ok(pubsub)) = subscribed {
+        listening.store(true, Ordering::SeqCst);
+        wake.notify_one();
+        let mut messages = pubsub.into_on_message();
+        while messages.next().await.is_some() {
+            wake.notify_one();
+        }
+    }
+    listening.store(false, Ordering::SeqCst);
+    wake.notify_one();
 }
 
 /// A request waiting in Redis's queue: withdrawn when its wait ends without an answer
