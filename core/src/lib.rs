@@ -7,6 +7,10 @@
 //!
 //! Nothing here performs I/O, reads a clock or an environment variable, or spawns a thread:
 //! time comes in as [`Millis`], randomness from a seed, and bytes from the caller.
+//!
+//! Feature `server` (off by default) adds the other side of the wire, for simulators, fake
+//! servers and fuzzers: the encoders of what the APIs send (`wire::encode_*`) and the parser
+//! of the requests they receive (`wire::parse_request`).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

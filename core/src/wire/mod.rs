@@ -5,7 +5,7 @@
 //! providers, the fake provider server, the simulator and fuzzers share one implementation:
 //!
 //! - requests: [`request_path`], [`request_body`] (refuses unanswered tool calls with a
-//!   [`WireError`]) and, for the fake server, [`parse_request`];
+//!   [`WireError`]) and, for the fake server (feature `server`), `parse_request`;
 //! - responses: [`StreamDecoder`] (incremental SSE decoding + assembly into exactly one
 //!   outcome) and [`parse_response`] for non-streaming JSON;
 //! - failures: an error inside a 200 response (a mid-stream `error` event, a cut or
@@ -13,13 +13,16 @@
 //!   error status goes to [`classify_http`](crate::classify::classify_http), and an exchange
 //!   that produced no response to
 //!   [`classify_transport_error`](crate::classify::classify_transport_error);
-//! - the other direction, what a provider would send: [`encode_stream`],
-//!   [`encode_response_json`], [`encode_error_body`], [`encode_stream_error_event`] and
+//! - the other direction, what a provider would send, with feature `server` (for simulators,
+//!   fake servers and fuzzers; a runner never needs it): `encode_stream`,
+//!   `encode_response_json`, `encode_error_body`, `encode_stream_error_event`, and
+//!   `parse_request` for the requests a provider receives; and, always,
 //!   [`context_overflow_message`].
 //!
-//! A complete round trip through the Anthropic format:
+//! A complete round trip through the Anthropic format (feature `server`):
 //!
 //! ```
+//! # #[cfg(feature = "server")] {
 //! use rebound_core::wire::{encode_stream, StreamDecoder};
 //! use rebound_core::{AssistantResponse, Message, ProviderKind};
 //!
@@ -30,6 +33,7 @@
 //! }
 //! assert!(decoder.is_complete());
 //! assert_eq!(decoder.finish().unwrap(), sent);
+//! # }
 //! ```
 //!
 //! ## Decisions worth knowing
@@ -49,7 +53,7 @@
 //!   builder sends unsigned thinking).
 //! - OpenAI requests set `max_completion_tokens` (the current field; `max_tokens` is refused
 //!   by reasoning models) and `stream_options.include_usage` when streaming;
-//!   [`parse_request`] accepts either field.
+//!   `parse_request` accepts either field.
 //! - A tool call's arguments that fail to parse are [`InputProblemKind::Truncated`] when the
 //!   output stopped at the token limit and the JSON ended early (or the block never closed),
 //!   otherwise [`InputProblemKind::InvalidJson`]; valid JSON that is not an object is
@@ -161,6 +165,7 @@ impl<'a> RequestParams<'a> {
 }
 
 /// A request body decoded back into rebound's terms (what the fake provider server received).
+#[cfg(feature = "server")]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ParsedRequest {
     /// The requested model id.
@@ -178,6 +183,7 @@ pub struct ParsedRequest {
 }
 
 /// A request body that could not be read, with what was wrong.
+#[cfg(feature = "server")]
 pub(crate) fn invalid_request(detail: &str) -> WireError {
     WireError::InvalidRequest {
         detail: detail.to_owned(),
@@ -187,6 +193,7 @@ pub(crate) fn invalid_request(detail: &str) -> WireError {
 /// One tool declaration of a request body, in the shape every wire format shares: `name`
 /// (required; without it the error says `missing_name`), `description`, and the input schema
 /// under `schema_key` (`input_schema` for Anthropic, `parameters` for OpenAI's).
+#[cfg(feature = "server")]
 pub(crate) fn parse_tool_spec(
     tool: &Value,
     schema_key: &str,
@@ -489,6 +496,7 @@ pub fn carries_tool_error_flag(provider: ProviderKind) -> bool {
 }
 
 /// Decodes a request body of `provider` back into a [`ParsedRequest`].
+#[cfg(feature = "server")]
 pub fn parse_request(provider: ProviderKind, body: &[u8]) -> Result<ParsedRequest, WireError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| WireError::InvalidJson {
         detail: e.to_string(),
@@ -525,6 +533,7 @@ pub fn parse_response(
 /// listed in `response.input_problems` is sent with the problem's raw text as its arguments,
 /// so decoding reproduces the problem. OpenAI streams leave thinking blocks out; only
 /// Responses streams carry reasoning items.
+#[cfg(feature = "server")]
 #[must_use]
 pub fn encode_stream(
     provider: ProviderKind,
@@ -540,6 +549,7 @@ pub fn encode_stream(
 }
 
 /// Renders `response` as the non-streaming JSON body `provider` would send.
+#[cfg(feature = "server")]
 #[must_use]
 pub fn encode_response_json(
     provider: ProviderKind,
@@ -571,6 +581,7 @@ pub fn encode_response_json(
 ///     r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
 /// );
 /// ```
+#[cfg(feature = "server")]
 #[must_use]
 pub fn encode_error_body(
     provider: ProviderKind,
@@ -589,6 +600,7 @@ pub fn encode_error_body(
 /// The server-sent event a provider sends when a stream fails after it started (Anthropic
 /// `event: error`, OpenAI a `data:` line holding an `error` object, Responses a
 /// `response.failed` event whose response's `error.code` is `error_type`).
+#[cfg(feature = "server")]
 #[must_use]
 pub fn encode_stream_error_event(
     provider: ProviderKind,
@@ -874,5 +886,7 @@ pub(crate) fn stream_cut(detail: &str) -> ProviderFailure {
     ProviderFailure::transport(TransportFault::StreamCut, Some(detail))
 }
 
-#[cfg(test)]
+// Most of these round-trip through the encoders (feature `server`, which the workspace's
+// `cargo test` turns on through rebound-sim).
+#[cfg(all(test, feature = "server"))]
 mod tests;

@@ -5,15 +5,18 @@ use crate::response::Usage;
 use serde_json::Value;
 
 /// The longest delta the encoders emit, in bytes (real streams send a few words at a time).
+#[cfg(feature = "server")]
 pub(crate) const PIECE_BYTES: usize = 24;
 
 /// `s` as a JSON string literal.
+#[cfg(feature = "server")]
 pub(crate) fn quote(s: &str) -> String {
     Value::String(s.to_owned()).to_string()
 }
 
 /// Splits `s` into pieces of at most [`PIECE_BYTES`] bytes (more only for a single wider
 /// character), never inside a UTF-8 sequence. An empty string gives no pieces.
+#[cfg(feature = "server")]
 pub(crate) fn pieces(s: &str) -> impl Iterator<Item = &str> {
     let mut rest = s;
     std::iter::from_fn(move || {
@@ -54,7 +57,7 @@ pub(crate) fn read_anthropic_usage(v: &Value, usage: &mut Usage) {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "server"))]
 mod tests {
     use super::*;
 

@@ -2,8 +2,11 @@
 
 use crate::conversation::{ContentBlock, Conversation, Message};
 use crate::wire::anthropic::tool_id::ToolIds;
+#[cfg(feature = "server")]
+use crate::wire::ParsedRequest;
+#[cfg(feature = "server")]
 use crate::wire::{invalid_request as invalid, parse_tool_spec};
-use crate::wire::{ParsedRequest, RequestParams, WireError};
+use crate::wire::{RequestParams, WireError};
 use serde_json::{json, Map, Value};
 
 /// The body for `conversation`; the caller has checked tool pairing. Refuses a conversation
@@ -95,6 +98,7 @@ fn message<'a>(m: &'a Message, ids: &mut ToolIds<'a>) -> Option<Value> {
 }
 
 /// Decodes a Messages request body.
+#[cfg(feature = "server")]
 pub(crate) fn parse(v: &Value) -> Result<ParsedRequest, WireError> {
     let model = v
         .get("model")

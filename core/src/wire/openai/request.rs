@@ -4,8 +4,11 @@ use crate::conversation::{
     ContentBlock, Conversation, MediaSource, Message, Role, ToolResultBlock, ToolResultPart,
 };
 use crate::wire::openai::tool_id;
+#[cfg(feature = "server")]
+use crate::wire::ParsedRequest;
+#[cfg(feature = "server")]
 use crate::wire::{invalid_request as invalid, parse_tool_spec};
-use crate::wire::{ParsedRequest, RequestParams, WireError};
+use crate::wire::{RequestParams, WireError};
 use serde_json::{json, Map, Value};
 
 /// The note that replaces an image in a tool result: Chat tool messages carry text only.
@@ -154,6 +157,7 @@ fn assistant_message(m: &Message) -> Option<Value> {
 
 /// Decodes a Chat Completions request body. `tool` messages, and a user message right after
 /// them, become one user message (results first), which is how rebound holds them.
+#[cfg(feature = "server")]
 pub(crate) fn parse(v: &Value) -> Result<ParsedRequest, WireError> {
     let model = v
         .get("model")
@@ -281,6 +285,7 @@ pub(crate) fn parse(v: &Value) -> Result<ParsedRequest, WireError> {
     })
 }
 
+#[cfg(feature = "server")]
 fn only_results(m: &Message) -> bool {
     m.role == Role::User
         && !m.content.is_empty()
@@ -290,6 +295,7 @@ fn only_results(m: &Message) -> bool {
 }
 
 /// Message content: a string, null, or an array of `text` / `image_url` parts.
+#[cfg(feature = "server")]
 fn content_blocks(content: &Value, i: usize) -> Result<Vec<ContentBlock>, WireError> {
     match content {
         Value::Null => Ok(Vec::new()),
@@ -321,6 +327,7 @@ fn content_blocks(content: &Value, i: usize) -> Result<Vec<ContentBlock>, WireEr
 }
 
 /// A `data:` URL becomes inline base64 data; anything else stays a URL.
+#[cfg(feature = "server")]
 fn media_source(url: &str) -> MediaSource {
     if let Some(rest) = url.strip_prefix("data:") {
         if let Some((media_type, data)) = rest.split_once(";base64,") {

@@ -8,8 +8,11 @@ use crate::conversation::{
     ContentBlock, Conversation, MediaSource, Message, Role, ToolResultBlock, ToolResultPart,
 };
 use crate::wire::openai::tool_id;
+#[cfg(feature = "server")]
+use crate::wire::ParsedRequest;
+#[cfg(feature = "server")]
 use crate::wire::{invalid_request as invalid, parse_tool_spec};
-use crate::wire::{ParsedRequest, RequestParams, WireError};
+use crate::wire::{RequestParams, WireError};
 use serde_json::{json, Map, Value};
 
 /// The body for `conversation`; the caller has checked tool pairing. Refuses a conversation
@@ -163,6 +166,7 @@ fn assistant_items(m: &Message, out: &mut Vec<Value>) {
 /// system prompt; assistant messages, `function_call` and `reasoning` items in a row make
 /// one assistant message; `function_call_output` items, and a user message right after
 /// them, one user message (results first), which is how rebound holds them.
+#[cfg(feature = "server")]
 pub(crate) fn parse(v: &Value) -> Result<ParsedRequest, WireError> {
     let model = v
         .get("model")
@@ -211,6 +215,7 @@ pub(crate) fn parse(v: &Value) -> Result<ParsedRequest, WireError> {
 
 /// Appends `block` to the last message when it has `role` (and, for a user message, holds
 /// only tool results so far when `after_results`), else to a new message.
+#[cfg(feature = "server")]
 fn push_block(messages: &mut Vec<Message>, role: Role, block: ContentBlock, after_results: bool) {
     match messages.last_mut() {
         Some(last) if last.role == role && (!after_results || only_results(last)) => {
@@ -223,6 +228,7 @@ fn push_block(messages: &mut Vec<Message>, role: Role, block: ContentBlock, afte
     }
 }
 
+#[cfg(feature = "server")]
 fn read_item(
     item: &Value,
     i: usize,
@@ -324,6 +330,7 @@ fn read_item(
     Ok(())
 }
 
+#[cfg(feature = "server")]
 fn only_results(m: &Message) -> bool {
     m.role == Role::User
         && !m.content.is_empty()
@@ -334,6 +341,7 @@ fn only_results(m: &Message) -> bool {
 
 /// Message content: a string or an array of `input_text` / `output_text` / `refusal` /
 /// `input_image` parts (other parts, such as files, are skipped).
+#[cfg(feature = "server")]
 fn content_blocks(content: &Value, i: usize) -> Result<Vec<ContentBlock>, WireError> {
     match content {
         Value::Null => Ok(Vec::new()),
@@ -360,6 +368,7 @@ fn content_blocks(content: &Value, i: usize) -> Result<Vec<ContentBlock>, WireEr
 }
 
 /// A `data:` URL becomes inline base64 data; anything else stays a URL.
+#[cfg(feature = "server")]
 fn media_source(url: &str) -> MediaSource {
     if let Some(rest) = url.strip_prefix("data:") {
         if let Some((media_type, data)) = rest.split_once(";base64,") {
