@@ -1275,3 +1275,183 @@ async fn a_thousand_waiting_retries_across_ten_processes_keep_redis_cheap_and_no
     assert!(cpu < 0.5, "redis used {:.0} % of a core", cpu * 100.0);
     table::check("redis-fleet-waiters", PROCESSES * PER_PROCESS);
 }
+
+/// How one Redis fault is put right.
+enum Heal<'a> {
+    /// Run these commands (inline, one connection each, in order).
+    Commands(&'a RedisServer, Vec<String>),
+    /// Start the killed server again, empty.
+    Restart(&'a mut RedisServer),
+    /// Let the proxy forward again.
+    Deliver(&'a LossyProxy),
+}
+
+/// One fault, from its start to its end: while it lasts every decision comes back (from
+/// the local budget, within two call timeouts: no agent stops), one `FellBack` says why;
+/// once it is put right the budget is shared again within a few `retry_redis_after`, with
+/// one `Restored`. Returns the error the fallback named.
+async fn through_fault(
+    b: &RedisBudget,
+    events: &Mutex<Vec<BudgetEvent>>,
+    heal: Heal<'_>,
+) -> RedisBudgetError {
+    for _ in 0..3 {
+        let decision = tokio::time::timeout(Duration::from_secs(2), b.acquire(charged(b, 0, 0)))
+            .await
+            .expect("a decision within two call timeouts, whatever Redis does");
+        assert_eq!(
+            decision,
+            PermitDecision::Granted,
+            "the local budget's tokens"
+        );
+    }
+    assert!(!b.is_shared());
+    assert_eq!(kinds(events), ["fell_back"]);
+    let error = match events.lock().expect("not poisoned").first() {
+        Some(BudgetEvent::FellBack { error, .. }) => error.clone(),
+        other => panic!("{other:?}"),
+    };
+    match heal {
+        Heal::Commands(server, commands) => {
+            for c in commands {
+                let reply = server.command(&c);
+                assert!(!reply.starts_with('-'), "{c}: {reply}");
+            }
+        }
+        Heal::Restart(server) => server.restart(),
+        Heal::Deliver(proxy) => proxy.deliver(),
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !b.is_shared() {
+        assert!(Instant::now() < deadline, "never shared again: {error}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        b.acquire(charged(b, 0, 0)).await;
+    }
+    assert_eq!(kinds(events), ["fell_back", "restored"]);
+    error
+}
+
+/// Options for the faults: a patient call timeout (a loaded machine is not the fault under
+/// test) and a quick return.
+fn faulty(options: RedisOptions) -> RedisOptions {
+    options
+        .with_call_timeout(Duration::from_millis(500))
+        .with_retry_redis_after(Duration::from_millis(200))
+}
+
+#[tokio::test]
+async fn every_redis_fault_falls_back_with_one_notice_and_returns_once_redis_answers() {
+    let Some(mut server) = RedisServer::start("every_redis_fault") else {
+        return;
+    };
+    let config = tokens(100.0, 1.0);
+    let mut cases = 0;
+
+    // 1. Killed mid-run (SIGKILL), then started again, empty: the script is gone too, and
+    //    is loaded again (`NOSCRIPT` answered by `SCRIPT LOAD`).
+    let (events, options) = recorder();
+    let b = budget(
+        &server.budget_url("killed"),
+        config.clone(),
+        faulty(options),
+    );
+    b.check().await.expect("redis answers");
+    server.kill();
+    let error = through_fault(&b, &events, Heal::Restart(&mut server)).await;
+    assert!(
+        matches!(
+            error,
+            RedisBudgetError::Connection { .. } | RedisBudgetError::Timeout { .. }
+        ),
+        "{error:?}"
+    );
+    cases += 1;
+
+    // 2. Stalled: a proxy that stops forwarding Redis's replies, then forwards again.
+    let proxy = LossyProxy::start(server.port()).await;
+    let (events, options) = recorder();
+    let url = format!("redis://127.0.0.1:{}/stalled", proxy.port);
+    let b = budget(&url, config.clone(), faulty(options));
+    b.check().await.expect("redis answers");
+    proxy.lose_replies(false);
+    let error = through_fault(&b, &events, Heal::Deliver(&proxy)).await;
+    assert!(
+        error.to_string().contains("timed out") || error.to_string().contains("within"),
+        "{error}"
+    );
+    cases += 1;
+
+    // 3. The script flushed from a running Redis (`SCRIPT FLUSH`; a restart does the same):
+    //    `NOSCRIPT` is answered by loading it again, so nothing falls back at all.
+    let (events, options) = recorder();
+    let b = budget(
+        &server.budget_url("noscript"),
+        config.clone(),
+        faulty(options),
+    );
+    assert_eq!(b.acquire(charged(&b, 0, 0)).await, PermitDecision::Granted);
+    assert!(server.command("SCRIPT FLUSH").starts_with("+OK"));
+    assert_eq!(b.acquire(charged(&b, 0, 0)).await, PermitDecision::Granted);
+    assert!(
+        b.is_shared() && kinds(&events).is_empty(),
+        "{:?}",
+        kinds(&events)
+    );
+    assert_eq!(b.stats().await.expect("redis answers").stats.granted, 2);
+    cases += 1;
+
+    // 4. A wrong password: refused at the handshake; the notice names neither password.
+    //    Put right by the server taking that password.
+    assert!(server
+        .command("CONFIG SET requirepass right-pw-1")
+        .starts_with("+OK"));
+    let (events, options) = recorder();
+    let url = format!("redis://:wrong-pw-2@127.0.0.1:{}/password", server.port());
+    let b = budget(&url, config.clone(), faulty(options));
+    let heal = vec!["AUTH right-pw-1\r\nCONFIG SET requirepass wrong-pw-2".to_owned()];
+    let error = through_fault(&b, &events, Heal::Commands(&server, heal)).await;
+    let told = format!("{error} {:?}", events.lock().expect("not poisoned"));
+    assert!(
+        !told.contains("right-pw") && !told.contains("wrong-pw"),
+        "{told}"
+    );
+    let reply = server.command("AUTH wrong-pw-2\r\nCONFIG SET requirepass \"\"");
+    assert!(reply.starts_with("+OK"), "{reply}");
+    cases += 1;
+
+    // 5. A read-only replica (a failover left this process on one): every script writes, so
+    //    every decision is refused; put right when it is a master again.
+    let (events, options) = recorder();
+    let b = budget(
+        &server.budget_url("replica"),
+        config.clone(),
+        faulty(options),
+    );
+    b.check().await.expect("redis answers");
+    let nobody = server::free_port();
+    assert!(server
+        .command(&format!("REPLICAOF 127.0.0.1 {nobody}"))
+        .starts_with("+OK"));
+    let heal = vec!["REPLICAOF NO ONE".to_owned()];
+    let error = through_fault(&b, &events, Heal::Commands(&server, heal)).await;
+    assert!(error.to_string().contains("read only replica"), "{error}");
+    cases += 1;
+
+    // 6. Out of memory (`maxmemory` reached, no eviction): scripts that write are refused;
+    //    put right when memory is given back.
+    let (events, options) = recorder();
+    let b = budget(&server.budget_url("memory"), config, faulty(options));
+    b.check().await.expect("redis answers");
+    for c in [
+        "CONFIG SET maxmemory-policy noeviction",
+        "CONFIG SET maxmemory 1",
+    ] {
+        assert!(server.command(c).starts_with("+OK"), "{c}");
+    }
+    let heal = vec!["CONFIG SET maxmemory 0".to_owned()];
+    let error = through_fault(&b, &events, Heal::Commands(&server, heal)).await;
+    assert!(error.to_string().contains("maxmemory"), "{error}");
+    cases += 1;
+
+    table::check("redis-faults", cases);
+}
