@@ -9,7 +9,7 @@ use rebound_core::{
     BudgetConfig, BudgetUse, MachineConfig, ProviderKind, RetryConfig, RunError, TargetSpec,
 };
 use rebound_effects::budget::{
-    BudgetEvent, BudgetLocation, RedisBudget, RedisBudgetError, RedisOptions, SharedBudget,
+    BudgetEvent, BudgetLocation, RedisBudget, RedisOptions, SharedBudget,
 };
 use rebound_effects::config::ConfigError;
 use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider};
@@ -394,9 +394,12 @@ pub async fn run(args: RunArgs) -> i32 {
     if let Some(budget) = &redis_budget {
         // Bounded; a Redis that does not answer is reported now, and the run goes on with a
         // local budget. One that can never keep the budget (a Cluster, a Sentinel, a Redis
-        // before 5) stops the run here rather than leaving it on a local budget throughout.
-        if let Err(e @ RedisBudgetError::Unsupported { .. }) = budget.check().await {
-            return usage_error(format!("--budget {}: {e}", budget.url()));
+        // before 5) or whose budget has other settings stops the run here rather than
+        // leaving it on a local budget throughout.
+        if let Err(e) = budget.check().await {
+            if e.is_permanent() {
+                return usage_error(format!("--budget {}: {e}", budget.url()));
+            }
         }
     }
     cancel_on_signals(runner.canceler());

@@ -14,6 +14,8 @@ use rebound_effects::session::{
 use std::fs;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn three_messages() -> Conversation {
@@ -160,20 +162,34 @@ fn rebound_run(session: &Path, url: &str) -> Command {
     c
 }
 
-fn wait_for(path: &Path) {
+/// Waits until a run holds the session: its first message is on disk, which it writes
+/// only after taking the lock (the file alone may exist a moment before).
+fn wait_until_held(path: &Path) {
     let start = Instant::now();
-    while !path.exists() {
-        assert!(start.elapsed() < Duration::from_secs(30), "no session file");
+    while !fs::read_to_string(path).is_ok_and(|t| t.contains("\"hello\"")) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no run took the session"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_opener_of_a_running_session_is_refused_and_the_lock_dies_with_its_holder() {
-    // A provider that answers after a second, so a run is in progress for a while.
-    let server = server::serve(|mut sock, _| async move {
-        tokio::time::sleep(Duration::from_millis(1_000)).await;
-        if server::write(&mut sock, server::SSE_HEAD).await {
+    // A provider that answers only once the gate opens, so a run stays in progress for as
+    // long as a case needs, however slow the machine.
+    let gate = Arc::new(AtomicBool::new(false));
+    let held = Arc::clone(&gate);
+    let server = server::serve(move |mut sock, _| {
+        let held = Arc::clone(&held);
+        async move {
+            while held.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            if !server::write(&mut sock, server::SSE_HEAD).await {
+                return;
+            }
             server::write(&mut sock, &server::anthropic_stream("Hello back.")).await;
         }
     })
@@ -215,13 +231,15 @@ async fn a_second_opener_of_a_running_session_is_refused_and_the_lock_dies_with_
 
     // 4. Two CLI runs of one session: the second is refused, the first finishes cleanly.
     let path = dir.path().join("two-runs.jsonl");
+    gate.store(true, Ordering::SeqCst);
     let first = rebound_run(&path, &server.url())
         .spawn()
         .expect("first run");
-    wait_for(&path);
+    wait_until_held(&path);
     let second = rebound_run(&path, &server.url())
         .output()
         .expect("second run");
+    gate.store(false, Ordering::SeqCst);
     assert_eq!(second.status.code(), Some(2), "{second:?}");
     let first = first.wait_with_output().expect("first run ends");
     assert_eq!(first.status.code(), Some(0), "{first:?}");
@@ -237,10 +255,12 @@ async fn a_second_opener_of_a_running_session_is_refused_and_the_lock_dies_with_
 
     // 5. A run killed with -9 holds no lock: the next run resumes.
     let path = dir.path().join("killed.jsonl");
+    gate.store(true, Ordering::SeqCst);
     let mut killed = rebound_run(&path, &server.url()).spawn().expect("run");
-    wait_for(&path);
+    wait_until_held(&path);
     killed.kill().expect("SIGKILL");
     killed.wait().expect("reaped");
+    gate.store(false, Ordering::SeqCst);
     let out = rebound_run(&path, &server.url()).output().expect("resumes");
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     tried += 1;

@@ -147,9 +147,10 @@ async fn twenty_processes_sharing_a_redis_budget_send_only_what_it_funds_in_a_to
         (sent - AGENTS) as f64 <= funded.floor(),
         "{sent} requests: more retries than the shared budget funds ({funded:.1})"
     );
+    // Read with the fleet's settings (a budget refuses a process with others).
     let stats = RedisBudget::new(
         &budget.parse().expect("a budget url"),
-        rebound_core::BudgetConfig::default(),
+        settings(3.0, 1.0),
         RedisOptions::default(),
     )
     .expect("a client")
@@ -310,7 +311,7 @@ async fn redis_killed_mid_run_changes_no_outcome_and_is_used_again_once_restarte
     // came back.
     let stats = RedisBudget::new(
         &budget.parse().expect("a budget url"),
-        rebound_core::BudgetConfig::default(),
+        settings(1000.0, 0.0),
         RedisOptions::default(),
     )
     .expect("a client")
@@ -430,5 +431,52 @@ async fn a_redis_cluster_is_refused_at_start_not_used_as_a_local_budget_all_run(
     assert_eq!(out.status.code(), Some(2), "{errors}");
     assert!(errors.contains("Redis Cluster"), "{errors}");
     assert!(provider.requests().is_empty(), "no request sent");
+    provider.shutdown().await;
+}
+
+/// The budget settings `rebound run --budget-tokens TOKENS --budget-refill REFILL` uses.
+fn settings(tokens: f64, refill: f64) -> rebound_core::BudgetConfig {
+    rebound_core::BudgetConfig::default()
+        .with_capacity(tokens)
+        .with_initial(tokens)
+        .with_refill_per_sec(refill)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_naming_a_budget_kept_with_other_settings_stops_at_start_naming_both() {
+    let Some(redis) = RedisServer::start("a_run_naming_a_budget_kept_with_other_settings") else {
+        return;
+    };
+    let provider = fake_server(r#"{"turns": [{"answer": {"text": "ok"}}]}"#).await;
+    let budget = redis.budget_url("team");
+    let flags = |tokens: &'static str| {
+        let budget = budget.clone();
+        let mut cmd = agent(
+            &provider,
+            &[
+                "--budget",
+                &budget,
+                "--budget-timeout-ms",
+                "1000",
+                "--budget-tokens",
+                tokens,
+            ],
+        );
+        async move {
+            tokio::task::spawn_blocking(move || cmd.output().expect("rebound runs"))
+                .await
+                .expect("joins")
+        }
+    };
+    let first = flags("10").await;
+    assert_eq!(first.status.code(), Some(0), "{first:?}");
+    let other = flags("3").await;
+    let errors = String::from_utf8_lossy(&other.stderr);
+    assert_eq!(other.status.code(), Some(2), "{errors}");
+    assert!(
+        errors.contains("capacity 10") && errors.contains("capacity 3"),
+        "{errors}"
+    );
+    assert_eq!(provider.requests().len(), 1, "only the first run's request");
     provider.shutdown().await;
 }

@@ -461,8 +461,8 @@ async fn keys_are_namespaced_expire_when_idle_and_hold_only_numbers() {
     for line in state.lines().filter(|l| !l.starts_with(['*', '$'])) {
         assert!(
             line.bytes()
-                .all(|c| c.is_ascii_digit() || c.is_ascii_lowercase()),
-            "only field names and numbers: {line}"
+                .all(|c| c.is_ascii_digit() || c.is_ascii_lowercase() || c == b' '),
+            "only field names and numbers (the settings: five of them): {line}"
         );
     }
     let ttl: i64 = server
@@ -1454,4 +1454,52 @@ async fn every_redis_fault_falls_back_with_one_notice_and_returns_once_redis_ans
     cases += 1;
 
     table::check("redis-faults", cases);
+}
+
+#[tokio::test]
+async fn a_process_with_other_settings_is_refused_naming_both_never_mixed_in() {
+    let Some(server) = RedisServer::start("a_process_with_other_settings") else {
+        return;
+    };
+    let url = server.budget_url("settings");
+    let first = budget(&url, tokens(10.0, 1.0), patient());
+    assert_eq!(
+        first.acquire(charged(&first, 0, 0)).await,
+        PermitDecision::Granted
+    );
+    let (events, options) = recorder();
+    let other = budget(
+        &url,
+        tokens(3.0, 1.0),
+        options.with_call_timeout(Duration::from_secs(5)),
+    );
+    let error = other.check().await.expect_err("other settings");
+    let RedisBudgetError::OtherSettings { theirs, ours } = &error else {
+        panic!("{error:?}");
+    };
+    assert!(
+        theirs.contains("capacity 10") && ours.contains("capacity 3"),
+        "{error}"
+    );
+    assert!(error.is_permanent());
+    // Refused for good: decided locally, told once, Redis's budget untouched by it.
+    assert_eq!(
+        other.acquire(charged(&other, 0, 0)).await,
+        PermitDecision::Granted
+    );
+    assert_eq!(kinds(&events), ["fell_back"]);
+    assert!(!other.is_shared());
+    let stats = first.stats().await.expect("redis answers");
+    assert_eq!(
+        stats.stats.granted, 1,
+        "only the first process's grant: {stats:?}"
+    );
+    // The same settings again: shared.
+    let same = budget(&url, tokens(10.0, 1.0), patient());
+    same.check().await.expect("same settings");
+    assert_eq!(
+        same.acquire(charged(&same, 0, 0)).await,
+        PermitDecision::Granted
+    );
+    assert_eq!(first.stats().await.expect("redis answers").stats.granted, 2);
 }

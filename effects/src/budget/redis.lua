@@ -125,7 +125,16 @@ end
 
 -- The state, or a new budget starting now with `initial` tokens.
 local saved = redis.call('HMGET', STATE, 'now', 'offset', 'balance', 'carry', 'granted',
-    'denied', 'queued', 'deposited', 'seq', 'refreshed')
+    'denied', 'queued', 'deposited', 'seq', 'refreshed', 'settings')
+
+-- One budget, one set of rules: the settings it was made with are kept with it, and a caller
+-- with other settings is refused (naming both) rather than mixing two sets of rules. A
+-- budget that expired (idle) starts again with its next caller's.
+local settings = table.concat({ capacity, initial, deposit_request, deposit_success,
+    refill_per_sec }, ' ')
+if saved[1] and saved[11] and saved[11] ~= settings then
+    return redis.error_reply('REBOUND_SETTINGS ' .. saved[11] .. ' / ' .. settings)
+end
 local now, offset, balance, carry, granted, denied, queued, deposited, seq
 if saved[1] then
     now = int(saved[1])
@@ -541,7 +550,7 @@ if refresh_all then
 end
 redis.call('HSET', STATE, 'now', now, 'offset', offset, 'balance', balance, 'carry', carry,
     'granted', granted, 'denied', denied, 'queued', queued, 'deposited', deposited, 'seq', seq,
-    'refreshed', refreshed)
+    'refreshed', refreshed, 'settings', settings)
 for _, key in ipairs(KEYS) do
     if refresh_all or written[key] then
         redis.call('PEXPIRE', key, idle_ms)

@@ -35,6 +35,11 @@
 //! rest of its life, says so once, and [`RedisBudget::check`] returns the error so a command
 //! line can stop at start instead.
 //!
+//! One budget, one set of rules: the budget keeps the settings it was made with (its
+//! [`BudgetConfig`]), and a process naming it with other settings is refused the same way
+//! ([`RedisBudgetError::OtherSettings`], naming both), never left to mix two sets of rules.
+//! A budget that expired (idle) starts again with the settings of its next caller.
+//!
 //! # The queue across processes: requests polled in Redis, one call per process
 //!
 //! In one process a waiting retry is woken the moment a deposit pays for it. Across
@@ -153,13 +158,10 @@ pub enum BudgetEvent {
 impl fmt::Display for BudgetEvent {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            BudgetEvent::FellBack {
-                budget,
-                error: error @ RedisBudgetError::Unsupported { .. },
-            } => write!(
+            BudgetEvent::FellBack { budget, error } if error.is_permanent() => write!(
                 f,
-                "retry budget {budget} cannot be kept in this redis ({error}): using a local \
-                 budget for this process"
+                "retry budget {budget} cannot be used ({error}): using a local budget for \
+                 this process"
             ),
             BudgetEvent::FellBack { budget, error } => write!(
                 f,
@@ -218,6 +220,48 @@ pub enum RedisBudgetError {
         /// What it is and what to do instead.
         reason: String,
     },
+    /// The budget in Redis was made with other settings than this process's: processes
+    /// sharing a budget must share its settings. Not retried, as [`Self::Unsupported`].
+    #[error(
+        "the budget in redis has other settings ({theirs}) than this process ({ours}): \
+         processes sharing a budget must share its settings, or name another budget"
+    )]
+    OtherSettings {
+        /// The budget's, as kept in Redis.
+        theirs: String,
+        /// This process's.
+        ours: String,
+    },
+}
+
+impl RedisBudgetError {
+    /// Whether asking again cannot help: this Redis cannot keep the budget, or the budget
+    /// has other settings. The process decides locally for the rest of its life, and a
+    /// command line stops at start.
+    #[must_use]
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            RedisBudgetError::Unsupported { .. } | RedisBudgetError::OtherSettings { .. }
+        )
+    }
+}
+
+/// The settings the script keeps with a budget (milli-tokens: capacity, initial, deposit
+/// per request, per success, refill per second), as a person would read them.
+fn settings_text(milli: &str) -> String {
+    let numbers: Vec<f64> = milli
+        .split_whitespace()
+        .filter_map(|n| n.parse::<f64>().ok())
+        .map(|n| n / 1000.0)
+        .collect();
+    match numbers[..] {
+        [capacity, initial, per_request, per_success, refill] => format!(
+            "capacity {capacity}, initial {initial}, {per_request} per request, \
+             {per_success} per success, {refill} per second"
+        ),
+        _ => milli.chars().take(80).collect(),
+    }
 }
 
 /// How a [`RedisBudget`] talks to Redis. The defaults suit a Redis on the same network.
@@ -526,7 +570,8 @@ enum Health {
     Local {
         next_try: Instant,
     },
-    /// This Redis cannot keep the budget ([`RedisBudgetError::Unsupported`]): local for good.
+    /// This Redis cannot keep the budget, or the budget has other settings
+    /// ([`RedisBudgetError::is_permanent`]): local for good.
     Refused,
 }
 
@@ -681,7 +726,7 @@ impl RedisBudget {
     /// Checks that Redis answers (one call) and can keep the budget, falling back or
     /// returning to Redis as a decision would. A command line calls it at start, so a Redis
     /// that is down is reported before the first request rather than at the first retry,
-    /// and one that can never work ([`RedisBudgetError::Unsupported`]) can stop the run.
+    /// and one that can never work ([`RedisBudgetError::is_permanent`]) can stop the run.
     pub async fn check(&self) -> Result<RedisBudgetStats, RedisBudgetError> {
         let result = match self.call(ScriptOp::Stats, None).await {
             Ok(ScriptReply::Stats(stats)) => Ok(stats),
@@ -822,6 +867,15 @@ impl RedisBudget {
         let message = e
             .to_string()
             .replace(self.inner.url.server(), &self.inner.url.to_string());
+        if let Some((theirs, ours)) = message
+            .split_once("REBOUND_SETTINGS")
+            .and_then(|(_, both)| both.split_once('/'))
+        {
+            return RedisBudgetError::OtherSettings {
+                theirs: settings_text(theirs),
+                ours: settings_text(ours),
+            };
+        }
         match e.kind() {
             redis::ErrorKind::Server(
                 redis::ServerErrorKind::Moved
@@ -870,7 +924,7 @@ impl RedisBudget {
     }
 
     fn failed(&self, error: RedisBudgetError) {
-        let next = if matches!(error, RedisBudgetError::Unsupported { .. }) {
+        let next = if error.is_permanent() {
             Health::Refused
         } else {
             Health::Local {
