@@ -94,6 +94,7 @@ mod anthropic;
 mod assemble;
 mod borrow;
 mod openai;
+mod options;
 mod render;
 mod responses;
 mod scan;
@@ -104,6 +105,8 @@ use crate::response::AssistantResponse;
 use crate::tool::ToolSpec;
 use serde_json::Value;
 use sse::{SseDecoder, SseError, SseEventRef, SseLimits};
+
+pub use options::{OptionsError, ReasoningEffort, RequestOptions, ToolChoice, UnknownEffort};
 
 /// What a request needs besides the conversation.
 ///
@@ -122,6 +125,9 @@ pub struct RequestParams<'a> {
     pub max_tokens: u32,
     /// Whether to ask for a server-sent event stream.
     pub stream: bool,
+    /// Sampling, stop sequences, tool choice, reasoning, a user id and extra body keys;
+    /// `None` sends none of them ([`RequestOptions`]).
+    pub options: Option<&'a RequestOptions>,
 }
 
 impl<'a> RequestParams<'a> {
@@ -135,6 +141,7 @@ impl<'a> RequestParams<'a> {
             tools: &[],
             max_tokens,
             stream: true,
+            options: None,
         }
     }
 
@@ -156,6 +163,13 @@ impl<'a> RequestParams<'a> {
     #[must_use]
     pub fn with_stream(mut self, stream: bool) -> Self {
         self.stream = stream;
+        self
+    }
+
+    /// Sets [`options`](Self::options), the request options.
+    #[must_use]
+    pub fn with_options(mut self, options: &'a RequestOptions) -> Self {
+        self.options = Some(options);
         self
     }
 }
@@ -229,6 +243,9 @@ pub enum WireError {
         /// What is wrong, e.g. `missing "model"`.
         detail: String,
     },
+    /// The request options are refused for this provider, or name a tool not offered.
+    #[error("request cannot be sent: {0}")]
+    Options(#[from] OptionsError),
 }
 
 /// An incremental piece of a streamed response, for a UI to show as it arrives.
@@ -433,7 +450,9 @@ pub fn request_path(provider: ProviderKind) -> &'static str {
 ///
 /// Refuses a conversation that is empty (or holds nothing the provider accepts, e.g. only
 /// blank text for Anthropic) or whose tool calls are not each answered, first and in order,
-/// by a result in the very next message (including open calls at the end).
+/// by a result in the very next message (including open calls at the end); and request
+/// options the provider's API would refuse ([`RequestOptions::check`], and a tool choice
+/// naming a tool that is not offered), as [`WireError::Options`].
 ///
 /// Tool-call ids are sent in the form each provider accepts (Anthropic: `^[a-zA-Z0-9_-]+$`,
 /// unique in the request; OpenAI: at most 40 characters), the same for a call and its
@@ -470,11 +489,15 @@ pub fn request_body(
         return Err(WireError::EmptyConversation);
     }
     conversation.check_tool_pairing(false)?;
-    match provider {
+    let mut body = match provider {
         ProviderKind::Anthropic => anthropic::request::body(conversation, params),
         ProviderKind::OpenAi => openai::request::body(conversation, params),
         ProviderKind::OpenAiResponses => responses::request::body(conversation, params),
+    }?;
+    if let (Some(options), Value::Object(map)) = (params.options, &mut body) {
+        options::apply(provider, options, params.tools, params.max_tokens, map)?;
     }
+    Ok(body)
 }
 
 /// Whether `provider`'s requests carry a tool result's error flag (`is_error`): Anthropic's

@@ -324,6 +324,7 @@ fn params(tools: &[ToolSpec]) -> RequestParams<'_> {
         tools,
         max_tokens: 2048,
         stream: true,
+        options: None,
     }
 }
 
