@@ -66,7 +66,10 @@
 //!   is sent each time. Reasoning items arrive as [`ContentBlock::Reasoning`], kept verbatim
 //!   and sent back unchanged, in place, to the Responses API; Anthropic and Chat requests
 //!   leave them out, and Responses requests leave out thinking blocks (another provider's
-//!   signatures mean nothing to OpenAI). Tool calls are `function_call` items whose
+//!   signatures mean nothing to OpenAI). An assistant message's text is one `message` item
+//!   whose `content` is a string (consecutive text blocks joined, as for Chat): the
+//!   `output_text` parts of OpenAI's description need a stored response's ids. Tool calls
+//!   are `function_call` items whose
 //!   `call_id` is the tool-use id (sent in the same form as for Chat); results are
 //!   `function_call_output` items whose `output` is the result's text (an error's
 //!   model-readable text, as for Chat), or text and image parts when the result has images.
