@@ -1,10 +1,13 @@
 //! Providers: where a conversation goes to become the next assistant message.
 
+mod headers;
 mod http;
 mod key;
 
+pub use headers::{ExtraHeaders, HeaderError};
 pub use http::{HttpProvider, HttpProviderConfig};
 pub use key::ApiKey;
+pub use rebound_core::wire::{OptionsError, ReasoningEffort, RequestOptions, ToolChoice};
 
 use rebound_core::wire::{StreamDelta, WireError};
 use rebound_core::{AssistantResponse, Conversation, ProviderFailure, StreamDeadlines, ToolSpec};
