@@ -1,41 +1,7 @@
 //! Request options: the parameters every agent sets (sampling, stop sequences, tool choice,
 //! reasoning, a user id) and a provider-specific JSON object, each mapped to the wire form
-//! of each API and checked against its constraints before any request is built.
-//!
-//! | option | Anthropic Messages | OpenAI Chat Completions | OpenAI Responses |
-//! |---|---|---|---|
-//! | `temperature` | `temperature`, 0 to 1 | `temperature`, 0 to 2 | `temperature`, 0 to 2 |
-//! | `top_p` | `top_p`, 0 to 1 | `top_p`, 0 to 1 | `top_p`, 0 to 1 |
-//! | `stop_sequences` | `stop_sequences` | `stop`, at most 4 | refused: the API has none |
-//! | `tool_choice` | `tool_choice: {type: auto\|any\|none\|tool, name}` | `tool_choice: "auto"\|"required"\|"none"\|{type: function, function: {name}}` | `tool_choice: "auto"\|"required"\|"none"\|{type: function, name}` |
-//! | `parallel_tool_calls: false` | `tool_choice.disable_parallel_tool_use: true` (with `type: auto` when no choice is set) | `parallel_tool_calls: false` | `parallel_tool_calls: false` |
-//! | `reasoning_effort` | refused: give a thinking budget | `reasoning_effort` | `reasoning: {effort}` |
-//! | `thinking_budget` | `thinking: {type: enabled, budget_tokens}`, at least 1024 and below the output limit | refused: give a reasoning effort | refused: give a reasoning effort |
-//! | `user_id` | `metadata: {user_id}`, at most 256 characters | `safety_identifier`, at most 64 | `safety_identifier`, at most 64 |
-//! | `extra_body` | merged last, top-level keys | the same | the same |
-//!
-//! The output token limit is not here: it is [`RequestParams::max_tokens`], which every
-//! request carries (`max_tokens`, `max_completion_tokens`, `max_output_tokens`).
-//!
-//! Decisions worth knowing:
-//!
-//! - A parameter an API does not have is refused ([`OptionsError::Unsupported`]), never
-//!   dropped: a request that silently ignores a stop sequence or a thinking budget behaves
-//!   differently from the one asked for.
-//! - With a thinking budget, Anthropic accepts no temperature but 1, a `top_p` only from
-//!   0.95 to 1, and a tool choice only of `auto` or `none`; other combinations are refused
-//!   ([`OptionsError::Conflict`]), as the API would refuse them.
-//! - Tool choice and parallel tool calls mean something only when tools are offered; a
-//!   request offering none leaves them out (the APIs refuse a tool choice without tools). A
-//!   named tool that the request does not offer is refused ([`OptionsError::UnknownTool`]).
-//! - `extra_body` is merged into the body last, one top-level key at a time, and never
-//!   replaces a key rebound sets: the keys that carry the model, the conversation, the tools
-//!   and the stream, and the key of every option set here, are refused
-//!   ([`OptionsError::ExtraBodyKey`]), so neither a typo nor a stale setting can break the
-//!   stream or quietly win over a typed option. Anything else (`top_k`, `service_tier`,
-//!   `metadata` for OpenAI, a beta parameter) goes through unchecked.
-//!
-//! [`RequestParams::max_tokens`]: crate::wire::RequestParams::max_tokens
+//! of each API and checked against its constraints before any request is built
+//! ([`RequestOptions`] has the table).
 
 use crate::failure::ProviderKind;
 use crate::tool::ToolSpec;
@@ -156,7 +122,42 @@ pub struct UnknownEffort {
 }
 
 /// The parameters a request may carry besides the conversation, the tools and the output
-/// limit: see the [module documentation](self) for how each reaches each API.
+/// limit, and how each reaches each API:
+///
+/// | option | Anthropic Messages | OpenAI Chat Completions | OpenAI Responses |
+/// |---|---|---|---|
+/// | `temperature` | `temperature`, 0 to 1 | `temperature`, 0 to 2 | `temperature`, 0 to 2 |
+/// | `top_p` | `top_p`, 0 to 1 | `top_p`, 0 to 1 | `top_p`, 0 to 1 |
+/// | `stop_sequences` | `stop_sequences` | `stop`, at most 4 | refused: the API has none |
+/// | `tool_choice` | `tool_choice: {type: auto\|any\|none\|tool, name}` | `tool_choice: "auto"\|"required"\|"none"\|{type: function, function: {name}}` | `tool_choice: "auto"\|"required"\|"none"\|{type: function, name}` |
+/// | `parallel_tool_calls: false` | `tool_choice.disable_parallel_tool_use: true` (with `type: auto` when no choice is set) | `parallel_tool_calls: false` | `parallel_tool_calls: false` |
+/// | `reasoning_effort` | refused: give a thinking budget | `reasoning_effort` | `reasoning: {effort}` |
+/// | `thinking_budget` | `thinking: {type: enabled, budget_tokens}`, at least 1024 and below the output limit | refused: give a reasoning effort | refused: give a reasoning effort |
+/// | `user_id` | `metadata: {user_id}`, at most 256 characters | `safety_identifier`, at most 64 | `safety_identifier`, at most 64 |
+/// | `extra_body` | merged last, top-level keys | the same | the same |
+///
+/// The output token limit is not here: it is [`RequestParams::max_tokens`], which every
+/// request carries (`max_tokens`, `max_completion_tokens`, `max_output_tokens`).
+///
+/// Decisions worth knowing:
+///
+/// - A parameter an API does not have is refused ([`OptionsError::Unsupported`]), never
+///   dropped: a request that silently ignores a stop sequence or a thinking budget behaves
+///   differently from the one asked for.
+/// - With a thinking budget, Anthropic accepts no temperature but 1, a `top_p` only from
+///   0.95 to 1, and a tool choice only of `auto` or `none`; other combinations are refused
+///   ([`OptionsError::Conflict`]), as the API would refuse them.
+/// - Tool choice and parallel tool calls mean something only when tools are offered; a
+///   request offering none leaves them out (the APIs refuse a tool choice without tools). A
+///   named tool that the request does not offer is refused ([`OptionsError::UnknownTool`]).
+/// - `extra_body` is merged into the body last, one top-level key at a time, and never
+///   replaces a key rebound sets: the keys that carry the model, the conversation, the tools
+///   and the stream, and the key of every option set here, are refused
+///   ([`OptionsError::ExtraBodyKey`]), so neither a typo nor a stale setting can break the
+///   stream or quietly win over a typed option. Anything else (`top_k`, `service_tier`,
+///   `metadata` for OpenAI, a beta parameter) goes through unchecked.
+///
+/// [`RequestParams::max_tokens`]: crate::wire::RequestParams::max_tokens
 ///
 /// Build it with [`RequestOptions::new`] and the `with_*` methods, check it once with
 /// [`check`](Self::check) (the HTTP providers do so when they are built), and pass it to
@@ -215,7 +216,7 @@ pub struct RequestOptions {
     /// `safety_identifier`.
     pub user_id: Option<String>,
     /// A provider-specific JSON object merged into the body last, one top-level key at a
-    /// time; keys rebound sets are refused (module documentation).
+    /// time; keys rebound sets are refused (above).
     pub extra_body: Map<String, Value>,
 }
 

@@ -38,6 +38,9 @@ pub enum SendError {
     /// No request could be built from the conversation, so none was sent: it holds nothing
     /// to send, or breaks tool-call pairing. The machine never produces such a conversation
     /// (a corrupt session can hold one); the runner fails the run as an invariant violation.
+    /// Also the request options refused for this request ([`WireError::Options`]): a tool
+    /// choice naming a tool that is not offered (the rest is refused when the provider is
+    /// built).
     #[error(transparent)]
     Request(#[from] WireError),
     /// The delta sink returned `false`: the caller stopped reading the response.
