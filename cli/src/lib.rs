@@ -157,7 +157,8 @@ pub struct RunArgs {
     /// Fallback target `PROVIDER:MODEL[@BASE_URL]` (repeatable; PROVIDER is `anthropic`,
     /// `openai` or `openai-responses`), tried in order when the previous target's retries
     /// are spent or its quota is exhausted. Keys come from the provider's conventional
-    /// variable.
+    /// variable. The request options (`--max-tokens` to `--user-id`) apply to it too, and one
+    /// its API lacks stops the run before any request; `--header` and `--extra-body` do not.
     #[arg(long = "fallback", value_name = "PROVIDER:MODEL[@BASE_URL]")]
     pub fallbacks: Vec<String>,
     /// Load Lua tools (one `*.lua` file per tool) from this folder; their file access is
@@ -215,6 +216,71 @@ pub struct RunArgs {
     /// before the provider refuses: at 85 % of it).
     #[arg(long, value_name = "TOKENS")]
     pub context_window: Option<u64>,
+    /// Output token limit per response (Anthropic `max_tokens`, OpenAI
+    /// `max_completion_tokens` or `max_output_tokens`; default 8192).
+    #[arg(long, value_name = "TOKENS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tokens: Option<u32>,
+    /// Sampling temperature (Anthropic: 0 to 1; OpenAI: 0 to 2).
+    #[arg(long, value_name = "T")]
+    pub temperature: Option<f64>,
+    /// Nucleus sampling: the probability mass sampled from, 0 to 1.
+    #[arg(long, value_name = "P")]
+    pub top_p: Option<f64>,
+    /// A text that ends the response when generated (repeatable; Chat Completions takes at
+    /// most 4, the Responses API none).
+    #[arg(long = "stop", value_name = "TEXT")]
+    pub stop: Vec<String>,
+    /// Which tool the model may or must call: `auto`, `any` (some tool), `none`, or
+    /// `tool:NAME`.
+    #[arg(long, value_name = "auto|any|none|tool:NAME", value_parser = parse_tool_choice)]
+    pub tool_choice: Option<rebound_core::wire::ToolChoice>,
+    /// Ask for at most one tool call per response.
+    #[arg(long)]
+    pub no_parallel_tool_calls: bool,
+    /// How much an OpenAI reasoning model reasons: none, minimal, low, medium, high, xhigh
+    /// or max (for Anthropic, give --thinking-budget).
+    #[arg(long, value_name = "LEVEL", value_parser = parse_effort)]
+    pub reasoning_effort: Option<rebound_core::wire::ReasoningEffort>,
+    /// Anthropic extended thinking: the tokens Claude may think with (at least 1024, below
+    /// --max-tokens; for OpenAI, give --reasoning-effort).
+    #[arg(long, value_name = "TOKENS")]
+    pub thinking_budget: Option<u32>,
+    /// An opaque id of the end user (a hash), for the provider's abuse detection
+    /// (Anthropic `metadata.user_id`, OpenAI `safety_identifier`).
+    #[arg(long, value_name = "ID")]
+    pub user_id: Option<String>,
+    /// A header for every request to the first target, e.g. `--header 'anthropic-beta:
+    /// context-1m-2025-08-07'` (repeatable). Values are never printed; the API key's header
+    /// and the content type cannot be replaced. Not sent to `--fallback` targets, which may
+    /// be other hosts.
+    #[arg(long = "header", value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
+    /// A JSON object merged into the body of every request to the first target, one
+    /// top-level key at a time (`{"top_k": 40}`), or `@FILE` to read it from a file. Keys
+    /// rebound sets (model, messages, tools, stream, and those of the options above) are
+    /// refused.
+    #[arg(long, value_name = "JSON|@FILE")]
+    pub extra_body: Option<String>,
+}
+
+/// Parses `--tool-choice`.
+fn parse_tool_choice(s: &str) -> Result<rebound_core::wire::ToolChoice, String> {
+    use rebound_core::wire::ToolChoice;
+    match s.trim() {
+        "auto" => Ok(ToolChoice::Auto),
+        "any" | "required" => Ok(ToolChoice::Any),
+        "none" => Ok(ToolChoice::None),
+        other => match other.strip_prefix("tool:") {
+            Some(name) if !name.trim().is_empty() => Ok(ToolChoice::tool(name.trim())),
+            _ => Err("expected auto, any, none or tool:NAME".to_owned()),
+        },
+    }
+}
+
+/// Parses `--reasoning-effort`.
+fn parse_effort(s: &str) -> Result<rebound_core::wire::ReasoningEffort, String> {
+    s.parse()
+        .map_err(|e: rebound_core::wire::UnknownEffort| e.to_string())
 }
 
 /// Parses `--budget` without ever repeating a password: clap's own error for a value its

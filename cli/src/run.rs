@@ -12,7 +12,9 @@ use rebound_effects::budget::{
     BudgetEvent, BudgetLocation, RedisBudget, RedisOptions, SharedBudget,
 };
 use rebound_effects::config::ConfigError;
-use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider};
+use rebound_effects::provider::{
+    ApiKey, ExtraHeaders, HttpProvider, HttpProviderConfig, Provider, RequestOptions,
+};
 use rebound_effects::receiver::Receiver;
 use rebound_effects::runner::{CancelHandle, RunInput, RunSummary, Runner, TraceRecorder};
 use rebound_effects::session::SessionStore;
@@ -107,10 +109,77 @@ fn parse_fallback(spec: &str) -> Result<TargetArg, ConfigError> {
     })
 }
 
+/// What `run`'s options say about each request: for every target, and (headers, extra body)
+/// for the first only.
+#[derive(Debug, Clone, Default)]
+struct RequestSettings {
+    max_tokens: Option<u32>,
+    /// Every target's options.
+    options: RequestOptions,
+    /// The first target's `--extra-body`, merged into its options.
+    extra_body: serde_json::Map<String, serde_json::Value>,
+    /// The first target's `--header`s.
+    headers: ExtraHeaders,
+}
+
+impl RequestSettings {
+    /// The settings of `--max-tokens`, `--temperature`, …, `--header` and `--extra-body`; a
+    /// message for the person at the terminal (never a header's value) when one is invalid.
+    fn from_args(args: &RunArgs) -> Result<Self, String> {
+        let mut options = RequestOptions::new();
+        options.temperature = args.temperature;
+        options.top_p = args.top_p;
+        options.stop_sequences.clone_from(&args.stop);
+        options.tool_choice.clone_from(&args.tool_choice);
+        options.parallel_tool_calls = args.no_parallel_tool_calls.then_some(false);
+        options.reasoning_effort = args.reasoning_effort;
+        options.thinking_budget = args.thinking_budget;
+        options.user_id.clone_from(&args.user_id);
+        let mut headers = ExtraHeaders::new();
+        for line in &args.headers {
+            headers
+                .insert_line(line)
+                .map_err(|e| format!("--header: {e}"))?;
+        }
+        let extra_body = match &args.extra_body {
+            None => serde_json::Map::new(),
+            Some(text) => extra_body(text)?,
+        };
+        Ok(RequestSettings {
+            max_tokens: args.max_tokens,
+            options,
+            extra_body,
+            headers,
+        })
+    }
+}
+
+/// `--extra-body`: a JSON object, or `@FILE` holding one. Errors say where, never what.
+fn extra_body(arg: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    let (text, origin) = match arg.strip_prefix('@') {
+        Some(path) => (
+            std::fs::read_to_string(path)
+                .map_err(|e| format!("--extra-body: cannot read {path}: {e}"))?,
+            format!("--extra-body {path}"),
+        ),
+        None => (arg.to_owned(), "--extra-body".to_owned()),
+    };
+    match serde_json::from_str(&text) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        Ok(_) => Err(format!(
+            "{origin}: expected a JSON object, e.g. '{{\"top_k\": 40}}'"
+        )),
+        // serde's message gives the line and column, not the text.
+        Err(e) => Err(format!("{origin}: not valid JSON: {e}")),
+    }
+}
+
 fn build_provider(
     target: &TargetArg,
     system: Option<&str>,
     key: Option<ApiKey>,
+    settings: &RequestSettings,
+    first: bool,
 ) -> Result<HttpProvider, ConfigError> {
     let key = match key {
         Some(k) => k,
@@ -130,6 +199,15 @@ fn build_provider(
         config.base_url.clone_from(url);
     }
     config.system = system.map(str::to_owned);
+    if let Some(tokens) = settings.max_tokens {
+        config.max_tokens = tokens;
+    }
+    let mut options = settings.options.clone();
+    if first {
+        options.extra_body.clone_from(&settings.extra_body);
+        config.headers = settings.headers.clone();
+    }
+    config.options = options;
     HttpProvider::new(config)
 }
 
@@ -296,11 +374,19 @@ pub async fn run(args: RunArgs) -> i32 {
             Err(e) => return usage_error(e),
         }
     }
+    let settings = match RequestSettings::from_args(&args) {
+        Ok(s) => s,
+        Err(e) => return usage_error(e),
+    };
     let mut providers: Vec<Box<dyn Provider>> = Vec::new();
     let mut specs = Vec::new();
-    for target in &targets {
-        match build_provider(target, args.system.as_deref(), None) {
+    for (at, target) in targets.iter().enumerate() {
+        match build_provider(target, args.system.as_deref(), None, &settings, at == 0) {
             Ok(p) => providers.push(Box::new(p)),
+            // Which target: the first is the one the other options named.
+            Err(e) if at > 0 => {
+                return usage_error(format!("--fallback {}: {e}", args.fallbacks[at - 1]))
+            }
             Err(e) => return usage_error(e),
         }
         let mut spec = TargetSpec::new(
@@ -641,6 +727,60 @@ mod tests {
             let args = ["rebound", "run", "hi"].iter().chain(bad);
             assert!(crate::parse(args).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn request_settings_come_from_the_flags_and_never_repeat_a_header_value() {
+        let settings = RequestSettings::from_args(&run_args(&[
+            "--temperature",
+            "0.5",
+            "--tool-choice",
+            "tool:read",
+            "--no-parallel-tool-calls",
+            "--reasoning-effort",
+            "HIGH",
+            "--header",
+            "X-Org: org-1",
+            "--extra-body",
+            r#"{"seed": 7}"#,
+        ]))
+        .expect("valid");
+        assert_eq!(settings.options.temperature, Some(0.5));
+        assert_eq!(
+            settings.options.tool_choice,
+            Some(rebound_core::wire::ToolChoice::tool("read"))
+        );
+        assert_eq!(settings.options.parallel_tool_calls, Some(false));
+        assert_eq!(
+            settings.options.reasoning_effort,
+            Some(rebound_core::wire::ReasoningEffort::High)
+        );
+        assert_eq!(settings.headers.names().collect::<Vec<_>>(), ["x-org"]);
+        assert_eq!(settings.extra_body["seed"], 7);
+        assert!(
+            settings.options.extra_body.is_empty(),
+            "for the first target only"
+        );
+        for bad in [
+            &["--header", "token-secret"][..],
+            &["--header", "x-token: line\u{7}secret"],
+            &["--header", "bad name: secret"],
+        ] {
+            let err = RequestSettings::from_args(&run_args(bad)).expect_err("refused");
+            assert!(err.starts_with("--header: "), "{err}");
+            assert!(!err.contains("secret"), "{err}");
+        }
+        let err = extra_body("{\"a\": secret}").expect_err("not JSON");
+        assert!(
+            err.contains("not valid JSON") && !err.contains("secret"),
+            "{err}"
+        );
+        let dir = tempfile::tempdir().expect("temp dir");
+        let file = dir.path().join("extra.json");
+        std::fs::write(&file, r#"{"top_k": 3}"#).expect("write");
+        let map = extra_body(&format!("@{}", file.display())).expect("a file");
+        assert_eq!(map["top_k"], 3);
+        assert!(extra_body("@/no/such/file.json").is_err());
     }
 
     #[test]

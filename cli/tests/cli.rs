@@ -762,3 +762,87 @@ async fn provider_openai_responses_speaks_v1_responses_and_is_a_fallback_target(
     primary.shutdown().await;
     fallback_server.shutdown().await;
 }
+
+#[tokio::test]
+async fn request_options_headers_and_extra_body_reach_the_provider() {
+    let s = server(r#"{"turns": [{"answer": {"text": "Hi there."}}]}"#).await;
+    let out = output(run_cmd(
+        &s,
+        &[
+            "--max-tokens",
+            "2000",
+            "--temperature",
+            "0.3",
+            "--stop",
+            "END",
+            "--stop",
+            "STOP",
+            "--tool-choice",
+            "none",
+            "--no-parallel-tool-calls",
+            "--user-id",
+            "user-hash",
+            "--header",
+            "anthropic-beta: beta-1",
+            "--header",
+            "X-Gateway-Token: gw-cli-secret",
+            "--extra-body",
+            r#"{"top_k": 5}"#,
+        ],
+    ))
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = s.requests();
+    let request = requests.first().expect("a request");
+    assert_eq!(request.header("anthropic-beta"), Some("beta-1"));
+    assert_eq!(request.header("x-gateway-token"), Some("gw-cli-secret"));
+    let body = request.body.as_ref().expect("a JSON body");
+    assert_eq!(body["max_tokens"], 2000);
+    assert_eq!(body["temperature"], 0.3);
+    assert_eq!(body["stop_sequences"], serde_json::json!(["END", "STOP"]));
+    assert_eq!(body["metadata"]["user_id"], "user-hash");
+    assert_eq!(body["top_k"], 5);
+    // No tools offered: a tool choice means nothing and is left out.
+    assert!(body.get("tool_choice").is_none(), "{body}");
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn invalid_request_options_exit_2_before_any_request_without_echoing_a_header() {
+    let s = server(r#"{"turns": [{"answer": {"text": "never"}}]}"#).await;
+    let cases: [(&[&str], &str); 7] = [
+        (&["--temperature", "1.5"], "out of range"),
+        (
+            &["--tool-choice", "sometimes"],
+            "expected auto, any, none or tool:NAME",
+        ),
+        (&["--reasoning-effort", "high"], "thinking budget"),
+        (&["--thinking-budget", "100"], "at least 1024"),
+        (&["--header", "gw-cli-secret-token"], "Name: value"),
+        (&["--header", "x-api-key: gw-cli-secret"], "cannot be set"),
+        (&["--extra-body", "[1, 2]"], "expected a JSON object"),
+    ];
+    for (args, says) in cases {
+        let out = output(run_cmd(&s, args)).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(!stderr.contains("gw-cli-secret"), "{args:?}: {stderr}");
+    }
+    // A fallback whose API lacks an option is named.
+    let fallback = format!("openai:gpt-4o@{}", s.openai_base_url());
+    let mut cmd = run_cmd(&s, &["--thinking-budget", "2048", "--fallback", &fallback]);
+    cmd.env("OPENAI_API_KEY", "sk-cli-test");
+    let out = output(cmd).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--fallback openai:gpt-4o@"), "{stderr}");
+    assert!(stderr.contains("thinking budget"), "{stderr}");
+    assert!(s.requests().is_empty(), "nothing is sent");
+    s.shutdown().await;
+}

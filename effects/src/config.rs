@@ -41,6 +41,24 @@ pub enum ConfigError {
     /// The HTTP client could not be built.
     #[error("could not set up the HTTP client: {0}")]
     HttpClient(String),
+    /// Request options the provider's API would refuse (a parameter it lacks, a value out
+    /// of its range, an extra body key rebound sets).
+    #[error("{0}")]
+    Options(#[from] rebound_core::wire::OptionsError),
+    /// An extra header that cannot be sent.
+    #[error("{0}")]
+    Header(#[from] crate::provider::HeaderError),
+    /// An extra header that would replace one rebound sets.
+    #[error(
+        "header `{name}` cannot be set for {provider}: rebound sets it (the API key, the \
+         content type, the API version) or the HTTP client does"
+    )]
+    ReservedHeader {
+        /// The header's name (never its value).
+        name: String,
+        /// Which provider.
+        provider: ProviderKind,
+    },
     /// Any other invalid setting.
     #[error("{0}")]
     Invalid(String),

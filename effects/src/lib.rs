@@ -24,3 +24,7 @@ pub mod receiver;
 pub mod runner;
 pub mod session;
 pub mod tools;
+
+/// The HTTP client [`HttpProvider::with_client`](provider::HttpProvider::with_client) takes,
+/// re-exported so that a client you build is of the version rebound was built with.
+pub use reqwest;

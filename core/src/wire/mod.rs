@@ -70,7 +70,10 @@
 //!   is sent each time. Reasoning items arrive as [`ContentBlock::Reasoning`], kept verbatim
 //!   and sent back unchanged, in place, to the Responses API; Anthropic and Chat requests
 //!   leave them out, and Responses requests leave out thinking blocks (another provider's
-//!   signatures mean nothing to OpenAI). Tool calls are `function_call` items whose
+//!   signatures mean nothing to OpenAI). An assistant message's text is one `message` item
+//!   whose `content` is a string (consecutive text blocks joined, as for Chat): the
+//!   `output_text` parts of OpenAI's description need a stored response's ids. Tool calls
+//!   are `function_call` items whose
 //!   `call_id` is the tool-use id (sent in the same form as for Chat); results are
 //!   `function_call_output` items whose `output` is the result's text (an error's
 //!   model-readable text, as for Chat), or text and image parts when the result has images.
@@ -98,6 +101,7 @@ mod anthropic;
 mod assemble;
 mod borrow;
 mod openai;
+mod options;
 mod render;
 mod responses;
 mod scan;
@@ -108,6 +112,8 @@ use crate::response::AssistantResponse;
 use crate::tool::ToolSpec;
 use serde_json::Value;
 use sse::{SseDecoder, SseError, SseEventRef, SseLimits};
+
+pub use options::{OptionsError, ReasoningEffort, RequestOptions, ToolChoice, UnknownEffort};
 
 /// What a request needs besides the conversation.
 ///
@@ -126,6 +132,9 @@ pub struct RequestParams<'a> {
     pub max_tokens: u32,
     /// Whether to ask for a server-sent event stream.
     pub stream: bool,
+    /// Sampling, stop sequences, tool choice, reasoning, a user id and extra body keys;
+    /// `None` sends none of them ([`RequestOptions`]).
+    pub options: Option<&'a RequestOptions>,
 }
 
 impl<'a> RequestParams<'a> {
@@ -139,6 +148,7 @@ impl<'a> RequestParams<'a> {
             tools: &[],
             max_tokens,
             stream: true,
+            options: None,
         }
     }
 
@@ -160,6 +170,13 @@ impl<'a> RequestParams<'a> {
     #[must_use]
     pub fn with_stream(mut self, stream: bool) -> Self {
         self.stream = stream;
+        self
+    }
+
+    /// Sets [`options`](Self::options), the request options.
+    #[must_use]
+    pub fn with_options(mut self, options: &'a RequestOptions) -> Self {
+        self.options = Some(options);
         self
     }
 }
@@ -236,6 +253,9 @@ pub enum WireError {
         /// What is wrong, e.g. `missing "model"`.
         detail: String,
     },
+    /// The request options are refused for this provider, or name a tool not offered.
+    #[error("request cannot be sent: {0}")]
+    Options(#[from] OptionsError),
 }
 
 /// An incremental piece of a streamed response, for a UI to show as it arrives.
@@ -440,7 +460,9 @@ pub fn request_path(provider: ProviderKind) -> &'static str {
 ///
 /// Refuses a conversation that is empty (or holds nothing the provider accepts, e.g. only
 /// blank text for Anthropic) or whose tool calls are not each answered, first and in order,
-/// by a result in the very next message (including open calls at the end).
+/// by a result in the very next message (including open calls at the end); and request
+/// options the provider's API would refuse ([`RequestOptions::check`], and a tool choice
+/// naming a tool that is not offered), as [`WireError::Options`].
 ///
 /// Tool-call ids are sent in the form each provider accepts (Anthropic: `^[a-zA-Z0-9_-]+$`,
 /// unique in the request; OpenAI: at most 40 characters), the same for a call and its
@@ -477,11 +499,15 @@ pub fn request_body(
         return Err(WireError::EmptyConversation);
     }
     conversation.check_tool_pairing(false)?;
-    match provider {
+    let mut body = match provider {
         ProviderKind::Anthropic => anthropic::request::body(conversation, params),
         ProviderKind::OpenAi => openai::request::body(conversation, params),
         ProviderKind::OpenAiResponses => responses::request::body(conversation, params),
+    }?;
+    if let (Some(options), Value::Object(map)) = (params.options, &mut body) {
+        options::apply(provider, options, params.tools, params.max_tokens, map)?;
     }
+    Ok(body)
 }
 
 /// Whether `provider`'s requests carry a tool result's error flag (`is_error`): Anthropic's

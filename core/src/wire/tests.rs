@@ -742,6 +742,7 @@ fn params<'a>(tools: &'a [ToolSpec]) -> RequestParams<'a> {
         tools,
         max_tokens: 1024,
         stream: true,
+        options: None,
     }
 }
 

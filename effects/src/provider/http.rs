@@ -1,9 +1,10 @@
-//! The HTTP provider: Anthropic Messages and OpenAI Chat Completions over reqwest, streaming.
+//! The HTTP provider: Anthropic Messages, OpenAI Chat Completions and OpenAI Responses over
+//! reqwest, streaming.
 
-use super::{ApiKey, BoxFuture, DeltaSink, Provider, ProviderRequest, SendError};
+use super::{ApiKey, BoxFuture, DeltaSink, ExtraHeaders, Provider, ProviderRequest, SendError};
 use crate::config::ConfigError;
 use rebound_core::classify::{classify_http, classify_transport_error, TransportError};
-use rebound_core::wire::{self, RequestParams, StreamDecoder, WireError};
+use rebound_core::wire::{self, RequestOptions, RequestParams, StreamDecoder, WireError};
 use rebound_core::{
     AssistantResponse, Conversation, Headers, ProviderFailure, ProviderKind, StreamDeadlines,
     ToolSpec, TransportFault,
@@ -23,8 +24,27 @@ const MAX_ERROR_BODY: usize = 1 << 20;
 /// envelope. A larger body fails like a stream over its limit.
 const MAX_RESPONSE_BODY: usize = 128 << 20;
 
-/// Everything an [`HttpProvider`] needs. Build with [`HttpProviderConfig::new`] and adjust
-/// fields; [`HttpProvider::new`] validates it.
+/// Everything an [`HttpProvider`] needs. Build with [`HttpProviderConfig::new`] and the
+/// `with_*` methods (or set the fields); [`HttpProvider::new`] and
+/// [`HttpProvider::with_client`] validate it.
+///
+/// ```
+/// use rebound_core::ProviderKind;
+/// use rebound_effects::provider::{
+///     ApiKey, ExtraHeaders, HttpProviderConfig, RequestOptions, ToolChoice,
+/// };
+///
+/// let config = HttpProviderConfig::new(ProviderKind::Anthropic, "claude-sonnet-4-5", ApiKey::new("k"))
+///     .with_max_tokens(16_000)
+///     .with_options(
+///         RequestOptions::new()
+///             .with_thinking_budget(8_000)
+///             .with_tool_choice(ToolChoice::Auto)
+///             .with_parallel_tool_calls(false),
+///     )
+///     .with_headers(ExtraHeaders::new().with("anthropic-beta", "context-1m-2025-08-07")?);
+/// # Ok::<(), rebound_effects::provider::HeaderError>(())
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct HttpProviderConfig {
@@ -39,12 +59,21 @@ pub struct HttpProviderConfig {
     pub api_key: ApiKey,
     /// System prompt.
     pub system: Option<String>,
-    /// Output token limit per response.
+    /// Output token limit per response: Anthropic `max_tokens`, OpenAI Chat
+    /// `max_completion_tokens`, Responses `max_output_tokens`.
     pub max_tokens: u32,
-    /// How long connecting may take. (How long the response may take is the machine's
-    /// decision: [`MachineConfig::stream`](rebound_core::MachineConfig::stream), carried on
-    /// each request.)
+    /// How long connecting may take, for the client [`HttpProvider::new`] builds. (A client
+    /// given to [`HttpProvider::with_client`] has its own. How long the response may take is
+    /// the machine's decision: [`MachineConfig::stream`](rebound_core::MachineConfig::stream),
+    /// carried on each request.)
     pub connect_timeout: Duration,
+    /// Sampling, stop sequences, tool choice, reasoning, a user id and a provider-specific
+    /// JSON object for every request ([`RequestOptions`]); checked against the API when the
+    /// provider is built.
+    pub options: RequestOptions,
+    /// Headers added to every request, e.g. `anthropic-beta` or a gateway's credential;
+    /// their values never print.
+    pub headers: ExtraHeaders,
 }
 
 impl HttpProviderConfig {
@@ -59,6 +88,8 @@ impl HttpProviderConfig {
             system: None,
             max_tokens: 8_192,
             connect_timeout: Duration::from_secs(10),
+            options: RequestOptions::default(),
+            headers: ExtraHeaders::default(),
         }
     }
 }
@@ -92,6 +123,20 @@ impl HttpProviderConfig {
         self.connect_timeout = connect_timeout;
         self
     }
+
+    /// Sets [`options`](Self::options), the request options.
+    #[must_use]
+    pub fn with_options(mut self, options: RequestOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Sets [`headers`](Self::headers), the extra request headers.
+    #[must_use]
+    pub fn with_headers(mut self, headers: ExtraHeaders) -> Self {
+        self.headers = headers;
+        self
+    }
 }
 
 /// The official base URL of `provider`; empty for a kind this version does not know (then
@@ -106,6 +151,11 @@ pub fn default_base_url(provider: ProviderKind) -> &'static str {
 }
 
 /// A provider reached over HTTP(S), streaming its responses.
+///
+/// Built with [`new`](Self::new), it makes its own HTTP client; built with
+/// [`with_client`](Self::with_client), it sends through yours (its proxy, connection pool,
+/// TLS roots and middleware), and rebound's per-request deadlines still bound every
+/// response read through it.
 #[derive(Debug)]
 pub struct HttpProvider {
     config: HttpProviderConfig,
@@ -114,9 +164,61 @@ pub struct HttpProvider {
 }
 
 impl HttpProvider {
-    /// Validates `config` (key present, URL well-formed http(s), model named) and builds
-    /// the client. No request is made.
+    /// Validates `config` (see [`with_client`](Self::with_client)) and builds its own HTTP
+    /// client, connecting within [`HttpProviderConfig::connect_timeout`]. No request is made.
     pub fn new(config: HttpProviderConfig) -> Result<Self, ConfigError> {
+        Self::check(&config)?;
+        // No `read_timeout`: every read below is bounded by the provider's own idle and
+        // progress deadlines, and reqwest's would re-arm one more timer for every chunk.
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .build()
+            .map_err(|e| ConfigError::HttpClient(e.without_url().to_string()))?;
+        Self::with_client(config, client)
+    }
+
+    /// Validates `config` and sends its requests through `client`. No request is made.
+    ///
+    /// The client's own settings apply: its proxy, pool, TLS, default headers, and its
+    /// timeouts; [`HttpProviderConfig::connect_timeout`] is not used (set
+    /// `connect_timeout` on your client builder). rebound still bounds each response by the
+    /// request's [`StreamDeadlines`] (silence, and no content, for too long: a retryable
+    /// idle timeout). A total `timeout` on the client also cuts a long but healthy stream,
+    /// so leave it unset, or longer than your longest response.
+    ///
+    /// Refuses, as a [`ConfigError`]: an empty API key, or one that cannot be a header; no
+    /// model; a base URL that is not http(s); request options the API would refuse
+    /// ([`RequestOptions::check`]); an extra header that rebound sets itself
+    /// ([`ConfigError::ReservedHeader`]).
+    ///
+    /// ```
+    /// use rebound_core::ProviderKind;
+    /// use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig};
+    /// use std::time::Duration;
+    ///
+    /// let client = reqwest::Client::builder()
+    ///     .connect_timeout(Duration::from_secs(5))
+    ///     .pool_max_idle_per_host(4)
+    ///     .build()?;
+    /// let config = HttpProviderConfig::new(ProviderKind::OpenAi, "gpt-4o", ApiKey::new("sk-x"));
+    /// let provider = HttpProvider::with_client(config, client)?;
+    /// assert_eq!(provider.url().as_str(), "https://api.openai.com/v1/chat/completions");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_client(
+        config: HttpProviderConfig,
+        client: reqwest::Client,
+    ) -> Result<Self, ConfigError> {
+        let url = Self::check(&config)?;
+        Ok(HttpProvider {
+            config,
+            url,
+            client,
+        })
+    }
+
+    /// Checks `config`, returning the request URL.
+    fn check(config: &HttpProviderConfig) -> Result<reqwest::Url, ConfigError> {
         if config.api_key.is_empty() {
             return Err(ConfigError::EmptyApiKey {
                 provider: config.provider,
@@ -134,17 +236,15 @@ impl HttpProvider {
             return Err(ConfigError::EmptyModel);
         }
         let url = endpoint_url(config.provider, &config.base_url)?;
-        // No `read_timeout`: every read below is bounded by the provider's own idle and
-        // progress deadlines, and reqwest's would re-arm one more timer for every chunk.
-        let client = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .build()
-            .map_err(|e| ConfigError::HttpClient(e.without_url().to_string()))?;
-        Ok(HttpProvider {
-            config,
-            url,
-            client,
-        })
+        config.options.check(config.provider, config.max_tokens)?;
+        let reserved = super::headers::reserved(config.provider);
+        if let Some(name) = config.headers.names().find(|n| reserved.contains(n)) {
+            return Err(ConfigError::ReservedHeader {
+                name: name.to_owned(),
+                provider: config.provider,
+            });
+        }
+        Ok(url)
     }
 
     /// The full request URL.
@@ -163,7 +263,8 @@ impl HttpProvider {
         let kind = self.config.provider;
         let mut params = RequestParams::new(&self.config.model, self.config.max_tokens)
             .with_tools(tools)
-            .with_stream(true);
+            .with_stream(true)
+            .with_options(&self.config.options);
         params.system = self.config.system.as_deref();
         // A conversation no request can be built from is the caller's problem, not the
         // provider's: nothing is sent.
@@ -171,9 +272,11 @@ impl HttpProvider {
         let body = serde_json::to_vec(&body).map_err(|e| WireError::InvalidRequest {
             detail: e.to_string(),
         })?;
+        // The extra headers first: none of them is one set below (`check`).
         let mut request = self
             .client
             .post(self.url.clone())
+            .headers(self.config.headers.as_map().clone())
             .header("content-type", "application/json")
             .header("accept", "text/event-stream, application/json");
         request = match kind {

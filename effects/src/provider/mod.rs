@@ -1,10 +1,13 @@
 //! Providers: where a conversation goes to become the next assistant message.
 
+mod headers;
 mod http;
 mod key;
 
+pub use headers::{ExtraHeaders, HeaderError};
 pub use http::{HttpProvider, HttpProviderConfig};
 pub use key::ApiKey;
+pub use rebound_core::wire::{OptionsError, ReasoningEffort, RequestOptions, ToolChoice};
 
 use rebound_core::wire::{StreamDelta, WireError};
 use rebound_core::{AssistantResponse, Conversation, ProviderFailure, StreamDeadlines, ToolSpec};
@@ -35,6 +38,9 @@ pub enum SendError {
     /// No request could be built from the conversation, so none was sent: it holds nothing
     /// to send, or breaks tool-call pairing. The machine never produces such a conversation
     /// (a corrupt session can hold one); the runner fails the run as an invariant violation.
+    /// Also the request options refused for this request ([`WireError::Options`]): a tool
+    /// choice naming a tool that is not offered (the rest is refused when the provider is
+    /// built).
     #[error(transparent)]
     Request(#[from] WireError),
     /// The delta sink returned `false`: the caller stopped reading the response.

@@ -123,26 +123,27 @@ fn user_items(m: &Message, out: &mut Vec<Value>) {
 /// Blocks in order: consecutive text blocks as one assistant `message` item, tool calls as
 /// `function_call` items, reasoning items exactly as received; thinking (another
 /// provider's) left out.
+///
+/// An assistant message's text is sent as a string, joined without a separator as for Chat
+/// (the API's `EasyInputMessage`): OpenAI's OpenAPI description takes `output_text` parts
+/// only in an `OutputMessage`, which needs the `id` and `status` of a stored response and
+/// `annotations` and `logprobs` in each part, none of which a stateless request has.
 fn assistant_items(m: &Message, out: &mut Vec<Value>) {
-    let mut texts: Vec<Value> = Vec::new();
-    let flush = |texts: &mut Vec<Value>, out: &mut Vec<Value>| {
-        if !texts.is_empty() {
+    let mut text = String::new();
+    let flush = |text: &mut String, out: &mut Vec<Value>| {
+        if !text.is_empty() {
             out.push(json!({
                 "type": "message",
                 "role": "assistant",
-                "content": std::mem::take(texts),
+                "content": std::mem::take(text),
             }));
         }
     };
     for b in &m.content {
         match b {
-            ContentBlock::Text { text } => {
-                if !text.is_empty() {
-                    texts.push(json!({"type": "output_text", "text": text}));
-                }
-            }
+            ContentBlock::Text { text: t } => text.push_str(t),
             ContentBlock::ToolUse { id, name, input } => {
-                flush(&mut texts, out);
+                flush(&mut text, out);
                 out.push(json!({
                     "type": "function_call",
                     "call_id": tool_id::encode(id),
@@ -151,7 +152,7 @@ fn assistant_items(m: &Message, out: &mut Vec<Value>) {
                 }));
             }
             ContentBlock::Reasoning { item } => {
-                flush(&mut texts, out);
+                flush(&mut text, out);
                 out.push(item.clone());
             }
             ContentBlock::Thinking { .. }
@@ -159,7 +160,7 @@ fn assistant_items(m: &Message, out: &mut Vec<Value>) {
             | ContentBlock::Image { .. } => {}
         }
     }
-    flush(&mut texts, out);
+    flush(&mut text, out);
 }
 
 /// Decodes a Responses request body: `instructions` and system/developer messages are the

@@ -324,6 +324,7 @@ fn params(tools: &[ToolSpec]) -> RequestParams<'_> {
         tools,
         max_tokens: 2048,
         stream: true,
+        options: None,
     }
 }
 
@@ -358,8 +359,8 @@ fn request_body_is_stateless_with_items_in_order_and_reasoning_verbatim() {
     assert_eq!(input[0]["content"][1]["type"], "input_image");
     assert_eq!(input[1], reasoning(), "passed back exactly as received");
     assert_eq!(
-        input[2]["content"][0],
-        json!({"type": "output_text", "text": "Reading."})
+        input[2],
+        json!({"type": "message", "role": "assistant", "content": "Reading."})
     );
     assert_eq!(input[3]["call_id"], "toolu_01A");
     assert_eq!(input[3]["arguments"], "{\"path\":\"a.rs\"}");

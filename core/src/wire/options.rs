@@ -1,0 +1,767 @@
+//! Request options: the parameters every agent sets (sampling, stop sequences, tool choice,
+//! reasoning, a user id) and a provider-specific JSON object, each mapped to the wire form
+//! of each API and checked against its constraints before any request is built
+//! ([`RequestOptions`] has the table).
+
+use crate::failure::ProviderKind;
+use crate::tool::ToolSpec;
+use serde_json::{json, Map, Value};
+use std::fmt;
+
+/// Which tool the model may or must call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ToolChoice {
+    /// The model decides (every API's default).
+    Auto,
+    /// The model must call a tool, any of them (Anthropic `any`, OpenAI `required`).
+    Any,
+    /// The model must not call a tool.
+    None,
+    /// The model must call this tool.
+    Tool(String),
+}
+
+impl ToolChoice {
+    /// A choice of the tool named `name`.
+    #[must_use]
+    pub fn tool(name: impl Into<String>) -> Self {
+        ToolChoice::Tool(name.into())
+    }
+}
+
+impl fmt::Display for ToolChoice {
+    /// The form the command line takes: `auto`, `any`, `none` or `tool:NAME`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ToolChoice::Auto => f.write_str("auto"),
+            ToolChoice::Any => f.write_str("any"),
+            ToolChoice::None => f.write_str("none"),
+            ToolChoice::Tool(name) => write!(f, "tool:{name}"),
+        }
+    }
+}
+
+/// How much an OpenAI reasoning model reasons before it answers (`reasoning_effort` in Chat
+/// Completions, `reasoning.effort` in Responses). Which levels a model accepts depends on the
+/// model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum ReasoningEffort {
+    /// `none`: no reasoning (models that can answer without it).
+    None,
+    /// `minimal`.
+    Minimal,
+    /// `low`.
+    Low,
+    /// `medium` (the APIs' default).
+    Medium,
+    /// `high`.
+    High,
+    /// `xhigh`.
+    XHigh,
+    /// `max`.
+    Max,
+}
+
+impl ReasoningEffort {
+    /// Every level, lowest first.
+    pub const ALL: [ReasoningEffort; 7] = [
+        ReasoningEffort::None,
+        ReasoningEffort::Minimal,
+        ReasoningEffort::Low,
+        ReasoningEffort::Medium,
+        ReasoningEffort::High,
+        ReasoningEffort::XHigh,
+        ReasoningEffort::Max,
+    ];
+
+    /// The wire value, e.g. `"high"`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReasoningEffort::None => "none",
+            ReasoningEffort::Minimal => "minimal",
+            ReasoningEffort::Low => "low",
+            ReasoningEffort::Medium => "medium",
+            ReasoningEffort::High => "high",
+            ReasoningEffort::XHigh => "xhigh",
+            ReasoningEffort::Max => "max",
+        }
+    }
+}
+
+impl fmt::Display for ReasoningEffort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for ReasoningEffort {
+    type Err = UnknownEffort;
+
+    /// Reads a wire value (`low`, `high`, …), case-insensitively.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ReasoningEffort::ALL
+            .into_iter()
+            .find(|e| e.as_str().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| UnknownEffort {
+                given: s.chars().take(40).collect(),
+            })
+    }
+}
+
+/// A reasoning effort that is not one of [`ReasoningEffort::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown reasoning effort `{given}`: expected none, minimal, low, medium, high, xhigh or max"
+)]
+pub struct UnknownEffort {
+    /// What was given (at most 40 characters of it).
+    pub given: String,
+}
+
+/// The parameters a request may carry besides the conversation, the tools and the output
+/// limit, and how each reaches each API:
+///
+/// | option | Anthropic Messages | OpenAI Chat Completions | OpenAI Responses |
+/// |---|---|---|---|
+/// | `temperature` | `temperature`, 0 to 1 | `temperature`, 0 to 2 | `temperature`, 0 to 2 |
+/// | `top_p` | `top_p`, 0 to 1 | `top_p`, 0 to 1 | `top_p`, 0 to 1 |
+/// | `stop_sequences` | `stop_sequences` | `stop`, at most 4 | refused: the API has none |
+/// | `tool_choice` | `tool_choice: {type: auto\|any\|none\|tool, name}` | `tool_choice: "auto"\|"required"\|"none"\|{type: function, function: {name}}` | `tool_choice: "auto"\|"required"\|"none"\|{type: function, name}` |
+/// | `parallel_tool_calls: false` | `tool_choice.disable_parallel_tool_use: true` (with `type: auto` when no choice is set) | `parallel_tool_calls: false` | `parallel_tool_calls: false` |
+/// | `reasoning_effort` | refused: give a thinking budget | `reasoning_effort` | `reasoning: {effort}` |
+/// | `thinking_budget` | `thinking: {type: enabled, budget_tokens}`, at least 1024 and below the output limit | refused: give a reasoning effort | refused: give a reasoning effort |
+/// | `user_id` | `metadata: {user_id}`, at most 256 characters | `safety_identifier`, at most 64 | `safety_identifier`, at most 64 |
+/// | `extra_body` | merged last, top-level keys | the same | the same |
+///
+/// The output token limit is not here: it is [`RequestParams::max_tokens`], which every
+/// request carries (`max_tokens`, `max_completion_tokens`, `max_output_tokens`).
+///
+/// Decisions worth knowing:
+///
+/// - A parameter an API does not have is refused ([`OptionsError::Unsupported`]), never
+///   dropped: a request that silently ignores a stop sequence or a thinking budget behaves
+///   differently from the one asked for.
+/// - With a thinking budget, Anthropic accepts no temperature but 1, a `top_p` only from
+///   0.95 to 1, and a tool choice only of `auto` or `none`; other combinations are refused
+///   ([`OptionsError::Conflict`]), as the API would refuse them.
+/// - Tool choice and parallel tool calls mean something only when tools are offered; a
+///   request offering none leaves them out (the APIs refuse a tool choice without tools). A
+///   named tool that the request does not offer is refused ([`OptionsError::UnknownTool`]).
+/// - `extra_body` is merged into the body last, one top-level key at a time, and never
+///   replaces a key rebound sets: the keys that carry the model, the conversation, the tools
+///   and the stream, and the key of every option set here, are refused
+///   ([`OptionsError::ExtraBodyKey`]), so neither a typo nor a stale setting can break the
+///   stream or quietly win over a typed option. Anything else (`top_k`, `service_tier`,
+///   `metadata` for OpenAI, a beta parameter) goes through unchecked.
+///
+/// [`RequestParams::max_tokens`]: crate::wire::RequestParams::max_tokens
+///
+/// Build it with [`RequestOptions::new`] and the `with_*` methods, check it once with
+/// [`check`](Self::check) (the HTTP providers do so when they are built), and pass it to
+/// [`request_body`](crate::wire::request_body) through
+/// [`RequestParams::with_options`](crate::wire::RequestParams::with_options):
+///
+/// ```
+/// use rebound_core::wire::{request_body, RequestOptions, RequestParams, ToolChoice};
+/// use rebound_core::{Conversation, Message, ProviderKind, ToolSpec};
+///
+/// let tools = [ToolSpec {
+///     name: "read".into(),
+///     description: "Reads a file".into(),
+///     input_schema: serde_json::json!({"type": "object"}),
+/// }];
+/// let options = RequestOptions::new()
+///     .with_temperature(0.2)
+///     .with_tool_choice(ToolChoice::Any)
+///     .with_parallel_tool_calls(false);
+/// options.check(ProviderKind::OpenAi, 1024)?;
+/// let conversation = Conversation::from(vec![Message::user_text("Read a")]);
+/// let params = RequestParams::new("gpt-4o", 1024).with_tools(&tools).with_options(&options);
+/// let body = request_body(ProviderKind::OpenAi, &conversation, &params)?;
+/// assert_eq!(body["tool_choice"], "required");
+/// assert_eq!(body["parallel_tool_calls"], false);
+/// let body = request_body(ProviderKind::Anthropic, &conversation, &params)?;
+/// assert_eq!(
+///     body["tool_choice"],
+///     serde_json::json!({"type": "any", "disable_parallel_tool_use": true})
+/// );
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, PartialEq, Default)]
+#[non_exhaustive]
+pub struct RequestOptions {
+    /// Sampling temperature (Anthropic: 0 to 1; OpenAI: 0 to 2).
+    pub temperature: Option<f64>,
+    /// Nucleus sampling: the probability mass sampled from, 0 to 1.
+    pub top_p: Option<f64>,
+    /// Text sequences that end the response when generated (not for Responses).
+    pub stop_sequences: Vec<String>,
+    /// Which tool the model may or must call.
+    pub tool_choice: Option<ToolChoice>,
+    /// Whether the model may call several tools in one response (every API's default is
+    /// yes); `Some(false)` asks for at most one call.
+    pub parallel_tool_calls: Option<bool>,
+    /// How much an OpenAI reasoning model reasons (not for Anthropic: see
+    /// [`thinking_budget`](Self::thinking_budget)).
+    pub reasoning_effort: Option<ReasoningEffort>,
+    /// Anthropic extended thinking: the tokens Claude may think with, at least 1024 and
+    /// below the output limit (not for OpenAI: see
+    /// [`reasoning_effort`](Self::reasoning_effort)).
+    pub thinking_budget: Option<u32>,
+    /// An opaque id of the end user (a hash, never a name or an address), which the
+    /// providers use to detect abuse: Anthropic `metadata.user_id`, OpenAI
+    /// `safety_identifier`.
+    pub user_id: Option<String>,
+    /// A provider-specific JSON object merged into the body last, one top-level key at a
+    /// time; keys rebound sets are refused (above).
+    pub extra_body: Map<String, Value>,
+}
+
+impl fmt::Debug for RequestOptions {
+    /// Shows `extra_body`'s keys but not its values, which may hold anything (a token for
+    /// a gateway, a customer's data).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let extra: Vec<&str> = self.extra_body.keys().map(String::as_str).collect();
+        f.debug_struct("RequestOptions")
+            .field("temperature", &self.temperature)
+            .field("top_p", &self.top_p)
+            .field("stop_sequences", &self.stop_sequences)
+            .field("tool_choice", &self.tool_choice)
+            .field("parallel_tool_calls", &self.parallel_tool_calls)
+            .field("reasoning_effort", &self.reasoning_effort)
+            .field("thinking_budget", &self.thinking_budget)
+            .field("user_id", &self.user_id)
+            .field("extra_body_keys", &extra)
+            .finish()
+    }
+}
+
+impl RequestOptions {
+    /// No option set: each API's defaults.
+    #[must_use]
+    pub fn new() -> Self {
+        RequestOptions::default()
+    }
+
+    /// Whether no option is set.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        *self == RequestOptions::default()
+    }
+
+    /// Sets [`temperature`](Self::temperature).
+    #[must_use]
+    pub fn with_temperature(mut self, temperature: f64) -> Self {
+        self.temperature = Some(temperature);
+        self
+    }
+
+    /// Sets [`top_p`](Self::top_p).
+    #[must_use]
+    pub fn with_top_p(mut self, top_p: f64) -> Self {
+        self.top_p = Some(top_p);
+        self
+    }
+
+    /// Adds a stop sequence to [`stop_sequences`](Self::stop_sequences).
+    #[must_use]
+    pub fn with_stop_sequence(mut self, stop: impl Into<String>) -> Self {
+        self.stop_sequences.push(stop.into());
+        self
+    }
+
+    /// Sets [`tool_choice`](Self::tool_choice).
+    #[must_use]
+    pub fn with_tool_choice(mut self, choice: ToolChoice) -> Self {
+        self.tool_choice = Some(choice);
+        self
+    }
+
+    /// Sets [`parallel_tool_calls`](Self::parallel_tool_calls).
+    #[must_use]
+    pub fn with_parallel_tool_calls(mut self, parallel: bool) -> Self {
+        self.parallel_tool_calls = Some(parallel);
+        self
+    }
+
+    /// Sets [`reasoning_effort`](Self::reasoning_effort).
+    #[must_use]
+    pub fn with_reasoning_effort(mut self, effort: ReasoningEffort) -> Self {
+        self.reasoning_effort = Some(effort);
+        self
+    }
+
+    /// Sets [`thinking_budget`](Self::thinking_budget).
+    #[must_use]
+    pub fn with_thinking_budget(mut self, tokens: u32) -> Self {
+        self.thinking_budget = Some(tokens);
+        self
+    }
+
+    /// Sets [`user_id`](Self::user_id).
+    #[must_use]
+    pub fn with_user_id(mut self, user_id: impl Into<String>) -> Self {
+        self.user_id = Some(user_id.into());
+        self
+    }
+
+    /// Sets [`extra_body`](Self::extra_body), replacing what was there.
+    #[must_use]
+    pub fn with_extra_body(mut self, extra: Map<String, Value>) -> Self {
+        self.extra_body = extra;
+        self
+    }
+
+    /// Adds one top-level key to [`extra_body`](Self::extra_body).
+    #[must_use]
+    pub fn with_extra_field(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.extra_body.insert(key.into(), value);
+        self
+    }
+
+    /// Checks the options against `provider`'s API with an output limit of `max_tokens`:
+    /// every option the API has, in its range, no combination it refuses, no `extra_body`
+    /// key that rebound sets. Everything [`request_body`](crate::wire::request_body) checks
+    /// except a named tool's presence among the tools offered (known per request).
+    pub fn check(&self, provider: ProviderKind, max_tokens: u32) -> Result<(), OptionsError> {
+        let unsupported = |option, hint| OptionsError::Unsupported {
+            provider,
+            option,
+            hint,
+        };
+        let out_of_range = |option, value: f64, range| OptionsError::OutOfRange {
+            provider,
+            option,
+            value: value.to_string(),
+            range,
+        };
+        let anthropic = provider == ProviderKind::Anthropic;
+        if let Some(t) = self.temperature {
+            let (max, range) = if anthropic {
+                (1.0, "0 to 1")
+            } else {
+                (2.0, "0 to 2")
+            };
+            if !(0.0..=max).contains(&t) {
+                return Err(out_of_range("temperature", t, range));
+            }
+        }
+        if let Some(p) = self.top_p {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(out_of_range("top_p", p, "0 to 1"));
+            }
+        }
+        if !self.stop_sequences.is_empty() {
+            match provider {
+                ProviderKind::OpenAiResponses => {
+                    return Err(unsupported(
+                        "stop sequences",
+                        "the Responses API has no stop sequences; use Chat Completions",
+                    ))
+                }
+                ProviderKind::OpenAi if self.stop_sequences.len() > MAX_CHAT_STOP => {
+                    return Err(OptionsError::TooManyStopSequences {
+                        provider,
+                        count: self.stop_sequences.len(),
+                        max: MAX_CHAT_STOP,
+                    })
+                }
+                _ => {}
+            }
+            if self.stop_sequences.iter().any(String::is_empty) {
+                return Err(OptionsError::EmptyStopSequence);
+            }
+        }
+        if let Some(ToolChoice::Tool(name)) = &self.tool_choice {
+            if name.trim().is_empty() {
+                return Err(OptionsError::EmptyToolName);
+            }
+        }
+        if self.reasoning_effort.is_some() && anthropic {
+            return Err(unsupported(
+                "reasoning effort",
+                "give Anthropic a thinking budget instead",
+            ));
+        }
+        if let Some(budget) = self.thinking_budget {
+            if !anthropic {
+                return Err(unsupported(
+                    "thinking budget",
+                    "give OpenAI a reasoning effort instead",
+                ));
+            }
+            if budget < MIN_THINKING_BUDGET || budget >= max_tokens {
+                return Err(OptionsError::ThinkingBudget { budget, max_tokens });
+            }
+            self.check_thinking_combinations(provider)?;
+        }
+        if let Some(id) = &self.user_id {
+            let max = if anthropic { 256 } else { 64 };
+            let len = id.chars().count();
+            if id.trim().is_empty() || len > max {
+                return Err(OptionsError::UserId { provider, len, max });
+            }
+        }
+        self.check_extra_body(provider)
+    }
+
+    /// What Anthropic refuses alongside extended thinking.
+    fn check_thinking_combinations(&self, provider: ProviderKind) -> Result<(), OptionsError> {
+        let conflict = |option, reason| OptionsError::Conflict {
+            provider,
+            option,
+            reason,
+        };
+        if self.temperature.is_some_and(|t| t != 1.0) {
+            return Err(conflict(
+                "temperature",
+                "extended thinking needs the default temperature (unset, or 1)",
+            ));
+        }
+        if self.top_p.is_some_and(|p| p < 0.95) {
+            return Err(conflict(
+                "top_p",
+                "extended thinking allows top_p only from 0.95 to 1",
+            ));
+        }
+        if matches!(
+            self.tool_choice,
+            Some(ToolChoice::Any | ToolChoice::Tool(_))
+        ) {
+            return Err(conflict(
+                "tool choice",
+                "extended thinking allows only the tool choices auto and none",
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_extra_body(&self, provider: ProviderKind) -> Result<(), OptionsError> {
+        for key in self.extra_body.keys() {
+            if let Some(reason) = owned_key_reason(provider, key) {
+                return Err(OptionsError::ExtraBodyKey {
+                    provider,
+                    key: key.chars().take(64).collect(),
+                    reason,
+                });
+            }
+            if self.option_keys(provider).contains(&key.as_str()) {
+                return Err(OptionsError::ExtraBodyKey {
+                    provider,
+                    key: key.clone(),
+                    reason: "a typed option set here already sends it; set it in one place",
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The top-level keys the options set here send to `provider` (when tools are offered).
+    fn option_keys(&self, provider: ProviderKind) -> Vec<&'static str> {
+        let mut keys = Vec::new();
+        let anthropic = provider == ProviderKind::Anthropic;
+        if self.temperature.is_some() {
+            keys.push("temperature");
+        }
+        if self.top_p.is_some() {
+            keys.push("top_p");
+        }
+        if !self.stop_sequences.is_empty() {
+            keys.push(if anthropic { "stop_sequences" } else { "stop" });
+        }
+        if self.tool_choice.is_some() || (anthropic && self.parallel_tool_calls.is_some()) {
+            keys.push("tool_choice");
+        }
+        if self.parallel_tool_calls.is_some() && !anthropic {
+            keys.push("parallel_tool_calls");
+        }
+        if self.reasoning_effort.is_some() {
+            keys.push(match provider {
+                ProviderKind::OpenAiResponses => "reasoning",
+                _ => "reasoning_effort",
+            });
+        }
+        if self.thinking_budget.is_some() {
+            keys.push("thinking");
+        }
+        if self.user_id.is_some() {
+            keys.push(if anthropic {
+                "metadata"
+            } else {
+                "safety_identifier"
+            });
+        }
+        keys
+    }
+}
+
+/// Chat Completions takes at most this many stop sequences.
+const MAX_CHAT_STOP: usize = 4;
+
+/// Anthropic's smallest thinking budget.
+const MIN_THINKING_BUDGET: u32 = 1024;
+
+/// Why `key` may not come from `extra_body` for `provider`: rebound sets it on every request.
+fn owned_key_reason(provider: ProviderKind, key: &str) -> Option<&'static str> {
+    let owned: &[&str] = match provider {
+        ProviderKind::Anthropic => &[
+            "model",
+            "max_tokens",
+            "system",
+            "messages",
+            "tools",
+            "stream",
+        ],
+        ProviderKind::OpenAi => &[
+            "model",
+            "messages",
+            "max_completion_tokens",
+            "tools",
+            "stream",
+            "stream_options",
+        ],
+        ProviderKind::OpenAiResponses => &[
+            "model",
+            "instructions",
+            "input",
+            "max_output_tokens",
+            "tools",
+            "store",
+            "include",
+            "stream",
+        ],
+    };
+    if owned.contains(&key) {
+        return Some(match key {
+            "max_tokens" | "max_completion_tokens" | "max_output_tokens" => {
+                "rebound sets the output limit (the provider's max_tokens setting)"
+            }
+            "system" | "instructions" => {
+                "rebound sets the system prompt (the provider's system setting)"
+            }
+            "stream" | "stream_options" => "rebound reads the response as a stream",
+            "store" | "include" => {
+                "rebound keeps Responses requests stateless and passes reasoning items back whole"
+            }
+            _ => "rebound sends the model, the conversation and the tools",
+        });
+    }
+    let stateful = provider == ProviderKind::OpenAiResponses
+        && matches!(key, "previous_response_id" | "conversation");
+    stateful.then_some("rebound sends the whole conversation with each request")
+}
+
+/// An API named for people, e.g. `OpenAI Responses API`.
+pub(crate) fn api_name(provider: ProviderKind) -> &'static str {
+    match provider {
+        ProviderKind::Anthropic => "Anthropic Messages API",
+        ProviderKind::OpenAi => "OpenAI Chat Completions API",
+        ProviderKind::OpenAiResponses => "OpenAI Responses API",
+    }
+}
+
+/// Request options an API would refuse, found before any request is made. Messages name
+/// the option and the API, never an `extra_body` value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OptionsError {
+    /// The API has no such parameter.
+    #[error("the {} has no {option} parameter: {hint}", api_name(*provider))]
+    Unsupported {
+        /// Which API.
+        provider: ProviderKind,
+        /// The option, e.g. `stop sequences`.
+        option: &'static str,
+        /// What to do instead.
+        hint: &'static str,
+    },
+    /// A number outside the API's range (or not a number: NaN).
+    #[error("{option} {value} is out of range for the {}: it takes {range}", api_name(*provider))]
+    OutOfRange {
+        /// Which API.
+        provider: ProviderKind,
+        /// The option, e.g. `temperature`.
+        option: &'static str,
+        /// The value given.
+        value: String,
+        /// What the API takes, e.g. `0 to 1`.
+        range: &'static str,
+    },
+    /// More stop sequences than the API takes.
+    #[error(
+        "{count} stop sequences are too many for the {}: it takes at most {max}",
+        api_name(*provider)
+    )]
+    TooManyStopSequences {
+        /// Which API.
+        provider: ProviderKind,
+        /// How many were given.
+        count: usize,
+        /// The most the API takes.
+        max: usize,
+    },
+    /// An empty stop sequence, which no API accepts.
+    #[error("a stop sequence is empty: give at least one character")]
+    EmptyStopSequence,
+    /// A tool choice naming no tool.
+    #[error("the tool choice names no tool: give the name of one of the tools")]
+    EmptyToolName,
+    /// A thinking budget Anthropic refuses.
+    #[error(
+        "thinking budget {budget} is not allowed: it must be at least 1024 tokens and less \
+         than the output limit ({max_tokens}); raise the output limit or lower the budget"
+    )]
+    ThinkingBudget {
+        /// The budget given.
+        budget: u32,
+        /// The output limit of the request.
+        max_tokens: u32,
+    },
+    /// A user id the API refuses: blank or too long.
+    #[error(
+        "the user id ({len} characters) is not allowed by the {}: it takes 1 to {max} \
+         characters (an opaque id such as a hash)",
+        api_name(*provider)
+    )]
+    UserId {
+        /// Which API.
+        provider: ProviderKind,
+        /// Its length in characters.
+        len: usize,
+        /// The most the API takes.
+        max: usize,
+    },
+    /// Two options the API refuses together.
+    #[error(
+        "{option} cannot be set with a thinking budget on the {}: {reason}",
+        api_name(*provider)
+    )]
+    Conflict {
+        /// Which API.
+        provider: ProviderKind,
+        /// The option refused, e.g. `temperature`.
+        option: &'static str,
+        /// Why.
+        reason: &'static str,
+    },
+    /// An `extra_body` key that would replace one rebound sets.
+    #[error("extra body key `{key}` is refused for the {}: {reason}", api_name(*provider))]
+    ExtraBodyKey {
+        /// Which API.
+        provider: ProviderKind,
+        /// The key.
+        key: String,
+        /// Why rebound keeps it.
+        reason: &'static str,
+    },
+    /// A tool choice naming a tool the request does not offer.
+    #[error("the tool choice names `{name}`, which is not among the tools offered")]
+    UnknownTool {
+        /// The name given.
+        name: String,
+    },
+}
+
+/// Adds the options to `body`, a request body of `provider` built for `tools`; checks them
+/// first ([`RequestOptions::check`]) and that a named tool is offered.
+pub(crate) fn apply(
+    provider: ProviderKind,
+    options: &RequestOptions,
+    tools: &[ToolSpec],
+    max_tokens: u32,
+    body: &mut Map<String, Value>,
+) -> Result<(), OptionsError> {
+    options.check(provider, max_tokens)?;
+    if options.is_empty() {
+        return Ok(());
+    }
+    let anthropic = provider == ProviderKind::Anthropic;
+    if let Some(t) = options.temperature {
+        body.insert("temperature".into(), t.into());
+    }
+    if let Some(p) = options.top_p {
+        body.insert("top_p".into(), p.into());
+    }
+    if !options.stop_sequences.is_empty() {
+        let key = if anthropic { "stop_sequences" } else { "stop" };
+        body.insert(key.into(), options.stop_sequences.clone().into());
+    }
+    if !tools.is_empty() {
+        if let Some(ToolChoice::Tool(name)) = &options.tool_choice {
+            if !tools.iter().any(|t| t.name == *name) {
+                return Err(OptionsError::UnknownTool { name: name.clone() });
+            }
+        }
+        tool_use(provider, options, body);
+    }
+    match (provider, options.reasoning_effort) {
+        (ProviderKind::OpenAi, Some(effort)) => {
+            body.insert("reasoning_effort".into(), effort.as_str().into());
+        }
+        (ProviderKind::OpenAiResponses, Some(effort)) => {
+            body.insert("reasoning".into(), json!({"effort": effort.as_str()}));
+        }
+        _ => {}
+    }
+    if let Some(budget) = options.thinking_budget {
+        body.insert(
+            "thinking".into(),
+            json!({"type": "enabled", "budget_tokens": budget}),
+        );
+    }
+    if let Some(id) = &options.user_id {
+        if anthropic {
+            body.insert("metadata".into(), json!({"user_id": id}));
+        } else {
+            body.insert("safety_identifier".into(), id.as_str().into());
+        }
+    }
+    for (key, value) in &options.extra_body {
+        body.insert(key.clone(), value.clone());
+    }
+    Ok(())
+}
+
+/// `tool_choice` and `parallel_tool_calls` in `provider`'s form, for a request offering tools.
+fn tool_use(provider: ProviderKind, options: &RequestOptions, body: &mut Map<String, Value>) {
+    let choice = options.tool_choice.as_ref();
+    if provider == ProviderKind::Anthropic {
+        // Parallel use is a flag of the choice; with no choice given, it is `auto`'s.
+        if choice.is_none() && options.parallel_tool_calls.is_none() {
+            return;
+        }
+        let mut value = match choice.unwrap_or(&ToolChoice::Auto) {
+            ToolChoice::Auto => json!({"type": "auto"}),
+            ToolChoice::Any => json!({"type": "any"}),
+            // `none` takes no flag: no tool is called at all.
+            ToolChoice::None => {
+                body.insert("tool_choice".into(), json!({"type": "none"}));
+                return;
+            }
+            ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
+        };
+        if let Some(parallel) = options.parallel_tool_calls {
+            value["disable_parallel_tool_use"] = (!parallel).into();
+        }
+        body.insert("tool_choice".into(), value);
+        return;
+    }
+    if let Some(choice) = choice {
+        let value = match (choice, provider) {
+            (ToolChoice::Auto, _) => json!("auto"),
+            (ToolChoice::Any, _) => json!("required"),
+            (ToolChoice::None, _) => json!("none"),
+            (ToolChoice::Tool(name), ProviderKind::OpenAi) => {
+                json!({"type": "function", "function": {"name": name}})
+            }
+            (ToolChoice::Tool(name), _) => json!({"type": "function", "name": name}),
+        };
+        body.insert("tool_choice".into(), value);
+    }
+    if let Some(parallel) = options.parallel_tool_calls {
+        body.insert("parallel_tool_calls".into(), parallel.into());
+    }
+}

@@ -1,0 +1,160 @@
+//! Extra request headers whose values never print.
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use std::fmt;
+
+/// Headers an [`HttpProvider`](super::HttpProvider) adds to every request: a beta flag
+/// (`anthropic-beta`), an organization (`OpenAI-Organization`), a gateway's own credential.
+///
+/// Names and values are checked as they are added ([`HeaderError`]). Values are treated as
+/// secrets: marked sensitive (HTTP/2 never indexes them), and left out of `Debug` (which shows
+/// the names only), of errors and of logs, like an [`ApiKey`](super::ApiKey). The headers
+/// rebound sets itself (the API key's, `content-type`, `accept`, `anthropic-version`, and the
+/// ones the HTTP client manages) are refused when the provider is built
+/// ([`ConfigError::ReservedHeader`](crate::config::ConfigError::ReservedHeader)), so none can
+/// be replaced by accident.
+///
+/// ```
+/// use rebound_effects::provider::ExtraHeaders;
+///
+/// let headers = ExtraHeaders::new()
+///     .with("anthropic-beta", "context-1m-2025-08-07")?
+///     .with("x-gateway-token", "gw-secret")?;
+/// assert_eq!(format!("{headers:?}"), r#"ExtraHeaders(["anthropic-beta", "x-gateway-token"])"#);
+/// assert!(ExtraHeaders::new().with("bad name", "v").is_err());
+/// # Ok::<(), rebound_effects::provider::HeaderError>(())
+/// ```
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct ExtraHeaders {
+    map: HeaderMap,
+}
+
+impl ExtraHeaders {
+    /// No headers.
+    #[must_use]
+    pub fn new() -> Self {
+        ExtraHeaders::default()
+    }
+
+    /// Sets header `name` to `value`, replacing an earlier value of that name.
+    pub fn insert(&mut self, name: &str, value: &str) -> Result<(), HeaderError> {
+        let header = HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
+            HeaderError::InvalidName {
+                name: printable(name),
+            }
+        })?;
+        let mut value =
+            HeaderValue::from_str(value.trim()).map_err(|_| HeaderError::InvalidValue {
+                name: header.as_str().to_owned(),
+            })?;
+        value.set_sensitive(true);
+        self.map.insert(header, value);
+        Ok(())
+    }
+
+    /// The same headers with `name` set to `value`.
+    pub fn with(mut self, name: &str, value: &str) -> Result<Self, HeaderError> {
+        self.insert(name, value)?;
+        Ok(self)
+    }
+
+    /// Takes the headers of a [`HeaderMap`] (all of its values, each marked sensitive).
+    #[must_use]
+    pub fn from_map(mut map: HeaderMap) -> Self {
+        for value in map.values_mut() {
+            value.set_sensitive(true);
+        }
+        ExtraHeaders { map }
+    }
+
+    /// Parses one `Name: value` line, as `curl -H` takes it, into the headers.
+    pub fn insert_line(&mut self, line: &str) -> Result<(), HeaderError> {
+        let Some((name, value)) = line.split_once(':') else {
+            // Whatever came is maybe a bare value (a token): show none of it.
+            return Err(HeaderError::NotAHeaderLine);
+        };
+        self.insert(name, value)
+    }
+
+    /// The header names, lower-case, in no particular order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.map.keys().map(HeaderName::as_str)
+    }
+
+    /// Whether there are none.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The headers, to add to a request.
+    #[must_use]
+    pub fn as_map(&self) -> &HeaderMap {
+        &self.map
+    }
+}
+
+impl fmt::Debug for ExtraHeaders {
+    /// The names only: values may be credentials.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut names: Vec<&str> = self.names().collect();
+        names.sort_unstable();
+        f.debug_tuple("ExtraHeaders").field(&names).finish()
+    }
+}
+
+/// A header that cannot be sent. Never holds a header's value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HeaderError {
+    /// Not a valid HTTP header name.
+    #[error("`{name}` is not a valid HTTP header name (letters, digits and -, no spaces)")]
+    InvalidName {
+        /// The name, with control characters escaped, at most 64 characters of it.
+        name: String,
+    },
+    /// A value with characters no header may carry (a newline or another control
+    /// character).
+    #[error(
+        "the value of header `{name}` contains characters not allowed in an HTTP header (a \
+         newline or another control character)"
+    )]
+    InvalidValue {
+        /// The header's name.
+        name: String,
+    },
+    /// A line without the `:` between name and value.
+    #[error("a header must be given as `Name: value`")]
+    NotAHeaderLine,
+}
+
+/// `text` with control characters escaped, at most 64 characters of it.
+fn printable(text: &str) -> String {
+    text.chars().take(64).flat_map(char::escape_debug).collect()
+}
+
+/// The headers rebound sets on a request to `provider`, or that the HTTP client manages:
+/// an extra header may not replace them.
+pub(crate) fn reserved(provider: rebound_core::ProviderKind) -> &'static [&'static str] {
+    match provider {
+        rebound_core::ProviderKind::Anthropic => &[
+            "x-api-key",
+            "anthropic-version",
+            "content-type",
+            "accept",
+            "content-length",
+            "host",
+            "transfer-encoding",
+            "connection",
+        ],
+        _ => &[
+            "authorization",
+            "content-type",
+            "accept",
+            "content-length",
+            "host",
+            "transfer-encoding",
+            "connection",
+        ],
+    }
+}
