@@ -115,6 +115,49 @@ use sse::{SseDecoder, SseError, SseEventRef, SseLimits};
 
 pub use options::{OptionsError, ReasoningEffort, RequestOptions, ToolChoice, UnknownEffort};
 
+/// The tool-call ids a target takes, for the OpenAI wire formats (Chat Completions and
+/// Responses); Anthropic's own rule applies to Anthropic whatever this says. The
+/// conversation keeps the ids the models minted; requests carry ids of this form, the same
+/// for the same conversation, never one twice in a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+#[non_exhaustive]
+pub enum ToolIdForm {
+    /// OpenAI's: any characters, at most 40 (a longer or repeated id is sent as `rb_` and
+    /// 32 hex digits).
+    #[default]
+    Standard,
+    /// Exactly nine letters and digits, as Mistral's API and chat templates require.
+    NineAlphanumeric,
+}
+
+impl ToolIdForm {
+    /// The form the server at `base_url` is known to require: [`NineAlphanumeric`] for
+    /// Mistral's API (`api.mistral.ai` and its subdomains), else [`Standard`].
+    ///
+    /// [`NineAlphanumeric`]: ToolIdForm::NineAlphanumeric
+    /// [`Standard`]: ToolIdForm::Standard
+    #[must_use]
+    pub fn for_base_url(base_url: &str) -> Self {
+        let rest = base_url
+            .split_once("://")
+            .map_or(base_url, |(_, rest)| rest);
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+        let host = authority
+            .rsplit_once('@')
+            .map_or(authority, |(_, host)| host)
+            .split(':')
+            .next()
+            .unwrap_or("")
+            .trim_end_matches('.')
+            .to_ascii_lowercase();
+        if host == "mistral.ai" || host.ends_with(".mistral.ai") {
+            ToolIdForm::NineAlphanumeric
+        } else {
+            ToolIdForm::Standard
+        }
+    }
+}
+
 /// What a request needs besides the conversation.
 ///
 /// More parameters may come in a minor release (it is `#[non_exhaustive]`): build it with
@@ -135,6 +178,8 @@ pub struct RequestParams<'a> {
     /// Sampling, stop sequences, tool choice, reasoning, a user id and extra body keys;
     /// `None` sends none of them ([`RequestOptions`]).
     pub options: Option<&'a RequestOptions>,
+    /// The tool-call ids the target takes (OpenAI wire formats).
+    pub tool_ids: ToolIdForm,
 }
 
 impl<'a> RequestParams<'a> {
@@ -149,6 +194,7 @@ impl<'a> RequestParams<'a> {
             max_tokens,
             stream: true,
             options: None,
+            tool_ids: ToolIdForm::Standard,
         }
     }
 
@@ -177,6 +223,13 @@ impl<'a> RequestParams<'a> {
     #[must_use]
     pub fn with_options(mut self, options: &'a RequestOptions) -> Self {
         self.options = Some(options);
+        self
+    }
+
+    /// Sets [`tool_ids`](Self::tool_ids), the tool-call ids the target takes.
+    #[must_use]
+    pub fn with_tool_ids(mut self, tool_ids: ToolIdForm) -> Self {
+        self.tool_ids = tool_ids;
         self
     }
 }

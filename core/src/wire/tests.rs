@@ -743,6 +743,7 @@ fn params<'a>(tools: &'a [ToolSpec]) -> RequestParams<'a> {
         max_tokens: 1024,
         stream: true,
         options: None,
+        tool_ids: ToolIdForm::Standard,
     }
 }
 

@@ -4,7 +4,9 @@
 use super::{ApiKey, BoxFuture, DeltaSink, ExtraHeaders, Provider, ProviderRequest, SendError};
 use crate::config::ConfigError;
 use rebound_core::classify::{classify_http, classify_transport_error, TransportError};
-use rebound_core::wire::{self, RequestOptions, RequestParams, StreamDecoder, WireError};
+use rebound_core::wire::{
+    self, RequestOptions, RequestParams, StreamDecoder, ToolIdForm, WireError,
+};
 use rebound_core::{
     AssistantResponse, Conversation, Headers, ProviderFailure, ProviderKind, StreamDeadlines,
     ToolSpec, TransportFault,
@@ -74,6 +76,10 @@ pub struct HttpProviderConfig {
     /// Headers added to every request, e.g. `anthropic-beta` or a gateway's credential;
     /// their values never print.
     pub headers: ExtraHeaders,
+    /// The tool-call ids the server takes (OpenAI wire formats). `None` (the default): the
+    /// form known for the base URL ([`ToolIdForm::for_base_url`]: nine letters and digits
+    /// for Mistral's API, else OpenAI's).
+    pub tool_ids: Option<ToolIdForm>,
 }
 
 impl HttpProviderConfig {
@@ -90,6 +96,7 @@ impl HttpProviderConfig {
             connect_timeout: Duration::from_secs(10),
             options: RequestOptions::default(),
             headers: ExtraHeaders::default(),
+            tool_ids: None,
         }
     }
 }
@@ -121,6 +128,15 @@ impl HttpProviderConfig {
     #[must_use]
     pub fn with_connect_timeout(mut self, connect_timeout: Duration) -> Self {
         self.connect_timeout = connect_timeout;
+        self
+    }
+
+    /// Sets [`tool_ids`](Self::tool_ids): the tool-call ids the server takes, whatever its
+    /// base URL (an OpenAI-compatible server hosting Mistral models that enforces their
+    /// templates' nine-character ids, say).
+    #[must_use]
+    pub fn with_tool_ids(mut self, tool_ids: ToolIdForm) -> Self {
+        self.tool_ids = Some(tool_ids);
         self
     }
 
@@ -264,7 +280,12 @@ impl HttpProvider {
         let mut params = RequestParams::new(&self.config.model, self.config.max_tokens)
             .with_tools(tools)
             .with_stream(true)
-            .with_options(&self.config.options);
+            .with_options(&self.config.options)
+            .with_tool_ids(
+                self.config
+                    .tool_ids
+                    .unwrap_or_else(|| ToolIdForm::for_base_url(&self.config.base_url)),
+            );
         params.system = self.config.system.as_deref();
         // A conversation no request can be built from is the caller's problem, not the
         // provider's: nothing is sent.

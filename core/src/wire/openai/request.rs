@@ -3,7 +3,7 @@
 use crate::conversation::{
     ContentBlock, Conversation, MediaSource, Message, Role, ToolResultBlock, ToolResultPart,
 };
-use crate::wire::openai::tool_id;
+use crate::wire::openai::tool_id::ToolIds;
 #[cfg(feature = "server")]
 use crate::wire::ParsedRequest;
 #[cfg(feature = "server")]
@@ -23,10 +23,11 @@ pub(crate) fn body(
     params: &RequestParams<'_>,
 ) -> Result<Value, WireError> {
     let mut messages = Vec::new();
+    let mut ids = ToolIds::new(params.tool_ids);
     for m in conversation.messages() {
         match m.role {
-            Role::User => user_messages(m, &mut messages),
-            Role::Assistant => messages.extend(assistant_message(m)),
+            Role::User => user_messages(m, &ids, &mut messages),
+            Role::Assistant => messages.extend(assistant_message(m, &mut ids)),
         }
     }
     if messages.is_empty() {
@@ -85,11 +86,11 @@ fn image_url(source: &MediaSource) -> String {
 
 /// Tool results become `tool` messages (first, as pairing requires), the rest one user
 /// message: a plain string when it is a single text, else text and `image_url` parts.
-fn user_messages(m: &Message, out: &mut Vec<Value>) {
+fn user_messages(m: &Message, ids: &ToolIds<'_>, out: &mut Vec<Value>) {
     for r in m.tool_results() {
         out.push(json!({
             "role": "tool",
-            "tool_call_id": tool_id::encode(&r.tool_use_id),
+            "tool_call_id": ids.tool_result(&r.tool_use_id),
             "content": tool_message_text(r),
         }));
     }
@@ -123,7 +124,7 @@ fn user_messages(m: &Message, out: &mut Vec<Value>) {
 }
 
 /// Text joined, tool calls with their arguments as JSON strings; thinking left out.
-fn assistant_message(m: &Message) -> Option<Value> {
+fn assistant_message<'a>(m: &'a Message, ids: &mut ToolIds<'a>) -> Option<Value> {
     let text: String = m
         .content
         .iter()
@@ -136,7 +137,7 @@ fn assistant_message(m: &Message) -> Option<Value> {
         .tool_uses()
         .map(|(id, name, input)| {
             json!({
-                "id": tool_id::encode(id),
+                "id": ids.tool_use(id),
                 "type": "function",
                 "function": {"name": name, "arguments": input.to_string()},
             })

@@ -7,7 +7,7 @@
 use crate::conversation::{
     ContentBlock, Conversation, MediaSource, Message, Role, ToolResultBlock, ToolResultPart,
 };
-use crate::wire::openai::tool_id;
+use crate::wire::openai::tool_id::ToolIds;
 #[cfg(feature = "server")]
 use crate::wire::ParsedRequest;
 #[cfg(feature = "server")]
@@ -22,10 +22,11 @@ pub(crate) fn body(
     params: &RequestParams<'_>,
 ) -> Result<Value, WireError> {
     let mut input = Vec::new();
+    let mut ids = ToolIds::new(params.tool_ids);
     for m in conversation.messages() {
         match m.role {
-            Role::User => user_items(m, &mut input),
-            Role::Assistant => assistant_items(m, &mut input),
+            Role::User => user_items(m, &ids, &mut input),
+            Role::Assistant => assistant_items(m, &mut ids, &mut input),
         }
     }
     if input.is_empty() {
@@ -96,11 +97,11 @@ fn tool_output(result: &ToolResultBlock) -> Value {
 
 /// Tool results become `function_call_output` items (first, as pairing requires), the rest
 /// one user `message` item of `input_text` and `input_image` parts.
-fn user_items(m: &Message, out: &mut Vec<Value>) {
+fn user_items(m: &Message, ids: &ToolIds<'_>, out: &mut Vec<Value>) {
     for r in m.tool_results() {
         out.push(json!({
             "type": "function_call_output",
-            "call_id": tool_id::encode(&r.tool_use_id),
+            "call_id": ids.tool_result(&r.tool_use_id),
             "output": tool_output(r),
         }));
     }
@@ -128,7 +129,7 @@ fn user_items(m: &Message, out: &mut Vec<Value>) {
 /// (the API's `EasyInputMessage`): OpenAI's OpenAPI description takes `output_text` parts
 /// only in an `OutputMessage`, which needs the `id` and `status` of a stored response and
 /// `annotations` and `logprobs` in each part, none of which a stateless request has.
-fn assistant_items(m: &Message, out: &mut Vec<Value>) {
+fn assistant_items<'a>(m: &'a Message, ids: &mut ToolIds<'a>, out: &mut Vec<Value>) {
     let mut text = String::new();
     let flush = |text: &mut String, out: &mut Vec<Value>| {
         if !text.is_empty() {
@@ -146,7 +147,7 @@ fn assistant_items(m: &Message, out: &mut Vec<Value>) {
                 flush(&mut text, out);
                 out.push(json!({
                     "type": "function_call",
-                    "call_id": tool_id::encode(id),
+                    "call_id": ids.tool_use(id),
                     "name": name,
                     "arguments": input.to_string(),
                 }));

@@ -10,7 +10,7 @@ use crate::tool::ToolSpec;
 use crate::wire::tests::{decode, decode_with_deltas, RESPONSES_REASONING, RESPONSES_TEXT};
 use crate::wire::{
     encode_error_body, encode_stream, encode_stream_error_event, parse_request, parse_response,
-    request_body, RequestParams, StreamDecoder, StreamDelta,
+    request_body, RequestParams, StreamDecoder, StreamDelta, ToolIdForm,
 };
 use serde_json::{json, Value};
 
@@ -325,6 +325,7 @@ fn params(tools: &[ToolSpec]) -> RequestParams<'_> {
         max_tokens: 2048,
         stream: true,
         options: None,
+        tool_ids: ToolIdForm::Standard,
     }
 }
 
