@@ -310,6 +310,40 @@ async fn fleet_child(port: u16, agents: usize, seconds: u64) {
     );
 }
 
+/// The operations and durations of a `SLOWLOG GET` reply, slowest first (at most ten): each
+/// entry is `*6`, its id, time and duration (µs), then the command's arguments, among which
+/// the script's operation.
+fn slowest(reply: &str) -> String {
+    const OPS: [&str; 7] = ["ask", "inbox", "poll", "cancel", "success", "limited", "stats"];
+    let lines: Vec<&str> = reply.split("\r\n").collect();
+    let mut entries = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if *line != "*6" {
+            continue;
+        }
+        let Some(us) = lines
+            .get(i + 3)
+            .and_then(|l| l.trim_start_matches(':').parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let op = lines[i + 4..]
+            .iter()
+            .take(40)
+            .find(|l| OPS.contains(l))
+            .copied()
+            .unwrap_or("?");
+        entries.push((us, op));
+    }
+    entries.sort_unstable_by(|a, b| b.cmp(a));
+    entries
+        .iter()
+        .take(10)
+        .map(|(us, op)| format!("{op} {:.1} ms", *us as f64 / 1000.0))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The whole fleet: `processes` children of this bench against one Redis.
 fn fleet(port: u16, processes: usize, agents: usize, seconds: u64) {
     let exe = std::env::current_exe().expect("this bench");
@@ -359,6 +393,7 @@ fn fleet(port: u16, processes: usize, agents: usize, seconds: u64) {
         "calls that took Redis over 10 ms (wall time, so a busy machine's too): {}",
         command(port, "SLOWLOG LEN").trim().trim_start_matches(':')
     );
+    eprintln!("the slowest: {}", slowest(&command(port, "SLOWLOG GET 128")));
     println!(
         "| {processes} × {agents} agents | {seconds} s | {:.0} % | {:.0} % | {calls} | {:.0} | {us:.1} µs | {} / {} | {fell_back_processes} |",
         cpu * 100.0,
