@@ -4,6 +4,7 @@ use crate::budget::BudgetStore;
 pub use crate::persist::{Persist, PersistError};
 use crate::provider::{BoxFuture, Provider, ProviderRequest, SendError};
 use crate::receiver::{NullReceiver, Receiver, ReceiverError};
+use crate::telemetry::{RunTelemetry, Telemetry};
 use rebound_core::trace::TraceWriter;
 use rebound_core::trace::{TraceHeader, TraceStep};
 use rebound_core::{
@@ -15,6 +16,7 @@ use std::io::Write;
 use std::sync::Arc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// Runs tool batches for the runner. The tool set of [`crate::tools`] implements it; an
 /// embedder may bring its own.
@@ -29,6 +31,15 @@ pub trait ToolExecutor: Send + Sync {
         calls: Vec<ToolCall>,
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, BatchOutcome>;
+
+    /// Whether this executor makes the `execute_tool` span of each call itself, timed to the
+    /// call ([`tool_span`](crate::telemetry::tool_span),
+    /// [`record_tool_result`](crate::telemetry::record_tool_result)), as the
+    /// [`ToolSet`](crate::tools::ToolSet) does. When it does not (the default), the runner
+    /// makes them, each covering the whole batch.
+    fn traces_calls(&self) -> bool {
+        false
+    }
 }
 
 /// No tools at all.
@@ -265,6 +276,7 @@ pub struct Runner {
     conversation: Conversation,
     cancel: CancelHandle,
     trace_meta: Vec<(String, String)>,
+    telemetry: Telemetry,
     /// When the current run started (for its wall time).
     started: Option<Instant>,
 }
@@ -309,6 +321,7 @@ impl Runner {
             conversation: Conversation::new(),
             cancel: CancelHandle::new(),
             trace_meta: Vec::new(),
+            telemetry: Telemetry::default(),
             started: None,
         }
     }
@@ -389,6 +402,16 @@ impl Runner {
         self
     }
 
+    /// Sets what the run's telemetry records beyond its spans' standard attributes (an agent
+    /// name, a conversation id, message content) and, with the `otel` feature, the meter of
+    /// its metrics. The spans themselves are always emitted, to whatever `tracing`
+    /// subscriber is installed: see [`telemetry`](crate::telemetry).
+    #[must_use]
+    pub fn telemetry(mut self, telemetry: Telemetry) -> Self {
+        self.telemetry = telemetry;
+        self
+    }
+
     /// Continues `conversation` (a loaded session).
     #[must_use]
     pub fn conversation(mut self, conversation: Conversation) -> Self {
@@ -416,7 +439,28 @@ impl Runner {
     }
 
     /// Runs until the machine finishes or fails. The conversation is kept for the next run.
+    ///
+    /// The run is an `invoke_agent` span, a child of the caller's current span, holding
+    /// the spans of its model calls and tool calls ([`telemetry`](crate::telemetry)).
     pub async fn run(&mut self, input: RunInput) -> Result<RunSummary, RunError> {
+        let mut telemetry = RunTelemetry::start(
+            &self.telemetry,
+            &self.config,
+            self.providers.iter().map(|p| p.label()),
+            self.seed,
+            self.tools.traces_calls(),
+        );
+        let span = telemetry.agent_span().clone();
+        self.run_traced(input, &mut telemetry)
+            .instrument(span)
+            .await
+    }
+
+    async fn run_traced(
+        &mut self,
+        input: RunInput,
+        telemetry: &mut RunTelemetry,
+    ) -> Result<RunSummary, RunError> {
         // With a shared budget, time is the budget's: every runner sharing it agrees.
         let start = self
             .budget
@@ -424,7 +468,9 @@ impl Runner {
             .map_or_else(Instant::now, |budget| budget.origin());
         self.started = Some(Instant::now());
         if let Err(e) = self.write_header() {
-            return Err(self.host_error(HostFailureKind::Internal, format!("trace: {e}")));
+            let error = self.host_error(HostFailureKind::Internal, format!("trace: {e}"));
+            telemetry.finish(&Err(error.clone()), &RunTally::default());
+            return Err(error);
         }
         // A copy, not the runner's own: a run whose future is dropped leaves the runner
         // with the conversation it had. Cheap: the copy shares the messages.
@@ -458,9 +504,11 @@ impl Runner {
             let now = Millis(u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX));
             let recorded = self.trace.is_some().then(|| event.clone());
             stats.event(now, &event);
+            telemetry.event(&event);
             let commands = machine.step(now, event);
             for command in &commands {
                 stats.command(command);
+                telemetry.command(command);
             }
             if let (Some(trace), Some(event)) = (self.trace.as_mut(), recorded) {
                 if let Err(e) = trace.step(&TraceStep::new(now, event, &commands)) {
@@ -469,7 +517,7 @@ impl Runner {
                     continue;
                 }
             }
-            match self.execute(commands, &mut stats).await {
+            match self.execute(commands, &mut stats, telemetry).await {
                 Flow::Next(event) => next = Some(event),
                 Flow::Done(done) => {
                     result = done;
@@ -478,6 +526,7 @@ impl Runner {
             }
         }
         self.conversation = machine.into_conversation();
+        telemetry.finish(&result, &stats);
         if let Err(error) = &result {
             stats.elapsed_ms = self.elapsed_ms();
             // Best effort: the run is failing already.
@@ -525,7 +574,12 @@ impl Runner {
 
     /// Executes one step's commands in order. Returns the next event (the answer to the one
     /// command that waits, or a host failure) or the run's end.
-    async fn execute(&mut self, commands: Vec<Command>, stats: &mut RunTally) -> Flow {
+    async fn execute(
+        &mut self,
+        commands: Vec<Command>,
+        stats: &mut RunTally,
+        telemetry: &mut RunTelemetry,
+    ) -> Flow {
         for command in commands {
             let result = match command {
                 Command::AppendMessage { message } => {
@@ -567,7 +621,7 @@ impl Runner {
                         attempt,
                         deadlines,
                     };
-                    return self.send(sent, &conversation, stats).await;
+                    return self.send(sent, &conversation, stats, telemetry).await;
                 }
                 // Every wait below polls the cancel first (`biased`): when the cancel and the
                 // awaited answer are both ready, the run is canceled, never a coin toss.
@@ -590,10 +644,14 @@ impl Runner {
                             let cancel = self.cancel.0.clone();
                             // A batch that saw the cancel answers with a `Canceled` host
                             // failure, which the machine also takes as the cancel.
+                            let batch_run = crate::telemetry::with_capture(
+                                telemetry.captures_content(),
+                                tools.run_batch(calls, &cancel),
+                            );
                             let outcome = tokio::select! {
                                 biased;
                                 () = self.cancel.0.cancelled() => Event::Cancel,
-                                outcome = tools.run_batch(calls, &cancel) => Event::ToolsFinished { batch, outcome },
+                                outcome = batch_run => Event::ToolsFinished { batch, outcome },
                             };
                             Ok(Some(outcome))
                         }
@@ -619,11 +677,13 @@ impl Runner {
                 Command::AcquirePermit { permit, ask } => {
                     let decision = match &self.budget {
                         Some(budget) => {
-                            tokio::select! {
+                            let decision = tokio::select! {
                                 biased;
                                 () = self.cancel.0.cancelled() => return Flow::Next(Event::Cancel),
                                 decision = budget.acquire(ask) => decision,
-                            }
+                            };
+                            telemetry.budget_tokens(budget.tokens());
+                            decision
                         }
                         None => rebound_core::PermitDecision::Granted,
                     };
@@ -633,6 +693,7 @@ impl Runner {
                     if let Some(budget) = &self.budget {
                         // Bounded by the store (a Redis call times out and falls back).
                         budget.record(note).await;
+                        telemetry.budget_tokens(budget.tokens());
                     }
                     Ok(None)
                 }
@@ -677,6 +738,7 @@ impl Runner {
         sent: Sent,
         conversation: &Conversation,
         stats: &mut RunTally,
+        telemetry: &RunTelemetry,
     ) -> Flow {
         let Sent {
             request,
@@ -714,7 +776,7 @@ impl Runner {
             r = provider.send(
                 ProviderRequest::new(conversation, tools).with_deadlines(deadlines),
                 &mut sink,
-            ) => Some(r),
+            ).instrument(telemetry.attempt_span()) => Some(r),
         };
         if let Some(e) = receiver_failed {
             return Flow::Next(host_event(HostFailureKind::Receiver, e.to_string()));
@@ -725,6 +787,7 @@ impl Runner {
             Some(Err(SendError::Provider(failure))) => {
                 if streamed {
                     stats.stream_reset();
+                    telemetry.stream_reset();
                     if let Err(e) = self.receiver.stream_reset(attempt) {
                         return Flow::Next(host_event(HostFailureKind::Receiver, e.to_string()));
                     }
