@@ -323,7 +323,7 @@ async fn a_run_is_an_invoke_agent_span_with_chat_spans_covering_their_retries_an
     assert_eq!(grep.get(names::ERROR_TYPE), names::ERROR_TOOL);
     assert_eq!(grep.get("otel.status_code"), "error");
     // The model-visible error text is content: not recorded without the opt-in.
-    assert_eq!(grep.get("otel.status_message"), &Value::Null);
+    assert_eq!(grep.get("otel.status_description"), &Value::Null);
 
     let all = format!("{spans:?}");
     assert!(!all.contains(KEY), "the API key reached a span");
@@ -373,7 +373,10 @@ async fn content_is_recorded_only_when_asked_for() {
         .iter()
         .find(|t| t.otel_name() == "execute_tool grep")
         .unwrap();
-    assert_eq!(grep.get("otel.status_message"), "no match for `fn parse`");
+    assert_eq!(
+        grep.get("otel.status_description"),
+        "no match for `fn parse`"
+    );
     assert!(!format!("{spans:?}").contains(KEY));
 }
 
@@ -399,7 +402,7 @@ async fn a_fallback_ends_the_chat_span_as_failed_and_a_failed_run_says_why() {
     assert!(!ok);
     let agent = named(&spans, "invoke_agent")[0];
     assert_eq!(agent.get(names::ERROR_TYPE), "auth_failed");
-    assert!(agent.get("otel.status_message").as_str().is_some());
+    assert!(agent.get("otel.status_description").as_str().is_some());
     let fallback = agent.event(names::EVENT_FALLBACK);
     assert_eq!(fallback.len(), 1, "{agent:#?}");
     assert_eq!(fallback[0][names::ERROR_TYPE], "unavailable");

@@ -18,7 +18,7 @@
 //!
 //! Every span's OpenTelemetry name, kind and status are set through the fields
 //! `tracing-opentelemetry` reads (`otel.name`, `otel.kind`, `otel.status_code`,
-//! `otel.status_message`); [`names`] lists every span, attribute, event and metric name.
+//! `otel.status_description`); [`names`] lists every span, attribute, event and metric name.
 //! Prompts, answers and tool inputs and outputs are recorded only with
 //! [`Telemetry::capture_content`]; an API key never reaches the runner, so never a span.
 //!

@@ -124,6 +124,12 @@ pub(crate) fn bounded(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// A count as a signed integer: OpenTelemetry's attributes have no unsigned type, and
+/// `tracing-opentelemetry` records a `u64` as text.
+fn int<T: TryInto<i64>>(n: T) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
+}
+
 fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -176,7 +182,7 @@ impl RunTelemetry {
             otel.name = Empty,
             otel.kind = "internal",
             otel.status_code = Empty,
-            otel.status_message = Empty,
+            otel.status_description = Empty,
             gen_ai.operation.name = n::INVOKE_AGENT,
             gen_ai.provider.name = Empty,
             gen_ai.request.model = Empty,
@@ -185,7 +191,7 @@ impl RunTelemetry {
             gen_ai.usage.input_tokens = Empty,
             gen_ai.usage.output_tokens = Empty,
             error.type = Empty,
-            rebound.seed = seed,
+            rebound.seed = int(seed),
             rebound.finish_reason = Empty,
             rebound.turns = Empty,
             rebound.requests = Empty,
@@ -274,23 +280,23 @@ impl RunTelemetry {
                 if !span.is_disabled() {
                     record_some(span, n::GEN_AI_RESPONSE_MODEL, response.model());
                     record_some(span, n::GEN_AI_RESPONSE_ID, response.id());
-                    span.record(n::GEN_AI_USAGE_INPUT_TOKENS, input);
-                    span.record(n::GEN_AI_USAGE_OUTPUT_TOKENS, output);
+                    span.record(n::GEN_AI_USAGE_INPUT_TOKENS, int(input));
+                    span.record(n::GEN_AI_USAGE_OUTPUT_TOKENS, int(output));
                     record_some(
                         span,
                         n::GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
-                        response.usage.cache_read_input_tokens,
+                        response.usage.cache_read_input_tokens.map(int),
                     );
                     record_some(
                         span,
                         n::GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS,
-                        response.usage.cache_creation_input_tokens,
+                        response.usage.cache_creation_input_tokens.map(int),
                     );
                     span.record(
                         n::GEN_AI_RESPONSE_FINISH_REASONS,
                         response.stop_reason.as_str(),
                     );
-                    span.record(n::REBOUND_ATTEMPTS, chat.attempts);
+                    span.record(n::REBOUND_ATTEMPTS, int(chat.attempts));
                     if self.capture {
                         span.record(
                             n::GEN_AI_OUTPUT_MESSAGES,
@@ -356,7 +362,7 @@ impl RunTelemetry {
                     tracing::Level::INFO,
                     rebound.budget.permit = permit_name(kind),
                     rebound.budget.decision = decision_name(*decision),
-                    rebound.budget.wait_ms = millis(waited),
+                    rebound.budget.wait_ms = int(millis(waited)),
                     "budget.permit"
                 );
             }
@@ -390,7 +396,7 @@ impl RunTelemetry {
                         otel.name = Empty,
                         otel.kind = "client",
                         otel.status_code = Empty,
-                        otel.status_message = Empty,
+                        otel.status_description = Empty,
                         gen_ai.operation.name = n::CHAT,
                         gen_ai.provider.name = provider,
                         gen_ai.request.model = model,
@@ -404,7 +410,7 @@ impl RunTelemetry {
                         gen_ai.input.messages = Empty,
                         gen_ai.output.messages = Empty,
                         error.type = Empty,
-                        rebound.target = *target,
+                        rebound.target = int(*target),
                         rebound.attempts = Empty,
                         rebound.request.purpose = match purpose {
                             RequestPurpose::Summary => "summary",
@@ -439,9 +445,9 @@ impl RunTelemetry {
                         "attempt",
                         otel.kind = "internal",
                         otel.status_code = Empty,
-                        otel.status_message = Empty,
-                        rebound.attempt = *attempt,
-                        rebound.target = *target,
+                        otel.status_description = Empty,
+                        rebound.attempt = int(*attempt),
+                        rebound.target = int(*target),
                         error.type = Empty,
                         http.response.status_code = Empty,
                         rebound.provider.error_type = Empty,
@@ -469,13 +475,13 @@ impl RunTelemetry {
                     target: TARGET,
                     parent: self.current(),
                     tracing::Level::INFO,
-                    rebound.attempt = info.attempt,
-                    rebound.max_attempts = info.max_attempts,
-                    rebound.retry.delay_ms = info.delay_ms,
+                    rebound.attempt = int(info.attempt),
+                    rebound.max_attempts = int(info.max_attempts),
+                    rebound.retry.delay_ms = int(info.delay_ms),
                     rebound.retry.reason = reason,
-                    rebound.retry.server_hint_ms = info.retry_after_ms,
+                    rebound.retry.server_hint_ms = info.retry_after_ms.map(int),
                     error.type = info.kind.name(),
-                    http.response.status_code = info.status,
+                    http.response.status_code = info.status.map(int),
                     "retry"
                 );
             }
@@ -508,12 +514,12 @@ impl RunTelemetry {
                     tracing::Level::INFO,
                     rebound.compaction.reason = reason.as_str(),
                     rebound.compaction.method = method.as_str(),
-                    rebound.compaction.before_messages = report.before_messages,
-                    rebound.compaction.after_messages = report.after_messages,
-                    rebound.compaction.before_bytes = report.before_bytes,
-                    rebound.compaction.after_bytes = report.after_bytes,
-                    rebound.compaction.before_tokens = report.before_tokens,
-                    rebound.compaction.after_tokens = report.after_tokens,
+                    rebound.compaction.before_messages = int(report.before_messages),
+                    rebound.compaction.after_messages = int(report.after_messages),
+                    rebound.compaction.before_bytes = int(report.before_bytes),
+                    rebound.compaction.after_bytes = int(report.after_bytes),
+                    rebound.compaction.before_tokens = int(report.before_tokens),
+                    rebound.compaction.after_tokens = int(report.after_tokens),
                     "compaction"
                 );
             }
@@ -543,8 +549,8 @@ impl RunTelemetry {
                     target: TARGET,
                     parent: self.current(),
                     tracing::Level::INFO,
-                    rebound.target = *target,
-                    rebound.budget.until_ms = until.0,
+                    rebound.target = int(*target),
+                    rebound.budget.until_ms = int(until.0),
                     "budget.rate_limited"
                 );
             }
@@ -581,7 +587,7 @@ impl RunTelemetry {
         };
         let error = error.or(chat.failure);
         if !chat.span.is_disabled() {
-            chat.span.record(n::REBOUND_ATTEMPTS, chat.attempts);
+            chat.span.record(n::REBOUND_ATTEMPTS, int(chat.attempts));
             if let Some(error) = error {
                 chat.span.record(n::ERROR_TYPE, error);
                 chat.span.record("otel.status_code", "error");
@@ -618,19 +624,19 @@ impl RunTelemetry {
         self.end_chat(error);
         let agent = &self.agent;
         if !agent.is_disabled() {
-            agent.record(n::GEN_AI_USAGE_INPUT_TOKENS, self.tokens.0);
-            agent.record(n::GEN_AI_USAGE_OUTPUT_TOKENS, self.tokens.1);
-            agent.record(n::REBOUND_REQUESTS, stats.requests);
-            agent.record(n::REBOUND_RETRIES, stats.retries);
+            agent.record(n::GEN_AI_USAGE_INPUT_TOKENS, int(self.tokens.0));
+            agent.record(n::GEN_AI_USAGE_OUTPUT_TOKENS, int(self.tokens.1));
+            agent.record(n::REBOUND_REQUESTS, int(stats.requests));
+            agent.record(n::REBOUND_RETRIES, int(stats.retries));
             match result {
                 Ok((reason, turns)) => {
                     agent.record(n::REBOUND_FINISH_REASON, reason.to_string().as_str());
-                    agent.record(n::REBOUND_TURNS, turns);
+                    agent.record(n::REBOUND_TURNS, int(*turns));
                 }
                 Err(e) => {
                     agent.record(n::ERROR_TYPE, e.kind());
                     // A run error's message names no secret (core's rule for errors).
-                    agent.record("otel.status_message", bounded(&e.to_string(), 512));
+                    agent.record("otel.status_description", bounded(&e.to_string(), 512));
                 }
             }
         }
@@ -657,8 +663,8 @@ fn record_failure(span: &Span, failure: &ProviderFailure) {
     span.record(n::ERROR_TYPE, failure.kind.name());
     span.record("otel.status_code", "error");
     // Classified messages never hold a secret (core's sanitizing); bounded all the same.
-    span.record("otel.status_message", bounded(&failure.message, 512));
-    record_some(span, n::HTTP_RESPONSE_STATUS_CODE, failure.status);
+    span.record("otel.status_description", bounded(&failure.message, 512));
+    record_some(span, n::HTTP_RESPONSE_STATUS_CODE, failure.status.map(int));
     record_some(
         span,
         n::REBOUND_PROVIDER_ERROR_TYPE,
@@ -674,7 +680,11 @@ fn record_failure(span: &Span, failure: &ProviderFailure) {
         n::REBOUND_TRANSPORT_FAULT,
         failure.transport.map(transport_name),
     );
-    record_some(span, n::REBOUND_RETRY_AFTER_MS, failure.retry_after_ms);
+    record_some(
+        span,
+        n::REBOUND_RETRY_AFTER_MS,
+        failure.retry_after_ms.map(int),
+    );
 }
 
 /// An `execute_tool {name}` span for `call`, a child of `parent`.
@@ -686,7 +696,7 @@ pub(crate) fn tool_span_in(parent: &Span, call: &ToolCall, capture: bool) -> Spa
         otel.name = Empty,
         otel.kind = "internal",
         otel.status_code = Empty,
-        otel.status_message = Empty,
+        otel.status_description = Empty,
         gen_ai.operation.name = n::EXECUTE_TOOL,
         gen_ai.tool.name = call.name.as_str(),
         gen_ai.tool.call.id = call.id.as_str(),
@@ -745,6 +755,6 @@ fn record_tool_failure(span: &Span, failure: &ToolFailure, capture: bool) {
     span.record(n::ERROR_TYPE, tool_error_type(failure));
     // The text the model reads may quote the conversation: content.
     if let (ToolFailure::Model { message }, true) = (failure, capture) {
-        span.record("otel.status_message", bounded(message, 512));
+        span.record("otel.status_description", bounded(message, 512));
     }
 }
