@@ -153,12 +153,27 @@ const RETRIES_AND_TOOLS: &str = r#"{"turns": [
     {"answer": {"text": "Done."}}
 ]}"#;
 
-/// `rebound run` against `server`, exporting to `endpoint` (if any) with `protocol`.
+/// `rebound run` against `server`, exporting to `endpoint` (if any).
 fn run_cmd(server: &FakeServer, root: &std::path::Path, endpoint: Option<&str>) -> Command {
+    run_cmd_with_delay(server, root, endpoint, 10)
+}
+
+/// The same, with the first retry after `delay_ms`.
+fn run_cmd_with_delay(
+    server: &FakeServer,
+    root: &std::path::Path,
+    endpoint: Option<&str>,
+    delay_ms: u64,
+) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.args(["run", "Fix the parser.", "--base-url", &server.base_url()])
         .args(["--model", "claude-test", "--no-jitter", "--seed", "5"])
-        .args(["--initial-delay-ms", "10", "--events", "json"])
+        .args([
+            "--initial-delay-ms",
+            &delay_ms.to_string(),
+            "--events",
+            "json",
+        ])
         .arg("--tools-root")
         .arg(root)
         .env("ANTHROPIC_API_KEY", KEY)
@@ -597,4 +612,168 @@ async fn a_broken_collector_never_fails_or_hangs_a_run_and_earns_one_warning() {
         !hanging.received().is_empty(),
         "the hanging collector was asked"
     );
+}
+
+/// Escapes text for SVG.
+fn xml(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// The spans of one trace as a waterfall, as a tracing UI draws it: one row per span in
+/// tree order, its bar where it ran on the run's time line, retries as ticks on their chat.
+fn waterfall_svg(spans: &[Span]) -> String {
+    const LABEL: f64 = 330.0;
+    const BAR: f64 = 600.0;
+    const ROW: f64 = 24.0;
+    const TOP: f64 = 46.0;
+    let Some(root) = spans.iter().find(|s| s.parent_span_id.is_empty()) else {
+        return String::new();
+    };
+    let t0 = root.start_time_unix_nano;
+    let total = (root.end_time_unix_nano - t0).max(1) as f64;
+    let x = |t: u64| LABEL + (t.saturating_sub(t0) as f64 / total) * BAR;
+    let mut rows: Vec<(usize, &Span)> = Vec::new();
+    fn walk<'a>(
+        spans: &'a [Span],
+        span: &'a Span,
+        depth: usize,
+        rows: &mut Vec<(usize, &'a Span)>,
+    ) {
+        rows.push((depth, span));
+        for child in children(spans, span) {
+            walk(spans, child, depth + 1, rows);
+        }
+    }
+    walk(spans, root, 0, &mut rows);
+    let height = TOP + ROW * rows.len() as f64 + 40.0;
+    let width = LABEL + BAR + 70.0;
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" \
+         font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" font-size=\"12\">\n\
+         <rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n\
+         <text x=\"12\" y=\"22\" font-size=\"14\" font-weight=\"bold\">One `rebound run`, as a tracing UI shows its OTLP export</text>\n\
+         <text x=\"12\" y=\"38\" fill=\"#555\">two failed attempts and their retries inside one chat span, a tool batch with one failing call, the next turn</text>\n"
+    );
+    // Time grid.
+    let ms = total / 1e6;
+    let step = [10.0, 20.0, 50.0, 100.0, 200.0, 250.0, 500.0, 1000.0, 2000.0]
+        .into_iter()
+        .find(|s| ms / s <= 8.0)
+        .unwrap_or(5000.0);
+    let mut t = 0.0;
+    while t <= ms {
+        let gx = LABEL + t / ms * BAR;
+        svg += &format!(
+            "<line x1=\"{gx:.1}\" y1=\"{TOP}\" x2=\"{gx:.1}\" y2=\"{:.1}\" stroke=\"#eee\"/>\
+             <text x=\"{gx:.1}\" y=\"{:.1}\" fill=\"#777\" text-anchor=\"middle\">{t:.0} ms</text>\n",
+            height - 30.0,
+            height - 16.0
+        );
+        t += step;
+    }
+    for (row, (depth, span)) in rows.iter().enumerate() {
+        let y = TOP + ROW * row as f64;
+        let failed = span
+            .status
+            .as_ref()
+            .is_some_and(|s| s.code == StatusCode::Error as i32);
+        let fill = match span.name.split(' ').next().unwrap_or_default() {
+            _ if failed => "#e45756",
+            "invoke_agent" => "#7f7f7f",
+            "chat" => "#4c78a8",
+            "attempt" => "#72b7b2",
+            "execute_tool" => "#b279a2",
+            _ => "#bab0ac",
+        };
+        let mut label = span.name.clone();
+        if let Some(code) = int(span, "http.response.status_code") {
+            label += &format!(" · {code}");
+        }
+        if let Some(error) = string(span, "error.type") {
+            label += &format!(" · {error}");
+        }
+        let took = (span.end_time_unix_nano - span.start_time_unix_nano) as f64 / 1e6;
+        svg += &format!(
+            "<text x=\"{:.1}\" y=\"{:.1}\">{}</text>\n",
+            12.0 + 14.0 * *depth as f64,
+            y + 16.0,
+            xml(&label)
+        );
+        let (bx, ex) = (x(span.start_time_unix_nano), x(span.end_time_unix_nano));
+        svg += &format!(
+            "<rect x=\"{bx:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"16\" rx=\"2\" fill=\"{fill}\"/>\
+             <text x=\"{:.1}\" y=\"{:.1}\" fill=\"#333\" font-size=\"11\">{took:.0} ms</text>\n",
+            y + 4.0,
+            (ex - bx).max(1.5),
+            ex + 4.0,
+            y + 16.0
+        );
+        for event in &span.events {
+            let ex = x(event.time_unix_nano);
+            let what = match attr(&event.attributes, "rebound.retry.delay_ms") {
+                Some(Any::IntValue(ms)) => {
+                    let reason = match attr(&event.attributes, "rebound.retry.reason") {
+                        Some(Any::StringValue(r)) => r.clone(),
+                        _ => String::new(),
+                    };
+                    format!("{} {ms} ms {reason}", event.name)
+                }
+                _ => event.name.clone(),
+            };
+            svg += &format!(
+                "<path d=\"M{ex:.1} {:.1} l5 6 l-5 6 l-5 -6 z\" fill=\"#f58518\"/>\
+                 <text x=\"{:.1}\" y=\"{:.1}\" fill=\"#fff\" font-size=\"11\">{}</text>\n",
+                y + 6.0,
+                ex + 7.0,
+                y + 16.0,
+                xml(&what)
+            );
+        }
+    }
+    svg += "</svg>\n";
+    svg
+}
+
+/// The picture in the README: one real run's exported spans, from the receiver, drawn as a
+/// waterfall. Writes `docs/telemetry-waterfall.svg` when `REBOUND_WRITE_WATERFALL` is set
+/// (to the folder to write it in), and checks the drawing either way.
+#[tokio::test]
+async fn a_real_runs_exported_spans_draw_as_a_waterfall() {
+    const PICTURE: &str = r#"{"turns": [
+        {"faults": [{"type": "http", "status": 529},
+                    {"type": "http", "status": 429, "headers": {"retry-after-ms": "400"}}],
+         "answer": {"text": "Looking.", "latency_ms": 300, "tool_calls": [
+            {"id": "toolu_a", "name": "read", "input": {"path": "a.txt"}},
+            {"id": "toolu_b", "name": "read", "input": {"path": "missing.txt"}}]}},
+        {"answer": {"text": "Done.", "latency_ms": 250}}
+    ]}"#;
+    let receiver = Receiver::start(Answer::Ok);
+    let server = provider(PICTURE).await;
+    let root = tools_root();
+    let cmd = run_cmd_with_delay(&server, root.path(), Some(&receiver.endpoint()), 200);
+    let (out, _) = output(cmd).await;
+    server.shutdown().await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let spans: Vec<Span> = decode_traces(&receiver.received())
+        .iter()
+        .flat_map(|t| &t.resource_spans)
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| s.spans.clone())
+        .collect();
+    let svg = waterfall_svg(&spans);
+    assert_eq!(svg.matches("<rect x=").count(), spans.len());
+    assert!(svg.contains("chat claude-test"));
+    assert!(svg.contains("attempt · 529 · unavailable"));
+    assert!(svg.contains("retry 400 ms server_hint"));
+    if let Some(dir) = std::env::var_os("REBOUND_WRITE_WATERFALL") {
+        let path = std::path::Path::new(&dir).join("telemetry-waterfall.svg");
+        std::fs::write(&path, svg).expect("write the picture");
+    }
 }
