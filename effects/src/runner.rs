@@ -13,6 +13,7 @@ use rebound_core::{
     RunError, RunTally, StreamDeadlines, ToolCall, ToolFailure, ToolSpec,
 };
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -450,10 +451,11 @@ impl Runner {
             self.seed,
             self.tools.traces_calls(),
         );
-        let span = telemetry.agent_span().clone();
-        self.run_traced(input, &mut telemetry)
-            .instrument(span)
-            .await
+        // Not `.instrument(span)`: the run's future is polled for every streamed chunk, and
+        // entering a span costs on each poll; the runner's spans name their parents, and the
+        // futures that may make spans of their own (tools, compactors, a provider while it
+        // connects) run inside the right one.
+        self.run_traced(input, &mut telemetry).await
     }
 
     async fn run_traced(
@@ -647,7 +649,8 @@ impl Runner {
                             let batch_run = crate::telemetry::with_capture(
                                 telemetry.captures_content(),
                                 tools.run_batch(calls, &cancel),
-                            );
+                            )
+                            .instrument(telemetry.agent_span().clone());
                             let outcome = tokio::select! {
                                 biased;
                                 () = self.cancel.0.cancelled() => Event::Cancel,
@@ -667,7 +670,7 @@ impl Runner {
                             tokio::select! {
                                 biased;
                                 () = self.cancel.0.cancelled() => return Flow::Next(Event::Cancel),
-                                r = c.compact(&conversation) => r.map_err(CompactionError::from),
+                                r = c.compact(&conversation).instrument(telemetry.agent_span().clone()) => r.map_err(CompactionError::from),
                             }
                         }
                         None => compact(&conversation, &self.config.compaction),
@@ -758,10 +761,10 @@ impl Runner {
         // Borrowed, not cloned: the tool specs (JSON schemas) are the same for every request.
         let tools = &self.config.tools;
         let receiver = &mut self.receiver;
-        let mut streamed = false;
+        let streamed = AtomicBool::new(false);
         let mut receiver_failed: Option<ReceiverError> = None;
         let mut sink = |delta: rebound_core::wire::StreamDelta<&str>| {
-            streamed = true;
+            streamed.store(true, Ordering::Relaxed);
             match receiver.delta(&delta) {
                 Ok(()) => true,
                 Err(e) => {
@@ -773,11 +776,16 @@ impl Runner {
         let outcome = tokio::select! {
             biased;
             () = self.cancel.0.cancelled() => None,
-            r = provider.send(
-                ProviderRequest::new(conversation, tools).with_deadlines(deadlines),
-                &mut sink,
-            ).instrument(telemetry.attempt_span()) => Some(r),
+            r = crate::telemetry::in_span_until(
+                provider.send(
+                    ProviderRequest::new(conversation, tools).with_deadlines(deadlines),
+                    &mut sink,
+                ),
+                telemetry.attempt_span(),
+                &streamed,
+            ) => Some(r),
         };
+        let streamed = streamed.into_inner();
         if let Some(e) = receiver_failed {
             return Flow::Next(host_event(HostFailureKind::Receiver, e.to_string()));
         }

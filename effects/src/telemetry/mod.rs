@@ -49,7 +49,11 @@ mod run;
 pub(crate) use run::RunTelemetry;
 
 use rebound_core::{ToolCall, ToolFailure, ToolOutput};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use tracing::Span;
 
 /// What the runner's telemetry records beyond its spans' standard attributes: an agent
@@ -69,7 +73,9 @@ pub struct Telemetry {
 
 impl Telemetry {
     /// The defaults: no content recorded, no agent name or conversation id, metrics (feature
-    /// `otel`) on the global meter provider.
+    /// `otel`) on the global meter provider. As with OpenTelemetry's global meters in
+    /// general, install that provider before the first run of the process: the runner makes
+    /// its instruments on it once, at the first run.
     #[must_use]
     pub fn new() -> Self {
         Self::default()
@@ -119,16 +125,22 @@ impl Telemetry {
 
     #[cfg(feature = "otel")]
     fn metrics(&self) -> Option<Arc<metrics::Metrics>> {
-        let made = self.instruments.get_or_init(|| {
-            let meter = self.meter.clone().unwrap_or_else(|| {
-                opentelemetry::global::meter_with_scope(
+        /// The instruments on the global meter provider, made once per process: making them
+        /// costs about as much as a run's spans, and an agent makes a runner per task.
+        static GLOBAL: std::sync::OnceLock<Arc<metrics::Metrics>> = std::sync::OnceLock::new();
+        let made = match &self.meter {
+            Some(meter) => self
+                .instruments
+                .get_or_init(|| Arc::new(metrics::Metrics::new(meter))),
+            None => GLOBAL.get_or_init(|| {
+                let meter = opentelemetry::global::meter_with_scope(
                     opentelemetry::InstrumentationScope::builder("rebound")
                         .with_version(env!("CARGO_PKG_VERSION"))
                         .build(),
-                )
-            });
-            Arc::new(metrics::Metrics::new(&meter))
-        });
+                );
+                Arc::new(metrics::Metrics::new(&meter))
+            }),
+        };
         Some(Arc::clone(made))
     }
 
@@ -148,6 +160,38 @@ tokio::task_local! {
 /// Runs `future` with content capture `on` for the tool spans made inside it.
 pub(crate) async fn with_capture<F: std::future::Future>(on: bool, future: F) -> F::Output {
     CAPTURE_CONTENT.scope(on, future).await
+}
+
+/// Polls `future` inside `span` until `done` is set (the first streamed piece of an answer):
+/// spans a provider makes while it connects are children of the attempt, and the stream's
+/// many polls after it do not pay for entering a span (with an exporter, entering the span on
+/// every chunk cost about a tenth of the runner's CPU per streamed MB).
+pub(crate) fn in_span_until<F: Future + Unpin>(
+    future: F,
+    span: Span,
+    done: &AtomicBool,
+) -> InSpanUntil<'_, F> {
+    InSpanUntil { future, span, done }
+}
+
+/// The future of [`in_span_until`].
+pub(crate) struct InSpanUntil<'a, F> {
+    future: F,
+    span: Span,
+    done: &'a AtomicBool,
+}
+
+impl<F: Future + Unpin> Future for InSpanUntil<'_, F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        if this.span.is_disabled() || this.done.load(Ordering::Relaxed) {
+            return Pin::new(&mut this.future).poll(cx);
+        }
+        let _inside = this.span.enter();
+        Pin::new(&mut this.future).poll(cx)
+    }
 }
 
 /// Whether the run this task works for records content (false outside a run).
