@@ -777,3 +777,90 @@ async fn a_real_runs_exported_spans_draw_as_a_waterfall() {
         std::fs::write(&path, svg).expect("write the picture");
     }
 }
+
+fn exported_spans(receiver: &Receiver) -> Vec<Span> {
+    decode_traces(&receiver.received())
+        .iter()
+        .flat_map(|t| &t.resource_spans)
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| s.spans.clone())
+        .collect()
+}
+
+/// Ctrl-C cancels the run, and what it did is still flushed before the exit.
+#[tokio::test]
+async fn a_run_canceled_by_ctrl_c_still_exports_its_spans() {
+    let receiver = Receiver::start(Answer::Ok);
+    let server = provider(r#"{"turns": [{"faults": [{"type": "http", "status": 529}]}]}"#).await;
+    let root = tools_root();
+    let mut cmd = run_cmd_with_delay(&server, root.path(), Some(&receiver.endpoint()), 300_000);
+    cmd.args(["--max-delay-ms", "300000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = cmd.spawn().expect("spawn");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.requests().is_empty() {
+        assert!(Instant::now() < deadline, "the request never arrived");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().expect("wait"))
+        .await
+        .expect("join");
+    server.shutdown().await;
+    assert_eq!(out.status.code(), Some(130));
+    let spans = exported_spans(&receiver);
+    let agent = spans
+        .iter()
+        .find(|s| s.parent_span_id.is_empty())
+        .expect("the run's span was flushed at the cancel");
+    assert_eq!(string(agent, "error.type").as_deref(), Some("canceled"));
+    let chat = children(&spans, agent)[0];
+    assert_eq!(string(chat, "error.type").as_deref(), Some("canceled"));
+    assert_eq!(chat.events.iter().filter(|e| e.name == "retry").count(), 1);
+}
+
+/// Content goes out only when asked for, by the conventions' variable or the flag.
+#[tokio::test]
+async fn content_is_exported_only_when_asked_for() {
+    for ask in ["env", "flag"] {
+        let receiver = Receiver::start(Answer::Ok);
+        let server = provider(RETRIES_AND_TOOLS).await;
+        let root = tools_root();
+        let mut cmd = run_cmd(&server, root.path(), Some(&receiver.endpoint()));
+        match ask {
+            "env" => {
+                cmd.env("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true");
+            }
+            _ => {
+                cmd.arg("--otel-capture-content");
+            }
+        }
+        let (out, _) = output(cmd).await;
+        server.shutdown().await;
+        assert_eq!(out.status.code(), Some(0));
+        let spans = exported_spans(&receiver);
+        let chat = spans.iter().find(|s| s.name == "chat claude-test").unwrap();
+        let input = string(chat, "gen_ai.input.messages").expect("input messages");
+        assert!(input.contains("Fix the parser."), "{ask}: {input}");
+        let read = spans
+            .iter()
+            .find(|s| string(s, "gen_ai.tool.call.id").as_deref() == Some("toolu_a"))
+            .unwrap();
+        assert_eq!(
+            string(read, "gen_ai.tool.call.result").as_deref(),
+            Some("fn parse() {}\n")
+        );
+        let all: Vec<u8> = receiver
+            .received()
+            .into_iter()
+            .flat_map(|r| r.body)
+            .collect();
+        assert!(!String::from_utf8_lossy(&all).contains(KEY), "{ask}");
+    }
+}

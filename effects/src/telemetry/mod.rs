@@ -16,6 +16,11 @@
 //! └── chat claude-sonnet-4-5         the next turn
 //! ```
 //!
+//! The runner's spans name their parents rather than being entered around its whole run
+//! (entering a span on every streamed chunk is what an exporter would pay for): a tool
+//! batch and a compactor run inside the run's span, a provider's request inside its attempt's
+//! span until the first streamed piece, so the spans they make themselves nest there.
+//!
 //! Every span's OpenTelemetry name, kind and status are set through the fields
 //! `tracing-opentelemetry` reads (`otel.name`, `otel.kind`, `otel.status_code`,
 //! `otel.status_description`); [`names`] lists every span, attribute, event and metric name.
