@@ -93,48 +93,33 @@ pub fn install_from_env() -> Option<Export> {
     if !traces && !metrics {
         return None;
     }
-    let protocol = match env("OTEL_EXPORTER_OTLP_PROTOCOL")
-        .map(|p| p.trim().to_ascii_lowercase())
-        .as_deref()
-    {
-        None | Some("http/protobuf") => Protocol::HttpBinary,
-        Some("http/json") => Protocol::HttpJson,
-        Some(other) => {
-            eprintln!(
-                "rebound: warning: OTEL_EXPORTER_OTLP_PROTOCOL={other} is not supported \
-                 (http/protobuf or http/json): telemetry is not exported"
-            );
-            return None;
-        }
+    let (Some(traces_protocol), Some(metrics_protocol)) = (protocol("TRACES"), protocol("METRICS"))
+    else {
+        return None;
     };
     let warning = Arc::new(Warning {
         shown: AtomicBool::new(false),
     });
     let resource = resource();
-    let timeout = env("OTEL_EXPORTER_OTLP_TIMEOUT")
-        .and_then(|ms| ms.trim().parse::<u64>().ok())
-        .map_or(DEFAULT_TIMEOUT, Duration::from_millis);
-    let client = match HttpClient::new(timeout) {
-        Ok(client) => Arc::new(client),
-        Err(e) => {
-            warning.show(&format!("no HTTP client: {e}"));
-            return None;
-        }
-    };
     let mut export = Export {
         tracer: None,
         meter: None,
         warning: Arc::clone(&warning),
     };
     if traces {
-        match opentelemetry_otlp::SpanExporter::builder()
-            .with_http()
-            .with_protocol(protocol)
-            .with_timeout(timeout)
-            .with_shared_http_client(client.clone() as Arc<dyn opentelemetry_http::HttpClient>)
-            .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
-            .build()
-        {
+        let timeout = timeout("TRACES");
+        match HttpClient::new(timeout)
+            .map_err(|e| e.to_string())
+            .and_then(|client| {
+                opentelemetry_otlp::SpanExporter::builder()
+                    .with_http()
+                    .with_protocol(traces_protocol)
+                    .with_timeout(timeout)
+                    .with_http_client(client)
+                    .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
+                    .build()
+                    .map_err(|e| e.to_string())
+            }) {
             Ok(exporter) => {
                 let exporter = Spans {
                     inner: exporter,
@@ -165,14 +150,19 @@ pub fn install_from_env() -> Option<Export> {
         }
     }
     if metrics {
-        match opentelemetry_otlp::MetricExporter::builder()
-            .with_http()
-            .with_protocol(protocol)
-            .with_timeout(timeout)
-            .with_shared_http_client(client as Arc<dyn opentelemetry_http::HttpClient>)
-            .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
-            .build()
-        {
+        let timeout = timeout("METRICS");
+        match HttpClient::new(timeout)
+            .map_err(|e| e.to_string())
+            .and_then(|client| {
+                opentelemetry_otlp::MetricExporter::builder()
+                    .with_http()
+                    .with_protocol(metrics_protocol)
+                    .with_timeout(timeout)
+                    .with_http_client(client)
+                    .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
+                    .build()
+                    .map_err(|e| e.to_string())
+            }) {
             Ok(exporter) => {
                 let exporter = Metrics {
                     inner: exporter,
@@ -189,6 +179,41 @@ pub fn install_from_env() -> Option<Export> {
         }
     }
     Some(export)
+}
+
+/// A signal's protocol: `OTEL_EXPORTER_OTLP_{signal}_PROTOCOL`, else
+/// `OTEL_EXPORTER_OTLP_PROTOCOL`, else `http/protobuf`; `None` (with a warning) for one
+/// rebound does not speak. (An explicit protocol overrides the exporter's own reading of the
+/// variables, so both are read here.)
+fn protocol(signal: &str) -> Option<Protocol> {
+    let var = format!("OTEL_EXPORTER_OTLP_{signal}_PROTOCOL");
+    let (name, value) = match env(&var) {
+        Some(value) => (var, Some(value)),
+        None => (
+            "OTEL_EXPORTER_OTLP_PROTOCOL".to_owned(),
+            env("OTEL_EXPORTER_OTLP_PROTOCOL"),
+        ),
+    };
+    match value.map(|p| p.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("http/protobuf") => Some(Protocol::HttpBinary),
+        Some("http/json") => Some(Protocol::HttpJson),
+        Some(other) => {
+            eprintln!(
+                "rebound: warning: {name}={other} is not supported (http/protobuf or \
+                 http/json): telemetry is not exported"
+            );
+            None
+        }
+    }
+}
+
+/// A signal's export timeout: `OTEL_EXPORTER_OTLP_{signal}_TIMEOUT`, else
+/// `OTEL_EXPORTER_OTLP_TIMEOUT` (ms), else [`DEFAULT_TIMEOUT`].
+fn timeout(signal: &str) -> Duration {
+    env(&format!("OTEL_EXPORTER_OTLP_{signal}_TIMEOUT"))
+        .or_else(|| env("OTEL_EXPORTER_OTLP_TIMEOUT"))
+        .and_then(|ms| ms.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_TIMEOUT, Duration::from_millis)
 }
 
 /// The standard resource (`OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`), named `rebound`

@@ -864,3 +864,45 @@ async fn content_is_exported_only_when_asked_for() {
         assert!(!String::from_utf8_lossy(&all).contains(KEY), "{ask}");
     }
 }
+
+/// The per-signal variables win over the general ones, as the specification has it.
+#[tokio::test]
+async fn per_signal_variables_choose_each_signals_protocol_and_endpoint() {
+    let receiver = Receiver::start(Answer::Ok);
+    let server = provider(RETRIES_AND_TOOLS).await;
+    let root = tools_root();
+    let mut cmd = run_cmd(&server, root.path(), Some(&receiver.endpoint()));
+    cmd.env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        .env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json");
+    let (out, _) = output(cmd).await;
+    server.shutdown().await;
+    assert_eq!(out.status.code(), Some(0));
+    let received = receiver.received();
+    let kinds: Vec<(&str, &str)> = received
+        .iter()
+        .map(|r| (r.path.as_str(), r.content_type.as_str()))
+        .collect();
+    assert!(
+        kinds.contains(&("/v1/traces", "application/json")),
+        "{kinds:?}"
+    );
+    assert!(
+        kinds.contains(&("/v1/metrics", "application/x-protobuf")),
+        "{kinds:?}"
+    );
+
+    // Only a traces endpoint: traces go there, to the path given as is; no metrics.
+    let receiver = Receiver::start(Answer::Ok);
+    let server = provider(RETRIES_AND_TOOLS).await;
+    let mut cmd = run_cmd(&server, root.path(), None);
+    cmd.env(
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        format!("{}/custom/traces", receiver.endpoint()),
+    );
+    let (out, _) = output(cmd).await;
+    server.shutdown().await;
+    assert_eq!(out.status.code(), Some(0));
+    let paths: Vec<String> = receiver.received().into_iter().map(|r| r.path).collect();
+    assert!(!paths.is_empty());
+    assert!(paths.iter().all(|p| p == "/custom/traces"), "{paths:?}");
+}
