@@ -458,3 +458,53 @@ async fn without_a_subscriber_a_run_records_nothing_and_still_works() {
     assert!(runner.run(RunInput::text("Fix the parser.")).await.is_ok());
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_overflow_ends_its_chat_span_and_the_compaction_is_an_event_with_its_sizes() {
+    let s = server(
+        r#"{"turns": [{"faults": [{"type": "context_overflow"}], "answer": {"text": "Fixed."}}]}"#,
+    )
+    .await;
+    let runner = Runner::new(
+        config(&["claude-test"]).with_compact_with(rebound_core::CompactionMethod::Summary),
+        vec![http(&s, "claude-test")],
+    )
+    .seed(1)
+    .conversation(
+        (0..6)
+            .flat_map(|i| {
+                [
+                    rebound_core::Message::user_text(format!("question {i} {}", "x".repeat(2_000))),
+                    rebound_core::Message::assistant_text(format!("answer {i}")),
+                ]
+            })
+            .collect(),
+    );
+    let (spans, ok) = captured(runner, "and now?").await;
+    s.shutdown().await;
+    assert!(ok);
+    let agent = named(&spans, "invoke_agent")[0];
+    let compactions = agent.event(names::EVENT_COMPACTION);
+    assert_eq!(compactions.len(), 1, "{agent:#?}");
+    let c = compactions[0];
+    assert_eq!(c["rebound.compaction.reason"], "overflow");
+    assert!(
+        c["rebound.compaction.after_bytes"].as_i64()
+            < c["rebound.compaction.before_bytes"].as_i64()
+    );
+    let chats = named(&spans, "chat");
+    let purposes: Vec<&str> = chats
+        .iter()
+        .map(|c| {
+            c.get(names::REBOUND_REQUEST_PURPOSE)
+                .as_str()
+                .unwrap_or("?")
+        })
+        .collect();
+    let errors: Vec<&Value> = chats.iter().map(|c| c.get(names::ERROR_TYPE)).collect();
+    // The refused turn, the summary that compacts it, the turn again.
+    assert_eq!(purposes, ["turn", "summary", "turn"], "{chats:#?}");
+    assert_eq!(errors[0], "context_overflow");
+    assert_eq!(errors[1], &Value::Null);
+    assert_eq!(errors[2], &Value::Null);
+}
