@@ -18,6 +18,7 @@ mod replay;
 mod run;
 pub mod scenario_tools;
 mod simulate;
+mod telemetry;
 
 pub use events::{HumanView, JsonEvents};
 
@@ -154,6 +155,11 @@ pub struct RunArgs {
     /// Stop after this many assistant messages.
     #[arg(long)]
     pub max_turns: Option<u32>,
+    /// Record message content (prompts, answers, tool inputs and outputs) in exported
+    /// telemetry, as OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true does. Telemetry
+    /// is exported when OTEL_EXPORTER_OTLP_ENDPOINT is set (see the README).
+    #[arg(long)]
+    pub otel_capture_content: bool,
     /// Fallback target `PROVIDER:MODEL[@BASE_URL]` (repeatable; PROVIDER is `anthropic`,
     /// `openai` or `openai-responses`), tried in order when the previous target's retries
     /// are spent or its quota is exhausted. Keys come from the provider's conventional
@@ -347,6 +353,10 @@ pub struct DemoArgs {
     /// Seed of the scenario's random faults and of the jitter.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Record message content (prompts, answers, tool inputs and outputs) in exported
+    /// telemetry, as OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true does.
+    #[arg(long)]
+    pub otel_capture_content: bool,
 }
 
 /// Options of `rebound serve`.
@@ -412,27 +422,42 @@ pub fn main() -> i32 {
         Commands::Sim(args) => simulate::sim(&args),
         Commands::Replay(args) => replay::replay(&args),
         command => {
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("rebound: could not start the async runtime: {e}");
-                    return EXIT_FAILED;
-                }
+            // Telemetry export, when the OTEL_* environment asks for it, for the commands
+            // that run an agent; set up and flushed outside the async runtime.
+            let export = match command {
+                Commands::Run(_) | Commands::Demo(_) => telemetry::install_from_env(),
+                _ => None,
             };
-            runtime.block_on(async move {
-                match command {
-                    Commands::Run(args) => run::run(*args).await,
-                    Commands::Demo(args) => run::demo(args).await,
-                    Commands::Serve(args) => run::serve(args).await,
-                    Commands::Sim(_) | Commands::Replay(_) => unreachable!("handled above"),
-                }
-            })
+            let code = run_async(command);
+            if let Some(export) = export {
+                export.shutdown();
+            }
+            code
         }
     }
+}
+
+/// Runs a command that needs tokio.
+fn run_async(command: Commands) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("rebound: could not start the async runtime: {e}");
+            return EXIT_FAILED;
+        }
+    };
+    runtime.block_on(async move {
+        match command {
+            Commands::Run(args) => run::run(*args).await,
+            Commands::Demo(args) => run::demo(args).await,
+            Commands::Serve(args) => run::serve(args).await,
+            Commands::Sim(_) | Commands::Replay(_) => unreachable!("handled above"),
+        }
+    })
 }
 
 /// Parses a command line (program name first), including what depends on the order of the

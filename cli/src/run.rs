@@ -18,6 +18,7 @@ use rebound_effects::provider::{
 use rebound_effects::receiver::Receiver;
 use rebound_effects::runner::{CancelHandle, RunInput, RunSummary, Runner, TraceRecorder};
 use rebound_effects::session::SessionStore;
+use rebound_effects::telemetry::Telemetry;
 use rebound_effects::tools::mcp::McpConfig;
 use rebound_effects::tools::{files, ToolSet};
 use rebound_sim::fake::{FakeServer, FakeServerConfig};
@@ -232,7 +233,16 @@ fn announce_seed(events: EventsFormat, runner: &Runner) -> Result<(), i32> {
         })
 }
 
-/// The first SIGINT/SIGTERM cancels the run cleanly; a second one exits at once.
+/// What the run's telemetry records: content only when asked for, by the flag or by the
+/// conventions' environment variable.
+fn telemetry_options(capture_content: bool) -> Telemetry {
+    Telemetry::new()
+        .agent_name("rebound")
+        .capture_content(capture_content || crate::telemetry::capture_content_from_env())
+}
+
+/// The first SIGINT/SIGTERM cancels the run cleanly (telemetry is flushed on the way out);
+/// a second one exits at once.
 fn cancel_on_signals(cancel: CancelHandle) {
     tokio::spawn(async move {
         wait_for_signal().await;
@@ -414,7 +424,8 @@ pub async fn run(args: RunArgs) -> i32 {
     if budget_location(&args).is_some() {
         config = config.with_retry_budget(BudgetUse::new(args.budget_max_wait_ms));
     }
-    let mut runner = Runner::new(config, providers);
+    let mut runner =
+        Runner::new(config, providers).telemetry(telemetry_options(args.otel_capture_content));
     if let Some(seed) = args.seed {
         runner = runner.seed(seed);
     }
@@ -556,6 +567,7 @@ pub async fn demo(args: DemoArgs) -> i32 {
         .with_stream(rebound_core::StreamDeadlines::new(10_000, 600_000));
     let scenario = Arc::new(scenario);
     let mut runner = Runner::new(config, vec![Box::new(http)])
+        .telemetry(telemetry_options(args.otel_capture_content))
         .seed(args.seed)
         .tools(Arc::new(ScenarioTools::new(Arc::clone(&scenario), 1.0)))
         .receiver_boxed(receiver_for(args.events));

@@ -164,7 +164,13 @@ pub struct ToolInputProblem {
 }
 
 /// A complete assistant response as assembled from a provider stream or JSON body.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Besides the message, its stop reason and usage, a response may carry rarer details:
+/// tool calls whose input is unusable ([`input_problems`](Self::input_problems)) and who
+/// answered ([`id`](Self::id), [`model`](Self::model)). They live in one box, set with the
+/// `with_*` methods, so that a response (and every [`Event`](crate::Event) that carries one)
+/// stays small enough to move without a `memcpy` call (128 bytes, issue 21).
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct AssistantResponse {
     /// The assistant message (role `assistant`).
@@ -172,13 +178,66 @@ pub struct AssistantResponse {
     /// Why the model stopped.
     pub stop_reason: StopReason,
     /// Token usage, when reported.
-    #[serde(default)]
     pub usage: Usage,
-    /// Tool calls whose input is unusable (invalid JSON, truncated, not an object); almost
-    /// always none. A boxed slice, not a `Vec`, keeps the response (and every
-    /// [`Event`](crate::Event) that carries one) small enough to move without a `memcpy` call.
-    #[serde(default, skip_serializing_if = "<[_]>::is_empty")]
-    pub input_problems: Box<[ToolInputProblem]>,
+    /// The rare details; `None` when there are none (never `Some` of an empty one).
+    details: Option<Box<ResponseDetails>>,
+}
+
+/// The rarely set parts of a response, boxed.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct ResponseDetails {
+    input_problems: Vec<ToolInputProblem>,
+    id: Option<String>,
+    model: Option<String>,
+}
+
+impl ResponseDetails {
+    fn is_empty(&self) -> bool {
+        self.input_problems.is_empty() && self.id.is_none() && self.model.is_none()
+    }
+}
+
+/// The serialized shape (traces, sessions of runs): flat, each detail left out when unset.
+#[derive(Serialize, Deserialize)]
+struct ResponseFields<M, P> {
+    message: M,
+    stop_reason: StopReason,
+    #[serde(default)]
+    usage: Usage,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    input_problems: Option<P>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    model: Option<String>,
+}
+
+impl Serialize for AssistantResponse {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let problems = self.input_problems();
+        ResponseFields {
+            message: &self.message,
+            stop_reason: self.stop_reason.clone(),
+            usage: self.usage,
+            input_problems: (!problems.is_empty()).then_some(problems),
+            id: self.id().map(str::to_owned),
+            model: self.model().map(str::to_owned),
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for AssistantResponse {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let f = ResponseFields::<Message, Vec<ToolInputProblem>>::deserialize(d)?;
+        let mut response = AssistantResponse::new(f.message, f.stop_reason).with_usage(f.usage);
+        response.set_details(ResponseDetails {
+            input_problems: f.input_problems.unwrap_or_default(),
+            id: f.id,
+            model: f.model,
+        });
+        Ok(response)
+    }
 }
 
 impl AssistantResponse {
@@ -190,7 +249,7 @@ impl AssistantResponse {
             message,
             stop_reason,
             usage: Usage::default(),
-            input_problems: Box::default(),
+            details: None,
         }
     }
 
@@ -229,8 +288,78 @@ impl AssistantResponse {
     /// Sets the tool calls whose input is unusable.
     #[must_use]
     pub fn with_input_problems(mut self, problems: Vec<ToolInputProblem>) -> Self {
-        self.input_problems = problems.into_boxed_slice();
+        let mut details = self.take_details();
+        details.input_problems = problems;
+        self.set_details(details);
         self
+    }
+
+    /// Sets the provider's id of the response.
+    #[must_use]
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        let mut details = self.take_details();
+        details.id = Some(id.into());
+        self.set_details(details);
+        self
+    }
+
+    /// Sets the model that produced the response.
+    ///
+    /// ```
+    /// use rebound_core::{AssistantResponse, Message};
+    ///
+    /// let response = AssistantResponse::end_turn(Message::assistant_text("hi"))
+    ///     .with_id("msg_01")
+    ///     .with_model("claude-sonnet-4-5-20250929");
+    /// assert_eq!(response.id(), Some("msg_01"));
+    /// assert_eq!(response.model(), Some("claude-sonnet-4-5-20250929"));
+    /// assert!(response.input_problems().is_empty());
+    /// ```
+    #[must_use]
+    pub fn with_model(mut self, model: impl Into<String>) -> Self {
+        let mut details = self.take_details();
+        details.model = Some(model.into());
+        self.set_details(details);
+        self
+    }
+
+    /// Tool calls whose input is unusable (invalid JSON, truncated, not an object); almost
+    /// always none.
+    #[must_use]
+    pub fn input_problems(&self) -> &[ToolInputProblem] {
+        self.details
+            .as_ref()
+            .map_or(&[], |d| d.input_problems.as_slice())
+    }
+
+    /// The provider's id of this response (`msg_…`, `chatcmpl-…`, `resp_…`), when it sent
+    /// one: telemetry's `gen_ai.response.id`, and what to quote to the provider about it.
+    #[must_use]
+    pub fn id(&self) -> Option<&str> {
+        self.details.as_ref().and_then(|d| d.id.as_deref())
+    }
+
+    /// The model that produced the response, as the provider names it (often a dated
+    /// version of the model asked for), when it said: telemetry's `gen_ai.response.model`.
+    #[must_use]
+    pub fn model(&self) -> Option<&str> {
+        self.details.as_ref().and_then(|d| d.model.as_deref())
+    }
+
+    /// Takes the input problems out (the machine consumes them).
+    pub(crate) fn take_input_problems(&mut self) -> Vec<ToolInputProblem> {
+        let mut details = self.take_details();
+        let problems = std::mem::take(&mut details.input_problems);
+        self.set_details(details);
+        problems
+    }
+
+    fn take_details(&mut self) -> ResponseDetails {
+        self.details.take().map(|d| *d).unwrap_or_default()
+    }
+
+    fn set_details(&mut self, details: ResponseDetails) {
+        self.details = (!details.is_empty()).then(|| Box::new(details));
     }
 }
 
@@ -252,5 +381,38 @@ mod tests {
         }
         let odd: StopReason = serde_json::from_str("\"model_context_window_exceeded\"").unwrap();
         assert_eq!(odd.as_str(), "model_context_window_exceeded");
+    }
+
+    #[test]
+    fn a_response_serializes_flat_and_reads_back_the_same() {
+        let plain = AssistantResponse::end_turn(Message::assistant_text("hi"));
+        let json = serde_json::to_value(&plain).unwrap();
+        assert_eq!(json.get("input_problems"), None);
+        assert_eq!(json.get("id"), None);
+        let detailed = plain
+            .clone()
+            .with_id("msg_1")
+            .with_model("m-2025")
+            .with_input_problems(vec![ToolInputProblem {
+                tool_use_id: "t".into(),
+                kind: InputProblemKind::Truncated,
+                raw: "{".into(),
+                detail: "EOF".into(),
+            }]);
+        let json = serde_json::to_value(&detailed).unwrap();
+        assert_eq!(json["id"], "msg_1");
+        assert_eq!(json["input_problems"][0]["tool_use_id"], "t");
+        for r in [plain, detailed] {
+            let back: AssistantResponse =
+                serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
+            assert_eq!(back, r);
+        }
+        // Empty details are no details: equal to a response that never had any.
+        let emptied = AssistantResponse::end_turn(Message::assistant_text("hi"))
+            .with_input_problems(Vec::new());
+        assert_eq!(
+            emptied,
+            AssistantResponse::end_turn(Message::assistant_text("hi"))
+        );
     }
 }

@@ -39,6 +39,7 @@ fn an_overlong_line_after_the_terminal_event_in_the_same_chunk_is_ignored() {
         let split = decode(kind, &[&stream, trailing.as_bytes()]);
         let whole = decode(kind, &[&together]);
         assert_eq!(split, whole, "{kind}: the outcome depends on the split");
+        let sent = sent.clone().with_id("msg_1").with_model("m");
         assert_eq!(whole.expect("a complete message"), sent, "{kind}");
     }
 }

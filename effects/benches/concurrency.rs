@@ -12,7 +12,15 @@
 //!   dropped — the floor;
 //! - `reqwest + StreamDecoder`: the same, every chunk through `wire::StreamDecoder`;
 //! - `Runner`: one `Runner::run` per agent (`tokio::spawn`ed), with a receiver that reads the
-//!   server's send time out of every text delta.
+//!   server's send time out of every text delta;
+//! - `Runner, telemetry exported`: the same, with the runner's spans and metrics exported as
+//!   the `rebound` binary exports them (a `tracing-opentelemetry` layer, the SDK's batch span
+//!   processor and periodic metric reader, OTLP/HTTP protobuf to a receiver in the parent
+//!   process, flushed before the row's CPU is read). Metrics need the `otel` feature:
+//!   `cargo bench -p rebound-effects --features otel --bench concurrency`.
+//!
+//! `-- --repeat N` runs the two runner rows N times, alternating, for a side-by-side
+//! comparison on one machine in one run.
 //!
 //! With `--agents 1 --interval-ms 0` it measures one turn streamed as fast as the server can
 //! write it: the runner's overhead per turn over plain reqwest on the same bytes.
@@ -58,6 +66,9 @@ struct Options {
     deltas: usize,
     interval: Duration,
     workers: usize,
+    repeat: usize,
+    /// The port of the OTLP receiver the parent runs (telemetry row only).
+    otlp_port: u16,
 }
 
 impl Options {
@@ -67,6 +78,8 @@ impl Options {
             deltas: 200,
             interval: Duration::from_millis(20),
             workers: 2,
+            repeat: 1,
+            otlp_port: 0,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -77,6 +90,8 @@ impl Options {
                 "--deltas" => o.deltas = usize::try_from(value()).unwrap_or(1).max(1),
                 "--interval-ms" => o.interval = Duration::from_millis(value()),
                 "--workers" => o.workers = usize::try_from(value()).unwrap_or(1).max(1),
+                "--repeat" => o.repeat = usize::try_from(value()).unwrap_or(1).max(1),
+                "--otlp-port" => o.otlp_port = u16::try_from(value()).unwrap_or(0),
                 "--row" => {
                     value();
                 }
@@ -263,11 +278,12 @@ fn percentile(sorted: &[u64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1] as f64 / 1000.0
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq)]
 enum Client {
     Bytes,
     Decoder,
     Runner,
+    RunnerExported,
 }
 
 async fn one_agent(client: Client, url: String, all: Arc<Mutex<Vec<u64>>>) -> bool {
@@ -299,7 +315,7 @@ async fn one_agent(client: Client, url: String, all: Arc<Mutex<Vec<u64>>>) -> bo
             }
             matches!(client, Client::Bytes) || decoder.finish().is_ok()
         }
-        Client::Runner => {
+        Client::Runner | Client::RunnerExported => {
             let mut http =
                 HttpProviderConfig::new(ProviderKind::Anthropic, "bench", ApiKey::new("sk-bench"));
             http.base_url = url;
@@ -320,7 +336,12 @@ async fn one_agent(client: Client, url: String, all: Arc<Mutex<Vec<u64>>>) -> bo
     }
 }
 
-async fn row(name: &'static str, client: Client, options: Options) -> Row {
+async fn row(
+    name: &'static str,
+    client: Client,
+    options: Options,
+    export: Option<otel::Export>,
+) -> Row {
     let written = Arc::new(AtomicU64::new(0));
     let addr = serve(options, Arc::clone(&written)).await;
     let url = format!("http://{addr}");
@@ -351,6 +372,10 @@ async fn row(name: &'static str, client: Client, options: Options) -> Row {
         }
     }
     let wall = started.elapsed();
+    // The export's last flush is the row's cost too.
+    if let Some(export) = export {
+        export.shutdown();
+    }
     let cpu = cpu_seconds() - cpu_before;
     done.store(true, Ordering::Relaxed);
     let _ = sampler.await;
@@ -368,10 +393,11 @@ async fn row(name: &'static str, client: Client, options: Options) -> Row {
     }
 }
 
-const CLIENTS: [(&str, Client); 3] = [
+const CLIENTS: [(&str, Client); 4] = [
     ("reqwest, bytes only", Client::Bytes),
     ("reqwest + StreamDecoder", Client::Decoder),
     ("Runner", Client::Runner),
+    ("Runner, telemetry exported", Client::RunnerExported),
 ];
 
 /// Each row runs in a child process of its own (`--row N`), so that one row's heap does not
@@ -396,10 +422,16 @@ fn main() {
     println!("| client | wall | CPU s | streamed MB | CPU s / MB | RSS growth / agent | threads (peak) | delay p50 | p99 | failed |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let me = std::env::current_exe().expect("the bench's own path");
-    for i in 0..CLIENTS.len() {
+    let receiver = otel::receiver();
+    let mut rows: Vec<usize> = vec![0, 1];
+    for _ in 0..options.repeat {
+        rows.extend([2, 3]);
+    }
+    for i in rows {
         let status = std::process::Command::new(&me)
             .args(std::env::args().skip(1))
             .args(["--row", &i.to_string()])
+            .args(["--otlp-port", &receiver.to_string()])
             .status();
         if !matches!(status, Ok(s) if s.success()) {
             eprintln!("row {i} failed: {status:?}");
@@ -414,12 +446,14 @@ fn run_row(i: usize, options: Options) {
         std::process::exit(2);
     };
     micros();
+    // Installed outside the runtime, as the `rebound` binary does.
+    let export = (client == Client::RunnerExported).then(|| otel::install(options.otlp_port));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(options.workers)
         .enable_all()
         .build()
         .expect("runtime");
-    let r = runtime.block_on(row(name, client, options));
+    let r = runtime.block_on(row(name, client, options, export));
     let mb = r.bytes as f64 / 1e6;
     let delay = |p| {
         if r.delays.is_empty() {
@@ -441,4 +475,155 @@ fn run_row(i: usize, options: Options) {
         delay(99.0),
         r.failed
     );
+}
+
+/// The telemetry row's export, as the `rebound` binary sets it up (`cli/src/telemetry.rs`):
+/// spans through `tracing-opentelemetry` (filtered to the runner's target, no busy/idle
+/// tracking) into the SDK's batch processor, metrics through the global meter provider's
+/// periodic reader, both over OTLP/HTTP protobuf with a reqwest 0.12 blocking client.
+mod otel {
+    use bytes::Bytes;
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+    use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+    use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider};
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::sync::Arc;
+    use std::time::Duration;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::Layer;
+
+    pub struct Export {
+        tracer: SdkTracerProvider,
+        meter: SdkMeterProvider,
+    }
+
+    impl Export {
+        /// Flushes everything (the row counts it) and stops the export threads.
+        pub fn shutdown(self) {
+            std::thread::spawn(move || {
+                let _ = self.tracer.shutdown();
+                let _ = self.meter.shutdown();
+            })
+            .join()
+            .expect("the flush thread");
+        }
+    }
+
+    #[derive(Debug)]
+    struct Client(reqwest::blocking::Client);
+
+    #[async_trait::async_trait]
+    impl opentelemetry_http::HttpClient for Client {
+        async fn send_bytes(
+            &self,
+            request: http::Request<Bytes>,
+        ) -> Result<http::Response<Bytes>, opentelemetry_http::HttpError> {
+            let (parts, body) = request.into_parts();
+            let sent = self
+                .0
+                .request(parts.method, parts.uri.to_string())
+                .headers(parts.headers)
+                .body(body.to_vec())
+                .send()?;
+            let status = sent.status().as_u16();
+            let bytes = sent.bytes()?;
+            Ok(http::Response::builder().status(status).body(bytes)?)
+        }
+    }
+
+    pub fn install(port: u16) -> Export {
+        let endpoint = format!("http://127.0.0.1:{port}");
+        let client: Arc<dyn opentelemetry_http::HttpClient> = Arc::new(Client(
+            reqwest::blocking::Client::builder()
+                .timeout(Duration::from_secs(3))
+                .build()
+                .expect("client"),
+        ));
+        let spans = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_endpoint(format!("{endpoint}/v1/traces"))
+            .with_shared_http_client(Arc::clone(&client))
+            .build()
+            .expect("span exporter");
+        // Room for every span of the row, so none is dropped (and so not counted).
+        let batch = BatchSpanProcessor::builder(spans)
+            .with_batch_config(
+                BatchConfigBuilder::default()
+                    .with_max_queue_size(65_536)
+                    .build(),
+            )
+            .build();
+        let tracer = SdkTracerProvider::builder()
+            .with_span_processor(batch)
+            .build();
+        let layer = tracing_opentelemetry::layer()
+            .with_tracer(tracer.tracer("rebound"))
+            .with_tracked_inactivity(false)
+            .with_threads(false)
+            .with_location(false)
+            .with_target(false)
+            .with_level(false)
+            .with_filter(tracing_subscriber::filter::Targets::new().with_target(
+                rebound_effects::telemetry::names::TRACING_TARGET,
+                tracing::Level::INFO,
+            ));
+        tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
+            .expect("one subscriber");
+        let metrics = opentelemetry_otlp::MetricExporter::builder()
+            .with_http()
+            .with_endpoint(format!("{endpoint}/v1/metrics"))
+            .with_shared_http_client(client)
+            .build()
+            .expect("metric exporter");
+        let meter = SdkMeterProvider::builder()
+            .with_reader(PeriodicReader::builder(metrics).build())
+            .build();
+        opentelemetry::global::set_meter_provider(meter.clone());
+        Export { tracer, meter }
+    }
+
+    /// An OTLP/HTTP receiver on loopback, in the parent process (so its work is not the
+    /// row's): reads each request and answers 200. Returns its port.
+    pub fn receiver() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+                    let mut writer = stream;
+                    loop {
+                        let mut length = 0usize;
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        loop {
+                            line.clear();
+                            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                                return;
+                            }
+                            let header = line.trim_end().to_ascii_lowercase();
+                            if header.is_empty() {
+                                break;
+                            }
+                            if let Some(v) = header.strip_prefix("content-length:") {
+                                length = v.trim().parse().unwrap_or(0);
+                            }
+                        }
+                        let mut body = vec![0; length];
+                        if reader.read_exact(&mut body).is_err()
+                            || writer
+                                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                                .is_err()
+                        {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        port
+    }
 }

@@ -314,7 +314,9 @@ async fn fleet_child(port: u16, agents: usize, seconds: u64) {
 /// entry is `*6`, its id, time and duration (µs), then the command's arguments, among which
 /// the script's operation.
 fn slowest(reply: &str) -> String {
-    const OPS: [&str; 7] = ["ask", "inbox", "poll", "cancel", "success", "limited", "stats"];
+    const OPS: [&str; 7] = [
+        "ask", "inbox", "poll", "cancel", "success", "limited", "stats",
+    ];
     let lines: Vec<&str> = reply.split("\r\n").collect();
     let mut entries = Vec::new();
     for (i, line) in lines.iter().enumerate() {
@@ -393,7 +395,10 @@ fn fleet(port: u16, processes: usize, agents: usize, seconds: u64) {
         "calls that took Redis over 10 ms (wall time, so a busy machine's too): {}",
         command(port, "SLOWLOG LEN").trim().trim_start_matches(':')
     );
-    eprintln!("the slowest: {}", slowest(&command(port, "SLOWLOG GET 128")));
+    eprintln!(
+        "the slowest: {}",
+        slowest(&command(port, "SLOWLOG GET 128"))
+    );
     println!(
         "| {processes} × {agents} agents | {seconds} s | {:.0} % | {:.0} % | {calls} | {:.0} | {us:.1} µs | {} / {} | {fell_back_processes} |",
         cpu * 100.0,

@@ -3,7 +3,8 @@
 //! The library an agent embeds: the tokio [`runner`] that executes an
 //! [`AgentMachine`](rebound_core::AgentMachine)'s commands, the [`provider`]s that speak the
 //! Anthropic and OpenAI wire formats over HTTP, [`tools`], [`session`] transcripts, the
-//! [`receiver`] of a run's events, and the retry [`budget`] stores.
+//! [`receiver`] of a run's events, the retry [`budget`] stores, and [`telemetry`]: `tracing`
+//! spans named by the OpenTelemetry GenAI conventions.
 //!
 //! Features (only `schema` on by default, so an agent pulls only what it runs):
 //!
@@ -12,6 +13,7 @@
 //! | `lua` | tools defined in Lua files (`tools::lua`, Lua 5.4 built from source) |
 //! | `mcp` | MCP servers as a tool source (`tools::mcp`, over stdio) |
 //! | `redis` | a retry budget shared by processes through Redis (`budget::redis`) |
+//! | `otel` | OpenTelemetry metrics of runs (`telemetry`), through the OpenTelemetry API |
 
 #![warn(missing_docs)]
 
@@ -23,6 +25,7 @@ pub mod provider;
 pub mod receiver;
 pub mod runner;
 pub mod session;
+pub mod telemetry;
 pub mod tools;
 
 /// The HTTP client [`HttpProvider::with_client`](provider::HttpProvider::with_client) takes,

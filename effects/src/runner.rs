@@ -4,6 +4,7 @@ use crate::budget::BudgetStore;
 pub use crate::persist::{Persist, PersistError};
 use crate::provider::{BoxFuture, Provider, ProviderRequest, SendError};
 use crate::receiver::{NullReceiver, Receiver, ReceiverError};
+use crate::telemetry::{RunTelemetry, Telemetry};
 use rebound_core::trace::TraceWriter;
 use rebound_core::trace::{TraceHeader, TraceStep};
 use rebound_core::{
@@ -12,9 +13,11 @@ use rebound_core::{
     RunError, RunTally, StreamDeadlines, ToolCall, ToolFailure, ToolSpec,
 };
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// Runs tool batches for the runner. The tool set of [`crate::tools`] implements it; an
 /// embedder may bring its own.
@@ -29,6 +32,15 @@ pub trait ToolExecutor: Send + Sync {
         calls: Vec<ToolCall>,
         cancel: &'a CancellationToken,
     ) -> BoxFuture<'a, BatchOutcome>;
+
+    /// Whether this executor makes the `execute_tool` span of each call itself, timed to the
+    /// call ([`tool_span`](crate::telemetry::tool_span),
+    /// [`record_tool_result`](crate::telemetry::record_tool_result)), as the
+    /// [`ToolSet`](crate::tools::ToolSet) does. When it does not (the default), the runner
+    /// makes them, each covering the whole batch.
+    fn traces_calls(&self) -> bool {
+        false
+    }
 }
 
 /// No tools at all.
@@ -265,6 +277,7 @@ pub struct Runner {
     conversation: Conversation,
     cancel: CancelHandle,
     trace_meta: Vec<(String, String)>,
+    telemetry: Telemetry,
     /// When the current run started (for its wall time).
     started: Option<Instant>,
 }
@@ -309,6 +322,7 @@ impl Runner {
             conversation: Conversation::new(),
             cancel: CancelHandle::new(),
             trace_meta: Vec::new(),
+            telemetry: Telemetry::default(),
             started: None,
         }
     }
@@ -389,6 +403,16 @@ impl Runner {
         self
     }
 
+    /// Sets what the run's telemetry records beyond its spans' standard attributes (an agent
+    /// name, a conversation id, message content) and, with the `otel` feature, the meter of
+    /// its metrics. The spans themselves are always emitted, to whatever `tracing`
+    /// subscriber is installed: see [`telemetry`](crate::telemetry).
+    #[must_use]
+    pub fn telemetry(mut self, telemetry: Telemetry) -> Self {
+        self.telemetry = telemetry;
+        self
+    }
+
     /// Continues `conversation` (a loaded session).
     #[must_use]
     pub fn conversation(mut self, conversation: Conversation) -> Self {
@@ -416,7 +440,29 @@ impl Runner {
     }
 
     /// Runs until the machine finishes or fails. The conversation is kept for the next run.
+    ///
+    /// The run is an `invoke_agent` span, a child of the caller's current span, holding
+    /// the spans of its model calls and tool calls ([`telemetry`](crate::telemetry)).
     pub async fn run(&mut self, input: RunInput) -> Result<RunSummary, RunError> {
+        let mut telemetry = RunTelemetry::start(
+            &self.telemetry,
+            &self.config,
+            self.providers.iter().map(|p| p.label()),
+            self.seed,
+            self.tools.traces_calls(),
+        );
+        // Not `.instrument(span)`: the run's future is polled for every streamed chunk, and
+        // entering a span costs on each poll; the runner's spans name their parents, and the
+        // futures that may make spans of their own (tools, compactors, a provider while it
+        // connects) run inside the right one.
+        self.run_traced(input, &mut telemetry).await
+    }
+
+    async fn run_traced(
+        &mut self,
+        input: RunInput,
+        telemetry: &mut RunTelemetry,
+    ) -> Result<RunSummary, RunError> {
         // With a shared budget, time is the budget's: every runner sharing it agrees.
         let start = self
             .budget
@@ -424,7 +470,9 @@ impl Runner {
             .map_or_else(Instant::now, |budget| budget.origin());
         self.started = Some(Instant::now());
         if let Err(e) = self.write_header() {
-            return Err(self.host_error(HostFailureKind::Internal, format!("trace: {e}")));
+            let error = self.host_error(HostFailureKind::Internal, format!("trace: {e}"));
+            telemetry.finish(&Err(error.clone()), &RunTally::default());
+            return Err(error);
         }
         // A copy, not the runner's own: a run whose future is dropped leaves the runner
         // with the conversation it had. Cheap: the copy shares the messages.
@@ -458,9 +506,11 @@ impl Runner {
             let now = Millis(u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX));
             let recorded = self.trace.is_some().then(|| event.clone());
             stats.event(now, &event);
+            telemetry.event(&event);
             let commands = machine.step(now, event);
             for command in &commands {
                 stats.command(command);
+                telemetry.command(command);
             }
             if let (Some(trace), Some(event)) = (self.trace.as_mut(), recorded) {
                 if let Err(e) = trace.step(&TraceStep::new(now, event, &commands)) {
@@ -469,7 +519,7 @@ impl Runner {
                     continue;
                 }
             }
-            match self.execute(commands, &mut stats).await {
+            match self.execute(commands, &mut stats, telemetry).await {
                 Flow::Next(event) => next = Some(event),
                 Flow::Done(done) => {
                     result = done;
@@ -478,6 +528,7 @@ impl Runner {
             }
         }
         self.conversation = machine.into_conversation();
+        telemetry.finish(&result, &stats);
         if let Err(error) = &result {
             stats.elapsed_ms = self.elapsed_ms();
             // Best effort: the run is failing already.
@@ -525,7 +576,12 @@ impl Runner {
 
     /// Executes one step's commands in order. Returns the next event (the answer to the one
     /// command that waits, or a host failure) or the run's end.
-    async fn execute(&mut self, commands: Vec<Command>, stats: &mut RunTally) -> Flow {
+    async fn execute(
+        &mut self,
+        commands: Vec<Command>,
+        stats: &mut RunTally,
+        telemetry: &mut RunTelemetry,
+    ) -> Flow {
         for command in commands {
             let result = match command {
                 Command::AppendMessage { message } => {
@@ -567,7 +623,7 @@ impl Runner {
                         attempt,
                         deadlines,
                     };
-                    return self.send(sent, &conversation, stats).await;
+                    return self.send(sent, &conversation, stats, telemetry).await;
                 }
                 // Every wait below polls the cancel first (`biased`): when the cancel and the
                 // awaited answer are both ready, the run is canceled, never a coin toss.
@@ -590,10 +646,15 @@ impl Runner {
                             let cancel = self.cancel.0.clone();
                             // A batch that saw the cancel answers with a `Canceled` host
                             // failure, which the machine also takes as the cancel.
+                            let batch_run = crate::telemetry::with_capture(
+                                telemetry.captures_content(),
+                                tools.run_batch(calls, &cancel),
+                            )
+                            .instrument(telemetry.agent_span().clone());
                             let outcome = tokio::select! {
                                 biased;
                                 () = self.cancel.0.cancelled() => Event::Cancel,
-                                outcome = tools.run_batch(calls, &cancel) => Event::ToolsFinished { batch, outcome },
+                                outcome = batch_run => Event::ToolsFinished { batch, outcome },
                             };
                             Ok(Some(outcome))
                         }
@@ -609,7 +670,7 @@ impl Runner {
                             tokio::select! {
                                 biased;
                                 () = self.cancel.0.cancelled() => return Flow::Next(Event::Cancel),
-                                r = c.compact(&conversation) => r.map_err(CompactionError::from),
+                                r = c.compact(&conversation).instrument(telemetry.agent_span().clone()) => r.map_err(CompactionError::from),
                             }
                         }
                         None => compact(&conversation, &self.config.compaction),
@@ -619,11 +680,13 @@ impl Runner {
                 Command::AcquirePermit { permit, ask } => {
                     let decision = match &self.budget {
                         Some(budget) => {
-                            tokio::select! {
+                            let decision = tokio::select! {
                                 biased;
                                 () = self.cancel.0.cancelled() => return Flow::Next(Event::Cancel),
                                 decision = budget.acquire(ask) => decision,
-                            }
+                            };
+                            telemetry.budget_tokens(budget.tokens());
+                            decision
                         }
                         None => rebound_core::PermitDecision::Granted,
                     };
@@ -633,6 +696,7 @@ impl Runner {
                     if let Some(budget) = &self.budget {
                         // Bounded by the store (a Redis call times out and falls back).
                         budget.record(note).await;
+                        telemetry.budget_tokens(budget.tokens());
                     }
                     Ok(None)
                 }
@@ -677,6 +741,7 @@ impl Runner {
         sent: Sent,
         conversation: &Conversation,
         stats: &mut RunTally,
+        telemetry: &RunTelemetry,
     ) -> Flow {
         let Sent {
             request,
@@ -696,10 +761,10 @@ impl Runner {
         // Borrowed, not cloned: the tool specs (JSON schemas) are the same for every request.
         let tools = &self.config.tools;
         let receiver = &mut self.receiver;
-        let mut streamed = false;
+        let streamed = AtomicBool::new(false);
         let mut receiver_failed: Option<ReceiverError> = None;
         let mut sink = |delta: rebound_core::wire::StreamDelta<&str>| {
-            streamed = true;
+            streamed.store(true, Ordering::Relaxed);
             match receiver.delta(&delta) {
                 Ok(()) => true,
                 Err(e) => {
@@ -711,11 +776,16 @@ impl Runner {
         let outcome = tokio::select! {
             biased;
             () = self.cancel.0.cancelled() => None,
-            r = provider.send(
-                ProviderRequest::new(conversation, tools).with_deadlines(deadlines),
-                &mut sink,
+            r = crate::telemetry::in_span_until(
+                provider.send(
+                    ProviderRequest::new(conversation, tools).with_deadlines(deadlines),
+                    &mut sink,
+                ),
+                telemetry.attempt_span(),
+                &streamed,
             ) => Some(r),
         };
+        let streamed = streamed.into_inner();
         if let Some(e) = receiver_failed {
             return Flow::Next(host_event(HostFailureKind::Receiver, e.to_string()));
         }
@@ -725,6 +795,7 @@ impl Runner {
             Some(Err(SendError::Provider(failure))) => {
                 if streamed {
                     stats.stream_reset();
+                    telemetry.stream_reset();
                     if let Err(e) = self.receiver.stream_reset(attempt) {
                         return Flow::Next(host_event(HostFailureKind::Receiver, e.to_string()));
                     }

@@ -45,7 +45,7 @@ fn told(event: &Event) -> String {
                 "answer {:?} [{}] problems {:?}",
                 response.stop_reason,
                 blocks.join(", "),
-                response.input_problems
+                response.input_problems()
             )
         }
         Event::ProviderFailed { failure, .. } => format!(

@@ -1029,12 +1029,14 @@ impl AgentMachine {
         self.emit(Command::Sleep { timer, delay_ms });
     }
 
-    fn on_response(&mut self, response: AssistantResponse) {
+    fn on_response(&mut self, mut response: AssistantResponse) {
+        let input_problems = response.take_input_problems();
+        // The response's id and model are telemetry's: the machine decides nothing on them.
         let AssistantResponse {
             mut message,
             stop_reason,
-            input_problems,
             usage,
+            ..
         } = response;
         message.role = Role::Assistant;
         if message.is_empty() {
@@ -1056,7 +1058,7 @@ impl AgentMachine {
             let tokens = usage.context_tokens(provider);
             self.last_context_tokens = (tokens > 0).then_some(tokens);
         }
-        let input_problems = refuse_deep_inputs(&mut message, input_problems);
+        let input_problems = refuse_deep_inputs(&mut message, input_problems.into());
         let problems = unique_tool_ids(&mut message, input_problems, self.next_id);
         self.turns += 1;
         let answers: Vec<Answer> = message

@@ -38,18 +38,16 @@ fn text_response(text: &str) -> AssistantResponse {
 }
 
 fn tool_response(calls: &[(&str, &str, serde_json::Value)]) -> AssistantResponse {
-    AssistantResponse {
-        message: Message {
+    AssistantResponse::new(
+        Message {
             role: Role::Assistant,
             content: calls
                 .iter()
                 .map(|(id, name, input)| ContentBlock::tool_use(*id, *name, input.clone()))
                 .collect(),
         },
-        stop_reason: StopReason::ToolUse,
-        usage: Usage::default(),
-        input_problems: Box::default(),
-    }
+        StopReason::ToolUse,
+    )
 }
 
 fn failure(kind: FailureKind, status: u16) -> ProviderFailure {
@@ -469,7 +467,7 @@ fn invalid_and_truncated_input_get_error_results_without_running() {
         ("d", "read", json!({})),
     ]);
     response.stop_reason = StopReason::MaxTokens;
-    response.input_problems = vec![
+    response = response.with_input_problems(vec![
         ToolInputProblem {
             tool_use_id: "b".into(),
             kind: InputProblemKind::InvalidJson,
@@ -482,8 +480,7 @@ fn invalid_and_truncated_input_get_error_results_without_running() {
             raw: "{\"path\": \"src/ma".into(),
             detail: "cut at max_tokens".into(),
         },
-    ]
-    .into();
+    ]);
     let out = m.step(
         Millis(1),
         Event::ProviderSucceeded {

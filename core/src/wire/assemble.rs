@@ -48,11 +48,16 @@ fn part_bytes(part: &Part) -> usize {
     }
 }
 
-/// Blocks keyed by their stream index, plus usage and a size budget.
+/// Blocks keyed by their stream index, plus usage, the response's identity and a size
+/// budget.
 #[derive(Debug)]
 pub(crate) struct Assembly {
     parts: BTreeMap<u64, Part>,
     pub(crate) usage: Usage,
+    /// The provider's id of the response (`msg_…`, `chatcmpl-…`, `resp_…`), when it sent one.
+    pub(crate) id: Option<String>,
+    /// The model that answered, as the provider names it, when it said.
+    pub(crate) model: Option<String>,
     bytes: usize,
     max_bytes: usize,
 }
@@ -62,6 +67,8 @@ impl Assembly {
         Assembly {
             parts: BTreeMap::new(),
             usage: Usage::default(),
+            id: None,
+            model: None,
             bytes: 0,
             max_bytes,
         }
@@ -303,12 +310,35 @@ impl Assembly {
                 Some(&format!("stop reason {stop_reason}")),
             ));
         }
-        Ok(AssistantResponse {
-            message,
-            stop_reason,
-            usage: self.usage,
-            input_problems: input_problems.into(),
-        })
+        let mut response = AssistantResponse::new(message, stop_reason)
+            .with_usage(self.usage)
+            .with_input_problems(input_problems);
+        if let Some(id) = self.id {
+            response = response.with_id(id);
+        }
+        if let Some(model) = self.model {
+            response = response.with_model(model);
+        }
+        Ok(response)
+    }
+}
+
+/// Reads the response's `id` and `model` from `v` (a message, chunk or response object):
+/// strings only, bounded (an identifier, not a payload), and only the first seen of each.
+pub(crate) fn read_identity(v: &Value, asm: &mut Assembly) {
+    /// Longer is not an id or a model name; it is dropped rather than copied into spans.
+    const MAX: usize = 256;
+    let field = |key: &str| {
+        v.get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty() && s.len() <= MAX)
+            .map(str::to_owned)
+    };
+    if asm.id.is_none() {
+        asm.id = field("id");
+    }
+    if asm.model.is_none() {
+        asm.model = field("model");
     }
 }
 

@@ -32,7 +32,8 @@
 //!     decoder.feed(&chunk).unwrap();
 //! }
 //! assert!(decoder.is_complete());
-//! assert_eq!(decoder.finish().unwrap(), sent);
+//! // The message, and who answered: the stream's id and model.
+//! assert_eq!(decoder.finish().unwrap(), sent.with_id("msg_1").with_model("claude-test"));
 //! # }
 //! ```
 //!

@@ -81,7 +81,7 @@ fn anthropic_basic_capture_assembles_text_stop_reason_and_usage() {
             ..Usage::default()
         }
     );
-    assert!(r.input_problems.is_empty());
+    assert!(r.input_problems().is_empty());
 }
 
 #[test]
@@ -121,8 +121,8 @@ fn anthropic_tool_use_capture_assembles_text_then_tool_call_from_json_fragments(
 fn anthropic_max_tokens_capture_marks_unfinished_tool_json_as_truncated() {
     let r = decode(ProviderKind::Anthropic, ANTHROPIC_MAX_TOKENS_PARTIAL_JSON).unwrap();
     assert_eq!(r.stop_reason, StopReason::MaxTokens);
-    assert_eq!(r.input_problems.len(), 1);
-    let p = &r.input_problems[0];
+    assert_eq!(r.input_problems().len(), 1);
+    let p = &r.input_problems()[0];
     assert_eq!(p.tool_use_id, "toolu_01EKqbqmZrGRXy18eN7m9kvY");
     assert_eq!(p.kind, InputProblemKind::Truncated);
     assert!(p.raw.ends_with("\"Filing taxes"), "{}", p.raw);
@@ -435,9 +435,9 @@ data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"funct
 data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n";
     let r = decode(ProviderKind::OpenAi, bytes).unwrap();
     assert_eq!(r.stop_reason, StopReason::MaxTokens);
-    assert_eq!(r.input_problems.len(), 1);
-    assert_eq!(r.input_problems[0].kind, InputProblemKind::Truncated);
-    assert_eq!(r.input_problems[0].tool_use_id, "call_1");
+    assert_eq!(r.input_problems().len(), 1);
+    assert_eq!(r.input_problems()[0].kind, InputProblemKind::Truncated);
+    assert_eq!(r.input_problems()[0].tool_use_id, "call_1");
     assert_eq!(r.message.tool_uses().next().unwrap().2, &json!({}));
 }
 
@@ -460,9 +460,9 @@ fn tool_input_that_is_invalid_or_not_an_object_is_reported_not_panicked() {
             "data: {chunk}\n\ndata: {{\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"tool_calls\"}}]}}\n\ndata: [DONE]\n\n"
         );
         let r = decode(ProviderKind::OpenAi, bytes.as_bytes()).unwrap();
-        assert_eq!(r.input_problems.len(), 1, "{args}");
-        assert_eq!(r.input_problems[0].kind, kind, "{args}");
-        assert_eq!(r.input_problems[0].raw, args);
+        assert_eq!(r.input_problems().len(), 1, "{args}");
+        assert_eq!(r.input_problems()[0].kind, kind, "{args}");
+        assert_eq!(r.input_problems()[0].raw, args);
     }
 }
 
@@ -501,8 +501,8 @@ fn bytes_after_the_terminal_event_are_ignored() {
 
 #[test]
 fn thinking_and_signature_deltas_assemble_a_thinking_block() {
-    let response = AssistantResponse {
-        message: Message {
+    let response = AssistantResponse::new(
+        Message {
             role: Role::Assistant,
             content: vec![
                 ContentBlock::Thinking {
@@ -512,10 +512,10 @@ fn thinking_and_signature_deltas_assemble_a_thinking_block() {
                 ContentBlock::text("12231"),
             ],
         },
-        stop_reason: StopReason::EndTurn,
-        usage: Usage::default(),
-        input_problems: Box::default(),
-    };
+        StopReason::EndTurn,
+    )
+    .with_id("id")
+    .with_model("m");
     let bytes = encode_stream(ProviderKind::Anthropic, &response, "m", "id").concat();
     let (deltas, r) = decode_with_deltas(ProviderKind::Anthropic, &bytes);
     assert_eq!(r, response);
@@ -533,22 +533,22 @@ fn encoded_input_problems_decode_to_the_same_problems() {
         raw: raw.into(),
         detail: detail(raw),
     };
-    let response = AssistantResponse {
-        message: Message {
+    let response = AssistantResponse::new(
+        Message {
             role: Role::Assistant,
             content: vec![
                 ContentBlock::tool_use("call_a", "write", json!({})),
                 ContentBlock::tool_use("call_b", "write", json!({})),
             ],
         },
-        stop_reason: StopReason::MaxTokens,
-        usage: Usage::default(),
-        input_problems: vec![
-            problem("call_a", InputProblemKind::InvalidJson, raw_invalid),
-            problem("call_b", InputProblemKind::Truncated, raw_truncated),
-        ]
-        .into(),
-    };
+        StopReason::MaxTokens,
+    )
+    .with_input_problems(vec![
+        problem("call_a", InputProblemKind::InvalidJson, raw_invalid),
+        problem("call_b", InputProblemKind::Truncated, raw_truncated),
+    ])
+    .with_id("id")
+    .with_model("m");
     for provider in [ProviderKind::Anthropic, ProviderKind::OpenAi] {
         let bytes = encode_stream(provider, &response, "m", "id").concat();
         assert_eq!(decode(provider, &bytes).unwrap(), response, "{provider}");
@@ -577,6 +577,7 @@ fn openai_refusal_round_trips_through_the_refusal_field() {
     response.stop_reason = StopReason::Refusal;
     let chunks = encode_stream(ProviderKind::OpenAi, &response, "m", "id");
     assert!(String::from_utf8_lossy(&chunks[1]).contains("\"refusal\":\"I can't"));
+    let response = response.with_id("id").with_model("m");
     assert_eq!(
         decode(ProviderKind::OpenAi, &chunks.concat()).unwrap(),
         response
@@ -635,23 +636,24 @@ data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\nd
 
 #[test]
 fn non_streaming_bodies_round_trip_through_encode_and_parse() {
-    let response = AssistantResponse {
-        message: Message {
+    let response = AssistantResponse::new(
+        Message {
             role: Role::Assistant,
             content: vec![
                 ContentBlock::text("Reading it."),
                 ContentBlock::tool_use("call_9", "read", json!({"path": "src/main.rs"})),
             ],
         },
-        stop_reason: StopReason::ToolUse,
-        usage: Usage {
-            input_tokens: 120,
-            output_tokens: 30,
-            cache_creation_input_tokens: None,
-            cache_read_input_tokens: Some(100),
-        },
-        input_problems: Box::default(),
-    };
+        StopReason::ToolUse,
+    )
+    .with_usage(Usage {
+        input_tokens: 120,
+        output_tokens: 30,
+        cache_creation_input_tokens: None,
+        cache_read_input_tokens: Some(100),
+    })
+    .with_id("msg_1")
+    .with_model("model-x");
     for provider in [
         ProviderKind::Anthropic,
         ProviderKind::OpenAi,
@@ -1193,15 +1195,14 @@ mod round_trip {
         stop_reason: StopReason,
         usage: Usage,
     ) -> AssistantResponse {
-        AssistantResponse {
-            message: Message {
+        AssistantResponse::new(
+            Message {
                 role: Role::Assistant,
                 content,
             },
             stop_reason,
-            usage,
-            input_problems: Box::default(),
-        }
+        )
+        .with_usage(usage)
     }
 
     fn split_and_decode(
@@ -1227,6 +1228,7 @@ mod round_trip {
             cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12),
         ) {
             let bytes = encode_stream(ProviderKind::Anthropic, &r, "claude-test", "msg_1").concat();
+            let r = r.with_id("msg_1").with_model("claude-test");
             prop_assert_eq!(split_and_decode(ProviderKind::Anthropic, &bytes, &cuts), Ok(r));
         }
 
@@ -1236,6 +1238,7 @@ mod round_trip {
             cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12),
         ) {
             let bytes = encode_stream(ProviderKind::OpenAi, &r, "gpt-test", "chatcmpl-1").concat();
+            let r = r.with_id("chatcmpl-1").with_model("gpt-test");
             prop_assert_eq!(split_and_decode(ProviderKind::OpenAi, &bytes, &cuts), Ok(r));
         }
 
@@ -1246,6 +1249,7 @@ mod round_trip {
         ) {
             let bytes = encode_stream(ProviderKind::OpenAiResponses, &r, "gpt-test", "resp_1")
                 .concat();
+            let r = r.with_id("resp_1").with_model("gpt-test");
             prop_assert_eq!(
                 split_and_decode(ProviderKind::OpenAiResponses, &bytes, &cuts),
                 Ok(r.clone())
@@ -1334,4 +1338,44 @@ fn the_tool_error_flag_survives_a_request_exactly_where_the_wire_carries_it() {
             .any(|r| r.is_error);
         assert_eq!(flagged, carries_tool_error_flag(provider), "{provider}");
     }
+}
+
+#[test]
+fn the_response_id_and_model_are_read_from_every_wire_format_streamed_or_not() {
+    let answer = AssistantResponse::end_turn(Message::assistant_text("hi"));
+    for (provider, id) in [
+        (ProviderKind::Anthropic, "msg_01XFDUDYJgAACzvnptvVoYEL"),
+        (
+            ProviderKind::OpenAi,
+            "chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG",
+        ),
+        (
+            ProviderKind::OpenAiResponses,
+            "resp_67ccd2bed1ec8190b14f964abc054267",
+        ),
+    ] {
+        let bytes = encode_stream(provider, &answer, "model-2025-01-01", id).concat();
+        let streamed = decode(provider, &bytes).unwrap();
+        assert_eq!(streamed.id(), Some(id), "{provider}");
+        assert_eq!(streamed.model(), Some("model-2025-01-01"), "{provider}");
+        let body = encode_response_json(provider, &answer, "model-2025-01-01", id).to_string();
+        let parsed = parse_response(provider, body.as_bytes()).unwrap();
+        assert_eq!(
+            (parsed.id(), parsed.model()),
+            (streamed.id(), streamed.model())
+        );
+    }
+}
+
+#[test]
+fn an_odd_id_or_model_is_left_out_not_a_failure() {
+    // A compatible server with a numeric id, no model, and a huge one: the answer stands.
+    let long = "m".repeat(10_000);
+    let bytes = format!(
+        "data: {{\"id\":7,\"model\":\"{long}\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"4\"}}}}]}}\n\n\
+data: {{\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}\n\ndata: [DONE]\n\n"
+    );
+    let r = decode(ProviderKind::OpenAi, bytes.as_bytes()).unwrap();
+    assert_eq!(r.message, Message::assistant_text("4"));
+    assert_eq!((r.id(), r.model()), (None, None));
 }

@@ -208,6 +208,10 @@ impl BudgetStore for SharedBudget {
     async fn record(&self, note: BudgetNote) {
         SharedBudget::record(self, note);
     }
+
+    fn tokens(&self) -> Option<f64> {
+        Some(self.balance())
+    }
 }
 
 /// Takes a request out of the queue when its waiter stops waiting for any reason.

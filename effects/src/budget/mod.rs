@@ -66,6 +66,12 @@ pub trait BudgetStore: Send + Sync + fmt::Debug {
     /// Tells the budget what a machine noted: a success (a deposit) or a rate limit (every
     /// sharer waits until it ends).
     async fn record(&self, note: BudgetNote);
+
+    /// The tokens in the budget now, for telemetry (`rebound.budget.tokens`), when the
+    /// store can tell without I/O; `None` (the default) when it cannot.
+    fn tokens(&self) -> Option<f64> {
+        None
+    }
 }
 
 /// Where `rebound run --budget` keeps the budget.

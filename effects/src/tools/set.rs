@@ -2,6 +2,7 @@
 
 use super::schema::{bounded, InputSchema};
 use super::{Tool, ToolContext, ToolSource};
+use crate::telemetry::names;
 use rebound_core::{
     BatchOutcome, CallOutcome, HostFailure, HostFailureKind, ToolCall, ToolFailure, ToolOutput,
     ToolResultPart, ToolSpec,
@@ -12,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, Span};
 
 /// How a [`ToolSet`] runs a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -385,10 +387,12 @@ impl ToolSet {
         let mut source_jobs: BTreeMap<usize, usize> = BTreeMap::new();
         for (index, call) in calls.into_iter().enumerate() {
             let Some(entry) = self.entries.get(&call.name) else {
+                crate::telemetry::refused_tool_call(&call, names::ERROR_UNKNOWN_TOOL);
                 results[index] = Some(Err(ToolFailure::model(self.unknown_tool(&call.name))));
                 continue;
             };
             if let Err(message) = entry.schema.check(&call.input) {
+                crate::telemetry::refused_tool_call(&call, names::ERROR_INVALID_ARGUMENTS);
                 results[index] = Some(Err(ToolFailure::model(message)));
                 continue;
             }
@@ -417,40 +421,62 @@ impl ToolSet {
 
         let mut pending = jobs.into_iter();
         let mut running: JoinSet<JobResult> = JoinSet::new();
-        // Which calls each task answers and what to call it, for a task that panicked.
-        let mut owners: HashMap<tokio::task::Id, (Vec<usize>, String)> = HashMap::new();
+        // Which calls each task answers, what to call it (for a task that panicked), and the
+        // calls' `execute_tool` spans, each open while its job runs.
+        let mut owners: HashMap<tokio::task::Id, (Vec<usize>, String, Vec<Span>)> = HashMap::new();
         loop {
             while running.len() < self.config.concurrency {
                 let Some(job) = pending.next() else { break };
-                let (indices, label) = match &job {
-                    Job::Native { index, call, .. } => {
-                        (vec![*index], format!("tool `{}`", call.name))
-                    }
+                let (indices, label, spans) = match &job {
+                    Job::Native { index, call, .. } => (
+                        vec![*index],
+                        format!("tool `{}`", call.name),
+                        vec![crate::telemetry::tool_span(call)],
+                    ),
                     Job::Source {
-                        source, indices, ..
+                        source,
+                        indices,
+                        calls,
                     } => (
                         indices.clone(),
                         format!("tool source `{}`", self.sources[*source].name()),
+                        calls.iter().map(crate::telemetry::tool_span).collect(),
                     ),
                 };
-                let handle = running.spawn(self.job_future(job, cancel));
-                owners.insert(handle.id(), (indices, label));
+                // A native call runs inside its span (its own spans nest there); a source's
+                // calls run as one job, under the batch's span.
+                let inside = match spans.as_slice() {
+                    [one] => one.clone(),
+                    _ => Span::current(),
+                };
+                let handle = running.spawn(self.job_future(job, cancel).instrument(inside));
+                owners.insert(handle.id(), (indices, label, spans));
             }
             if running.is_empty() {
                 break;
             }
             let joined = tokio::select! {
                 biased;
-                () = cancel.cancelled() => return canceled(),
+                () = cancel.cancelled() => {
+                    let canceled = canceled();
+                    if let BatchOutcome::WholeBatch(failure) = &canceled {
+                        for (_, _, spans) in owners.values() {
+                            for span in spans {
+                                crate::telemetry::record_tool_result(span, &Err(failure.clone()));
+                            }
+                        }
+                    }
+                    return canceled;
+                }
                 joined = running.join_next_with_id() => joined,
             };
             match joined {
                 None => break,
                 Some(Ok((id, answered))) => {
-                    owners.remove(&id);
+                    let (indices, _, spans) = owners.remove(&id).unwrap_or_default();
                     for (index, result) in answered {
                         let max = self.config.max_output_bytes;
-                        results[index] = Some(match result {
+                        let result = match result {
                             Ok(output) => Ok(cap_output(
                                 super::media::screen(output, &Default::default()),
                                 max,
@@ -460,11 +486,19 @@ impl ToolSet {
                                 Err(ToolFailure::model(bounded(&message, max)))
                             }
                             Err(failure) => Err(failure),
-                        });
+                        };
+                        if let Some(span) = indices
+                            .iter()
+                            .position(|i| *i == index)
+                            .and_then(|at| spans.get(at))
+                        {
+                            crate::telemetry::record_tool_result(span, &result);
+                        }
+                        results[index] = Some(result);
                     }
                 }
                 Some(Err(error)) => {
-                    let Some((indices, label)) = owners.remove(&error.id()) else {
+                    let Some((indices, label, spans)) = owners.remove(&error.id()) else {
                         continue;
                     };
                     let failure = if error.is_panic() {
@@ -479,6 +513,9 @@ impl ToolSet {
                             format!("the task running the {label} was aborted"),
                         ))
                     };
+                    for span in &spans {
+                        crate::telemetry::record_tool_result(span, &Err(failure.clone()));
+                    }
                     for index in indices {
                         results[index] = Some(Err(failure.clone()));
                     }
@@ -571,6 +608,11 @@ impl crate::runner::ToolExecutor for ToolSet {
         cancel: &'a CancellationToken,
     ) -> crate::provider::BoxFuture<'a, BatchOutcome> {
         Box::pin(ToolSet::run_batch(self, calls, cancel))
+    }
+
+    /// Each call's `execute_tool` span is made as its job starts and ends with it.
+    fn traces_calls(&self) -> bool {
+        true
     }
 }
 

@@ -92,7 +92,7 @@ pub(crate) fn stream(response: &AssistantResponse, model: &str, message_id: &str
                     quote(name)
                 )));
                 let problem = response
-                    .input_problems
+                    .input_problems()
                     .iter()
                     .find(|p| &p.tool_use_id == id);
                 let json = match problem {

@@ -3,7 +3,7 @@
 use crate::classify::classify_error_body;
 use crate::failure::{ProviderFailure, ProviderKind};
 use crate::response::{AssistantResponse, StopReason};
-use crate::wire::assemble::{Assembly, Part};
+use crate::wire::assemble::{read_identity, Assembly, Part};
 use crate::wire::borrow::{as_is, or_empty, parse_json, text, Str};
 use crate::wire::render::read_anthropic_usage;
 use crate::wire::scan::{string_after_quote, Scan};
@@ -57,8 +57,11 @@ impl StreamState {
         match ty {
             "error" => return Err(fail()),
             "message_start" => {
-                if let Some(usage) = v.message.as_ref().and_then(|m| m.get("usage")) {
-                    read_anthropic_usage(usage, &mut self.asm.usage);
+                if let Some(message) = v.message.as_ref() {
+                    read_identity(message, &mut self.asm);
+                    if let Some(usage) = message.get("usage") {
+                        read_anthropic_usage(usage, &mut self.asm.usage);
+                    }
                 }
             }
             "content_block_start" => {
@@ -344,6 +347,7 @@ pub(crate) fn parse_response(v: &Value, body: &[u8]) -> Result<AssistantResponse
     if let Some(usage) = v.get("usage") {
         read_anthropic_usage(usage, &mut asm.usage);
     }
+    read_identity(v, &mut asm);
     let stop = match v.get("stop_reason").and_then(Value::as_str) {
         Some(r) => StopReason::from(r.to_owned()),
         None if asm.has_tool_calls() => StopReason::ToolUse,

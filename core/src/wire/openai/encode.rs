@@ -92,7 +92,11 @@ pub(crate) fn stream(response: &AssistantResponse, model: &str, message_id: &str
             ),
             "null",
         ));
-        let args = match response.input_problems.iter().find(|p| p.tool_use_id == id) {
+        let args = match response
+            .input_problems()
+            .iter()
+            .find(|p| p.tool_use_id == id)
+        {
             Some(p) => p.raw.clone(),
             None => input.to_string(),
         };

@@ -4,7 +4,7 @@
 use crate::classify::classify_error_body;
 use crate::failure::{ProviderFailure, ProviderKind};
 use crate::response::{AssistantResponse, StopReason, Usage};
-use crate::wire::assemble::{Assembly, Part};
+use crate::wire::assemble::{read_identity, Assembly, Part};
 use crate::wire::borrow::{or_empty, parse_json, text, trim, Str};
 use crate::wire::render::count;
 use crate::wire::scan::{first_time, Scan};
@@ -28,6 +28,8 @@ pub(crate) struct StreamState {
     asm: Assembly,
     finish_reason: Option<String>,
     refusal: bool,
+    /// Whether the first chunk was read for the response's `id` and `model`.
+    identity_read: bool,
 }
 
 impl StreamState {
@@ -36,6 +38,7 @@ impl StreamState {
             asm: Assembly::new(max_message_bytes),
             finish_reason: None,
             refusal: false,
+            identity_read: false,
         }
     }
 
@@ -52,6 +55,16 @@ impl StreamState {
         let data = trim(event.data);
         if data == b"[DONE]" {
             return Ok(true);
+        }
+        if !self.identity_read {
+            // Every chunk repeats the response's `id` and `model`; the first is read for them
+            // once, as a whole (the fast reader below skips them, as it does every field it
+            // does not need, whatever its type).
+            self.identity_read = true;
+            let mut lossy = String::new();
+            if let Ok(first) = parse_json::<Value>(data, &mut lossy, str::trim) {
+                read_identity(&first, &mut self.asm);
+            }
         }
         let mut lossy = String::new();
         let chunk: Chunk<'_> = match fast_chunk(data) {
@@ -233,6 +246,7 @@ pub(crate) fn parse_response(v: &Value, body: &[u8]) -> Result<AssistantResponse
     if let Some(usage) = v.get("usage").filter(|u| u.is_object()) {
         read_usage(usage, &mut asm.usage);
     }
+    read_identity(v, &mut asm);
     let finish = choice
         .get("finish_reason")
         .and_then(Value::as_str)

@@ -33,7 +33,7 @@ fn items(response: &AssistantResponse, message_id: &str) -> Vec<Value> {
             }
             ContentBlock::ToolUse { id, name, input } => {
                 let arguments = match response
-                    .input_problems
+                    .input_problems()
                     .iter()
                     .find(|p| &p.tool_use_id == id)
                 {

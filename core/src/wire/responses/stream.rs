@@ -11,7 +11,7 @@
 use crate::classify::classify_error_body;
 use crate::failure::{ProviderFailure, ProviderKind};
 use crate::response::{AssistantResponse, StopReason, Usage};
-use crate::wire::assemble::{Assembly, Part};
+use crate::wire::assemble::{read_identity, Assembly, Part};
 use crate::wire::borrow::{or_empty, parse_json, text, trim, Str};
 use crate::wire::render::count;
 use crate::wire::scan::{first_time, Scan};
@@ -248,6 +248,7 @@ fn read_response(
     if let Some(usage) = response.get("usage").filter(|u| u.is_object()) {
         read_usage(usage, &mut asm.usage);
     }
+    read_identity(response, asm);
     Ok(refusal)
 }
 

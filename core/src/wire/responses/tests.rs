@@ -190,26 +190,24 @@ fn failure_in_the_stream_sticks_and_is_the_outcome() {
 
 #[test]
 fn incomplete_at_max_output_tokens_is_a_max_tokens_stop_with_truncated_calls() {
-    let response = AssistantResponse {
-        message: Message {
+    let response = AssistantResponse::new(
+        Message {
             role: Role::Assistant,
             content: vec![ContentBlock::tool_use("call_1", "write", json!({}))],
         },
-        stop_reason: StopReason::MaxTokens,
-        usage: Usage::default(),
-        input_problems: vec![crate::response::ToolInputProblem {
-            tool_use_id: "call_1".into(),
-            kind: InputProblemKind::Truncated,
-            raw: "{\"path\": \"a.rs\", \"content\": \"fn ma".into(),
-            detail: String::new(),
-        }]
-        .into(),
-    };
+        StopReason::MaxTokens,
+    )
+    .with_input_problems(vec![crate::response::ToolInputProblem {
+        tool_use_id: "call_1".into(),
+        kind: InputProblemKind::Truncated,
+        raw: "{\"path\": \"a.rs\", \"content\": \"fn ma".into(),
+        detail: String::new(),
+    }]);
     let bytes = encode_stream(R, &response, "gpt-test", "resp_1").concat();
     assert!(String::from_utf8_lossy(&bytes).contains("\"reason\":\"max_output_tokens\""));
     let r = decode(R, &bytes).unwrap();
     assert_eq!(r.stop_reason, StopReason::MaxTokens);
-    assert_eq!(r.input_problems[0].kind, InputProblemKind::Truncated);
+    assert_eq!(r.input_problems()[0].kind, InputProblemKind::Truncated);
 }
 
 #[test]
