@@ -1444,6 +1444,13 @@ impl BudgetStore for RedisBudget {
         self.inner.fallback.acquire(ask).await
     }
 
+    /// The local budget's tokens while this process decides locally (fallen back or
+    /// refused); `None` while Redis decides, since its balance is Redis's to tell (one call:
+    /// [`RedisBudget::stats`]).
+    fn tokens(&self) -> Option<f64> {
+        (!self.is_shared()).then(|| self.inner.fallback.balance())
+    }
+
     async fn record(&self, note: BudgetNote) {
         if let BudgetNote::RateLimited { .. } = note {
             // Also here, so a fall back keeps honouring the window.
