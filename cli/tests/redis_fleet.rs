@@ -229,8 +229,11 @@ async fn after_the_first_429_the_other_processes_wait_instead_of_each_getting_on
 }
 
 /// 503 for three seconds, then answers.
-const THREE_SECOND_OUTAGE: &str = r#"{"random": {"outages": [
-    {"from_ms": 0, "until_ms": 3000, "fault": {"type": "http", "status": 503}}]}}"#;
+/// Long enough that every agent still decides at least a second after Redis is back (it
+/// tries Redis again once a second): on a loaded machine its processes start late, and a
+/// 3 s outage could end before a late one's next try (seen once in a full `cargo test`).
+const FIVE_SECOND_OUTAGE: &str = r#"{"random": {"outages": [
+    {"from_ms": 0, "until_ms": 5000, "fault": {"type": "http", "status": 503}}]}}"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_mid_run_changes_no_outcome_and_is_used_again_once_restarted() {
@@ -239,11 +242,11 @@ async fn redis_killed_mid_run_changes_no_outcome_and_is_used_again_once_restarte
     };
     let _fleet = ONE_FLEET_AT_A_TIME.lock().await;
     let budget = redis.budget_url("killed");
-    // Retries every 150-250 ms until the outage ends; plenty of tokens, so the budget
+    // Retries every 150-250 ms until the outage ends (40 attempts: 6-10 s); plenty of tokens, so the budget
     // shapes nothing here and a run's outcome is the policy's.
     let common = [
         "--max-attempts",
-        "20",
+        "40",
         "--initial-delay-ms",
         "150",
         "--max-delay-ms",
@@ -254,13 +257,13 @@ async fn redis_killed_mid_run_changes_no_outcome_and_is_used_again_once_restarte
         "0",
     ];
 
-    let local = fake_server(THREE_SECOND_OUTAGE).await;
+    let local = fake_server(FIVE_SECOND_OUTAGE).await;
     let mut args = common.to_vec();
     args.extend(["--budget", "local"]);
     let with_local = finish(spawn(&local, AGENTS, &args)).await;
     local.shutdown().await;
 
-    let shared = fake_server(THREE_SECOND_OUTAGE).await;
+    let shared = fake_server(FIVE_SECOND_OUTAGE).await;
     let mut args = common.to_vec();
     args.extend(["--budget", &budget]);
     let children = spawn(&shared, AGENTS, &args);

@@ -47,7 +47,7 @@ pub enum ConfigError {
     Options(#[from] rebound_core::wire::OptionsError),
     /// An extra header that cannot be sent.
     #[error("{0}")]
-    Header(#[from] crate::provider::HeaderError),
+    Header(#[from] HeaderError),
     /// An extra header that would replace one rebound sets.
     #[error(
         "header `{name}` cannot be set for {provider}: rebound sets it (the API key, the \
@@ -62,4 +62,29 @@ pub enum ConfigError {
     /// Any other invalid setting.
     #[error("{0}")]
     Invalid(String),
+}
+
+/// A header that cannot be sent. Never holds a header's value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HeaderError {
+    /// Not a valid HTTP header name.
+    #[error("`{name}` is not a valid HTTP header name (letters, digits and -, no spaces)")]
+    InvalidName {
+        /// The name, with control characters escaped, at most 64 characters of it.
+        name: String,
+    },
+    /// A value with characters no header may carry (a newline or another control
+    /// character).
+    #[error(
+        "the value of header `{name}` contains characters not allowed in an HTTP header (a \
+         newline or another control character)"
+    )]
+    InvalidValue {
+        /// The header's name.
+        name: String,
+    },
+    /// A line without the `:` between name and value.
+    #[error("a header must be given as `Name: value`")]
+    NotAHeaderLine,
 }

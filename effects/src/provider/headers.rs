@@ -1,5 +1,6 @@
 //! Extra request headers whose values never print.
 
+use crate::config::HeaderError;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use std::fmt;
 
@@ -101,31 +102,6 @@ impl fmt::Debug for ExtraHeaders {
         names.sort_unstable();
         f.debug_tuple("ExtraHeaders").field(&names).finish()
     }
-}
-
-/// A header that cannot be sent. Never holds a header's value.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum HeaderError {
-    /// Not a valid HTTP header name.
-    #[error("`{name}` is not a valid HTTP header name (letters, digits and -, no spaces)")]
-    InvalidName {
-        /// The name, with control characters escaped, at most 64 characters of it.
-        name: String,
-    },
-    /// A value with characters no header may carry (a newline or another control
-    /// character).
-    #[error(
-        "the value of header `{name}` contains characters not allowed in an HTTP header (a \
-         newline or another control character)"
-    )]
-    InvalidValue {
-        /// The header's name.
-        name: String,
-    },
-    /// A line without the `:` between name and value.
-    #[error("a header must be given as `Name: value`")]
-    NotAHeaderLine,
 }
 
 /// `text` with control characters escaped, at most 64 characters of it.

@@ -4,7 +4,8 @@ mod headers;
 mod http;
 mod key;
 
-pub use headers::{ExtraHeaders, HeaderError};
+pub use crate::config::HeaderError;
+pub use headers::ExtraHeaders;
 pub use http::{HttpProvider, HttpProviderConfig};
 pub use key::ApiKey;
 pub use rebound_core::wire::{OptionsError, ReasoningEffort, RequestOptions, ToolChoice};
