@@ -147,13 +147,26 @@ async fn kill_9_at_random_points_never_loses_a_complete_message_and_resume_compl
     let mut previous = load(&session).expect("the old session loads");
     let mut killed_after_an_append = 0;
     for i in 0..KILLS {
+        let before = std::fs::read(&session).expect("the session");
         let mut child = rebound(&session, &root, &server.url(), &format!("turn {i}"))
             .spawn()
             .expect("rebound starts");
-        // A whole run takes about (CALLS_PER_TURN + 1) requests × 7 events × DRIP, plus
-        // the start of the process and the tools.
-        let after = Duration::from_millis(rng.u64(0..300));
-        std::thread::sleep(after);
+        if i % 4 == 3 {
+            // Every fourth kill lands after the run wrote something, whatever the machine's
+            // speed now (random moments alone may all fall before the first append on a
+            // loaded machine): wait for a change, then kill within a few appends.
+            let started = Instant::now();
+            while std::fs::read(&session).is_ok_and(|b| b == before)
+                && started.elapsed() < Duration::from_secs(60)
+            {
+                std::thread::sleep(Duration::from_micros(500));
+            }
+            std::thread::sleep(Duration::from_millis(rng.u64(0..100)));
+        } else {
+            // A whole run takes about (CALLS_PER_TURN + 1) requests × 7 events × DRIP, plus
+            // the start of the process and the tools.
+            std::thread::sleep(Duration::from_millis(rng.u64(0..300)));
+        }
         let _ = child.kill(); // SIGKILL
         let status = child.wait().expect("wait");
         // Killed, or (when the kill came late) finished cleanly on its own.
