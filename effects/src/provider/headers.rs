@@ -109,28 +109,23 @@ fn printable(text: &str) -> String {
     text.chars().take(64).flat_map(char::escape_debug).collect()
 }
 
-/// The headers rebound sets on a request to `provider`, or that the HTTP client manages:
-/// an extra header may not replace them.
-pub(crate) fn reserved(provider: rebound_core::ProviderKind) -> &'static [&'static str] {
-    match provider {
-        rebound_core::ProviderKind::Anthropic => &[
-            "x-api-key",
-            "anthropic-version",
-            "content-type",
-            "accept",
-            "content-length",
-            "host",
-            "transfer-encoding",
-            "connection",
-        ],
-        _ => &[
-            "authorization",
-            "content-type",
-            "accept",
-            "content-length",
-            "host",
-            "transfer-encoding",
-            "connection",
-        ],
-    }
+/// The headers rebound or the HTTP client sets on every request: an extra header may not
+/// replace them.
+const SET_ON_EVERY_REQUEST: [&str; 6] = [
+    "content-type",
+    "accept",
+    "content-length",
+    "host",
+    "transfer-encoding",
+    "connection",
+];
+
+/// Whether an extra header `name` (lowercase) would replace one rebound sets on a request to
+/// `provider` (its credential and API version) or that the HTTP client manages.
+pub(crate) fn reserved(provider: rebound_core::ProviderKind, name: &str) -> bool {
+    let own: &[&str] = match provider {
+        rebound_core::ProviderKind::Anthropic => &["x-api-key", "anthropic-version"],
+        _ => &["authorization"],
+    };
+    own.contains(&name) || SET_ON_EVERY_REQUEST.contains(&name)
 }

@@ -253,8 +253,11 @@ impl HttpProvider {
         }
         let url = endpoint_url(config.provider, &config.base_url)?;
         config.options.check(config.provider, config.max_tokens)?;
-        let reserved = super::headers::reserved(config.provider);
-        if let Some(name) = config.headers.names().find(|n| reserved.contains(n)) {
+        if let Some(name) = config
+            .headers
+            .names()
+            .find(|n| super::headers::reserved(config.provider, n))
+        {
             return Err(ConfigError::ReservedHeader {
                 name: name.to_owned(),
                 provider: config.provider,
