@@ -120,6 +120,15 @@ pub use options::{OptionsError, ReasoningEffort, RequestOptions, ToolChoice, Unk
 /// Responses); Anthropic's own rule applies to Anthropic whatever this says. The
 /// conversation keeps the ids the models minted; requests carry ids of this form, the same
 /// for the same conversation, never one twice in a request.
+///
+/// ```
+/// use rebound_core::wire::{RequestParams, ToolIdForm};
+///
+/// let form = ToolIdForm::for_base_url("https://api.mistral.ai/v1");
+/// assert_eq!(form, ToolIdForm::NineAlphanumeric);
+/// let params = RequestParams::new("mistral-large-latest", 1024).with_tool_ids(form);
+/// assert_eq!(params.tool_ids, ToolIdForm::NineAlphanumeric);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
 #[non_exhaustive]
 pub enum ToolIdForm {
