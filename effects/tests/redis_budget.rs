@@ -812,6 +812,13 @@ async fn a_reply_lost_to_the_timeout_is_read_again_and_a_token_is_spent_once() {
         tokio::spawn(async move { b.acquire(ask).await })
     };
     queued(&direct, 1).await;
+    // The waiter's subscription opens its own connection; opened after the loss below, it
+    // would heal it before any reply is lost.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.command("PUBSUB CHANNELS *:wake:*").starts_with("*0") {
+        assert!(Instant::now() < deadline, "the waiter never subscribed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let lost_before = proxy.swallowed();
     proxy.lose_replies(true);
     direct.record(BudgetNote::Succeeded { target: 0 }).await;

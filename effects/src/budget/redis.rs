@@ -787,11 +787,15 @@ impl RedisBudget {
 
     /// A call that reads the same answer when repeated ([`ScriptOp::Ask`] under the same
     /// request, a poll, a cancel, the figures), made once more when the first one's reply
-    /// was lost (a timeout; a broken connection, then on a fresh one): what the first call
-    /// decided is read, not decided again.
+    /// was lost (a timeout or a broken connection): what the first call decided is read, not
+    /// decided again. The repeat always goes on a fresh connection: the one that lost a reply
+    /// may have gone silent, and waiting on it again would turn one lost reply into a
+    /// fallback.
     async fn call_idempotent(&self, op: ScriptOp) -> Result<ScriptReply, RedisBudgetError> {
         match self.call(op.clone(), None).await {
             Err(RedisBudgetError::Timeout { .. } | RedisBudgetError::Connection { .. }) => {
+                self.inner.timeouts_in_row.store(0, Ordering::SeqCst);
+                *lock(&self.inner.connection) = None;
                 self.call(op, None).await
             }
             other => other,
@@ -1062,6 +1066,9 @@ impl RedisBudget {
         }
         let limit = self.origin() + Duration::from_millis(deadline.plus(DEADLINE_GRACE_MS).0);
         tokio::select! {
+            // An answer delivered in the same instant as the limit is still the answer: Redis
+            // spent a token on it, and the poll acknowledged it.
+            biased;
             heard = answer => {
                 let heard = heard.unwrap_or(Heard::Failed);
                 // Decided or gone: nothing left in Redis to withdraw. Failed: withdrawn once
