@@ -1,0 +1,443 @@
+//! Durable runs against a real Restate server: the endpoint is killed with SIGKILL at the
+//! worst moments (after a tool's side effect, in the middle of a 30 s backoff, mid-stream),
+//! then Restate itself is killed mid-run; each time the run completes as if nothing
+//! happened: no request that completed is sent again, the tool's side effect happens once,
+//! and the backoff ends at the time it was set for.
+//!
+//! The endpoint is this test binary itself, started again as a child process running only
+//! [`endpoint_process`], so that it can be killed like any deployed endpoint.
+
+#[path = "support/restate.rs"]
+mod restate;
+
+use rebound_core::{
+    BatchOutcome, CallOutcome, Conversation, MachineConfig, ProviderKind, RetryConfig, Role,
+    ToolCall, ToolOutput, ToolSpec,
+};
+use rebound_durable::{idempotency_key, register, serve, DurableAgent};
+use rebound_effects::provider::{
+    ApiKey, BoxFuture, DeltaSink, HttpProvider, HttpProviderConfig, Provider, ProviderRequest,
+    SendError,
+};
+use rebound_effects::runner::ToolExecutor;
+use rebound_sim::fake::{FakeServer, FakeServerConfig, Outcome, RequestRecord};
+use rebound_sim::scenario::Scenario;
+use restate::{free_port, Client, RestateServer};
+use serde_json::json;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const PORT: &str = "REBOUND_DURABLE_CHILD_PORT";
+const PROVIDER_URL: &str = "REBOUND_DURABLE_CHILD_PROVIDER";
+const RECORD: &str = "REBOUND_DURABLE_CHILD_RECORD";
+const CRASH_MARK: &str = "REBOUND_DURABLE_CHILD_CRASH_MARK";
+
+/// A tool with a side effect: appends one line per call (its id and idempotency key) to a
+/// file.
+struct Record(PathBuf);
+
+impl ToolExecutor for Record {
+    fn specs(&self) -> Vec<ToolSpec> {
+        vec![ToolSpec {
+            name: "record".into(),
+            description: "Records a note.".into(),
+            input_schema: json!({"type": "object", "properties": {"note": {"type": "string"}}}),
+        }]
+    }
+
+    fn run_batch<'a>(
+        &'a self,
+        calls: Vec<ToolCall>,
+        _cancel: &'a tokio_util::sync::CancellationToken,
+    ) -> BoxFuture<'a, BatchOutcome> {
+        Box::pin(async move {
+            let key = idempotency_key().unwrap_or_else(|| "none".into());
+            calls
+                .iter()
+                .map(|call| {
+                    let mut file = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&self.0)
+                        .expect("the record file opens");
+                    writeln!(file, "{} {key}", call.id).expect("the record is written");
+                    file.sync_all().expect("the record is stored");
+                    CallOutcome::ok(&call.id, ToolOutput::text("recorded"))
+                })
+                .collect()
+        })
+    }
+}
+
+/// The fake provider, killing its own process (SIGKILL) on the first request after a tool
+/// result when `mark` does not exist yet: between a tool's journaled side effect and the
+/// next request.
+struct CrashAfterTool {
+    inner: HttpProvider,
+    mark: Option<PathBuf>,
+}
+
+impl Provider for CrashAfterTool {
+    fn label(&self) -> String {
+        self.inner.label()
+    }
+
+    fn send<'a>(
+        &'a self,
+        request: ProviderRequest<'a>,
+        deltas: DeltaSink<'a>,
+    ) -> BoxFuture<'a, Result<rebound_core::AssistantResponse, SendError>> {
+        if let Some(mark) = &self.mark {
+            let after_tool = request
+                .conversation
+                .last()
+                .is_some_and(|m| m.role == Role::User && m.tool_results().next().is_some());
+            if after_tool && !mark.exists() {
+                std::fs::write(mark, "crashed").expect("the mark is written");
+                // SAFETY: kill(2) on our own pid; nothing to uphold.
+                unsafe {
+                    libc::kill(libc::getpid(), libc::SIGKILL);
+                }
+            }
+        }
+        self.inner.send(request, deltas)
+    }
+}
+
+/// Not a test of its own: the endpoint process the tests below start and kill. Does
+/// nothing unless started by them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_process() {
+    let Ok(port) = std::env::var(PORT) else {
+        return;
+    };
+    let base_url = std::env::var(PROVIDER_URL).expect("the provider's URL");
+    let record = PathBuf::from(std::env::var(RECORD).expect("the record file"));
+    let config = HttpProviderConfig::new(
+        ProviderKind::Anthropic,
+        "claude-sonnet-4-5",
+        ApiKey::new("sk-ant-test"),
+    )
+    .with_base_url(base_url);
+    let provider = CrashAfterTool {
+        inner: HttpProvider::new(config).expect("a provider"),
+        mark: std::env::var_os(CRASH_MARK).map(PathBuf::from),
+    };
+    let machine = MachineConfig::default().with_retry(
+        RetryConfig::default()
+            .with_jitter(false)
+            .with_max_attempts(4),
+    );
+    let agent =
+        DurableAgent::new(machine, vec![Box::new(provider)]).tools(Arc::new(Record(record)));
+    let listener =
+        tokio::net::TcpListener::bind(("127.0.0.1", port.parse::<u16>().expect("a port")))
+            .await
+            .expect("the endpoint's port");
+    serve(agent, listener).await;
+}
+
+/// The endpoint as a child process on `port`.
+struct Endpoint {
+    port: u16,
+    env: Vec<(&'static str, String)>,
+    child: Option<Child>,
+}
+
+impl Endpoint {
+    fn start(port: u16, env: Vec<(&'static str, String)>) -> Endpoint {
+        let mut endpoint = Endpoint {
+            port,
+            env,
+            child: None,
+        };
+        endpoint.restart();
+        endpoint
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn restart(&mut self) {
+        self.kill();
+        let exe = std::env::current_exe().expect("the test binary");
+        let mut command = Command::new(exe);
+        command
+            .args([
+                "endpoint_process",
+                "--exact",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(PORT, self.port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        for (k, v) in &self.env {
+            command.env(k, v);
+        }
+        self.child = Some(command.spawn().expect("the endpoint starts"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "the endpoint never listened");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether the process has ended (it killed itself).
+    fn exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))
+    }
+
+    /// SIGKILL, and wait.
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn fake_provider(scenario: serde_json::Value) -> FakeServer {
+    let scenario = Scenario::from_json(&scenario.to_string()).expect("a valid scenario");
+    FakeServer::start(FakeServerConfig::new(scenario, 7))
+        .await
+        .expect("the fake provider starts")
+}
+
+/// Waits until the fake provider's log has a record matching `what`; returns it.
+async fn wait_for(
+    server: &FakeServer,
+    within: Duration,
+    what: impl Fn(&RequestRecord) -> bool,
+) -> RequestRecord {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(r) = server.requests().into_iter().find(|r| what(r)) {
+            return r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never came: {:#?}",
+            server
+                .requests()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn answered(r: &RequestRecord, turn: usize) -> bool {
+    matches!(r.outcome, Outcome::Answered { turn: t, .. } if t == turn)
+}
+
+fn faulted(r: &RequestRecord) -> bool {
+    matches!(r.outcome, Outcome::Fault { .. })
+}
+
+/// The record file's lines: `call_id key`.
+fn records(path: &Path) -> Vec<(String, String)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(a, b)| (a.to_owned(), b.to_owned()))
+        .collect()
+}
+
+/// No request the provider answered to completion was sent again: the bodies of the
+/// completed answers all differ. A record in `interrupted` (in flight when a process was
+/// killed) did not complete: the same request must come again, and does.
+fn assert_no_completed_request_twice(server: &FakeServer, interrupted: &[usize]) {
+    let log = server.requests();
+    let lines = || log.iter().map(ToString::to_string).collect::<Vec<_>>();
+    let completed: Vec<&RequestRecord> = log
+        .iter()
+        .filter(|r| {
+            matches!(r.outcome, Outcome::Answered { .. }) && !interrupted.contains(&r.index)
+        })
+        .collect();
+    for (i, a) in completed.iter().enumerate() {
+        for b in &completed[i + 1..] {
+            assert_ne!(
+                a.body,
+                b.body,
+                "#{} was sent again as #{}: {:#?}",
+                a.index,
+                b.index,
+                lines()
+            );
+        }
+    }
+    for &cut in interrupted {
+        let again = log
+            .iter()
+            .find(|r| r.index > cut && r.body == log[cut].body);
+        assert!(
+            again.is_some(),
+            "#{cut} was never sent again: {:#?}",
+            lines()
+        );
+    }
+}
+
+fn reply_text(body: &str) -> String {
+    let value: serde_json::Value = serde_json::from_str(body).unwrap_or_default();
+    value["text"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_endpoint_loses_nothing_and_repeats_nothing() {
+    let Some(restate) = RestateServer::start("a_killed_endpoint_loses_nothing") else {
+        return;
+    };
+    let long_answer = "All three notes are recorded, and here is a long summary of them, \
+                       streamed slowly so that the endpoint can be killed in the middle of it.";
+    let fake = fake_provider(json!({
+        "provider": "anthropic",
+        "tools": [{"name": "record", "description": "Records a note."}],
+        "turns": [
+            {"answer": {"tool_calls": [{"id": "toolu_1", "name": "record", "input": {"note": "one"}}]}},
+            {"faults": [{"type": "http", "status": 429, "headers": {"retry-after": "30"}}],
+             "answer": {"tool_calls": [{"id": "toolu_2", "name": "record", "input": {"note": "two"}}]}},
+            {"faults": [{"type": "slow_drip", "interval_ms": 400}],
+             "answer": {"text": long_answer}},
+            // The script moves on with every answer it starts: the request sent again
+            // after the kill mid-stream gets this one.
+            {"answer": {"text": long_answer}}
+        ]
+    }))
+    .await;
+    let dir = tempfile::tempdir().expect("a folder");
+    let record = dir.path().join("record.txt");
+    let mut endpoint = Endpoint::start(
+        free_port(),
+        vec![
+            (PROVIDER_URL, fake.base_url()),
+            (RECORD, record.display().to_string()),
+            (CRASH_MARK, dir.path().join("crashed").display().to_string()),
+        ],
+    );
+    register(&restate.admin_url(), &endpoint.url())
+        .await
+        .expect("the endpoint registers");
+    let client = Client::new(&restate);
+    let invocation = client.send_run("conv-1", "Record two notes.").await;
+
+    // (a) The endpoint kills itself after the first tool call, before the next request.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !endpoint.exited() {
+        assert!(
+            Instant::now() < deadline,
+            "the endpoint never crashed after the tool"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(records(&record).len(), 1, "the tool ran before the crash");
+    endpoint.restart();
+
+    // (b) The second request gets a 429 asking for 30 s; 3 s into the backoff, kill -9.
+    let limited = wait_for(&fake, Duration::from_secs(30), faulted).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    endpoint.kill();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    endpoint.restart();
+    let retried = wait_for(&fake, Duration::from_secs(60), |r| answered(r, 1)).await;
+    let waited = retried.at_ms - limited.at_ms;
+    assert!(
+        (30_000..33_000).contains(&waited),
+        "the retry came {waited} ms after the 429 (asked: 30,000; a backoff started over \
+         after the restart would be 34,000 or more)"
+    );
+
+    // (c) The third answer streams slowly; kill -9 in the middle of it.
+    let streaming = wait_for(&fake, Duration::from_secs(30), |r| answered(r, 2)).await;
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    endpoint.kill();
+    endpoint.restart();
+
+    let (status, body) = client.attach(&invocation, Duration::from_secs(60)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(reply_text(&body), long_answer);
+    // The side effect happened once per call, each with its own key, stable across crashes.
+    let lines = records(&record);
+    let ids: Vec<&str> = lines.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["toolu_1", "toolu_2"], "{lines:?}");
+    assert_ne!(lines[0].1, lines[1].1);
+    assert!(
+        lines.iter().all(|(id, key)| key.ends_with(id.as_str())),
+        "{lines:?}"
+    );
+    assert_no_completed_request_twice(&fake, &[streaming.index]);
+
+    // The conversation is the object's state: a second call continues it.
+    let (status, body) = client.call("Agent/conv-1/conversation", None).await;
+    assert_eq!(status, 200, "{body}");
+    let conversation: Conversation = serde_json::from_str(&body).expect("a conversation");
+    assert_eq!(conversation.len(), 6, "{conversation:?}");
+    drop(endpoint);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_restate_server_loses_nothing_and_repeats_nothing() {
+    let Some(mut restate) = RestateServer::start("a_killed_restate_server") else {
+        return;
+    };
+    let fake = fake_provider(json!({
+        "provider": "anthropic",
+        "tools": [{"name": "record", "description": "Records a note."}],
+        "turns": [
+            {"answer": {"tool_calls": [{"id": "toolu_1", "name": "record", "input": {"note": "one"}}]}},
+            {"faults": [{"type": "http", "status": 529, "headers": {"retry-after": "10"}}],
+             "answer": {"text": "Recorded."}}
+        ]
+    }))
+    .await;
+    let dir = tempfile::tempdir().expect("a folder");
+    let record = dir.path().join("record.txt");
+    let endpoint = Endpoint::start(
+        free_port(),
+        vec![
+            (PROVIDER_URL, fake.base_url()),
+            (RECORD, record.display().to_string()),
+        ],
+    );
+    register(&restate.admin_url(), &endpoint.url())
+        .await
+        .expect("the endpoint registers");
+    let client = Client::new(&restate);
+    let invocation = client.send_run("conv-2", "Record a note.").await;
+
+    // In the middle of the 10 s backoff, Restate itself dies, and comes back 2 s later.
+    let overloaded = wait_for(&fake, Duration::from_secs(30), faulted).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    restate.kill();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    restate.restart();
+
+    let (status, body) = client.attach(&invocation, Duration::from_secs(90)).await;
+    assert_eq!(status, 200, "{body}\n{}", restate.log_tail());
+    assert_eq!(reply_text(&body), "Recorded.");
+    let retried = wait_for(&fake, Duration::from_secs(1), |r| answered(r, 1)).await;
+    let waited = retried.at_ms - overloaded.at_ms;
+    assert!(
+        (10_000..14_000).contains(&waited),
+        "the retry came {waited} ms after the 529 (asked: 10,000)"
+    );
+    assert_eq!(records(&record).len(), 1, "the tool ran once");
+    assert_no_completed_request_twice(&fake, &[]);
+}
