@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod durable;
 mod events;
 mod replay;
 mod run;
@@ -62,6 +63,37 @@ pub enum Commands {
     Sim(SimArgs),
     /// Replay a recorded trace and report the first divergence.
     Replay(ReplayArgs),
+    /// Durable runs on Restate: every step journaled, so a crash loses nothing and repeats
+    /// nothing.
+    #[command(subcommand)]
+    Durable(DurableCommand),
+}
+
+/// The subcommands of `rebound durable`.
+#[derive(Debug, Subcommand)]
+pub enum DurableCommand {
+    /// Serve the agent as the Restate Virtual Object `Agent` (keyed by conversation id) on
+    /// 127.0.0.1:PORT, for a Restate server to call; with the agent options of `run`.
+    Serve(Box<DurableServeArgs>),
+}
+
+/// Options of `rebound durable serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DurableServeArgs {
+    /// Port on 127.0.0.1 (0 picks a free one; the address is printed on stderr).
+    #[arg(long, default_value_t = 9080)]
+    pub port: u16,
+    /// Register the endpoint with the Restate server whose admin API is at this URL (e.g.
+    /// `http://127.0.0.1:9070`) once it listens; when that fails, exit 2 naming the address.
+    #[arg(long, value_name = "ADMIN_URL")]
+    pub register: Option<String>,
+    /// How the side channel (streamed text, retries, tool calls) is printed on stdout as
+    /// runs go. It is not journaled: a step replayed after a crash is not printed again.
+    #[arg(long, value_enum, default_value = "human")]
+    pub events: EventsFormat,
+    /// The agent: provider, tools, retry policy, budget, compaction, request options.
+    #[command(flatten)]
+    pub agent: AgentArgs,
 }
 
 /// Which event view `run` prints.
@@ -99,6 +131,33 @@ impl From<ProviderArg> for rebound_core::ProviderKind {
 pub struct RunArgs {
     /// The prompt: the user message that starts the run (not empty or only whitespace).
     pub prompt: String,
+    /// Session file (a JSON Lines transcript): resumed if it exists, one line appended per
+    /// message. A second run on the same file while this one runs is refused.
+    #[arg(long)]
+    pub session: Option<PathBuf>,
+    /// Write a replayable trace (JSON Lines) here.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Event view.
+    #[arg(long, value_enum, default_value = "human")]
+    pub events: EventsFormat,
+    /// Seed of the retry jitter, to reproduce a run (default: drawn from the operating
+    /// system, shown in the `start` event of `--events json` and in the trace header).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Record message content (prompts, answers, tool inputs and outputs) in exported
+    /// telemetry, as OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true does. Telemetry
+    /// is exported when OTEL_EXPORTER_OTLP_ENDPOINT is set (see the README).
+    #[arg(long)]
+    pub otel_capture_content: bool,
+    /// The agent: provider, tools, retry policy, budget, compaction, request options.
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+/// The agent's options, shared by `rebound run` and `rebound durable serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AgentArgs {
     /// Which API to talk to.
     #[arg(long, value_enum, default_value = "anthropic")]
     pub provider: ProviderArg,
@@ -117,16 +176,6 @@ pub struct RunArgs {
     /// Enable the built-in file tools (read, list, write) confined to this folder.
     #[arg(long)]
     pub tools_root: Option<PathBuf>,
-    /// Session file (a JSON Lines transcript): resumed if it exists, one line appended per
-    /// message. A second run on the same file while this one runs is refused.
-    #[arg(long)]
-    pub session: Option<PathBuf>,
-    /// Write a replayable trace (JSON Lines) here.
-    #[arg(long)]
-    pub trace: Option<PathBuf>,
-    /// Event view.
-    #[arg(long, value_enum, default_value = "human")]
-    pub events: EventsFormat,
     /// Attempts per request, counting the first.
     #[arg(long, default_value_t = 4)]
     pub max_attempts: u32,
@@ -148,18 +197,9 @@ pub struct RunArgs {
     /// Do not jitter backoff delays.
     #[arg(long)]
     pub no_jitter: bool,
-    /// Seed of the retry jitter, to reproduce a run (default: drawn from the operating
-    /// system, shown in the `start` event of `--events json` and in the trace header).
-    #[arg(long)]
-    pub seed: Option<u64>,
     /// Stop after this many assistant messages.
     #[arg(long)]
     pub max_turns: Option<u32>,
-    /// Record message content (prompts, answers, tool inputs and outputs) in exported
-    /// telemetry, as OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true does. Telemetry
-    /// is exported when OTEL_EXPORTER_OTLP_ENDPOINT is set (see the README).
-    #[arg(long)]
-    pub otel_capture_content: bool,
     /// Fallback target `PROVIDER:MODEL[@BASE_URL]` (repeatable; PROVIDER is `anthropic`,
     /// `openai` or `openai-responses`), tried in order when the previous target's retries
     /// are spent or its quota is exhausted. Keys come from the provider's conventional
@@ -455,6 +495,7 @@ fn run_async(command: Commands) -> i32 {
             Commands::Run(args) => run::run(*args).await,
             Commands::Demo(args) => run::demo(args).await,
             Commands::Serve(args) => run::serve(args).await,
+            Commands::Durable(DurableCommand::Serve(args)) => durable::serve(*args).await,
             Commands::Sim(_) | Commands::Replay(_) => unreachable!("handled above"),
         }
     })
@@ -469,8 +510,16 @@ where
 {
     let matches = Cli::command().try_get_matches_from(args)?;
     let mut cli = Cli::from_arg_matches(&matches)?;
-    if let (Commands::Run(args), Some(("run", run))) = (&mut cli.command, matches.subcommand()) {
-        args.mcp_env_server = servers_of_mcp_env(run);
+    match (&mut cli.command, matches.subcommand()) {
+        (Commands::Run(args), Some(("run", run))) => {
+            args.agent.mcp_env_server = servers_of_mcp_env(run);
+        }
+        (Commands::Durable(DurableCommand::Serve(args)), Some(("durable", durable))) => {
+            if let Some(("serve", serve)) = durable.subcommand() {
+                args.agent.mcp_env_server = servers_of_mcp_env(serve);
+            }
+        }
+        _ => {}
     }
     Ok(cli)
 }

@@ -1,15 +1,15 @@
 //! `rebound run`, `rebound demo` and `rebound serve`: the commands that need tokio.
 
 use super::{
-    DemoArgs, EventsFormat, HumanView, JsonEvents, RunArgs, ServeArgs, EXIT_CANCELED, EXIT_FAILED,
-    EXIT_OK, EXIT_USAGE,
+    AgentArgs, DemoArgs, EventsFormat, HumanView, JsonEvents, RunArgs, ServeArgs, EXIT_CANCELED,
+    EXIT_FAILED, EXIT_OK, EXIT_USAGE,
 };
 use crate::scenario_tools::ScenarioTools;
 use rebound_core::{
     BudgetConfig, BudgetUse, MachineConfig, ProviderKind, RetryConfig, RunError, TargetSpec,
 };
 use rebound_effects::budget::{
-    BudgetEvent, BudgetLocation, RedisBudget, RedisOptions, SharedBudget,
+    BudgetEvent, BudgetLocation, BudgetStore, RedisBudget, RedisOptions, SharedBudget,
 };
 use rebound_effects::config::ConfigError;
 use rebound_effects::provider::{
@@ -126,7 +126,7 @@ struct RequestSettings {
 impl RequestSettings {
     /// The settings of `--max-tokens`, `--temperature`, …, `--header` and `--extra-body`; a
     /// message for the person at the terminal (never a header's value) when one is invalid.
-    fn from_args(args: &RunArgs) -> Result<Self, String> {
+    fn from_args(args: &AgentArgs) -> Result<Self, String> {
         let mut options = RequestOptions::new();
         options.temperature = args.temperature;
         options.top_p = args.top_p;
@@ -212,7 +212,7 @@ fn build_provider(
     HttpProvider::new(config)
 }
 
-fn receiver_for(events: EventsFormat) -> Box<dyn Receiver> {
+pub(crate) fn receiver_for(events: EventsFormat) -> Box<dyn Receiver> {
     match events {
         EventsFormat::Human => Box::new(HumanView::default()),
         EventsFormat::Json => Box::new(JsonEvents::default()),
@@ -252,7 +252,7 @@ fn cancel_on_signals(cancel: CancelHandle) {
     });
 }
 
-async fn wait_for_signal() {
+pub(crate) async fn wait_for_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
@@ -283,13 +283,13 @@ fn exit_code(result: &Result<RunSummary, RunError>) -> i32 {
     }
 }
 
-fn usage_error(error: impl std::fmt::Display) -> i32 {
+pub(crate) fn usage_error(error: impl std::fmt::Display) -> i32 {
     eprintln!("rebound: {error}");
     EXIT_USAGE
 }
 
 /// The tool set of `run`: built-in file tools, Lua tools and MCP servers, as asked for.
-async fn build_tools(args: &RunArgs) -> Result<Option<ToolSet>, String> {
+async fn build_tools(args: &AgentArgs) -> Result<Option<ToolSet>, String> {
     let mut builder = ToolSet::builder();
     let mut any = false;
     let root = match (&args.tools_root, &args.lua_tools) {
@@ -329,7 +329,7 @@ async fn build_tools(args: &RunArgs) -> Result<Option<ToolSet>, String> {
 }
 
 /// One configuration per `--mcp`, holding the variables of the `--mcp-env` options after it.
-fn mcp_configs(args: &RunArgs) -> Result<Vec<McpConfig>, String> {
+fn mcp_configs(args: &AgentArgs) -> Result<Vec<McpConfig>, String> {
     let mut configs = vec![McpConfig::default(); args.mcp.len()];
     for (at, spec) in args.mcp_env.iter().enumerate() {
         let Some(config) = args
@@ -359,6 +359,124 @@ fn mcp_configs(args: &RunArgs) -> Result<Vec<McpConfig>, String> {
     Ok(configs)
 }
 
+/// The agent `run` and `durable serve` build from [`AgentArgs`]: the machine's
+/// configuration, one provider per target, the tools, the budget.
+pub(crate) struct Agent {
+    pub(crate) config: MachineConfig,
+    pub(crate) providers: Vec<Box<dyn Provider>>,
+    pub(crate) tools: Option<ToolSet>,
+    pub(crate) budget: Option<Arc<dyn BudgetStore>>,
+    /// The budget when it is in Redis, to check before the first run.
+    pub(crate) redis: Option<RedisBudget>,
+}
+
+impl Agent {
+    /// Builds the agent of `args`; `Err` is the exit code, after a message on stderr.
+    pub(crate) async fn build(args: &AgentArgs, events: EventsFormat) -> Result<Agent, i32> {
+        let provider: ProviderKind = args.provider.into();
+        let mut targets = vec![TargetArg {
+            provider,
+            model: args
+                .model
+                .clone()
+                .unwrap_or_else(|| default_model(provider).to_owned()),
+            base_url: args.base_url.clone(),
+            key_env: args.api_key_env.clone(),
+        }];
+        for spec in &args.fallbacks {
+            targets.push(parse_fallback(spec).map_err(usage_error)?);
+        }
+        let settings = RequestSettings::from_args(args).map_err(usage_error)?;
+        let mut providers: Vec<Box<dyn Provider>> = Vec::new();
+        let mut specs = Vec::new();
+        for (at, target) in targets.iter().enumerate() {
+            match build_provider(target, args.system.as_deref(), None, &settings, at == 0) {
+                Ok(p) => providers.push(Box::new(p)),
+                // Which target: the first is the one the other options named.
+                Err(e) if at > 0 => {
+                    return Err(usage_error(format!(
+                        "--fallback {}: {e}",
+                        args.fallbacks[at - 1]
+                    )))
+                }
+                Err(e) => return Err(usage_error(e)),
+            }
+            let mut spec = TargetSpec::new(
+                target.provider,
+                resolve_model(&target.model).unwrap_or_default(),
+            );
+            if let Some(tokens) = args.context_window {
+                spec.context_window = Some(tokens);
+            }
+            specs.push(spec);
+        }
+        let mut config = MachineConfig::default()
+            .with_retry(
+                RetryConfig::default()
+                    .with_max_attempts(args.max_attempts)
+                    .with_initial_delay_ms(args.initial_delay_ms)
+                    .with_max_delay_ms(args.max_delay_ms)
+                    .with_max_retry_after_ms(args.max_retry_after_ms)
+                    .with_fallback_after_ms(args.fallback_after_ms)
+                    .with_jitter(!args.no_jitter),
+            )
+            .with_targets(specs)
+            .with_compact_with(args.compact.into());
+        config.max_turns = args.max_turns;
+        if budget_location(args).is_some() {
+            config = config.with_retry_budget(BudgetUse::new(args.budget_max_wait_ms));
+        }
+        let budget_config = BudgetConfig::default()
+            .with_capacity(args.budget_tokens)
+            .with_initial(args.budget_tokens)
+            .with_refill_per_sec(args.budget_refill);
+        let (budget, redis): (Option<Arc<dyn BudgetStore>>, _) = match budget_location(args) {
+            None => (None, None),
+            Some(BudgetLocation::Local) => (Some(Arc::new(SharedBudget::new(budget_config))), None),
+            Some(BudgetLocation::Redis(url)) => {
+                // A password in the URL is visible to every process on the machine (`ps`);
+                // one in the environment is not.
+                let url = match std::env::var(REDIS_PASSWORD_ENV) {
+                    Ok(password) => url.with_password(&password),
+                    Err(_) => url,
+                };
+                let options = RedisOptions::default()
+                    .with_on_event(budget_event_hook(events))
+                    .with_call_timeout(std::time::Duration::from_millis(
+                        args.budget_timeout_ms.max(1),
+                    ));
+                match RedisBudget::new(&url, budget_config, options) {
+                    Ok(budget) => (Some(Arc::new(budget.clone())), Some(budget)),
+                    Err(e) => return Err(usage_error(format!("--budget {url}: {e}"))),
+                }
+            }
+        };
+        let tools = build_tools(args).await.map_err(usage_error)?;
+        Ok(Agent {
+            config,
+            providers,
+            tools,
+            budget,
+            redis,
+        })
+    }
+
+    /// With a budget in Redis: checks it (bounded). A Redis that does not answer is reported
+    /// and the agent goes on with a local budget; one that can never keep the budget (a
+    /// Cluster, a Sentinel, a Redis before 5) or whose budget has other settings is an
+    /// error, rather than a local budget throughout.
+    pub(crate) async fn check_budget(redis: Option<&RedisBudget>) -> Result<(), i32> {
+        if let Some(budget) = redis {
+            if let Err(e) = budget.check().await {
+                if e.is_permanent() {
+                    return Err(usage_error(format!("--budget {}: {e}", budget.url())));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// `rebound run`.
 pub async fn run(args: RunArgs) -> i32 {
     if args.prompt.trim().is_empty() {
@@ -368,100 +486,21 @@ pub async fn run(args: RunArgs) -> i32 {
              `rebound run \"Why does the test fail?\"`",
         );
     }
-    let provider: ProviderKind = args.provider.into();
-    let mut targets = vec![TargetArg {
-        provider,
-        model: args
-            .model
-            .clone()
-            .unwrap_or_else(|| default_model(provider).to_owned()),
-        base_url: args.base_url.clone(),
-        key_env: args.api_key_env.clone(),
-    }];
-    for spec in &args.fallbacks {
-        match parse_fallback(spec) {
-            Ok(t) => targets.push(t),
-            Err(e) => return usage_error(e),
-        }
-    }
-    let settings = match RequestSettings::from_args(&args) {
-        Ok(s) => s,
-        Err(e) => return usage_error(e),
+    let agent = match Agent::build(&args.agent, args.events).await {
+        Ok(agent) => agent,
+        Err(code) => return code,
     };
-    let mut providers: Vec<Box<dyn Provider>> = Vec::new();
-    let mut specs = Vec::new();
-    for (at, target) in targets.iter().enumerate() {
-        match build_provider(target, args.system.as_deref(), None, &settings, at == 0) {
-            Ok(p) => providers.push(Box::new(p)),
-            // Which target: the first is the one the other options named.
-            Err(e) if at > 0 => {
-                return usage_error(format!("--fallback {}: {e}", args.fallbacks[at - 1]))
-            }
-            Err(e) => return usage_error(e),
-        }
-        let mut spec = TargetSpec::new(
-            target.provider,
-            resolve_model(&target.model).unwrap_or_default(),
-        );
-        if let Some(tokens) = args.context_window {
-            spec.context_window = Some(tokens);
-        }
-        specs.push(spec);
-    }
-    let mut config = MachineConfig::default()
-        .with_retry(
-            RetryConfig::default()
-                .with_max_attempts(args.max_attempts)
-                .with_initial_delay_ms(args.initial_delay_ms)
-                .with_max_delay_ms(args.max_delay_ms)
-                .with_max_retry_after_ms(args.max_retry_after_ms)
-                .with_fallback_after_ms(args.fallback_after_ms)
-                .with_jitter(!args.no_jitter),
-        )
-        .with_targets(specs)
-        .with_compact_with(args.compact.into());
-    config.max_turns = args.max_turns;
-    if budget_location(&args).is_some() {
-        config = config.with_retry_budget(BudgetUse::new(args.budget_max_wait_ms));
-    }
-    let mut runner =
-        Runner::new(config, providers).telemetry(telemetry_options(args.otel_capture_content));
+    let redis = agent.redis.clone();
+    let mut runner = Runner::new(agent.config, agent.providers)
+        .telemetry(telemetry_options(args.otel_capture_content));
     if let Some(seed) = args.seed {
         runner = runner.seed(seed);
     }
-    let budget_config = BudgetConfig::default()
-        .with_capacity(args.budget_tokens)
-        .with_initial(args.budget_tokens)
-        .with_refill_per_sec(args.budget_refill);
-    let mut redis_budget = None;
-    match budget_location(&args) {
-        None => {}
-        Some(BudgetLocation::Local) => runner = runner.budget(SharedBudget::new(budget_config)),
-        Some(BudgetLocation::Redis(url)) => {
-            // A password in the URL is visible to every process on the machine (`ps`); one
-            // in the environment is not.
-            let url = match std::env::var(REDIS_PASSWORD_ENV) {
-                Ok(password) => url.with_password(&password),
-                Err(_) => url,
-            };
-            let options = RedisOptions::default()
-                .with_on_event(budget_event_hook(args.events))
-                .with_call_timeout(std::time::Duration::from_millis(
-                    args.budget_timeout_ms.max(1),
-                ));
-            match RedisBudget::new(&url, budget_config, options) {
-                Ok(budget) => {
-                    runner = runner.budget(budget.clone());
-                    redis_budget = Some(budget);
-                }
-                Err(e) => return usage_error(format!("--budget {url}: {e}")),
-            }
-        }
+    if let Some(budget) = agent.budget.clone() {
+        runner = runner.budget(budget);
     }
-    match build_tools(&args).await {
-        Ok(Some(set)) => runner = runner.tools(Arc::new(set)),
-        Ok(None) => {}
-        Err(e) => return usage_error(e),
+    if let Some(set) = agent.tools {
+        runner = runner.tools(Arc::new(set));
     }
     if let Some(path) = &args.session {
         match SessionStore::open(path.clone()).await {
@@ -488,16 +527,8 @@ pub async fn run(args: RunArgs) -> i32 {
     if let Err(code) = announce_seed(args.events, &runner) {
         return code;
     }
-    if let Some(budget) = &redis_budget {
-        // Bounded; a Redis that does not answer is reported now, and the run goes on with a
-        // local budget. One that can never keep the budget (a Cluster, a Sentinel, a Redis
-        // before 5) or whose budget has other settings stops the run here rather than
-        // leaving it on a local budget throughout.
-        if let Err(e) = budget.check().await {
-            if e.is_permanent() {
-                return usage_error(format!("--budget {}: {e}", budget.url()));
-            }
-        }
+    if let Err(code) = Agent::check_budget(redis.as_ref()).await {
+        return code;
     }
     cancel_on_signals(runner.canceler());
     let result = runner.run(RunInput::text(args.prompt)).await;
@@ -509,7 +540,7 @@ pub async fn run(args: RunArgs) -> i32 {
 const REDIS_PASSWORD_ENV: &str = "REBOUND_REDIS_PASSWORD";
 
 /// `--budget`, or `local` for `--retry-budget`.
-fn budget_location(args: &RunArgs) -> Option<BudgetLocation> {
+fn budget_location(args: &AgentArgs) -> Option<BudgetLocation> {
     match (&args.budget, args.retry_budget) {
         (Some(location), _) => Some(location.clone()),
         (None, true) => Some(BudgetLocation::Local),
@@ -670,11 +701,37 @@ mod tests {
         assert!(parse_fallback("openai").is_err());
     }
 
-    fn run_args(line: &[&str]) -> RunArgs {
+    /// The agent options of `rebound run hi LINE…`.
+    fn run_args(line: &[&str]) -> AgentArgs {
         let args = ["rebound", "run", "hi"].iter().chain(line);
         match crate::parse(args).expect("parses").command {
-            crate::Commands::Run(args) => *args,
+            crate::Commands::Run(args) => args.agent,
             other => panic!("not run: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn durable_serve_takes_the_agent_options_of_run_in_their_order() {
+        let line = [
+            "rebound",
+            "durable",
+            "serve",
+            "--port",
+            "0",
+            "--mcp",
+            "a",
+            "--mcp-env",
+            "T=1",
+            "--max-attempts",
+            "7",
+        ];
+        match crate::parse(line).expect("parses").command {
+            crate::Commands::Durable(crate::DurableCommand::Serve(args)) => {
+                assert_eq!(args.port, 0);
+                assert_eq!(args.agent.max_attempts, 7);
+                assert_eq!(args.agent.mcp_env_server, [Some(0)]);
+            }
+            other => panic!("not durable serve: {other:?}"),
         }
     }
 

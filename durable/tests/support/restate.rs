@@ -39,7 +39,7 @@ fn binary(test: &str) -> Option<PathBuf> {
     }
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/support/install-restate.sh"
+        "/../durable/tests/support/install-restate.sh"
     );
     let out = Command::new("bash")
         .arg(script)

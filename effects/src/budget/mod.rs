@@ -74,6 +74,27 @@ pub trait BudgetStore: Send + Sync + fmt::Debug {
     }
 }
 
+/// A shared store is a store: a runner can take the `Arc<dyn BudgetStore>` an application
+/// chose at run time (local or Redis) and shares with its other runners.
+#[async_trait]
+impl<T: BudgetStore + ?Sized> BudgetStore for std::sync::Arc<T> {
+    fn origin(&self) -> Instant {
+        (**self).origin()
+    }
+
+    async fn acquire(&self, ask: PermitAsk) -> PermitDecision {
+        (**self).acquire(ask).await
+    }
+
+    async fn record(&self, note: BudgetNote) {
+        (**self).record(note).await;
+    }
+
+    fn tokens(&self) -> Option<f64> {
+        (**self).tokens()
+    }
+}
+
 /// Where `rebound run --budget` keeps the budget.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BudgetLocation {

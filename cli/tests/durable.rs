@@ -1,0 +1,145 @@
+//! `rebound durable serve` as the README shows it: registered with a real Restate server,
+//! runs started through Restate's ingress, continued, followed and canceled; and a clear
+//! exit 2 when there is no Restate to register with.
+
+#[path = "../../durable/tests/support/restate.rs"]
+mod restate;
+
+use rebound_core::Conversation;
+use rebound_sim::fake::{FakeServer, FakeServerConfig};
+use rebound_sim::scenario::Scenario;
+use restate::{free_port, Client, RestateServer};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rebound");
+
+async fn fake_server(json: &str) -> FakeServer {
+    let scenario = Scenario::from_json(json).unwrap_or_else(|e| panic!("bad scenario: {e}"));
+    FakeServer::start(FakeServerConfig::new(scenario, 1))
+        .await
+        .expect("fake server starts")
+}
+
+/// `rebound durable serve` against `server`, registering with `admin`.
+fn durable_serve(server: &FakeServer, port: u16, admin: &str) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["durable", "serve", "--port", &port.to_string()])
+        .args(["--register", admin])
+        .args(["--base-url", &server.base_url()])
+        .args(["--model", "test-model", "--no-jitter", "--events", "json"])
+        .env("ANTHROPIC_API_KEY", "sk-ant-durable-test")
+        .stdin(Stdio::null());
+    cmd
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn without_restate_serve_exits_2_naming_the_address() {
+    let server = fake_server(r#"{"turns": []}"#).await;
+    // A port nobody listens on.
+    let admin = format!("http://127.0.0.1:{}", free_port());
+    let mut cmd = durable_serve(&server, 0, &admin);
+    let out = tokio::task::spawn_blocking(move || {
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("rebound runs")
+    })
+    .await
+    .expect("joins");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&admin), "{stderr}");
+    assert!(stderr.contains("no Restate admin API answered"), "{stderr}");
+    assert!(!stderr.contains("sk-ant-durable-test"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_runs_continues_and_cancels_through_restate() {
+    let Some(restate) = RestateServer::start("a_conversation_runs_through_restate") else {
+        return;
+    };
+    let server = fake_server(
+        r#"{"turns": [
+            {"answer": {"text": "Hello from the first turn."}},
+            {"answer": {"text": "And from the second."}},
+            {"faults": [{"type": "http", "status": 529, "headers": {"retry-after": "60"}}],
+             "answer": {"text": "Never heard: canceled first."}}
+        ]}"#,
+    )
+    .await;
+    let port = free_port();
+    let child = durable_serve(&server, port, &restate.admin_url())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("rebound durable serve starts");
+    let _serve = Killed(child);
+    let client = Client::new(&restate);
+    // The registration is done once the service is known to Restate.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, _) = client.call("Agent/readme/conversation", None).await;
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the endpoint never registered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A run, and a second one continuing the same conversation.
+    let (status, body) = client
+        .call("Agent/readme/run", Some(r#"{"message": "Hi."}"#))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let reply: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(reply["text"], "Hello from the first turn.");
+    assert_eq!(reply["reason"]["model"], "end_turn", "{reply}");
+    let (status, body) = client
+        .call("Agent/readme/run", Some(r#"{"message": "Again."}"#))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (_, body) = client.call("Agent/readme/conversation", None).await;
+    let conversation: Conversation = serde_json::from_str(&body).expect("a conversation");
+    assert_eq!(conversation.len(), 4, "{conversation:?}");
+
+    // A run waiting out a 60 s server delay is canceled: it ends at once with 409, and
+    // the conversation keeps what it had (the user message, no answer).
+    let invocation = client.send_run("readme", "Once more.").await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.requests().len() < 3 {
+        assert!(Instant::now() < deadline, "the third request never came");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let canceled_at = Instant::now();
+    client.cancel(&invocation).await;
+    let (status, body) = client.attach(&invocation, Duration::from_secs(30)).await;
+    assert_eq!(status, 409, "{body}");
+    assert!(
+        canceled_at.elapsed() < Duration::from_secs(20),
+        "the cancel waited for the backoff"
+    );
+    assert_eq!(
+        server.requests().len(),
+        3,
+        "nothing was sent after the cancel"
+    );
+    let (_, body) = client.call("Agent/readme/conversation", None).await;
+    let conversation: Conversation = serde_json::from_str(&body).expect("a conversation");
+    assert_eq!(conversation.len(), 5, "{conversation:?}");
+
+    // An empty message is refused before anything runs.
+    let (status, body) = client
+        .call("Agent/readme/run", Some(r#"{"message": " "}"#))
+        .await;
+    assert_eq!(status, 400, "{body}");
+}
