@@ -201,6 +201,8 @@ fn the_embedded_library_pulls_no_cli_simulator_or_server_crate() {
         "jsonschema",
         "rebound-sim",
         "rebound-cli",
+        "rebound-durable",
+        "restate-sdk",
     ] {
         assert!(
             !closure.contains_key(banned),

@@ -148,6 +148,7 @@ fn no_published_crate_depends_on_a_newer_rust_than_its_rust_version() {
         [
             "rebound-cli",
             "rebound-core",
+            "rebound-durable",
             "rebound-effects",
             "rebound-sim"
         ],
