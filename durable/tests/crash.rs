@@ -409,6 +409,16 @@ async fn a_killed_restate_server_loses_nothing_and_repeats_nothing() {
     .await;
     let dir = tempfile::tempdir().expect("a folder");
     let record = dir.path().join("record.txt");
+    // An endpoint Restate cannot reach is refused, with the address and Restate's reason.
+    let nowhere = format!("http://127.0.0.1:{}", free_port());
+    match register(&restate.admin_url(), &nowhere).await {
+        Err(e @ rebound_durable::RegisterError::Refused { .. }) => {
+            let message = e.to_string();
+            assert!(message.contains(&restate.admin_url()), "{message}");
+            assert!(message.contains(&nowhere), "{message}");
+        }
+        other => panic!("registered an endpoint nobody serves: {other:?}"),
+    }
     let endpoint = Endpoint::start(
         free_port(),
         vec![

@@ -57,7 +57,11 @@ fn crash_and_replay(name: &str, seed: u64, crash_at: f64) -> Result<(), String> 
         let event = through_journal(&step.event)?;
         let commands: Vec<Command> = machine.step(step.at, event);
         if commands != step.commands {
-            let phase = if i < k { "replaying the journal" } else { "after the restart" };
+            let phase = if i < k {
+                "replaying the journal"
+            } else {
+                "after the restart"
+            };
             return Err(format!(
                 "{name}/{seed}, crash after {k} of {} steps: step {i} ({phase}) gave \
                  {commands:?}, the run without the crash {:?}",
@@ -111,7 +115,11 @@ fn every_builtin_scenario_replays_from_every_step() {
             .len();
         for k in 0..=steps {
             #[allow(clippy::cast_precision_loss)]
-            let at = if steps == 0 { 0.0 } else { k as f64 / steps as f64 };
+            let at = if steps == 0 {
+                0.0
+            } else {
+                k as f64 / steps as f64
+            };
             crash_and_replay(name, 11, at).unwrap_or_else(|e| panic!("{e}"));
         }
     }
