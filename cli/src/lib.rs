@@ -295,6 +295,12 @@ pub struct AgentArgs {
     /// (Anthropic `metadata.user_id`, OpenAI `safety_identifier`).
     #[arg(long, value_name = "ID")]
     pub user_id: Option<String>,
+    /// The tool-call ids the first target's server takes: `nine` for exactly nine letters
+    /// and digits (Mistral's API and chat templates; recognised by itself at
+    /// `*.mistral.ai`), `standard` for OpenAI's (at most 40 characters). Ids are rewritten
+    /// in each request only; sessions keep the originals. Default: recognised from the URL.
+    #[arg(long, value_enum, value_name = "standard|nine")]
+    pub tool_ids: Option<ToolIdsArg>,
     /// A header for every request to the first target, e.g. `--header 'anthropic-beta:
     /// context-1m-2025-08-07'` (repeatable). Values are never printed; the API key's header
     /// and the content type cannot be replaced. Not sent to `--fallback` targets, which may
@@ -357,6 +363,24 @@ impl clap::builder::TypedValueParser for BudgetParser {
                 rebound_effects::budget::redact(raw)
             ))
         })
+    }
+}
+
+/// `--tool-ids`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ToolIdsArg {
+    /// OpenAI's: any characters, at most 40.
+    Standard,
+    /// Exactly nine letters and digits.
+    Nine,
+}
+
+impl From<ToolIdsArg> for rebound_core::wire::ToolIdForm {
+    fn from(a: ToolIdsArg) -> Self {
+        match a {
+            ToolIdsArg::Standard => rebound_core::wire::ToolIdForm::Standard,
+            ToolIdsArg::Nine => rebound_core::wire::ToolIdForm::NineAlphanumeric,
+        }
     }
 }
 

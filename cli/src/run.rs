@@ -121,6 +121,8 @@ struct RequestSettings {
     extra_body: serde_json::Map<String, serde_json::Value>,
     /// The first target's `--header`s.
     headers: ExtraHeaders,
+    /// The first target's `--tool-ids`.
+    tool_ids: Option<rebound_core::wire::ToolIdForm>,
 }
 
 impl RequestSettings {
@@ -151,6 +153,7 @@ impl RequestSettings {
             options,
             extra_body,
             headers,
+            tool_ids: args.tool_ids.map(Into::into),
         })
     }
 }
@@ -207,6 +210,9 @@ fn build_provider(
     if first {
         options.extra_body.clone_from(&settings.extra_body);
         config.headers = settings.headers.clone();
+        if let Some(form) = settings.tool_ids {
+            config = config.with_tool_ids(form);
+        }
     }
     config.options = options;
     HttpProvider::new(config)

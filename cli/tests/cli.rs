@@ -846,3 +846,55 @@ async fn invalid_request_options_exit_2_before_any_request_without_echoing_a_hea
     assert!(s.requests().is_empty(), "nothing is sent");
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn tool_ids_nine_sends_nine_letter_ids_and_the_session_keeps_the_originals() {
+    let s = server(
+        r#"{"provider": "openai", "turns": [
+            {"answer": {"tool_calls": [{"id": "call_0", "name": "list", "input": {"path": "."}}]}},
+            {"answer": {"text": "Listed."}}
+        ]}"#,
+    )
+    .await;
+    let dir = tempfile::tempdir().expect("a folder");
+    let root = dir.path().display().to_string();
+    let session = dir.path().join("session.jsonl");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", "hello", "--provider", "openai"])
+        .args(["--base-url", &s.openai_base_url(), "--model", "test-model"])
+        .args(["--tool-ids", "nine", "--tools-root", &root])
+        .arg("--session")
+        .arg(&session)
+        .env("OPENAI_API_KEY", "sk-cli-test")
+        .stdin(Stdio::null());
+    let out = output(cmd).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = s.requests();
+    let body = requests[1].body.as_ref().expect("a JSON body");
+    let messages = body["messages"].as_array().expect("messages");
+    let call_id = messages
+        .iter()
+        .find_map(|m| m["tool_calls"][0]["id"].as_str())
+        .expect("the assistant's tool call");
+    let result_id = messages
+        .iter()
+        .find_map(|m| {
+            (m["role"] == "tool")
+                .then(|| m["tool_call_id"].as_str())
+                .flatten()
+        })
+        .expect("the tool result");
+    assert_eq!(call_id, result_id);
+    assert!(
+        call_id.len() == 9 && call_id.chars().all(|c| c.is_ascii_alphanumeric()),
+        "{call_id}"
+    );
+    let saved = std::fs::read_to_string(&session).expect("the session");
+    assert!(saved.contains("\"call_0\""), "{saved}");
+    s.shutdown().await;
+}
