@@ -141,6 +141,24 @@ async fn main() {
     let entries = rows[0]["entries"].as_f64().unwrap_or(0.0);
     let bytes = rows[0]["bytes"].as_f64().unwrap_or(0.0);
 
+    let kinds = client
+        .query(
+            "SELECT entry_type, name, raw_length FROM sys_journal WHERE id = (SELECT id FROM \
+             sys_invocation WHERE target_handler_name = 'run' LIMIT 1) ORDER BY index",
+        )
+        .await;
+    let kinds: Vec<String> = kinds
+        .iter()
+        .map(|r| {
+            let name = r["name"].as_str().filter(|n| !n.is_empty());
+            let kind = r["entry_type"].as_str().unwrap_or("?");
+            let bytes = r["raw_length"].as_u64().unwrap_or(0);
+            name.map_or_else(
+                || format!("{kind} ({bytes} B)"),
+                |n| format!("{kind} {n} ({bytes} B)"),
+            )
+        })
+        .collect();
     let requests = |s: &FakeServer| per(s.requests().len() as f64, turns);
     let ms = |d: Duration| per(d.as_secs_f64() * 1000.0, turns);
     println!("{turns} turns, each a tool call then an answer, against a healthy fake provider:\n");
@@ -158,4 +176,5 @@ async fn main() {
         per(entries, turns),
         per(bytes, turns)
     );
+    println!("\nThe journal of one turn: {}", kinds.join(", "));
 }
