@@ -89,7 +89,6 @@ struct Effects {
 /// rebound_durable::serve(agent, listener).await;
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
 pub struct DurableAgent {
     effects: Arc<Effects>,
 }
@@ -111,6 +110,8 @@ impl DurableAgent {
         }
     }
 
+    /// Changes the effects while building. Not `Clone`, so nothing else holds them until the
+    /// agent is served: `get_mut` always succeeds here.
     fn with(mut self, change: impl FnOnce(&mut Effects)) -> Self {
         if let Some(effects) = Arc::get_mut(&mut self.effects) {
             change(effects);

@@ -36,6 +36,14 @@ pub enum RegisterError {
 /// the same endpoint (after a restart, with changed handlers) replaces it (`force`).
 ///
 /// Restate calls the endpoint back during the registration: it must already be serving.
+///
+/// ```no_run
+/// # async fn example(agent: rebound_durable::DurableAgent) -> Result<(), Box<dyn std::error::Error>> {
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:9080").await?;
+/// tokio::spawn(rebound_durable::serve(agent, listener));
+/// rebound_durable::register("http://127.0.0.1:9070", "http://127.0.0.1:9080").await?;
+/// # Ok(()) }
+/// ```
 pub async fn register(admin_url: &str, endpoint_url: &str) -> Result<(), RegisterError> {
     let address = admin_url.trim_end_matches('/').to_owned();
     let client = reqwest::Client::builder()
@@ -70,7 +78,7 @@ pub async fn register(admin_url: &str, endpoint_url: &str) -> Result<(), Registe
         address,
         endpoint: endpoint_url.to_owned(),
         status: status.as_u16(),
-        message: bounded(message.trim(), 500),
+        message: rebound_core::tool::bounded(message.trim(), 500),
     })
 }
 
@@ -89,16 +97,4 @@ fn without_url(e: &reqwest::Error) -> String {
         source = s.source();
     }
     reason
-}
-
-/// `text`, cut to at most `max` bytes on a character boundary.
-fn bounded(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
 }
