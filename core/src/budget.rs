@@ -27,9 +27,20 @@ use std::collections::{BTreeMap, VecDeque};
 ///   partial failure funded (a brownout where half the attempts work, a blip every agent must
 ///   retry through twice) while a total outage, where nothing succeeds, still starves. Above
 ///   the retries a success needs (two in the blip), the supply grows with the recovery.
+/// - `deposit_per_answered_retry`: a request whose retry is being answered pays this much,
+///   once: the first sign that retries work again after an outage of the whole fleet, a
+///   round trip before the success itself. The default refills the whole bucket, so the
+///   fleet's queued retries go out as fast as the budget's pace allows (see below), and the
+///   recovery takes about as long as without a budget. A total outage, where no retry is
+///   ever answered, never pays it.
 /// - `refill_per_sec`: time alone pays this much, whatever the traffic, so a fleet that
 ///   exhausted its budget in an outage can probe again later. It is the only source that
 ///   funds retries during a long total outage: keep it small.
+///
+/// Whatever the tokens, the budget paces charged retries: in any one second it grants no
+/// more permits than the fleet asked for in its busiest second of the last ten (or than
+/// `capacity`, for a small fleet), so a queue of retries drains at the pace it was asked
+/// for and never leaves as one burst.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 #[non_exhaustive]
@@ -44,6 +55,11 @@ pub struct BudgetConfig {
     pub deposit_per_success: f64,
     /// Tokens added per second of elapsed time, whatever the traffic.
     pub refill_per_sec: f64,
+    /// Tokens a request deposits when one of its retries is answered (its answer began, or
+    /// it succeeded): evidence that retries work right now, worth more than a first-try
+    /// success. Paid once per request, on top of `deposit_per_success`.
+    #[serde(default = "default_answered_retry")]
+    pub deposit_per_answered_retry: f64,
 }
 
 impl Default for BudgetConfig {
@@ -54,8 +70,13 @@ impl Default for BudgetConfig {
             deposit_per_request: 0.1,
             deposit_per_success: 3.0,
             refill_per_sec: 0.5,
+            deposit_per_answered_retry: 10.0,
         }
     }
+}
+
+fn default_answered_retry() -> f64 {
+    BudgetConfig::default().deposit_per_answered_retry
 }
 
 impl BudgetConfig {
@@ -85,6 +106,14 @@ impl BudgetConfig {
     #[must_use]
     pub fn with_deposit_per_success(mut self, tokens: f64) -> Self {
         self.deposit_per_success = tokens;
+        self
+    }
+
+    /// Sets [`deposit_per_answered_retry`](Self::deposit_per_answered_retry), what a request
+    /// whose retry is being answered pays.
+    #[must_use]
+    pub fn with_deposit_per_answered_retry(mut self, tokens: f64) -> Self {
+        self.deposit_per_answered_retry = tokens;
         self
     }
 
@@ -132,6 +161,12 @@ pub enum PermitDecision {
 pub enum BudgetNote {
     /// A request to `target` succeeded: deposits `deposit_per_success`.
     Succeeded {
+        /// Index of the target in the fallback chain.
+        target: usize,
+    },
+    /// A retry to `target` is being answered (its answer began, or it succeeded): retries
+    /// work right now. Deposits `deposit_per_answered_retry`.
+    RetryAnswered {
         /// Index of the target in the fallback chain.
         target: usize,
     },
@@ -230,6 +265,8 @@ pub struct RetryBudget {
     capacity: u64,
     deposit_request: u64,
     deposit_success: u64,
+    #[serde(default)]
+    deposit_answered_retry: u64,
     refill_per_sec: u64,
     balance: u64,
     /// Refill earned but not yet a whole milli-token, in thousandths of a milli-token.
@@ -244,6 +281,81 @@ pub struct RetryBudget {
     decided: VecDeque<(Ticket, PermitDecision)>,
     rate_limited: BTreeMap<usize, Millis>,
     stats: BudgetStats,
+    #[serde(default)]
+    pace: Pace,
+}
+
+/// How fast the budget lets requests go: a charged retry is granted only while the permits
+/// granted in the last second (first attempts and retries alike) are fewer than the most
+/// permits asked for in one second of the last ten (or than the bucket holds, for a small
+/// fleet). First attempts and hinted retries are never held back by it. A queue of retries
+/// that formed while tokens were short therefore drains at the pace the fleet asked for
+/// requests, never in one burst, and a fleet recovering from an outage sends no more per
+/// second than it would without a budget.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct Pace {
+    /// Permits asked for in each of the last seconds: (second, count), oldest first.
+    per_second: VecDeque<(u64, u64)>,
+    /// When each permit of the last second was asked for, oldest first.
+    asked: VecDeque<Millis>,
+    /// When each permit of the last second was granted, oldest first.
+    granted: VecDeque<Millis>,
+}
+
+impl Pace {
+    /// The window a grant counts in.
+    const WINDOW_MS: u64 = 1_000;
+    /// How many seconds of asks the pace remembers.
+    const MEMORY_S: u64 = 10;
+
+    /// A permit was asked for at `now`.
+    fn ask(&mut self, now: Millis) {
+        self.asked.push_back(now);
+        let second = now.0 / 1_000;
+        match self.per_second.back_mut() {
+            Some((s, count)) if *s == second => *count += 1,
+            _ => self.per_second.push_back((second, 1)),
+        }
+    }
+
+    /// A permit was granted at `now`.
+    fn grant(&mut self, now: Millis) {
+        self.granted.push_back(now);
+    }
+
+    /// Whether one more grant at `now` keeps the last second's grants within the busiest
+    /// second of asks (or within `floor`).
+    fn may_grant(&mut self, now: Millis, floor: u64) -> bool {
+        for times in [&mut self.asked, &mut self.granted] {
+            while times
+                .front()
+                .is_some_and(|t| t.plus(Self::WINDOW_MS) <= now)
+            {
+                times.pop_front();
+            }
+        }
+        let second = now.0 / 1_000;
+        while self
+            .per_second
+            .front()
+            .is_some_and(|(s, _)| s.saturating_add(Self::MEMORY_S) <= second)
+        {
+            self.per_second.pop_front();
+        }
+        let busiest = self
+            .per_second
+            .iter()
+            .map(|(_, count)| *count)
+            .max()
+            .unwrap_or(0)
+            .max(self.asked.len() as u64);
+        (self.granted.len() as u64) < busiest.max(floor)
+    }
+
+    /// When the oldest grant of the window leaves it.
+    fn next_slot(&self) -> Option<Millis> {
+        self.granted.front().map(|t| t.plus(Self::WINDOW_MS))
+    }
 }
 
 const ONE: u64 = 1_000;
@@ -266,6 +378,7 @@ impl RetryBudget {
             capacity,
             deposit_request: milli_tokens(config.deposit_per_request),
             deposit_success: milli_tokens(config.deposit_per_success),
+            deposit_answered_retry: milli_tokens(config.deposit_per_answered_retry),
             refill_per_sec: milli_tokens(config.refill_per_sec),
             balance: milli_tokens(config.initial).min(capacity),
             carry: 0,
@@ -275,6 +388,7 @@ impl RetryBudget {
             decided: VecDeque::new(),
             rate_limited: BTreeMap::new(),
             stats: BudgetStats::default(),
+            pace: Pace::default(),
         }
     }
 
@@ -322,14 +436,22 @@ impl RetryBudget {
         }
         let decision = match ask.kind {
             PermitKind::FirstAttempt => {
+                self.pace.ask(self.now);
+                self.pace.grant(self.now);
                 self.deposit(self.deposit_request);
                 Some(PermitDecision::Granted)
             }
-            PermitKind::Hinted => Some(PermitDecision::Granted),
+            PermitKind::Hinted => {
+                self.pace.ask(self.now);
+                self.pace.grant(self.now);
+                Some(PermitDecision::Granted)
+            }
             PermitKind::Charged => {
-                if self.waiting.is_empty() && self.balance >= ONE {
+                self.pace.ask(self.now);
+                if self.waiting.is_empty() && self.balance >= ONE && self.may_grant() {
                     self.balance -= ONE;
                     self.stats.granted += 1;
+                    self.pace.grant(self.now);
                     Some(PermitDecision::Granted)
                 } else if ask.deadline <= self.now || !self.can_ever_pay() {
                     self.stats.denied += 1;
@@ -364,6 +486,7 @@ impl RetryBudget {
         self.advance(now);
         match note {
             BudgetNote::Succeeded { .. } => self.deposit(self.deposit_success),
+            BudgetNote::RetryAnswered { .. } => self.deposit(self.deposit_answered_retry),
             BudgetNote::RateLimited { target, until } => {
                 if until > self.now {
                     let entry = self.rate_limited.entry(target).or_insert(until);
@@ -409,6 +532,15 @@ impl RetryBudget {
     #[must_use]
     pub fn next_wakeup(&self) -> Option<Millis> {
         let deadline = self.waiting.iter().map(|w| w.deadline).min()?;
+        if self.balance >= ONE {
+            // Tokens wait for the pace: the oldest grant of the last second leaves it.
+            let slot = self
+                .pace
+                .next_slot()
+                .unwrap_or(self.now)
+                .max(self.now.plus(1));
+            return Some(slot.min(deadline));
+        }
         let refill = (self.refill_per_sec > 0).then(|| {
             let missing = ONE.saturating_sub(self.balance);
             let needed = missing.saturating_mul(1_000).saturating_sub(self.carry);
@@ -419,9 +551,18 @@ impl RetryBudget {
         Some(refill.map_or(deadline, |at| at.min(deadline)))
     }
 
+    /// Whether one more charged permit may be granted now without granting more in the
+    /// last second than were asked for in it (or than the bucket holds, for a small fleet).
+    fn may_grant(&mut self) -> bool {
+        self.pace.may_grant(self.now, self.capacity / ONE)
+    }
+
     fn can_ever_pay(&self) -> bool {
         self.capacity >= ONE
-            && (self.refill_per_sec > 0 || self.deposit_request > 0 || self.deposit_success > 0)
+            && (self.refill_per_sec > 0
+                || self.deposit_request > 0
+                || self.deposit_success > 0
+                || self.deposit_answered_retry > 0)
     }
 
     fn deposit(&mut self, milli: u64) {
@@ -459,12 +600,13 @@ impl RetryBudget {
     /// it, and a token that is here now was not necessarily here then.
     fn settle(&mut self) {
         self.expire(|deadline, now| deadline < now);
-        while self.balance >= ONE {
+        while self.balance >= ONE && !self.waiting.is_empty() && self.may_grant() {
             let Some(head) = self.waiting.pop_front() else {
                 break;
             };
             self.balance -= ONE;
             self.stats.granted += 1;
+            self.pace.grant(self.now);
             self.decided
                 .push_back((head.ticket, PermitDecision::Granted));
         }
@@ -530,6 +672,7 @@ mod tests {
             deposit_per_request: deposit,
             deposit_per_success: success,
             refill_per_sec: refill,
+            deposit_per_answered_retry: 0.0,
         })
     }
 
@@ -835,6 +978,84 @@ mod tests {
             );
             let _ = b.next_wakeup();
             let _ = b.balance(Millis(0));
+        }
+    }
+
+    #[test]
+    fn an_answered_retry_pays_its_deposit_and_grants_the_queue() {
+        let mut b = RetryBudget::new(
+            BudgetConfig::default()
+                .with_capacity(3.0)
+                .with_initial(0.0)
+                .with_deposit_per_request(0.0)
+                .with_deposit_per_success(0.0)
+                .with_refill_per_sec(0.0)
+                .with_deposit_per_answered_retry(2.0),
+        );
+        for t in 1..=3 {
+            assert_eq!(b.request(Millis(0), Ticket(t), charged(10_000)), None);
+        }
+        b.record(Millis(100), BudgetNote::Succeeded { target: 0 });
+        assert_eq!(drain(&mut b), []);
+        b.record(Millis(200), BudgetNote::RetryAnswered { target: 0 });
+        assert_eq!(
+            drain(&mut b),
+            [
+                (Ticket(1), PermitDecision::Granted),
+                (Ticket(2), PermitDecision::Granted)
+            ]
+        );
+        assert_eq!(b.waiting(), 1);
+    }
+
+    #[test]
+    fn a_queue_drains_no_faster_per_second_than_the_fleet_asked_for_permits() {
+        // Twenty retries ask in the first second while the bucket is empty; the next second,
+        // deposits would pay for all of them at once, but the pace lets through no more in
+        // a second than were asked for in the busiest second (twenty, counted with the five
+        // first attempts of the next second).
+        let mut b = RetryBudget::new(
+            BudgetConfig::default()
+                .with_capacity(10.0)
+                .with_initial(0.0)
+                .with_deposit_per_request(0.0)
+                .with_deposit_per_success(10.0)
+                .with_refill_per_sec(0.0)
+                .with_deposit_per_answered_retry(0.0),
+        );
+        for t in 0..20 {
+            assert_eq!(b.request(Millis(t * 10), Ticket(t), charged(60_000)), None);
+        }
+        for t in 20..25 {
+            assert_eq!(
+                b.request(Millis(1_500), Ticket(t), first()),
+                Some(PermitDecision::Granted)
+            );
+        }
+        // 20 tokens: only 15 of the 20 waiters may go in this second (20 asked in the
+        // busiest second; 5 first attempts already went).
+        b.record(Millis(1_500), BudgetNote::Succeeded { target: 0 });
+        b.record(Millis(1_500), BudgetNote::Succeeded { target: 0 });
+        assert_eq!(drain(&mut b).len(), 15);
+        assert_eq!(b.waiting(), 5);
+        // The pace says when to come back: when this second's grants leave the window.
+        assert_eq!(b.next_wakeup(), Some(Millis(2_500)));
+        b.tick(Millis(2_499));
+        assert_eq!(drain(&mut b), []);
+        b.tick(Millis(2_500));
+        assert_eq!(drain(&mut b).len(), 5);
+        assert_eq!(b.waiting(), 0);
+    }
+
+    #[test]
+    fn a_small_fleet_is_paced_only_by_its_bucket() {
+        // One agent asks once a second; the pace's floor is the bucket's capacity.
+        let mut b = budget(3.0, 0.0, 0.0, 0.0);
+        for t in 0..3 {
+            assert_eq!(
+                b.request(Millis(t), Ticket(t), charged(0)),
+                Some(PermitDecision::Granted)
+            );
         }
     }
 }

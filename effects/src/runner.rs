@@ -519,7 +519,11 @@ impl Runner {
                     continue;
                 }
             }
-            match self.execute(commands, &mut stats, telemetry).await {
+            let driving = Driving {
+                machine: &mut machine,
+                start,
+            };
+            match self.execute(commands, &mut stats, telemetry, driving).await {
                 Flow::Next(event) => next = Some(event),
                 Flow::Done(done) => {
                     result = done;
@@ -581,6 +585,7 @@ impl Runner {
         commands: Vec<Command>,
         stats: &mut RunTally,
         telemetry: &mut RunTelemetry,
+        driving: Driving<'_>,
     ) -> Flow {
         for command in commands {
             let result = match command {
@@ -623,7 +628,9 @@ impl Runner {
                         attempt,
                         deadlines,
                     };
-                    return self.send(sent, &conversation, stats, telemetry).await;
+                    return self
+                        .send(sent, &conversation, stats, telemetry, driving)
+                        .await;
                 }
                 // Every wait below polls the cancel first (`biased`): when the cancel and the
                 // awaited answer are both ready, the run is canceled, never a coin toss.
@@ -742,6 +749,7 @@ impl Runner {
         conversation: &Conversation,
         stats: &mut RunTally,
         telemetry: &RunTelemetry,
+        driving: Driving<'_>,
     ) -> Flow {
         let Sent {
             request,
@@ -762,9 +770,12 @@ impl Runner {
         let tools = &self.config.tools;
         let receiver = &mut self.receiver;
         let streamed = AtomicBool::new(false);
+        let first_piece = tokio::sync::Notify::new();
         let mut receiver_failed: Option<ReceiverError> = None;
         let mut sink = |delta: rebound_core::wire::StreamDelta<&str>| {
-            streamed.store(true, Ordering::Relaxed);
+            if !streamed.swap(true, Ordering::Relaxed) {
+                first_piece.notify_one();
+            }
             match receiver.delta(&delta) {
                 Ok(()) => true,
                 Err(e) => {
@@ -773,17 +784,60 @@ impl Runner {
                 }
             }
         };
-        let outcome = tokio::select! {
-            biased;
-            () = self.cancel.0.cancelled() => None,
-            r = crate::telemetry::in_span_until(
+        let Driving { machine, start } = driving;
+        // The answer's future borrows the sink: it ends with this block.
+        let outcome = {
+            let answer = crate::telemetry::in_span_until(
                 provider.send(
                     ProviderRequest::new(conversation, tools).with_deadlines(deadlines),
                     &mut sink,
                 ),
                 telemetry.attempt_span(),
                 &streamed,
-            ) => Some(r),
+            );
+            tokio::pin!(answer);
+            let mut responding = false;
+            loop {
+                tokio::select! {
+                    biased;
+                    () = self.cancel.0.cancelled() => break None,
+                    // The answer began: the machine hears it while the stream goes on (a retry
+                    // being answered tells the shared budget that retries work again).
+                    () = first_piece.notified(), if !responding => {
+                        responding = true;
+                        let now = Millis(u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX));
+                        let event = Event::ProviderResponding { request };
+                        let recorded = self.trace.is_some().then(|| event.clone());
+                        stats.event(now, &event);
+                        let commands = machine.step(now, event);
+                        if let (Some(trace), Some(event)) = (self.trace.as_mut(), recorded) {
+                            if trace.step(&TraceStep::new(now, event, &commands)).is_err() {
+                                // Writing the trace failed: the run goes on untraced, and the
+                                // next step's write reports nothing more.
+                                self.trace = None;
+                            }
+                        }
+                        for command in commands {
+                            stats.command(&command);
+                            match command {
+                                Command::NoteBudget { note } => {
+                                    if let Some(budget) = &self.budget {
+                                        budget.record(note).await;
+                                    }
+                                }
+                                other => {
+                                    return Flow::Done(Err(RunError::Invariant {
+                                        message: format!(
+                                            "the machine answered a response's start with {other:?}"
+                                        ),
+                                    }))
+                                }
+                            }
+                        }
+                    }
+                    r = &mut answer => break Some(r),
+                }
+            }
         };
         let streamed = streamed.into_inner();
         if let Some(e) = receiver_failed {
@@ -821,6 +875,13 @@ impl Runner {
             }
         })
     }
+}
+
+/// The machine a run drives and the run's clock, for the events that arrive while a
+/// command is still under way (a response's start).
+struct Driving<'m> {
+    machine: &'m mut AgentMachine,
+    start: Instant,
 }
 
 /// The request a [`Command::SendRequest`] asked for, as the runner sends it.

@@ -167,9 +167,45 @@ fn run_sweep(base: ExperimentConfig) -> ExitCode {
             tweak(|b| b.deposit_per_request = 0.2),
             wait,
         ),
+        variant(
+            "8 attempts, nothing for an answered retry (the budget before)",
+            8,
+            tweak(|b| b.deposit_per_answered_retry = 0.0),
+            wait,
+        ),
+        variant(
+            "8 attempts, 2 tokens for an answered retry",
+            8,
+            tweak(|b| b.deposit_per_answered_retry = 2.0),
+            wait,
+        ),
+        variant(
+            "8 attempts, 5 tokens for an answered retry",
+            8,
+            tweak(|b| b.deposit_per_answered_retry = 5.0),
+            wait,
+        ),
+        variant(
+            "8 attempts, capacity = initial = 5",
+            8,
+            tweak(|b| {
+                b.capacity = 5.0;
+                b.initial = 5.0;
+            }),
+            wait,
+        ),
+        variant(
+            "8 attempts, capacity = initial = 20",
+            8,
+            tweak(|b| {
+                b.capacity = 20.0;
+                b.initial = 20.0;
+            }),
+            wait,
+        ),
     ];
-    println!("| rebound configuration | bar | total outage: requests / agent | brownout success | stream cuts success | blip-shared success | 3s-outage-shared success | brownout-shared success | rate-limit-shared: success, requests / completed turn |");
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| rebound configuration | bar | total outage: requests / agent | blip-shared: p50, p99, peak / s | brownout success | stream cuts success | blip-shared success | 3s-outage-shared success | brownout-shared success | rate-limit-shared: success, requests / completed turn |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (label, config) in candidates {
         let report = match run_experiment(&config) {
             Ok(r) => r,
@@ -182,8 +218,14 @@ fn run_sweep(base: ExperimentConfig) -> ExitCode {
             rebound_row(&report, model).map_or_else(|| "—".to_owned(), f)
         };
         let pct = |r: &rebound_sim::compare::Row| format!("{:.1} %", r.success_rate() * 100.0);
+        let secs = |ms: Option<u64>| {
+            ms.map_or_else(
+                || "—".to_owned(),
+                |ms| format!("{:.1} s", ms as f64 / 1000.0),
+            )
+        };
         println!(
-            "| {label} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {label} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             if report.verdict().met() {
                 "met"
             } else {
@@ -192,6 +234,12 @@ fn run_sweep(base: ExperimentConfig) -> ExitCode {
             cell("total-outage", &|r| format!(
                 "{:.2}",
                 r.requests_per_agent()
+            )),
+            cell("blip-shared", &|r| format!(
+                "{}, {}, {}",
+                secs(r.p50_ms),
+                secs(r.p99_ms),
+                r.peak_per_sec
             )),
             cell("brownout", &pct),
             cell("stream-cuts", &pct),

@@ -707,10 +707,19 @@ impl<'p, 's, R: Record> Agent<'p, 's, R> {
                     world.classified,
                 );
                 let event = match result {
-                    Ok(response) => Event::ProviderSucceeded {
-                        request: *request,
-                        response,
-                    },
+                    Ok(response) => {
+                        // The answer begins with its first stream event.
+                        let first = self.scenario.timing.first_event_ms;
+                        if first < delay {
+                            let request = *request;
+                            let begun = Event::ProviderResponding { request };
+                            world.push(now.plus(first), self.index, begun);
+                        }
+                        Event::ProviderSucceeded {
+                            request: *request,
+                            response,
+                        }
+                    }
                     Err(failure) => Event::ProviderFailed {
                         request: *request,
                         failure,

@@ -32,6 +32,16 @@ pub enum Event {
         /// The assembled response.
         response: AssistantResponse,
     },
+    /// The provider began answering a request: a success status and the first piece of the
+    /// answer arrived. Optional and not an answer (the request still ends with
+    /// `ProviderSucceeded` or `ProviderFailed`): it lets a shared budget learn that retries
+    /// work again one answer's length sooner than the success would tell it. A driver that
+    /// cannot tell when an answer starts never sends it; a second one for the same request is
+    /// ignored as stale.
+    ProviderResponding {
+        /// The request being answered.
+        request: RequestId,
+    },
     /// A provider request failed.
     ProviderFailed {
         /// The request this answers.

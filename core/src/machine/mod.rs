@@ -245,6 +245,11 @@ struct RequestState {
     compacted: bool,
     empty_responses: u32,
     last_failure: Option<ProviderFailure>,
+    /// The provider began answering the attempt under way (`ProviderResponding`, or its
+    /// success when no such event came first).
+    answered: bool,
+    /// One of this request's retries was answered and the budget was told (once a request).
+    retry_answered: bool,
 }
 
 #[derive(Debug)]
@@ -408,6 +413,12 @@ impl AgentMachine {
                     return Handled::Ignored(IgnoreReason::Stale);
                 }
                 self.on_failure(failure);
+            }
+            Event::ProviderResponding { request } => {
+                if !self.is_waiting_for_request(request) || self.request.answered {
+                    return Handled::Ignored(IgnoreReason::Stale);
+                }
+                self.on_answered();
             }
             Event::TimerFired { timer } => return self.on_timer(timer),
             Event::PermitAnswered { permit, decision } => match self.phase {
@@ -615,6 +626,7 @@ impl AgentMachine {
 
     fn send(&mut self) {
         self.request.attempt += 1;
+        self.request.answered = false;
         let request = RequestId(self.next_id());
         self.phase = Phase::Requesting { request };
         let (conversation, purpose) =
@@ -1029,6 +1041,21 @@ impl AgentMachine {
         self.emit(Command::Sleep { timer, delay_ms });
     }
 
+    /// The provider began answering the attempt under way. A retry being answered is
+    /// evidence that retries work right now: the shared budget hears it at once, once a
+    /// request.
+    fn on_answered(&mut self) {
+        self.request.answered = true;
+        let retry = self.request.attempt > 1;
+        if retry && !self.request.retry_answered && self.config.retry_budget.is_some() {
+            self.request.retry_answered = true;
+            let note = BudgetNote::RetryAnswered {
+                target: self.target,
+            };
+            self.emit(Command::NoteBudget { note });
+        }
+    }
+
     fn on_response(&mut self, mut response: AssistantResponse) {
         let input_problems = response.take_input_problems();
         // The response's id and model are telemetry's: the machine decides nothing on them.
@@ -1046,6 +1073,9 @@ impl AgentMachine {
             ));
         }
         if self.config.retry_budget.is_some() {
+            if !self.request.answered {
+                self.on_answered();
+            }
             let note = BudgetNote::Succeeded {
                 target: self.target,
             };

@@ -1427,6 +1427,7 @@ fn a_budgeted_fleet_on_one_budget_completes_a_blip_that_drains_the_bucket() {
         deposit_per_request: 0.0,
         deposit_per_success: 1.0,
         refill_per_sec: 0.0,
+        deposit_per_answered_retry: 0.0,
     });
     let mut machines: Vec<AgentMachine> = (0..10)
         .map(|i| AgentMachine::new(budgeted(60_000), i))
@@ -1987,4 +1988,76 @@ fn a_tool_input_nested_too_deep_is_refused_and_replaced_before_it_is_stored() {
         calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
         ["fits"]
     );
+}
+
+#[test]
+fn a_retry_being_answered_tells_the_budget_once_a_request() {
+    let mut m = AgentMachine::new(budgeted(5_000), 1);
+    let (p, _, _, _) = permit(&m.step(Millis(0), user("hi")));
+    let (request, _, _) = sent(&m.step(Millis(0), granted(p)));
+    // A first attempt being answered is no evidence about retries.
+    let out = m.step(Millis(300), Event::ProviderResponding { request });
+    assert_eq!(notes(&out), []);
+    let failed = Event::ProviderFailed {
+        request,
+        failure: failure(FailureKind::ServerError, 500),
+    };
+    let (timer, _) = sleep(&m.step(Millis(400), failed));
+    let (p, kind, _, _) = permit(&m.step(Millis(2_000), Event::TimerFired { timer }));
+    assert_eq!(kind, PermitKind::Charged);
+    let (request, attempt, _) = sent(&m.step(Millis(2_000), granted(p)));
+    assert_eq!(attempt, 2);
+    let out = m.step(Millis(2_300), Event::ProviderResponding { request });
+    assert_eq!(notes(&out), [BudgetNote::RetryAnswered { target: 0 }]);
+    // Once an attempt: a second sign is stale.
+    assert_eq!(
+        m.handle(Millis(2_310), Event::ProviderResponding { request }),
+        Handled::Ignored(IgnoreReason::Stale)
+    );
+    // Once a request: its success pays only the success.
+    let out = m.step(
+        Millis(3_000),
+        Event::ProviderSucceeded {
+            request,
+            response: text_response("hello"),
+        },
+    );
+    assert_eq!(notes(&out), [BudgetNote::Succeeded { target: 0 }]);
+}
+
+#[test]
+fn a_retry_that_succeeds_unannounced_is_noted_as_answered_before_its_success() {
+    // A driver that cannot tell when an answer begins: the success says it.
+    let mut m = AgentMachine::new(budgeted(5_000), 1);
+    let (p, _, _, _) = permit(&m.step(Millis(0), user("hi")));
+    let (request, _, _) = sent(&m.step(Millis(0), granted(p)));
+    let failed = Event::ProviderFailed {
+        request,
+        failure: failure(FailureKind::ServerError, 500),
+    };
+    let (timer, _) = sleep(&m.step(Millis(400), failed));
+    let (p, _, _, _) = permit(&m.step(Millis(2_000), Event::TimerFired { timer }));
+    let (request, _, _) = sent(&m.step(Millis(2_000), granted(p)));
+    let out = m.step(
+        Millis(3_000),
+        Event::ProviderSucceeded {
+            request,
+            response: text_response("hello"),
+        },
+    );
+    assert_eq!(
+        notes(&out),
+        [
+            BudgetNote::RetryAnswered { target: 0 },
+            BudgetNote::Succeeded { target: 0 }
+        ]
+    );
+    // Without a budget, nothing is noted, and the sign is still welcome.
+    let mut m = AgentMachine::new(config(), 1);
+    let (request, _, _) = sent(&m.step(Millis(0), user("hi")));
+    assert_eq!(
+        m.handle(Millis(100), Event::ProviderResponding { request }),
+        Handled::Accepted
+    );
+    assert_eq!(m.poll(), None);
 }

@@ -1463,8 +1463,12 @@ impl BudgetStore for RedisBudget {
             // Also here, so a fall back keeps honouring the window.
             self.inner.fallback.record(note);
         }
+        let deposit = matches!(
+            note,
+            BudgetNote::Succeeded { .. } | BudgetNote::RetryAnswered { .. }
+        );
         if !self.try_redis() {
-            if let BudgetNote::Succeeded { .. } = note {
+            if deposit {
                 self.inner.fallback.record(note);
             }
             return;
@@ -1472,6 +1476,10 @@ impl BudgetStore for RedisBudget {
         let now = self.now();
         let op = match note {
             BudgetNote::Succeeded { target } => ScriptOp::Succeeded { target },
+            // The script does not pace its grants yet (core's `RetryBudget` does), so the
+            // deposit that would release a fleet's queued retries at once is not paid there:
+            // a fleet sharing one Redis budget recovers at the pace its successes fund.
+            BudgetNote::RetryAnswered { .. } => return,
             BudgetNote::RateLimited { target, until } => ScriptOp::RateLimited {
                 target,
                 for_ms: until.since(now),
@@ -1484,7 +1492,7 @@ impl BudgetStore for RedisBudget {
                     Err(e) => e,
                     Ok(reply) => malformed(&format!("{reply:?}")),
                 });
-                if let BudgetNote::Succeeded { .. } = note {
+                if deposit {
                     self.inner.fallback.record(note);
                 }
             }

@@ -36,7 +36,7 @@ mod report;
 mod timeline;
 
 pub use peers::Peer;
-pub use report::{Miss, Report, Row, Verdict};
+pub use report::{Miss, RecoveryLimits, Report, Row, Verdict};
 pub use timeline::{run_experiment_with_timelines, Timeline};
 
 use crate::driver::{simulate_fleet, FleetAgent, SimConfig, SimError, SimOutcome};
@@ -109,6 +109,10 @@ pub struct OutageModel {
     /// The least share of "rebound, no budget"'s success rebound must reach in this model,
     /// if any (`0.99`: 99 % of it): what the budget may cost when the failure is short.
     pub min_success_of_unbudgeted: Option<f64>,
+    /// How much slower and burstier than "rebound, no budget" rebound may recover in this
+    /// model, if at all: what the budget may cost in time and peak rate when the failure is
+    /// short.
+    pub recovery_of_unbudgeted: Option<RecoveryLimits>,
     /// Whether rebound's agents have somewhere else to go: a second target of the fallback
     /// chain (another model) that the model's outages spare. The peers model one client
     /// each and have no chain.
@@ -136,6 +140,7 @@ impl OutageModel {
             max_requests_per_turn: None,
             min_success: None,
             min_success_of_unbudgeted: None,
+            recovery_of_unbudgeted: None,
             fallback: false,
             fastest: false,
             in_bar: true,
@@ -227,6 +232,7 @@ impl OutageModel {
             OutageModel {
                 shared_process: true,
                 min_success_of_unbudgeted: Some(0.99),
+                recovery_of_unbudgeted: Some(RecoveryLimits::FAST),
                 ..OutageModel::new(
                     "blip-shared",
                     "the blip, all agents in one process",
@@ -237,6 +243,7 @@ impl OutageModel {
                 shared_process: true,
                 window_ms: Some((2_000, 5_000)),
                 min_success_of_unbudgeted: Some(0.99),
+                recovery_of_unbudgeted: Some(RecoveryLimits::FAST),
                 ..OutageModel::new(
                     "3s-outage-shared",
                     "every attempt from 2 s to 5 s gets 529, all agents in one process",
@@ -250,6 +257,7 @@ impl OutageModel {
                 shared_process: true,
                 window_ms: Some((0, 120_000)),
                 min_success_of_unbudgeted: Some(0.99),
+                recovery_of_unbudgeted: Some(RecoveryLimits::FAST),
                 ..OutageModel::new(
                     "brownout-shared",
                     "the brownout, all agents in one process",

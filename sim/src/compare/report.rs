@@ -113,6 +113,28 @@ impl Row {
     }
 }
 
+/// How much slower and burstier than "rebound, no budget" rebound may recover: each a
+/// ratio of rebound's figure to the unbudgeted row's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RecoveryLimits {
+    /// Median time to completion, at most this many times "rebound, no budget"'s.
+    pub p50: f64,
+    /// 99th percentile time to completion, at most this many times.
+    pub p99: f64,
+    /// Peak requests per second, at most this many times.
+    pub peak: f64,
+}
+
+impl RecoveryLimits {
+    /// The bar's: median at most 1.5 times, 99th percentile at most twice, peak at most
+    /// 1.05 times: recover about as fast as without a budget, without a bigger burst.
+    pub const FAST: RecoveryLimits = RecoveryLimits {
+        p50: 1.5,
+        p99: 2.0,
+        peak: 1.05,
+    };
+}
+
 /// One rule of the bar that rebound's budgeted row broke, with the numbers.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -184,6 +206,21 @@ pub enum Miss {
         rebound_p50_ms: Option<u64>,
         /// The policy's, in ms.
         p50_ms: u64,
+    },
+    /// rebound recovered slower or with a higher peak than the model's
+    /// [`OutageModel::recovery_of_unbudgeted`] allows.
+    Recovery {
+        /// The model.
+        model: String,
+        /// Which figure: `"p50"`, `"p99"` (time to completion) or `"peak"` (requests per
+        /// second).
+        figure: &'static str,
+        /// rebound's (ms, or requests per second; `None`: no turn completed).
+        got: Option<u64>,
+        /// "rebound, no budget"'s.
+        unbudgeted: Option<u64>,
+        /// The largest ratio allowed.
+        max_ratio: f64,
     },
     /// A rule of the model that needs "rebound, no budget", which did not run.
     Unchecked {
@@ -271,6 +308,25 @@ impl fmt::Display for Miss {
                 secs(Some(*p50_ms)),
                 secs(*rebound_p50_ms),
             ),
+            Miss::Recovery {
+                model,
+                figure,
+                got,
+                unbudgeted,
+                max_ratio,
+            } => {
+                let show = |x: &Option<u64>| match (*figure, x) {
+                    ("peak", Some(n)) => format!("{n} requests per second"),
+                    (_, x) => secs(*x),
+                };
+                write!(
+                    f,
+                    "{model}: {figure} of {}, more than {max_ratio} times rebound without a \
+                     budget's {}",
+                    show(got),
+                    show(unbudgeted),
+                )
+            }
             Miss::Unchecked { model } => write!(
                 f,
                 "{model}: not checked: its limit compares rebound with \"rebound, no budget\", \
@@ -411,25 +467,67 @@ fn model_misses(model: &OutageModel, rebound: &Row, rows: &[Row]) -> Vec<Miss> {
             }
         }
     }
-    if let Some(min_share) = model.min_success_of_unbudgeted {
+    if model.min_success_of_unbudgeted.is_some() || model.recovery_of_unbudgeted.is_some() {
         match rows
             .iter()
             .find(|r| r.model == rebound.model && r.policy == Policy::ReboundWithoutBudget)
         {
             Some(unbudgeted) => {
-                if rebound.success_rate() < min_share * unbudgeted.success_rate() {
-                    misses.push(Miss::SuccessOfUnbudgeted {
-                        model: name(),
-                        got: rebound.success_rate(),
-                        unbudgeted: unbudgeted.success_rate(),
-                        min_share,
-                    });
+                if let Some(min_share) = model.min_success_of_unbudgeted {
+                    if rebound.success_rate() < min_share * unbudgeted.success_rate() {
+                        misses.push(Miss::SuccessOfUnbudgeted {
+                            model: name(),
+                            got: rebound.success_rate(),
+                            unbudgeted: unbudgeted.success_rate(),
+                            min_share,
+                        });
+                    }
+                }
+                if let Some(limits) = model.recovery_of_unbudgeted {
+                    misses.extend(recovery_misses(&name(), limits, rebound, unbudgeted));
                 }
             }
             None => misses.push(Miss::Unchecked { model: name() }),
         }
     }
     misses
+}
+
+/// Reads one figure of a row.
+type Figure = fn(&Row) -> Option<u64>;
+
+/// The [`RecoveryLimits`] rebound's row breaks against "rebound, no budget"'s.
+fn recovery_misses(
+    model: &str,
+    limits: RecoveryLimits,
+    rebound: &Row,
+    unbudgeted: &Row,
+) -> Vec<Miss> {
+    let peak = |r: &Row| Some(u64::from(r.peak_per_sec));
+    let figures: [(&'static str, Figure, f64); 3] = [
+        ("p50", |r| r.p50_ms, limits.p50),
+        ("p99", |r| r.p99_ms, limits.p99),
+        ("peak", peak, limits.peak),
+    ];
+    figures
+        .into_iter()
+        .filter_map(|(figure, of, max_ratio)| {
+            let (got, theirs) = (of(rebound), of(unbudgeted));
+            let within = match (got, theirs) {
+                // Nothing completed without a budget: any completion is within.
+                (_, None) => true,
+                (None, Some(_)) => false,
+                (Some(got), Some(theirs)) => got as f64 <= max_ratio * theirs as f64,
+            };
+            (!within).then(|| Miss::Recovery {
+                model: model.to_owned(),
+                figure,
+                got,
+                unbudgeted: theirs,
+                max_ratio,
+            })
+        })
+        .collect()
 }
 
 /// The bar in words, from the models' limits.
@@ -457,6 +555,13 @@ fn bar_in_words(models: &[OutageModel]) -> String {
             limits.push(format!(
                 "at least {:.0} % of \"rebound, no budget\"'s success",
                 x * 100.0
+            ));
+        }
+        if let Some(r) = m.recovery_of_unbudgeted {
+            limits.push(format!(
+                "a median time to completion at most {}, a 99th percentile at most {} and a \
+                 peak request rate at most {} times \"rebound, no budget\"'s",
+                r.p50, r.p99, r.peak
             ));
         }
         if !limits.is_empty() {
@@ -670,5 +775,33 @@ mod tests {
             v.misses[0].to_string(),
             "total-outage: 1.210 requests per agent, more than the limit of 1.2"
         );
+    }
+
+    #[test]
+    fn a_shared_blip_must_recover_about_as_fast_as_without_a_budget_and_no_burstier() {
+        let timed = |policy, p50, p99, peak| Row {
+            p50_ms: Some(p50),
+            p99_ms: Some(p99),
+            peak_per_sec: peak,
+            ..row("blip-shared", policy, 100, 300)
+        };
+        let unbudgeted = timed(Policy::ReboundWithoutBudget, 2_900, 3_200, 300);
+        let v = report(vec![
+            timed(Policy::Rebound, 4_400, 6_400, 316),
+            unbudgeted.clone(),
+        ])
+        .verdict();
+        let shown: Vec<String> = v.misses.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "blip-shared: p50 of 4.4 s, more than 1.5 times rebound without a budget's 2.9 s",
+                "blip-shared: peak of 316 requests per second, more than 1.05 times rebound \
+                 without a budget's 300 requests per second"
+            ]
+        );
+        // At the limits (1.5, 2 and 1.05 times) it is met.
+        let v = report(vec![timed(Policy::Rebound, 4_350, 6_400, 315), unbudgeted]).verdict();
+        assert!(v.met(), "{:?}", v.misses);
     }
 }
