@@ -960,8 +960,16 @@ mod tests {
         b.deposit(500);
         b.deposit(1_700);
         assert_eq!(b.retries_available(2_700), 2);
-        assert_eq!(b.retries_available(10_600), 1, "the deposit at 0.5 s has left");
-        assert_eq!(b.retries_available(12_000), 0, "the deposit at 1.7 s has left");
+        assert_eq!(
+            b.retries_available(10_600),
+            1,
+            "the deposit at 0.5 s has left"
+        );
+        assert_eq!(
+            b.retries_available(12_000),
+            0,
+            "the deposit at 1.7 s has left"
+        );
     }
 
     #[test]
@@ -985,7 +993,10 @@ mod tests {
             b.close_request();
         }
         assert_eq!(b.open(), (0, 4));
-        assert!(!b.try_open_retry(), "open retries still count against the floor of 3");
+        assert!(
+            !b.try_open_retry(),
+            "open retries still count against the floor of 3"
+        );
     }
 
     #[test]
@@ -994,7 +1005,11 @@ mod tests {
         let percent = EnvoyRetryBudget::BUDGET_PERCENT as f64;
         for active in 0..200_000u64 {
             let envoy = (percent / 100.0 * active as f64) as u64;
-            assert_eq!(envoy, active * EnvoyRetryBudget::BUDGET_PERCENT / 100, "{active}");
+            assert_eq!(
+                envoy,
+                active * EnvoyRetryBudget::BUDGET_PERCENT / 100,
+                "{active}"
+            );
         }
     }
 
@@ -1010,9 +1025,27 @@ mod tests {
             (600, false, 0.5, 6.4, 0.375),
             (1_200, true, 0.5, 2.88, 0.675),
             (1_700, false, 0.5, 2.176, 0.925),
-            (2_600, false, 0.625_149_711_000_287_5, 1.235_199_999_999_999_9, 1.0),
-            (4_000, false, 1.560_746_666_666_666_5, 0.780_373_333_333_333_3, 1.0),
-            (6_500, false, 0.952_149_333_333_333_3, 0.476_074_666_666_666_65, 1.0),
+            (
+                2_600,
+                false,
+                0.625_149_711_000_287_5,
+                1.235_199_999_999_999_9,
+                1.0,
+            ),
+            (
+                4_000,
+                false,
+                1.560_746_666_666_666_5,
+                0.780_373_333_333_333_3,
+                1.0,
+            ),
+            (
+                6_500,
+                false,
+                0.952_149_333_333_333_3,
+                0.476_074_666_666_666_65,
+                1.0,
+            ),
         ];
         let mut limiter = AdaptiveRateLimiter::new(0);
         assert!(!limiter.enabled());
@@ -1021,7 +1054,10 @@ mod tests {
             limiter.on_response(now, throttled);
             assert!(limiter.enabled());
             assert!(close(limiter.fill_rate(), fill_rate), "{now}: {limiter:?}");
-            assert!(close(limiter.measured_rate(), measured), "{now}: {limiter:?}");
+            assert!(
+                close(limiter.measured_rate(), measured),
+                "{now}: {limiter:?}"
+            );
             assert!(close(limiter.capacity, capacity), "{now}: {limiter:?}");
         }
     }
