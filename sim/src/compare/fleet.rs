@@ -343,4 +343,40 @@ mod tests {
         let alone = run_peer_fleet(Peer::SreAdaptive, &scenario, &members(300), false, 60_000);
         assert!(alone.iter().all(|r| !r.requests.is_empty()));
     }
+
+    #[test]
+    fn an_adaptive_client_holds_first_attempts_after_a_throttling_error() {
+        // 429s for the first 2 s; 300 agents start over 3 s.
+        let scenario = outage(2_000, Fault::http(429));
+        let records = run_peer_fleet(Peer::AwsAdaptive, &scenario, &members(300), true, 60_000);
+        let held = members(300)
+            .iter()
+            .zip(&records)
+            .filter(|(m, r)| r.requests.first().is_some_and(|&t| t > m.start_ms))
+            .count();
+        assert!(held > 100, "{held} first attempts held");
+        // Without throttling errors, nothing is held.
+        let brownout = outage(2_000, Fault::http(503));
+        let records = run_peer_fleet(Peer::AwsAdaptive, &brownout, &members(300), true, 60_000);
+        assert!(members(300)
+            .iter()
+            .zip(&records)
+            .all(|(m, r)| r.requests.first() == Some(&m.start_ms)));
+    }
+
+    #[test]
+    fn envoy_retries_overflow_when_a_fifth_of_open_requests_are_retries() {
+        // Every attempt fails for a minute. Alone, each agent's Envoy retries once; shared,
+        // at most max(open / 5, 3) retries are open at once.
+        let scenario = outage(60_000, Fault::http(503));
+        let sent = |shared: bool| -> usize {
+            run_peer_fleet(Peer::EnvoyBudget, &scenario, &members(300), shared, 60_000)
+                .iter()
+                .map(|r| r.requests.len())
+                .sum()
+        };
+        assert_eq!(sent(false), 600);
+        let shared = sent(true);
+        assert!((300..450).contains(&shared), "{shared}");
+    }
 }
