@@ -323,6 +323,444 @@ impl AdaptiveThrottle {
     }
 }
 
+/// tower's `retry::budget::TpsBudget`, as Linkerd configures it: deposits that expire
+/// after 10 s, kept in ten one-second slots, a reserve of 10 retries a second, and one
+/// retry for every five deposits.
+///
+/// tower-rs/tower, tower/src/retry/budget/tps_budget.rs (commit 6a3ab07b; the file is
+/// unchanged at 8358ee71): `TpsBudget::new(ttl, min_per_sec, retry_percent)` with
+/// `retry_percent <= 1.0` makes `deposit_amount = 1` and
+/// `withdraw_amount = (1.0 / retry_percent) as isize` (in `f32`: 5 for 0.2), and
+/// `reserve = min_per_sec * ttl.as_secs() * withdraw_amount`; the bucket has
+/// `windows = 10` slots of `ttl / 10`. `TpsBucket::expire` commits the `writer` to the slot
+/// of the current generation once `window` has passed since the generation began, zeroes
+/// the following slots `while diff > window` (subtracting a window each time), and starts
+/// the new generation *now* (not on a fixed grid); `sum` is `writer` + every slot +
+/// `reserve`; `put` expires then adds; `try_get(amt)` expires, then takes `amt` from the
+/// writer if `sum >= amt`. `TpsBudget::default()` is `new(10 s, 10, 0.2)`, which is also
+/// Linkerd's ServiceProfile `retryBudget` default (`retryRatio: 0.2`,
+/// `minRetriesPerSecond: 10`, `ttl: 10s`; linkerd/linkerd2-proxy builds its profile
+/// budget with tower's budget). Kept in the same integers, so nothing is rounded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TpsBudget {
+    /// `TpsBucket::slots`, one per `window`.
+    slots: [i64; Self::SLOTS],
+    /// `TpsBucket::writer`: the current generation's changes, not yet committed.
+    writer: i64,
+    /// `Generation::index`: the slot the writer goes to.
+    index: usize,
+    /// `Generation::time`: when the current generation began, in ms.
+    generation_ms: u64,
+    /// `ttl / windows`, in ms.
+    window_ms: u64,
+    reserve: i64,
+    deposit_amount: i64,
+    withdraw_amount: i64,
+}
+
+impl TpsBudget {
+    /// tower's `windows = 10u32`.
+    const SLOTS: usize = 10;
+    /// Linkerd's (and tower's default) `ttl = 10 s`.
+    pub(crate) const LINKERD_TTL_MS: u64 = 10_000;
+    /// Linkerd's (and tower's default) `min_per_sec = 10`.
+    pub(crate) const LINKERD_MIN_PER_SEC: u32 = 10;
+    /// Linkerd's (and tower's default) `retry_percent = 0.2`.
+    pub(crate) const LINKERD_RETRY_PERCENT: f32 = 0.2;
+
+    /// `TpsBudget::new(ttl, min_per_sec, retry_percent)`, created at `now`.
+    ///
+    /// # Panics
+    ///
+    /// On the arguments tower's own assertions refuse: `ttl` outside 1–60 s,
+    /// `retry_percent` outside 0–1000.
+    pub(crate) fn new(ttl_ms: u64, min_per_sec: u32, retry_percent: f32, now: u64) -> Self {
+        assert!(
+            (1_000..=60_000).contains(&ttl_ms) && (0.0..=1000.0).contains(&retry_percent),
+            "invariant: tower's TpsBudget takes a ttl of 1-60 s and a retry_percent of 0-1000"
+        );
+        // tower's own `f32` arithmetic, cast as it casts: it decides the integer amounts.
+        let (deposit_amount, withdraw_amount) = if retry_percent == 0.0 {
+            (0, 1)
+        } else if retry_percent <= 1.0 {
+            (1, (1.0 / retry_percent) as i64)
+        } else {
+            (1000, (1000.0 / retry_percent) as i64)
+        };
+        TpsBudget {
+            slots: [0; Self::SLOTS],
+            writer: 0,
+            index: 0,
+            generation_ms: now,
+            window_ms: ttl_ms / Self::SLOTS as u64,
+            reserve: i64::from(min_per_sec)
+                .saturating_mul((ttl_ms / 1_000) as i64)
+                .saturating_mul(withdraw_amount),
+            deposit_amount,
+            withdraw_amount,
+        }
+    }
+
+    /// The budget Linkerd gives a destination, created at `now`.
+    pub(crate) fn linkerd(now: u64) -> Self {
+        Self::new(
+            Self::LINKERD_TTL_MS,
+            Self::LINKERD_MIN_PER_SEC,
+            Self::LINKERD_RETRY_PERCENT,
+            now,
+        )
+    }
+
+    fn expire(&mut self, now: u64) {
+        let mut diff = now.saturating_sub(self.generation_ms);
+        if diff < self.window_ms {
+            return;
+        }
+        self.slots[self.index] = std::mem::take(&mut self.writer);
+        let mut idx = (self.index + 1) % Self::SLOTS;
+        while diff > self.window_ms {
+            self.slots[idx] = 0;
+            diff -= self.window_ms;
+            idx = (idx + 1) % Self::SLOTS;
+        }
+        self.index = idx;
+        self.generation_ms = now;
+    }
+
+    fn sum(&self) -> i64 {
+        self.slots
+            .iter()
+            .fold(self.writer, |sum, slot| sum.saturating_add(*slot))
+            .saturating_add(self.reserve)
+    }
+
+    /// `Budget::deposit`: one request's credit.
+    pub(crate) fn deposit(&mut self, now: u64) {
+        self.expire(now);
+        self.writer += self.deposit_amount;
+    }
+
+    /// `Budget::withdraw`: takes one retry's worth if the balance allows, and says whether
+    /// it did.
+    pub(crate) fn withdraw(&mut self, now: u64) -> bool {
+        self.expire(now);
+        let ok = self.sum() >= self.withdraw_amount;
+        if ok {
+            self.writer -= self.withdraw_amount;
+        }
+        ok
+    }
+
+    /// Retries that may be made now.
+    #[cfg(test)]
+    pub(crate) fn retries_available(&mut self, now: u64) -> i64 {
+        self.expire(now);
+        self.sum() / self.withdraw_amount
+    }
+}
+
+/// Envoy's retry budget (`envoy.config.cluster.v3.CircuitBreakers.Thresholds.RetryBudget`):
+/// a limit on *concurrent* retries, a share of the requests active now.
+///
+/// envoyproxy/envoy, source/common/upstream/resource_manager_impl.h (commit 01c2c1fa),
+/// `RetryBudgetImpl`: `canCreate()` is `count() < max()`, where `count()` is the retries
+/// open now and `max()` is
+/// `std::max<uint64_t>(budget_percent / 100.0 * (requests_.count() + pending_requests_.count()),
+/// min_retry_concurrency)` with the defaults `budget_percent = 20.0` and
+/// `min_retry_concurrency = 3`. `requests_` counts the upstream requests (streams) open on
+/// the cluster, retries included (the connection pool's `requests().inc()` when a stream
+/// is attached); nothing is pending here (no connection limit is reached). The `double`
+/// product truncated to an integer is `active * 20 / 100` in integers for every count this
+/// experiment can reach (tested). A retry is open from the moment the router decides it
+/// (`RetryStateImpl::shouldRetry` calls `retries().inc()` before arming the backoff timer)
+/// until the next `shouldRetry` for that request, or its end (`resetRetry`).
+///
+/// The Gateway API's GEP-3388 (kubernetes-sigs/gateway-api, geps/gep-3388/index.md,
+/// commit 04c4b7bf) describes this threshold as Envoy's retry budget, but its proposed API
+/// (`budgetPercent`, `budgetInterval`, `minRetryRate`) is a budget over an interval of
+/// time, as Linkerd's ([`TpsBudget`]) is, not this concurrency limit.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct EnvoyRetryBudget {
+    /// `requests_.count()`: upstream requests open now, first attempts and retries.
+    active_requests: u64,
+    /// `count()`: retries open now.
+    active_retries: u64,
+}
+
+impl EnvoyRetryBudget {
+    /// `budget_percent`'s default, 20 %.
+    pub(crate) const BUDGET_PERCENT: u64 = 20;
+    /// `min_retry_concurrency`'s default.
+    pub(crate) const MIN_RETRY_CONCURRENCY: u64 = 3;
+
+    /// No request open.
+    pub(crate) fn new() -> Self {
+        EnvoyRetryBudget::default()
+    }
+
+    /// An upstream request (stream) opens.
+    pub(crate) fn open_request(&mut self) {
+        self.active_requests += 1;
+    }
+
+    /// An upstream request closes.
+    ///
+    /// # Panics
+    ///
+    /// When none is open: the fleet closed a request twice.
+    pub(crate) fn close_request(&mut self) {
+        self.active_requests = self
+            .active_requests
+            .checked_sub(1)
+            .expect("invariant: an Envoy request closes once, after it opened");
+    }
+
+    /// `max()`: the retries that may be open at once now.
+    pub(crate) fn max_retries(&self) -> u64 {
+        (self.active_requests * Self::BUDGET_PERCENT / 100).max(Self::MIN_RETRY_CONCURRENCY)
+    }
+
+    /// `canCreate()` then `inc()`: opens a retry if fewer than [`max_retries`](Self::max_retries)
+    /// are open, and says whether it did.
+    pub(crate) fn try_open_retry(&mut self) -> bool {
+        let ok = self.active_retries < self.max_retries();
+        if ok {
+            self.active_retries += 1;
+        }
+        ok
+    }
+
+    /// `resetRetry()`: the open retry of a request closes.
+    ///
+    /// # Panics
+    ///
+    /// When none is open: the fleet closed a retry twice.
+    pub(crate) fn close_retry(&mut self) {
+        self.active_retries = self
+            .active_retries
+            .checked_sub(1)
+            .expect("invariant: an Envoy retry closes once, after it opened");
+    }
+
+    /// `(requests, retries)` open now.
+    #[cfg(test)]
+    pub(crate) fn open(&self) -> (u64, u64) {
+        (self.active_requests, self.active_retries)
+    }
+}
+
+/// The AWS SDKs' `adaptive` retry mode's client-side rate limiter: a token bucket every
+/// request (first attempts too) takes a token from once a throttling error has been seen,
+/// filled at a rate that throttling errors cut and a CUBIC curve raises again.
+///
+/// boto/botocore (commit 0e6e2404): botocore/client.py `_register_retries` registers, for
+/// `mode = 'adaptive'`, the standard handler ([`RetryQuota`] and its retry loop) *and*
+/// botocore/retries/adaptive.py's `register_retry_handler`: a `ClientRateLimiter` per
+/// client whose `on_sending_request` (event `before-send`, every attempt) acquires one
+/// token, blocking, once `_enabled`; and whose `on_receiving_response` (event
+/// `needs-retry`, every response) records the `RateClocker`, then — for a response the
+/// `ThrottlingErrorDetector` does not call throttling — takes
+/// `CubicCalculator.success_received(now)`, or — for a throttling error — takes
+/// `error_received(rate, now)` with `rate` the measured rate (the first time) or
+/// `min(measured, bucket.max_rate)`, and sets `_enabled`; either way the bucket's
+/// `max_rate` becomes `min(new_rate, _MAX_RATE_ADJUST_SCALE = 2.0 * measured)`.
+/// - botocore/retries/throttling.py, `CubicCalculator`: `_SCALE_CONSTANT = 0.4`,
+///   `_BETA = 0.7`, `starting_max_rate = 0`; `k = (w_max * (1 - beta) / scale) ** (1/3)`;
+///   a success gives `scale * (t - last_fail - k) ** 3 + w_max`; an error sets
+///   `w_max = rate`, recomputes `k`, `last_fail = t`, and gives `rate * beta`.
+/// - botocore/retries/bucket.py, `TokenBucket(max_rate = 1)`: `_MIN_RATE = 0.5`; setting
+///   `max_rate` refills first, then `fill_rate = max(value, 0.5)`,
+///   `max_capacity = max(value, 1)` (1 below 1) and clamps the capacity; the capacity
+///   starts at 0 and refills `(t - last) * fill_rate` up to `max_capacity`; `acquire`
+///   takes a token when one is there, else sleeps `(1 - capacity) / fill_rate` on the
+///   condition (which a change of rate notifies) and tries again.
+/// - adaptive.py, `RateClocker`: `_DEFAULT_SMOOTHING = 0.8`, `_TIME_BUCKET_RANGE = 0.5`;
+///   each record counts one, and when the half-second bucket `floor(t * 2) / 2` is past the
+///   last one, `measured = 0.8 * count / (bucket - last_bucket) + 0.2 * measured`; the
+///   first `last_bucket` is `floor(t)` of the client's creation (whole seconds, as written).
+///
+/// The arithmetic is botocore's, in `f64` seconds as Python's floats are; virtual
+/// milliseconds come in. Python's condition variable wakes sleepers in no fixed order;
+/// here the requests waiting for a token are served in the order they asked, each as soon
+/// as the bucket holds a token, and a change of rate moves the next one's wake-up (the
+/// `notify`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct AdaptiveRateLimiter {
+    enabled: bool,
+    // `CubicCalculator`.
+    w_max: f64,
+    k: f64,
+    last_fail_s: f64,
+    // `RateClocker`.
+    measured_rate: f64,
+    last_bucket_s: f64,
+    count: u64,
+    // `TokenBucket`.
+    fill_rate: f64,
+    max_capacity: f64,
+    capacity: f64,
+    last_refill_s: f64,
+    /// Requests waiting for a token, in the order they asked (caller's identifiers).
+    waiting: VecDeque<usize>,
+}
+
+impl AdaptiveRateLimiter {
+    /// `CubicCalculator._SCALE_CONSTANT`.
+    pub(crate) const SCALE_CONSTANT: f64 = 0.4;
+    /// `CubicCalculator._BETA`.
+    pub(crate) const BETA: f64 = 0.7;
+    /// `TokenBucket._MIN_RATE`, requests per second.
+    pub(crate) const MIN_RATE: f64 = 0.5;
+    /// `ClientRateLimiter._MAX_RATE_ADJUST_SCALE`.
+    pub(crate) const MAX_RATE_ADJUST_SCALE: f64 = 2.0;
+    /// `RateClocker._DEFAULT_SMOOTHING`.
+    pub(crate) const SMOOTHING: f64 = 0.8;
+    /// `RateClocker._TIME_BUCKET_RANGE`, in seconds.
+    pub(crate) const TIME_BUCKET_RANGE_S: f64 = 0.5;
+
+    /// The limiter of a client created at `now` (ms): disabled, `TokenBucket(max_rate=1)`.
+    pub(crate) fn new(now: u64) -> Self {
+        let t = seconds(now);
+        let mut limiter = AdaptiveRateLimiter {
+            enabled: false,
+            w_max: 0.0,
+            k: 0.0,
+            last_fail_s: t,
+            measured_rate: 0.0,
+            last_bucket_s: t.floor(),
+            count: 0,
+            fill_rate: 0.0,
+            max_capacity: 0.0,
+            capacity: 0.0,
+            last_refill_s: t,
+            waiting: VecDeque::new(),
+        };
+        limiter.k = limiter.zero_point();
+        limiter.set_max_rate(1.0, now);
+        limiter
+    }
+
+    fn zero_point(&self) -> f64 {
+        (self.w_max * (1.0 - Self::BETA) / Self::SCALE_CONSTANT).powf(1.0 / 3.0)
+    }
+
+    fn refill(&mut self, t: f64) {
+        let fill = (t - self.last_refill_s) * self.fill_rate;
+        self.capacity = self.max_capacity.min(self.capacity + fill);
+        self.last_refill_s = t;
+    }
+
+    /// The `max_rate` setter.
+    fn set_max_rate(&mut self, value: f64, now: u64) {
+        self.refill(seconds(now));
+        self.fill_rate = value.max(Self::MIN_RATE);
+        self.max_capacity = if value >= 1.0 { value } else { 1.0 };
+        self.capacity = self.capacity.min(self.max_capacity);
+    }
+
+    /// `RateClocker.record`: counts a response at `now` and returns the measured rate.
+    fn record(&mut self, now: u64) -> f64 {
+        let scale = 1.0 / Self::TIME_BUCKET_RANGE_S;
+        let bucket = (seconds(now) * scale).floor() / scale;
+        self.count += 1;
+        if bucket > self.last_bucket_s {
+            let current_rate = self.count as f64 / (bucket - self.last_bucket_s);
+            self.measured_rate =
+                current_rate * Self::SMOOTHING + self.measured_rate * (1.0 - Self::SMOOTHING);
+            self.count = 0;
+            self.last_bucket_s = bucket;
+        }
+        self.measured_rate
+    }
+
+    /// `on_receiving_response`: a response arrived at `now`; `throttled` when botocore's
+    /// `ThrottlingErrorDetector` calls it a throttling error.
+    pub(crate) fn on_response(&mut self, now: u64, throttled: bool) {
+        let measured = self.record(now);
+        let t = seconds(now);
+        let new_rate = if throttled {
+            let rate = if self.enabled {
+                measured.min(self.fill_rate)
+            } else {
+                measured
+            };
+            self.w_max = rate;
+            self.k = self.zero_point();
+            self.last_fail_s = t;
+            self.enabled = true;
+            rate * Self::BETA
+        } else {
+            Self::SCALE_CONSTANT * (t - self.last_fail_s - self.k).powf(3.0) + self.w_max
+        };
+        self.set_max_rate(new_rate.min(Self::MAX_RATE_ADJUST_SCALE * measured), now);
+    }
+
+    /// `on_sending_request` for request `who` at `now`: `true` when it may be sent now
+    /// (the limiter is off, or a token was there and nobody waits before it); otherwise it
+    /// waits, and [`grant`](Self::grant) sends it later.
+    pub(crate) fn try_send(&mut self, who: usize, now: u64) -> bool {
+        if !self.enabled {
+            return true;
+        }
+        self.refill(seconds(now));
+        if self.waiting.is_empty() && self.capacity >= 1.0 {
+            self.capacity -= 1.0;
+            return true;
+        }
+        self.waiting.push_back(who);
+        false
+    }
+
+    /// The waiting requests the bucket has a token for at `now`, oldest first; each takes
+    /// its token.
+    pub(crate) fn grant(&mut self, now: u64) -> Vec<usize> {
+        self.refill(seconds(now));
+        let mut granted = Vec::new();
+        while self.capacity >= 1.0 {
+            let Some(who) = self.waiting.pop_front() else {
+                break;
+            };
+            self.capacity -= 1.0;
+            granted.push(who);
+        }
+        granted
+    }
+
+    /// When the oldest waiting request will have its token, in ms after `now` (at least 1),
+    /// if one waits: `(1 - capacity) / fill_rate` seconds, rounded up.
+    pub(crate) fn next_grant(&self, now: u64) -> Option<u64> {
+        if self.waiting.is_empty() {
+            return None;
+        }
+        let missing = (1.0 - self.capacity).max(0.0);
+        let ms = (missing / self.fill_rate * 1000.0).ceil();
+        Some(now.saturating_add((ms as u64).max(1)))
+    }
+
+    /// The bucket's fill rate (`TokenBucket.max_rate`), requests per second.
+    #[cfg(test)]
+    pub(crate) fn fill_rate(&self) -> f64 {
+        self.fill_rate
+    }
+
+    /// The measured rate of responses (`RateClocker.measured_rate`).
+    #[cfg(test)]
+    pub(crate) fn measured_rate(&self) -> f64 {
+        self.measured_rate
+    }
+
+    /// Whether a throttling error has switched the bucket on.
+    #[cfg(test)]
+    pub(crate) fn enabled(&self) -> bool {
+        self.enabled
+    }
+}
+
+/// Virtual milliseconds as Python's float seconds.
+fn seconds(ms: u64) -> f64 {
+    ms as f64 / 1000.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -466,5 +904,204 @@ mod tests {
             AdaptiveThrottle::new().admit(0, &mut rng),
             "no history, no throttling"
         );
+    }
+
+    // tower's own tests of `TpsBudget` (tps_budget.rs, `mod tests`), on virtual time.
+    #[test]
+    fn tower_tps_budget_passes_towers_own_tests() {
+        // tps_empty: no reserve, no deposit.
+        assert!(!TpsBudget::new(1_000, 0, 1.0, 0).withdraw(0));
+        // tps_leaky: a deposit leaves the window after the ttl.
+        let mut leaky = TpsBudget::new(1_000, 0, 1.0, 0);
+        leaky.deposit(0);
+        assert!(!leaky.withdraw(3_000));
+        // tps_slots: two deposits pay a withdrawal of 2 within the ttl; a blank slate after;
+        // a deposit 1.1 s old has expired, one 0.8 s old has not.
+        let mut slots = TpsBudget::new(1_000, 0, 0.5, 0);
+        slots.deposit(0);
+        slots.deposit(0);
+        assert!(slots.withdraw(901));
+        slots.deposit(2_902);
+        slots.deposit(3_203);
+        slots.deposit(4_004);
+        assert!(slots.withdraw(4_004));
+        // tps_reserve: 5 retries a second, for one second.
+        let mut reserve = TpsBudget::new(1_000, 5, 1.0, 0);
+        for i in 0..5 {
+            assert!(reserve.withdraw(0), "retry {i}");
+        }
+        assert!(!reserve.withdraw(0));
+    }
+
+    #[test]
+    fn linkerd_budget_reserves_a_hundred_retries_and_pays_one_per_five_deposits() {
+        // tower's f32 arithmetic gives a withdrawal of exactly 5 for 20 %.
+        assert_eq!((1.0 / TpsBudget::LINKERD_RETRY_PERCENT) as i64, 5);
+        let mut b = TpsBudget::linkerd(0);
+        assert_eq!(b.retries_available(0), 100);
+        for i in 0..100 {
+            assert!(b.withdraw(i * 10), "retry {i}");
+        }
+        assert!(!b.withdraw(1_000));
+        for _ in 0..4 {
+            b.deposit(1_000);
+        }
+        assert!(!b.withdraw(1_000), "four deposits are not a retry");
+        b.deposit(1_000);
+        assert!(b.withdraw(1_000));
+        // The withdrawals of the first second leave the window ten slots later.
+        assert_eq!(b.retries_available(9_500), 0);
+        assert_eq!(b.retries_available(11_000), 100);
+    }
+
+    #[test]
+    fn tps_budget_forgets_a_deposit_about_ten_seconds_after_it_was_made() {
+        let mut b = TpsBudget::new(10_000, 0, 1.0, 0);
+        b.deposit(500);
+        b.deposit(1_700);
+        assert_eq!(b.retries_available(2_700), 2);
+        assert_eq!(
+            b.retries_available(10_600),
+            1,
+            "the deposit at 0.5 s has left"
+        );
+        assert_eq!(
+            b.retries_available(12_000),
+            0,
+            "the deposit at 1.7 s has left"
+        );
+    }
+
+    #[test]
+    fn envoy_budget_allows_a_fifth_of_open_requests_and_at_least_three() {
+        let mut b = EnvoyRetryBudget::new();
+        assert_eq!(b.max_retries(), 3);
+        for _ in 0..19 {
+            b.open_request();
+        }
+        assert_eq!(b.max_retries(), 3, "19 / 5 truncates to 3");
+        b.open_request();
+        assert_eq!(b.max_retries(), 4);
+        for i in 0..4 {
+            assert!(b.try_open_retry(), "retry {i}");
+        }
+        assert!(!b.try_open_retry(), "the fifth concurrent retry overflows");
+        assert_eq!(b.open(), (20, 4));
+        b.close_retry();
+        assert!(b.try_open_retry());
+        for _ in 0..20 {
+            b.close_request();
+        }
+        assert_eq!(b.open(), (0, 4));
+        assert!(
+            !b.try_open_retry(),
+            "open retries still count against the floor of 3"
+        );
+    }
+
+    #[test]
+    fn envoy_budget_integer_share_equals_envoys_double_arithmetic() {
+        // `std::max<uint64_t>(budget_percent / 100.0 * current_active, 3)`.
+        let percent = EnvoyRetryBudget::BUDGET_PERCENT as f64;
+        for active in 0..200_000u64 {
+            let envoy = (percent / 100.0 * active as f64) as u64;
+            assert_eq!(
+                envoy,
+                active * EnvoyRetryBudget::BUDGET_PERCENT / 100,
+                "{active}"
+            );
+        }
+    }
+
+    #[test]
+    fn adaptive_limiter_follows_botocores_rates() {
+        // botocore's ClientRateLimiter, CubicCalculator, TokenBucket and RateClocker
+        // (commit 0e6e2404), driven by a fake clock through the same responses, printed
+        // (fill rate, measured rate, capacity) after each; the client was created at 0.
+        let expected: [(u64, bool, f64, f64, f64); 9] = [
+            (150, true, 0.5, 0.0, 0.15),
+            (300, true, 0.5, 0.0, 0.224_999_999_999_999_98),
+            (450, true, 0.5, 0.0, 0.3),
+            (600, false, 0.5, 6.4, 0.375),
+            (1_200, true, 0.5, 2.88, 0.675),
+            (1_700, false, 0.5, 2.176, 0.925),
+            (
+                2_600,
+                false,
+                0.625_149_711_000_287_5,
+                1.235_199_999_999_999_9,
+                1.0,
+            ),
+            (
+                4_000,
+                false,
+                1.560_746_666_666_666_5,
+                0.780_373_333_333_333_3,
+                1.0,
+            ),
+            (
+                6_500,
+                false,
+                0.952_149_333_333_333_3,
+                0.476_074_666_666_666_65,
+                1.0,
+            ),
+        ];
+        let mut limiter = AdaptiveRateLimiter::new(0);
+        assert!(!limiter.enabled());
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs().max(1.0);
+        for (now, throttled, fill_rate, measured, capacity) in expected {
+            limiter.on_response(now, throttled);
+            assert!(limiter.enabled());
+            assert!(close(limiter.fill_rate(), fill_rate), "{now}: {limiter:?}");
+            assert!(
+                close(limiter.measured_rate(), measured),
+                "{now}: {limiter:?}"
+            );
+            assert!(close(limiter.capacity, capacity), "{now}: {limiter:?}");
+        }
+    }
+
+    #[test]
+    fn adaptive_limiter_sends_freely_until_throttled_then_one_token_at_a_time_in_order() {
+        let mut limiter = AdaptiveRateLimiter::new(0);
+        for who in 0..50 {
+            assert!(limiter.try_send(who, 10), "off until a throttling error");
+        }
+        // A throttling error with nothing measured yet: the floor of 0.5 per second.
+        limiter.on_response(150, true);
+        assert_eq!(limiter.fill_rate(), AdaptiveRateLimiter::MIN_RATE);
+        // 0.15 s of refill at 1 per second since creation: 0.15 tokens; 1, 2 and 3 wait.
+        for who in 1..=3 {
+            assert!(!limiter.try_send(who, 150));
+        }
+        // The next grant, when the limiter says it is due; float rounding may leave the
+        // bucket a hair short then, and botocore too sleeps again for the remainder.
+        let next = |limiter: &mut AdaptiveRateLimiter, now: u64| {
+            let mut at = now;
+            for _ in 0..3 {
+                at = limiter.next_grant(at).expect("a request waits");
+                let granted = limiter.grant(at);
+                if !granted.is_empty() {
+                    return (at, granted);
+                }
+            }
+            panic!("no grant near {at}: {limiter:?}")
+        };
+        // 0.85 tokens missing at 0.5 per second: 1.7 s.
+        assert!(limiter.grant(1_840).is_empty());
+        let (first, granted) = next(&mut limiter, 150);
+        assert!((1_849..=1_852).contains(&first), "{first}");
+        assert_eq!(granted, [1]);
+        // A token every 2 s at 0.5 per second; a newcomer queues behind the others.
+        assert!(!limiter.try_send(4, first + 100));
+        let mut at = first;
+        for who in [2, 3, 4] {
+            let (then, granted) = next(&mut limiter, at);
+            assert_eq!(granted, [who]);
+            assert!((at + 1_999..=at + 2_002).contains(&then), "{at} -> {then}");
+            at = then;
+        }
+        assert_eq!(limiter.next_grant(at), None);
     }
 }

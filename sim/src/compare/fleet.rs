@@ -13,7 +13,7 @@
 //! the driver does). So every policy meets the same faults for the same attempts. A
 //! budget only changes *whether and when* an agent makes its next attempt.
 
-use super::peers::{Peer, PeerState, Process, Seen};
+use super::peers::{Admission, Peer, PeerState, Process, Seen};
 use crate::scenario::{FaultKind, Planned, Scenario, ScriptCursor};
 use rebound_core::{Conversation, Message, Millis};
 use std::cmp::Reverse;
@@ -38,10 +38,19 @@ pub(crate) struct TurnRecord {
     pub(crate) completed_at: Option<u64>,
 }
 
+/// What comes due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Due {
+    /// An agent's next step (its index).
+    Agent(usize),
+    /// A process may let held attempts go (its index).
+    Process(usize),
+}
+
 /// What an agent does when its next event is due.
 #[derive(Debug)]
 enum Next {
-    /// Make an attempt.
+    /// Make an attempt (or, when its process holds it, wait for the process to grant it).
     Attempt,
     /// The attempt in flight succeeds.
     Answered,
@@ -60,8 +69,15 @@ struct Agent {
 }
 
 /// The most events one agent may cause: far above any peer's attempt cap (Codex's, the
-/// largest, is 6 stream attempts of 5 requests each, two events per attempt).
+/// largest, is 6 stream attempts of 5 requests each, two events per attempt), and for the
+/// adaptive AWS peer, the process's wake-ups that let its attempts go.
 const EVENTS_PER_AGENT: usize = 100;
+
+/// The same for [`Peer::LinkerdBudget`], whose loop has no count limit: only its budget
+/// bounds it, at 10 retries a second from the reserve (plus a fifth of the deposits), so
+/// a lone proxy retrying a total outage makes at most about 20 events a second; this
+/// covers eight minutes of it.
+const EVENTS_PER_LINKERD_AGENT: usize = 10_000;
 
 /// Plays one turn of `scenario` for every member under `peer`. With `shared_process`, all
 /// members run in one process and spend one budget; otherwise each has its own. Records
@@ -69,8 +85,9 @@ const EVENTS_PER_AGENT: usize = 100;
 ///
 /// # Panics
 ///
-/// If the fleet causes more than [`EVENTS_PER_AGENT`] events per member: a peer that
-/// retries without end, which is a bug in its model.
+/// If the fleet causes more than [`EVENTS_PER_AGENT`] events per member
+/// ([`EVENTS_PER_LINKERD_AGENT`] for Linkerd): a peer that retries without end, which is a
+/// bug in its model.
 pub(crate) fn run_peer_fleet(
     peer: Peer,
     scenario: &Scenario,
@@ -104,57 +121,99 @@ pub(crate) fn run_peer_fleet(
             },
         })
         .collect();
-    let mut due: BinaryHeap<Reverse<(u64, u64, usize)>> = BinaryHeap::new();
+    let mut due: BinaryHeap<Reverse<(u64, u64, Due)>> = BinaryHeap::new();
     let mut sequence = 0u64;
-    let mut schedule = |due: &mut BinaryHeap<_>, at: u64, agent: usize| {
-        due.push(Reverse((at, sequence, agent)));
+    let mut schedule = |due: &mut BinaryHeap<_>, at: u64, what: Due| {
+        due.push(Reverse((at, sequence, what)));
         sequence += 1;
+        sequence - 1
     };
     for (i, m) in members.iter().enumerate() {
-        schedule(&mut due, m.start_ms, i);
+        schedule(&mut due, m.start_ms, Due::Agent(i));
     }
-    let bound = members.len().saturating_mul(EVENTS_PER_AGENT);
+    // The one valid wake-up of each process holding attempts (by sequence number); a
+    // wake-up that was moved since it was scheduled is skipped when it comes due.
+    let mut wakes: Vec<Option<(u64, u64)>> = vec![None; processes.len()];
+    let per_agent = if peer == Peer::LinkerdBudget {
+        EVENTS_PER_LINKERD_AGENT
+    } else {
+        EVENTS_PER_AGENT
+    };
+    let bound = members.len().saturating_mul(per_agent);
     let mut events = 0usize;
-    while let Some(Reverse((now, _, i))) = due.pop() {
+    while let Some(Reverse((now, seq, what))) = due.pop() {
+        let p = match what {
+            Due::Process(p) => {
+                if wakes[p].map(|(_, s)| s) != Some(seq) {
+                    continue;
+                }
+                wakes[p] = None;
+                p
+            }
+            Due::Agent(i) => agents[i].process,
+        };
         events += 1;
         assert!(
             events <= bound,
-            "invariant: a peer's turn ends within {EVENTS_PER_AGENT} events per agent, but \
+            "invariant: a peer's turn ends within {per_agent} events per agent, but \
              {peer} passed {bound} for {} agents (a retry loop without end in its model)",
             members.len()
         );
-        let agent = &mut agents[i];
-        let process = &mut processes[agent.process];
-        let failed = match std::mem::replace(&mut agent.next, Next::Attempt) {
-            Next::Attempt => {
-                let admitted = peer.admit(process, &agent.state, &mut agent.rng, now);
-                agent.state.attempts += 1;
-                if admitted {
-                    agent.record.requests.push(now);
-                    let (next, at) = play_attempt(
-                        peer,
-                        &mut agent.cursor,
-                        scenario,
-                        &conversation,
-                        now,
-                        idle_timeout_ms,
-                    );
-                    agent.next = next;
-                    schedule(&mut due, at, i);
-                    continue;
+        let mut send_now = Vec::new();
+        match what {
+            Due::Process(_) => send_now = processes[p].grant(now),
+            Due::Agent(i) => {
+                let agent = &mut agents[i];
+                let process = &mut processes[p];
+                let failed = match std::mem::replace(&mut agent.next, Next::Attempt) {
+                    Next::Attempt => {
+                        match peer.admit(process, &agent.state, &mut agent.rng, now, i) {
+                            Admission::Send => {
+                                send_now.push(i);
+                                None
+                            }
+                            Admission::Reject => {
+                                agent.state.attempts += 1;
+                                Some(Seen::LOCAL_REJECTION)
+                            }
+                            Admission::Wait => None,
+                        }
+                    }
+                    Next::Answered => {
+                        peer.on_success(process, &agent.state, now);
+                        agent.record.completed_at = Some(now);
+                        None
+                    }
+                    Next::Failed(seen) => Some(seen),
+                };
+                if let Some(failed) = failed {
+                    if let Some(wait) =
+                        peer.decide(&failed, &mut agent.state, &mut agent.rng, process, now)
+                    {
+                        schedule(&mut due, now.saturating_add(wait), Due::Agent(i));
+                    }
                 }
-                Seen::LOCAL_REJECTION
             }
-            Next::Answered => {
-                peer.on_success(process, &agent.state, now);
-                agent.record.completed_at = Some(now);
-                continue;
-            }
-            Next::Failed(seen) => seen,
-        };
-        if let Some(wait) = peer.decide(&failed, &mut agent.state, &mut agent.rng, process, now) {
-            agent.next = Next::Attempt;
-            schedule(&mut due, now.saturating_add(wait), i);
+        }
+        for i in send_now {
+            let agent = &mut agents[i];
+            agent.state.attempts += 1;
+            agent.record.requests.push(now);
+            let (next, at) = play_attempt(
+                peer,
+                &mut agent.cursor,
+                scenario,
+                &conversation,
+                now,
+                idle_timeout_ms,
+            );
+            agent.next = next;
+            schedule(&mut due, at, Due::Agent(i));
+        }
+        // Whatever happened may have moved when the process lets its next attempt go.
+        let next = processes[p].next_grant(now);
+        if next != wakes[p].map(|(at, _)| at) {
+            wakes[p] = next.map(|at| (at, schedule(&mut due, at, Due::Process(p))));
         }
     }
     agents.into_iter().map(|a| a.record).collect()
@@ -283,5 +342,41 @@ mod tests {
         // Per agent, a lone client's history is its own: it sends its first attempt.
         let alone = run_peer_fleet(Peer::SreAdaptive, &scenario, &members(300), false, 60_000);
         assert!(alone.iter().all(|r| !r.requests.is_empty()));
+    }
+
+    #[test]
+    fn an_adaptive_client_holds_first_attempts_after_a_throttling_error() {
+        // 429s for the first 2 s; 300 agents start over 3 s.
+        let scenario = outage(2_000, Fault::http(429));
+        let records = run_peer_fleet(Peer::AwsAdaptive, &scenario, &members(300), true, 60_000);
+        let held = members(300)
+            .iter()
+            .zip(&records)
+            .filter(|(m, r)| r.requests.first().is_some_and(|&t| t > m.start_ms))
+            .count();
+        assert!(held > 100, "{held} first attempts held");
+        // Without throttling errors, nothing is held.
+        let brownout = outage(2_000, Fault::http(503));
+        let records = run_peer_fleet(Peer::AwsAdaptive, &brownout, &members(300), true, 60_000);
+        assert!(members(300)
+            .iter()
+            .zip(&records)
+            .all(|(m, r)| r.requests.first() == Some(&m.start_ms)));
+    }
+
+    #[test]
+    fn envoy_retries_overflow_when_a_fifth_of_open_requests_are_retries() {
+        // Every attempt fails for a minute. Alone, each agent's Envoy retries once; shared,
+        // at most max(open / 5, 3) retries are open at once.
+        let scenario = outage(60_000, Fault::http(503));
+        let sent = |shared: bool| -> usize {
+            run_peer_fleet(Peer::EnvoyBudget, &scenario, &members(300), shared, 60_000)
+                .iter()
+                .map(|r| r.requests.len())
+                .sum()
+        };
+        assert_eq!(sent(false), 600);
+        let shared = sent(true);
+        assert!((300..450).contains(&shared), "{shared}");
     }
 }

@@ -592,7 +592,7 @@ mod tests {
         let run = |seed| run_experiment(&config(seed)).expect("peers never fail");
         let first = run(1);
         assert_eq!(first.rows, run(1).rows);
-        assert_eq!(first.rows.len(), 4 * OutageModel::standard().len());
+        assert_eq!(first.rows.len(), 7 * OutageModel::standard().len());
         assert_ne!(first.rows, run(2).rows);
     }
 }

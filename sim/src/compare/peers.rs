@@ -11,11 +11,13 @@
 //!
 //! - **per-request loops** (the Python SDKs, the Vercel AI SDK, Codex, no retries): each
 //!   request decides alone, from what it saw and how often it retried;
-//! - **budgeted peers** (the AWS SDKs' standard mode, gRPC's retry throttling, Finagle's
-//!   `RetryBudget`, the SRE book's adaptive throttling): a per-request loop that also
+//! - **budgeted peers** (the AWS SDKs' standard and adaptive modes, gRPC's retry
+//!   throttling, Finagle's `RetryBudget`, the SRE book's adaptive throttling, Linkerd's
+//!   budget (tower's `TpsBudget`), Envoy's retry budget): a per-request loop that also
 //!   spends a budget every request of the *process* shares (the `budgets` module). In a model
 //!   whose agents share one process, all agents spend one budget; otherwise each agent
-//!   has its own.
+//!   has its own. A budget may refuse a retry, reject an attempt locally
+//!   ([`Peer::SreAdaptive`]) or hold an attempt until it may go ([`Peer::AwsAdaptive`]).
 //!
 //! What a client can see of a fault decides everything, so each fault is first reduced to a
 //! `Seen`: an HTTP error (status and `retry-after`), a failure before any response
@@ -25,7 +27,10 @@
 //! every retry loop (gRPC calls such an RPC *committed*). Codex alone retries a broken
 //! stream, in its turn loop.
 
-use super::budgets::{AdaptiveThrottle, FinagleRetryBudget, RetryQuota, RetryThrottle};
+use super::budgets::{
+    AdaptiveRateLimiter, AdaptiveThrottle, EnvoyRetryBudget, FinagleRetryBudget, RetryQuota,
+    RetryThrottle, TpsBudget,
+};
 use crate::scenario::FaultKind;
 use rebound_core::{ProviderKind, TransportFault};
 use std::fmt;
@@ -53,13 +58,24 @@ pub enum Peer {
     /// Client-side adaptive throttling from Google's SRE book in front of an SDK retry
     /// loop.
     SreAdaptive,
+    /// Linkerd's proxy retrying a ServiceProfile route under its default retry budget
+    /// (tower's `TpsBudget`), one budget per proxy.
+    LinkerdBudget,
+    /// An Envoy route retrying 5xx, resets and 429 under the cluster's default retry budget
+    /// (a limit on concurrent retries), one Envoy per process.
+    EnvoyBudget,
+    /// The AWS SDKs' adaptive retry mode: the standard mode's retry loop and quota
+    /// ([`Peer::AwsStandard`]) plus a client-side rate limiter that throttling errors (429)
+    /// slow down and that holds every attempt, first ones too, while it is on; one per
+    /// client.
+    AwsAdaptive,
     /// One attempt, no retry.
     NoRetries,
 }
 
 impl Peer {
     /// Every modelled peer, in table order.
-    pub const ALL: [Peer; 9] = [
+    pub const ALL: [Peer; 12] = [
         Peer::AnthropicPython,
         Peer::OpenAiPython,
         Peer::VercelAi,
@@ -68,6 +84,9 @@ impl Peer {
         Peer::GrpcThrottled,
         Peer::FinagleBudget,
         Peer::SreAdaptive,
+        Peer::LinkerdBudget,
+        Peer::EnvoyBudget,
+        Peer::AwsAdaptive,
         Peer::NoRetries,
     ];
 
@@ -83,6 +102,9 @@ impl Peer {
             Peer::GrpcThrottled => "grpc (A6 retry throttling)",
             Peer::FinagleBudget => "finagle (RetryBudget)",
             Peer::SreAdaptive => "sre adaptive throttling",
+            Peer::LinkerdBudget => "linkerd (tower TpsBudget)",
+            Peer::EnvoyBudget => "envoy (retry budget)",
+            Peer::AwsAdaptive => "aws-sdk adaptive (rate limiter)",
             Peer::NoRetries => "no retries",
         }
     }
@@ -92,7 +114,13 @@ impl Peer {
     pub fn is_budgeted(self) -> bool {
         matches!(
             self,
-            Peer::AwsStandard | Peer::GrpcThrottled | Peer::FinagleBudget | Peer::SreAdaptive
+            Peer::AwsStandard
+                | Peer::GrpcThrottled
+                | Peer::FinagleBudget
+                | Peer::SreAdaptive
+                | Peer::LinkerdBudget
+                | Peer::EnvoyBudget
+                | Peer::AwsAdaptive
         )
     }
 
@@ -108,6 +136,9 @@ impl Peer {
             Peer::GrpcThrottled => 0x107,
             Peer::FinagleBudget => 0x118,
             Peer::SreAdaptive => 0x129,
+            Peer::LinkerdBudget => 0x13a,
+            Peer::EnvoyBudget => 0x14b,
+            Peer::AwsAdaptive => 0x15c,
         }
     }
 
@@ -119,6 +150,12 @@ impl Peer {
             Peer::GrpcThrottled => Process::Grpc(RetryThrottle::new()),
             Peer::FinagleBudget => Process::Finagle(FinagleRetryBudget::new(now)),
             Peer::SreAdaptive => Process::Sre(AdaptiveThrottle::new()),
+            Peer::LinkerdBudget => Process::Linkerd(TpsBudget::linkerd(now)),
+            Peer::EnvoyBudget => Process::Envoy(EnvoyRetryBudget::new()),
+            Peer::AwsAdaptive => Process::AwsAdaptive(AwsAdaptiveClient {
+                quota: RetryQuota::new(),
+                limiter: AdaptiveRateLimiter::new(now),
+            }),
             Peer::AnthropicPython
             | Peer::OpenAiPython
             | Peer::VercelAi
@@ -127,26 +164,46 @@ impl Peer {
         }
     }
 
-    /// Called when the turn is about to make its next attempt at `now` (`state.attempts`
-    /// attempts were made before it): whether the attempt may go out (`false`: it was
-    /// rejected locally and fails at once like [`Seen::LOCAL_REJECTION`]).
+    /// Called when the turn of agent `who` is about to make its next attempt at `now`
+    /// (`state.attempts` attempts were made before it): whether the attempt goes out now,
+    /// fails at once, or waits for the process to [`grant`](Process::grant) it.
     pub(crate) fn admit(
         self,
         process: &mut Process,
         state: &PeerState,
         rng: &mut fastrand::Rng,
         now: u64,
-    ) -> bool {
+        who: usize,
+    ) -> Admission {
         match self {
             // `RetryFilter.apply` deposits once per request, before its first attempt.
             Peer::FinagleBudget => {
                 if state.attempts == 0 {
                     process.finagle().deposit(now);
                 }
-                true
+                Admission::Send
             }
-            Peer::SreAdaptive => process.sre().admit(now, rng),
-            _ => true,
+            Peer::SreAdaptive => {
+                if process.sre().admit(now, rng) {
+                    Admission::Send
+                } else {
+                    Admission::Reject
+                }
+            }
+            // The connection pool opens an upstream stream: one more active request.
+            Peer::EnvoyBudget => {
+                process.envoy().open_request();
+                Admission::Send
+            }
+            // `on_sending_request` (`before-send`), for every attempt.
+            Peer::AwsAdaptive => {
+                if process.aws_adaptive().limiter.try_send(who, now) {
+                    Admission::Send
+                } else {
+                    Admission::Wait
+                }
+            }
+            _ => Admission::Send,
         }
     }
 
@@ -163,6 +220,25 @@ impl Peer {
             // a success (see `finagle_method_retries`).
             Peer::FinagleBudget => process.finagle().deposit(now),
             Peer::SreAdaptive => process.sre().record(now, true),
+            // A successful response is not retryable: it deposits.
+            Peer::LinkerdBudget => process.linkerd().deposit(now),
+            // `shouldRetryHeaders` resets the request's open retry; its stream then closes.
+            Peer::EnvoyBudget => {
+                let budget = process.envoy();
+                if state.envoy_retry_open {
+                    budget.close_retry();
+                }
+                budget.close_request();
+            }
+            Peer::AwsAdaptive => {
+                let client = process.aws_adaptive();
+                client.limiter.on_response(now, false);
+                client.quota.release(
+                    state
+                        .quota_acquired
+                        .unwrap_or(RetryQuota::NO_RETRY_INCREMENT),
+                );
+            }
             _ => {}
         }
     }
@@ -187,6 +263,15 @@ impl Peer {
             Peer::GrpcThrottled => grpc_a6(seen, state, rng, process.grpc()),
             Peer::FinagleBudget => finagle_method_retries(seen, state, rng, process.finagle(), now),
             Peer::SreAdaptive => sre_adaptive(seen, state, rng, process.sre(), now),
+            Peer::LinkerdBudget => linkerd_profile(seen, process.linkerd(), now),
+            Peer::EnvoyBudget => envoy_router(seen, state, rng, process.envoy()),
+            Peer::AwsAdaptive => {
+                let client = process.aws_adaptive();
+                client
+                    .limiter
+                    .on_response(now, botocore_throttling_error(seen));
+                aws_standard(seen, state, rng, &mut client.quota)
+            }
             Peer::NoRetries => None,
         }
     }
@@ -196,6 +281,24 @@ impl fmt::Display for Peer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.label())
     }
+}
+
+/// Whether an attempt may go out now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// Send it now.
+    Send,
+    /// Rejected locally: it fails at once like [`Seen::LOCAL_REJECTION`], unsent.
+    Reject,
+    /// Held by the process until [`Process::grant`] lets it go.
+    Wait,
+}
+
+/// The AWS SDKs' adaptive mode: one client's retry quota and rate limiter.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct AwsAdaptiveClient {
+    quota: RetryQuota,
+    limiter: AdaptiveRateLimiter,
 }
 
 /// What one process of a peer shares among its requests.
@@ -211,6 +314,12 @@ pub(crate) enum Process {
     Finagle(FinagleRetryBudget),
     /// [`Peer::SreAdaptive`]'s request and accept history.
     Sre(AdaptiveThrottle),
+    /// [`Peer::LinkerdBudget`]'s retry budget.
+    Linkerd(TpsBudget),
+    /// [`Peer::EnvoyBudget`]'s open requests and retries.
+    Envoy(EnvoyRetryBudget),
+    /// [`Peer::AwsAdaptive`]'s retry quota and rate limiter.
+    AwsAdaptive(AwsAdaptiveClient),
 }
 
 impl Process {
@@ -232,6 +341,47 @@ impl Process {
         match self {
             Process::Finagle(b) => b,
             other => panic!("invariant: a Finagle peer runs in a Finagle process, not {other:?}"),
+        }
+    }
+
+    /// The held attempts that may go out at `now`, by the `who` they were
+    /// [`admit`](Peer::admit)ted with, oldest first. Each is sent at once by the caller.
+    pub(crate) fn grant(&mut self, now: u64) -> Vec<usize> {
+        match self {
+            Process::AwsAdaptive(client) => client.limiter.grant(now),
+            _ => Vec::new(),
+        }
+    }
+
+    /// When [`grant`](Self::grant) should next be called (after `now`), if an attempt is
+    /// held. Anything that happens to the process may move it: ask again after each event.
+    pub(crate) fn next_grant(&self, now: u64) -> Option<u64> {
+        match self {
+            Process::AwsAdaptive(client) => client.limiter.next_grant(now),
+            _ => None,
+        }
+    }
+
+    fn linkerd(&mut self) -> &mut TpsBudget {
+        match self {
+            Process::Linkerd(b) => b,
+            other => panic!("invariant: a Linkerd peer runs in a Linkerd process, not {other:?}"),
+        }
+    }
+
+    fn envoy(&mut self) -> &mut EnvoyRetryBudget {
+        match self {
+            Process::Envoy(b) => b,
+            other => panic!("invariant: an Envoy peer runs in an Envoy process, not {other:?}"),
+        }
+    }
+
+    fn aws_adaptive(&mut self) -> &mut AwsAdaptiveClient {
+        match self {
+            Process::AwsAdaptive(c) => c,
+            other => panic!(
+                "invariant: an adaptive AWS peer runs in an adaptive AWS process, not {other:?}"
+            ),
         }
     }
 
@@ -356,6 +506,10 @@ pub(crate) struct PeerState {
     retries_since_pushback: u32,
     /// [`Peer::FinagleBudget`]: the latest backoff of the decorrelated-jitter stream, in µs.
     finagle_backoff_us: Option<u64>,
+    /// [`Peer::EnvoyBudget`]: whether the request holds an open retry of the budget.
+    pub(crate) envoy_retry_open: bool,
+    /// [`Peer::EnvoyBudget`]: `JitteredBackOffStrategy::current_retry_` less its initial 1.
+    envoy_backoff_step: u32,
 }
 
 /// The constants that differ between the two Stainless-generated Python SDKs.
@@ -797,6 +951,118 @@ fn sre_adaptive(
     stainless_python(seen, state, rng, StainlessCaps::ANTHROPIC)
 }
 
+/// Linkerd's proxy retrying a request under its [`TpsBudget`], as linkerd2-proxy's
+/// ServiceProfile retries do.
+///
+/// linkerd/linkerd2-proxy, linkerd/app/core/src/retry.rs (commit 712c2a49),
+/// `RetryPolicy::retry`: a response is retryable when the route's response classes call it
+/// a failure; an error without a response (`Err(_)`) is not. A result that is not
+/// retryable *deposits* and ends the request; a retryable one withdraws, and is retried
+/// when the withdrawal succeeded, else returned. The retry is `future::ready`: tower's
+/// `Retry` sends it again at once, with no backoff, and with no count limit but the
+/// budget. So deposits are made by the responses that end a request (mostly successes),
+/// which is also how tower's own `budget` module example uses the budget, not by every
+/// request. The ServiceProfile's default response class calls 5xx failures, so 429 is
+/// not retried; a stream that breaks after a 200 was classified at its headers, and is
+/// not either. Linkerd retries only requests whose body it can buffer (64 KiB,
+/// `MAX_BUFFERED_BYTES`); an agent's request with a long conversation is larger, but the
+/// model assumes every request is retryable, in Linkerd's favour.
+fn linkerd_profile(seen: &Seen, budget: &mut TpsBudget, now: u64) -> Option<u64> {
+    let retryable = matches!(seen, Seen::Http { status, .. } if (500..600).contains(status));
+    if !retryable {
+        budget.deposit(now);
+        return None;
+    }
+    budget.withdraw(now).then_some(0)
+}
+
+/// An Envoy route's retries under the cluster's [`EnvoyRetryBudget`].
+///
+/// envoyproxy/envoy, source/common/router/retry_state_impl.cc (commit e78906c5),
+/// `RetryStateImpl::shouldRetry`, in this order: `resetRetry()` closes the retry the
+/// request held; a failure the policy does not retry ends the request; with
+/// `retries_remaining_ == 0` it ends (`NoRetryLimitExceeded`); `retries_remaining_--`;
+/// `retries().canCreate()` refused ends it (`NoOverflow`, `upstream_rq_retry_overflow`);
+/// else `retries().inc()` and the backoff timer. The route's `num_retries` defaults to 1
+/// (api/envoy/config/route/v3/route_components.proto, `RetryPolicy.num_retries`: "optional
+/// and defaults to 1"); the backoff is `upstream.base_retry_backoff_ms = 25` with
+/// `max_interval = base * 10 = 250 ms`, fully jittered:
+/// source/common/common/backoff_strategy.cc (commit 18a4509c),
+/// `JitteredBackOffStrategy::nextBackOffMs` returns
+/// `min(random() % ((2^current_retry - 1) * base), max)` with `current_retry` starting at 1,
+/// so the one retry waits 0–24 ms. `retry-after` is not read (Envoy's
+/// `rate_limited_retry_back_off` is opt-in).
+///
+/// Envoy retries nothing unless `retry_on` says so. The model is a route configured for an
+/// LLM API, `retry_on: 5xx,reset,retriable-status-codes` with `retriable_status_codes:
+/// [429]`: `5xx` retries every 5xx (`CodeUtility::is5xx`, so 529 too) and upstream resets,
+/// `reset` resets and connection failures, and 429 is the status an LLM API sheds load
+/// with. Once response headers went downstream the router cannot retry, so a stream that
+/// breaks after its 200 is not retried.
+///
+/// The request's upstream stream counts as active while the router decides on its
+/// response headers (the stream is reset after the decision); a reset has closed it
+/// before. A retry stays open through its backoff and its attempt, until the next
+/// decision (`shouldRetryHeaders` on the retry's own headers; here, its outcome).
+fn envoy_router(
+    seen: &Seen,
+    state: &mut PeerState,
+    rng: &mut fastrand::Rng,
+    budget: &mut EnvoyRetryBudget,
+) -> Option<u64> {
+    const NUM_RETRIES: u32 = 1;
+    let would_retry = match seen {
+        Seen::MidStream => false,
+        Seen::NoResponse { .. } => true,
+        Seen::Http { status, .. } => (500..600).contains(status) || *status == 429,
+    };
+    let reset = matches!(seen, Seen::NoResponse { .. });
+    if reset {
+        budget.close_request();
+    }
+    if std::mem::take(&mut state.envoy_retry_open) {
+        budget.close_retry();
+    }
+    let decision = if !would_retry || state.request_retries >= NUM_RETRIES {
+        None
+    } else {
+        state.request_retries += 1;
+        if budget.try_open_retry() {
+            state.envoy_retry_open = true;
+            Some(envoy_backoff_ms(&mut state.envoy_backoff_step, rng))
+        } else {
+            None
+        }
+    };
+    if !reset {
+        budget.close_request();
+    }
+    decision
+}
+
+/// `JitteredBackOffStrategy::nextBackOffMs` with Envoy's default intervals (25 ms, capped
+/// at 250 ms); `step` is `current_retry_ - 1`.
+fn envoy_backoff_ms(step: &mut u32, rng: &mut fastrand::Rng) -> u64 {
+    const BASE_INTERVAL_MS: u64 = 25;
+    const MAX_INTERVAL_MS: u64 = BASE_INTERVAL_MS * 10;
+    let current_retry = step.saturating_add(1).min(63);
+    let base_backoff = ((1u64 << current_retry) - 1).saturating_mul(BASE_INTERVAL_MS);
+    if base_backoff <= MAX_INTERVAL_MS {
+        *step += 1;
+    }
+    rng.u64(0..base_backoff).min(MAX_INTERVAL_MS)
+}
+
+/// Whether botocore's `ThrottlingErrorDetector` calls this failure a throttling error (its
+/// `ThrottledRetryableChecker` error codes, or an error shape modelled as throttling): for
+/// Bedrock, a 429 carries `ThrottlingException`, which is in the list. Bedrock's other
+/// 429, `ModelNotReadyException`, is modelled `retryable` without `throttling`; the
+/// simulator's 429 is read as the first. A 503 (`ServiceUnavailableException`), a 5xx, a
+/// failure without a response and a broken stream are not throttling.
+fn botocore_throttling_error(seen: &Seen) -> bool {
+    matches!(seen, Seen::Http { status: 429, .. })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -821,6 +1087,16 @@ mod tests {
         failing_turn(peer, &vec![seen.clone(); 20], process)
     }
 
+    /// An attempt goes out at time 0. Only Envoy's admission is part of these turns (it
+    /// opens the stream its decision closes); the other peers' admissions are tested alone.
+    fn send(peer: Peer, process: &mut Process, state: &mut PeerState) {
+        if peer == Peer::EnvoyBudget {
+            let mut rng = fastrand::Rng::with_seed(1);
+            assert_eq!(peer.admit(process, state, &mut rng, 0, 0), Admission::Send);
+        }
+        state.attempts += 1;
+    }
+
     /// The delays one turn waits when its attempts fail with `seen`, in order, at time 0;
     /// stops when the peer gives up or `seen` runs out.
     fn failing_turn(peer: Peer, seen: &[Seen], process: &mut Process) -> Vec<u64> {
@@ -828,7 +1104,7 @@ mod tests {
         let mut rng = fastrand::Rng::with_seed(1);
         let mut out = Vec::new();
         for s in seen {
-            state.attempts += 1;
+            send(peer, process, &mut state);
             match peer.decide(s, &mut state, &mut rng, process, 0) {
                 Some(d) => out.push(d),
                 None => break,
@@ -842,11 +1118,11 @@ mod tests {
         let mut state = PeerState::default();
         let mut rng = fastrand::Rng::with_seed(1);
         for s in seen {
-            state.attempts += 1;
+            send(peer, process, &mut state);
             peer.decide(s, &mut state, &mut rng, process, 0)
                 .expect("the failure is retried");
         }
-        state.attempts += 1;
+        send(peer, process, &mut state);
         peer.on_success(process, &state, 0);
         state
     }
@@ -1134,7 +1410,10 @@ mod tests {
         // Requests deposit when they start: five new requests, one more retry.
         for _ in 0..5 {
             let state = PeerState::default();
-            assert!(Peer::FinagleBudget.admit(&mut process, &state, &mut rng, 0));
+            assert_eq!(
+                Peer::FinagleBudget.admit(&mut process, &state, &mut rng, 0, 0),
+                Admission::Send
+            );
         }
         assert_eq!(
             delays_in(Peer::FinagleBudget, &http(503, None), &mut process).len(),
@@ -1152,7 +1431,9 @@ mod tests {
             failing_turn(Peer::SreAdaptive, &[http(429, None)], &mut process);
         }
         let rejected = (0..100)
-            .filter(|_| !Peer::SreAdaptive.admit(&mut process, &state, &mut rng, 0))
+            .filter(|_| {
+                Peer::SreAdaptive.admit(&mut process, &state, &mut rng, 0, 0) == Admission::Reject
+            })
             .count();
         assert!(rejected > 90, "{rejected}");
         // The rejection fails like a 503 without a hint: retried after 0.5 s backoff, and
@@ -1174,5 +1455,185 @@ mod tests {
             (0, 0),
             "two minutes later: forgotten"
         );
+    }
+
+    fn envoy_open(process: &Process) -> (u64, u64) {
+        match process {
+            Process::Envoy(b) => b.open(),
+            other => panic!("not an Envoy process: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn linkerd_retries_5xx_at_once_while_its_budget_lasts_and_never_429() {
+        let mut process = Peer::LinkerdBudget.new_process(0);
+        // No count limit: the reserve of 100 retries is the only bound.
+        let d = delays_in(Peer::LinkerdBudget, &http(503, None), &mut process);
+        assert_eq!(
+            d, [0; 20],
+            "every retry immediate, as long as the test's failures last"
+        );
+        let mut spent = 20;
+        loop {
+            let more = delays_in(Peer::LinkerdBudget, &http(529, None), &mut process).len();
+            if more == 0 {
+                break;
+            }
+            spent += more;
+        }
+        assert_eq!(spent, 100);
+        // 429 and a broken stream are not failures of the default response classes: they
+        // end the request and deposit, five deposits paying one retry.
+        for _ in 0..5 {
+            assert!(delays_in(Peer::LinkerdBudget, &http(429, Some("5")), &mut process).is_empty());
+        }
+        assert_eq!(
+            delays_in(Peer::LinkerdBudget, &http(503, None), &mut process).len(),
+            1
+        );
+        for _ in 0..5 {
+            assert!(delays_in(Peer::LinkerdBudget, &Seen::MidStream, &mut process).is_empty());
+        }
+        assert_eq!(
+            failing_turn(
+                Peer::LinkerdBudget,
+                &[http(503, None), http(503, None)],
+                &mut process
+            )
+            .len(),
+            1
+        );
+        // A failure without a response is not retried either.
+        let mut fresh = Peer::LinkerdBudget.new_process(0);
+        assert!(delays_in(
+            Peer::LinkerdBudget,
+            &Seen::NoResponse { timeout: false },
+            &mut fresh
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn envoy_retries_once_after_at_most_24_ms_on_5xx_429_and_resets_not_mid_stream() {
+        for seen in [
+            http(503, None),
+            http(529, None),
+            http(500, None),
+            http(429, Some("5")),
+            Seen::NoResponse { timeout: true },
+        ] {
+            let d = delays(Peer::EnvoyBudget, &seen);
+            assert_eq!(d.len(), 1, "{seen:?}: {d:?}");
+            assert!(d[0] < 25, "{seen:?}: {d:?}");
+        }
+        assert!(delays(Peer::EnvoyBudget, &http(400, None)).is_empty());
+        assert!(delays(Peer::EnvoyBudget, &Seen::MidStream).is_empty());
+        // Over many requests the jitter spans [0, 25) ms.
+        let mut rng = fastrand::Rng::with_seed(9);
+        let first: Vec<u64> = (0..500)
+            .map(|_| envoy_backoff_ms(&mut 0, &mut rng))
+            .collect();
+        assert!(first.iter().all(|&ms| ms < 25) && first.contains(&0) && first.contains(&24));
+        // Later retries (num_retries above 1) would double the range up to the 250 ms cap.
+        let mut step = 0;
+        let ranges: Vec<u64> = (0..6)
+            .map(|_| {
+                let before = step;
+                envoy_backoff_ms(&mut step, &mut rng);
+                ((1u64 << (before + 1)) - 1) * 25
+            })
+            .collect();
+        assert_eq!(ranges, [25, 75, 175, 375, 375, 375]);
+    }
+
+    #[test]
+    fn envoy_holds_a_retry_open_until_the_retried_attempt_is_decided() {
+        let mut process = Peer::EnvoyBudget.new_process(0);
+        let mut rng = fastrand::Rng::with_seed(4);
+        let mut states: Vec<PeerState> = (0..4).map(|_| PeerState::default()).collect();
+        // Four requests fail at once: three retries fit the minimum concurrency of 3.
+        for state in &mut states {
+            send(Peer::EnvoyBudget, &mut process, state);
+        }
+        assert_eq!(envoy_open(&process), (4, 0));
+        let retried: Vec<bool> = states
+            .iter_mut()
+            .map(|state| {
+                Peer::EnvoyBudget
+                    .decide(&http(503, None), state, &mut rng, &mut process, 0)
+                    .is_some()
+            })
+            .collect();
+        assert_eq!(retried, [true, true, true, false], "the fourth overflows");
+        assert_eq!(
+            envoy_open(&process),
+            (0, 3),
+            "retries stay open through the backoff"
+        );
+        // The first retry succeeds: its retry closes with it.
+        send(Peer::EnvoyBudget, &mut process, &mut states[0]);
+        Peer::EnvoyBudget.on_success(&mut process, &states[0], 0);
+        assert_eq!(envoy_open(&process), (0, 2));
+        // The second fails again: its retry closes, and its one retry was spent.
+        send(Peer::EnvoyBudget, &mut process, &mut states[1]);
+        assert!(Peer::EnvoyBudget
+            .decide(&http(503, None), &mut states[1], &mut rng, &mut process, 0)
+            .is_none());
+        assert_eq!(envoy_open(&process), (0, 1));
+        // With 25 requests open, a fifth of them may be retries at once.
+        let mut crowd: Vec<PeerState> = (0..25).map(|_| PeerState::default()).collect();
+        for state in &mut crowd {
+            send(Peer::EnvoyBudget, &mut process, state);
+        }
+        let granted = crowd
+            .iter_mut()
+            .map(|state| {
+                Peer::EnvoyBudget
+                    .decide(&http(503, None), state, &mut rng, &mut process, 0)
+                    .is_some()
+            })
+            .filter(|&retried| retried)
+            .count();
+        // Decided one after another, each failed stream closing after its decision, with
+        // one retry already open: 25 open allow 5, 24 and 23 allow 4, then no more.
+        assert_eq!(granted, 3);
+        assert_eq!(envoy_open(&process), (0, 4));
+    }
+
+    #[test]
+    fn aws_adaptive_retries_like_standard_and_slows_every_request_after_a_429() {
+        // The retry loop and quota are the standard mode's.
+        let d = delays(Peer::AwsAdaptive, &http(503, None));
+        assert_eq!(d, delays(Peer::AwsStandard, &http(503, None)));
+        let mut process = Peer::AwsAdaptive.new_process(0);
+        let mut rng = fastrand::Rng::with_seed(2);
+        let state = PeerState::default();
+        // Before any throttling error nothing is held; 503s do not switch the limiter on.
+        for who in 0..10 {
+            assert_eq!(
+                Peer::AwsAdaptive.admit(&mut process, &state, &mut rng, 10, who),
+                Admission::Send
+            );
+        }
+        failing_turn(Peer::AwsAdaptive, &[http(503, None)], &mut process);
+        assert_eq!(
+            Peer::AwsAdaptive.admit(&mut process, &state, &mut rng, 20, 10),
+            Admission::Send
+        );
+        // A 429 does: the next first attempt waits for a token, and the process says when.
+        failing_turn(Peer::AwsAdaptive, &[http(429, None)], &mut process);
+        assert_eq!(
+            Peer::AwsAdaptive.admit(&mut process, &state, &mut rng, 30, 11),
+            Admission::Wait
+        );
+        let at = process.next_grant(30).expect("request 11 waits");
+        assert!(at > 30);
+        assert!(process.grant(at.saturating_sub(1)).is_empty());
+        let mut granted = process.grant(at);
+        if granted.is_empty() {
+            granted = process.grant(at + 1);
+        }
+        assert_eq!(granted, [11]);
+        assert_eq!(process.next_grant(at + 1), None);
     }
 }
