@@ -18,7 +18,8 @@ use std::collections::{BTreeMap, VecDeque};
 /// buys:
 ///
 /// - `initial` and `capacity`: the burst a quiet fleet may spend at once. A lone agent never
-///   waits for a token (its eight attempts cost seven); a total outage hitting the whole fleet
+///   waits for a token (its twelve attempts cost eleven, and its backoffs refill
+///   more than that); a total outage hitting the whole fleet
 ///   spends at most `capacity` at once.
 /// - `deposit_per_request`: every first attempt pays this much towards future retries, so a
 ///   busy fleet can afford retries in proportion to its traffic (0.1: about one retry per ten

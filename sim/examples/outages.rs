@@ -101,60 +101,60 @@ fn run_sweep(base: ExperimentConfig) -> ExitCode {
             "4 attempts, no budget (`MachineConfig::default()`)".into(),
             with(4, None, 0),
         ),
-        ("8 attempts, no budget".into(), with(8, None, 0)),
+        ("12 attempts, no budget".into(), with(12, None, 0)),
         variant("4 attempts, default budget", 4, budget.clone(), wait),
         variant(
-            "**8 attempts, default budget (`resilient()`)**",
-            8,
+            "**12 attempts, default budget (`resilient()`)**",
+            12,
             budget.clone(),
             wait,
         ),
-        variant("12 attempts, default budget", 12, budget.clone(), wait),
+        variant("8 attempts, default budget", 8, budget.clone(), wait),
         variant(
-            "8 attempts, no success deposits (the budget before)",
-            8,
+            "12 attempts, no success deposits (the budget before)",
+            12,
             tweak(|b| b.deposit_per_success = 0.0),
             wait,
         ),
         variant(
-            "8 attempts, 2 tokens per success",
-            8,
+            "12 attempts, 2 tokens per success",
+            12,
             tweak(|b| b.deposit_per_success = 2.0),
             wait,
         ),
         variant(
-            "8 attempts, 4 tokens per success",
-            8,
+            "12 attempts, 4 tokens per success",
+            12,
             tweak(|b| b.deposit_per_success = 4.0),
             wait,
         ),
         variant(
-            "8 attempts, default budget, max_wait 0 (refuse outright)",
-            8,
+            "12 attempts, default budget, max_wait 0 (refuse outright)",
+            12,
             budget.clone(),
             0,
         ),
         variant(
-            "8 attempts, default budget, max_wait 5 s",
-            8,
+            "12 attempts, default budget, max_wait 5 s",
+            12,
             budget.clone(),
             5_000,
         ),
         variant(
-            "8 attempts, default budget, max_wait 60 s",
-            8,
+            "12 attempts, default budget, max_wait 60 s",
+            12,
             budget.clone(),
             60_000,
         ),
         variant(
-            "8 attempts, refill 2/s",
-            8,
+            "12 attempts, refill 2/s",
+            12,
             tweak(|b| b.refill_per_sec = 2.0),
             wait,
         ),
         variant(
-            "8 attempts, capacity = initial = 100",
-            8,
+            "12 attempts, capacity = initial = 100",
+            12,
             tweak(|b| {
                 b.capacity = 100.0;
                 b.initial = 100.0;
@@ -162,32 +162,32 @@ fn run_sweep(base: ExperimentConfig) -> ExitCode {
             wait,
         ),
         variant(
-            "8 attempts, deposit 0.2 per first attempt",
-            8,
+            "12 attempts, deposit 0.2 per first attempt",
+            12,
             tweak(|b| b.deposit_per_request = 0.2),
             wait,
         ),
         variant(
-            "8 attempts, nothing for an answered retry (the budget before)",
-            8,
+            "12 attempts, nothing for an answered retry (the budget before)",
+            12,
             tweak(|b| b.deposit_per_answered_retry = 0.0),
             wait,
         ),
         variant(
-            "8 attempts, 2 tokens for an answered retry",
-            8,
+            "12 attempts, 2 tokens for an answered retry",
+            12,
             tweak(|b| b.deposit_per_answered_retry = 2.0),
             wait,
         ),
         variant(
-            "8 attempts, 5 tokens for an answered retry",
-            8,
+            "12 attempts, 5 tokens for an answered retry",
+            12,
             tweak(|b| b.deposit_per_answered_retry = 5.0),
             wait,
         ),
         variant(
-            "8 attempts, capacity = initial = 5",
-            8,
+            "12 attempts, capacity = initial = 5",
+            12,
             tweak(|b| {
                 b.capacity = 5.0;
                 b.initial = 5.0;
@@ -195,8 +195,8 @@ fn run_sweep(base: ExperimentConfig) -> ExitCode {
             wait,
         ),
         variant(
-            "8 attempts, capacity = initial = 20",
-            8,
+            "12 attempts, capacity = initial = 20",
+            12,
             tweak(|b| {
                 b.capacity = 20.0;
                 b.initial = 20.0;

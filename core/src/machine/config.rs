@@ -260,16 +260,18 @@ impl Default for MachineConfig {
 }
 
 impl MachineConfig {
-    /// The configuration for agents that share a process and a retry budget: up to 8
-    /// attempts per request (the default's 4 lose brownouts and stream cuts), with every
+    /// The configuration for agents that share a process and a retry budget: up to 12
+    /// attempts per request (the default's 4 lose brownouts and stream cuts; 8 still lose
+    /// one turn in 250 of a brownout failing half the attempts), with every
     /// charged retry (one not obeying a server's `retry-after`) taking a token from the
     /// shared budget and waiting up to 15 s for one when the bucket is empty.
     ///
     /// Pair it with one [`RetryBudget`](crate::RetryBudget) per process, built from
     /// [`BudgetConfig::default`](crate::BudgetConfig::default) (10 tokens; 0.1 per first
-    /// attempt, 3 per success, 0.5 per second), owned by the driver and shared by every
-    /// machine of the process: then a total outage hitting 1,000 agents costs about 1.12
-    /// requests per agent instead of 8, while a blip, a short outage or a brownout hitting
+    /// attempt, 3 per success, 10 per request whose retry is answered, 0.5 per second), owned
+    /// by the driver and shared by every machine of the process: then a total outage hitting
+    /// 1,000 agents costs about 1.15 requests per agent instead of 12, while a blip, a short
+    /// outage or a brownout hitting
     /// all of them at once stays funded by the successes around it, and a lone agent never
     /// waits for a token. `docs/outages.md` shows what it buys against the retry policies
     /// and budgets of other stacks.
@@ -278,14 +280,14 @@ impl MachineConfig {
     /// use rebound_core::MachineConfig;
     ///
     /// let config = MachineConfig::resilient();
-    /// assert_eq!(config.retry.max_attempts, 8);
+    /// assert_eq!(config.retry.max_attempts, 12);
     /// assert_eq!(config.retry_budget.map(|b| b.max_wait_ms), Some(15_000));
     /// ```
     #[must_use]
     pub fn resilient() -> Self {
         MachineConfig {
             retry: RetryConfig {
-                max_attempts: 8,
+                max_attempts: 12,
                 ..RetryConfig::default()
             },
             retry_budget: Some(BudgetUse {

@@ -601,8 +601,15 @@ impl fmt::Display for Report {
             (Some(b), Some(u)) => writeln!(
                 f,
                 "; budget per process: capacity {}, initial {}, deposit {} per first attempt, \
-                 refill {}/s, a retry waits up to {} ms for a token.\n",
-                b.capacity, b.initial, b.deposit_per_request, b.refill_per_sec, u.max_wait_ms
+                 {} per success, {} per request whose retry is answered, refill {}/s, a retry \
+                 waits up to {} ms for a token.\n",
+                b.capacity,
+                b.initial,
+                b.deposit_per_request,
+                b.deposit_per_success,
+                b.deposit_per_answered_retry,
+                b.refill_per_sec,
+                u.max_wait_ms
             )?,
             _ => writeln!(f, "; no retry budget.\n")?,
         }
