@@ -145,7 +145,8 @@ async fn the_script_decides_as_core_does() {
             .with_initial(pick(&mut rng, &[0.0, 1.0, 2.5, 5.0]))
             .with_deposit_per_request(pick(&mut rng, &[0.0, 0.1, 0.25]))
             .with_deposit_per_success(pick(&mut rng, &[0.0, 1.0, 3.0]))
-            .with_refill_per_sec(pick(&mut rng, &[0.0, 0.5, 2.5, 7.0]));
+            .with_refill_per_sec(pick(&mut rng, &[0.0, 0.5, 2.5, 7.0]))
+            .with_deposit_per_answered_retry(pick(&mut rng, &[0.0, 2.0, 10.0]));
         let redis = budget(
             &server.budget_url(&format!("parity-{seed}")),
             config.clone(),
@@ -209,6 +210,11 @@ async fn the_script_decides_as_core_does() {
                 5 => {
                     core.record(Millis(now), BudgetNote::Succeeded { target: 0 });
                     let got = call(&redis, ScriptOp::Succeeded { target: 0 }, now).await;
+                    assert_eq!(got, ScriptReply::Ok, "{at}");
+                }
+                8 => {
+                    core.record(Millis(now), BudgetNote::RetryAnswered { target: 0 });
+                    let got = call(&redis, ScriptOp::RetryAnswered { target: 0 }, now).await;
                     assert_eq!(got, ScriptReply::Ok, "{at}");
                 }
                 6 => {

@@ -62,6 +62,11 @@ use std::sync::Arc;
 ///    answer you `handle` later.
 /// 3. `Finish` and `Fail` are terminal: after them the machine ignores every input.
 ///
+/// A driver that streams answers may also `handle` [`Event::ProviderResponding`] when the
+/// answer to a `SendRequest` begins, before its `ProviderSucceeded`/`ProviderFailed`. It is
+/// optional and answers nothing: with a shared budget, a retry being answered is noted to it
+/// then (`NoteBudget`), a whole answer sooner than its success would tell it.
+///
 /// **At most one command awaits an answer at a time.** Of the five commands that want one
 /// (`SendRequest`, `Sleep`, `RunTools`, `Compact`, `AcquirePermit`), the machine never emits
 /// a second while the first is unanswered, and until the run ends exactly one is always

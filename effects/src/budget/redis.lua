@@ -59,19 +59,24 @@
 --               free (granted without a token) | denied | wait:END)
 --   7 answered  sorted set: request -> when it was decided (answers live `stale_ms`)
 --   8 owners    sorted set: owner -> when it last asked or polled
+--  10 paced     sorted set: request -> when its permit was asked for (the last second's)
+--  11 sent      sorted set: request -> when its permit was granted (the last second's)
+--  12 seconds   hash: second -> permits asked for in it (the last ten seconds')
 --   9 mine      sorted set, every score 0, read by range of member: OWNER q COUNTER for
 --               each waiting request, OWNER a COUNTER for each answer from the queue its
 --               process has not yet acknowledged (a process's inbox)
 --
 -- ARGV: 1 op, 2 now (empty: Redis TIME; a number: tests only), 3 capacity, 4 initial,
--- 5 deposit per request, 6 deposit per success, 7 refill per second (all milli-tokens),
--- 8 idle_ms, 9 stale_ms, 10 owner (16 hex digits), then the op's own arguments:
+-- 5 deposit per request, 6 deposit per success, 7 refill per second, 8 deposit per request
+-- whose retry is answered (all milli-tokens), 9 idle_ms, 10 stale_ms, 11 owner (16 hex
+-- digits), then the op's own arguments:
 --   ask     request, kind ("first" | "hinted" | "charged"), target, wait_ms (deadline -
 --           now), age_ms (now - since)
 --   inbox   request...   (answers the caller acknowledges: it got them)
 --   poll    request...   (any number, the caller's waiters)
 --   cancel  request...   (withdraw; an answer granted but never collected is paid back)
 --   success target
+--   answered target   (a retry of a request is being answered: once a request)
 --   limited target, for_ms (end of the window - now)
 --   stats
 --
@@ -84,6 +89,7 @@
 
 local STATE, RL, QUEUE, DEADLINES, WAITERS, DECIDED, ANSWERED, OWNERS, MINE =
     KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local PACED, SENT, SECONDS = KEYS[10], KEYS[11], KEYS[12]
 local ONE = 1000
 
 local function int(value)
@@ -100,9 +106,10 @@ local initial = math.min(int(ARGV[4]), capacity)
 local deposit_request = int(ARGV[5])
 local deposit_success = int(ARGV[6])
 local refill_per_sec = int(ARGV[7])
-local idle_ms = math.max(int(ARGV[8]), 1000)
-local stale_ms = math.max(int(ARGV[9]), 1)
-local owner = ARGV[10]
+local deposit_answered = int(ARGV[8])
+local idle_ms = math.max(int(ARGV[9]), 1000)
+local stale_ms = math.max(int(ARGV[10]), 1)
+local owner = ARGV[11]
 if type(owner) ~= 'string' or not string.match(owner, '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x$') then
     return redis.error_reply('rebound budget: bad owner id')
 end
@@ -131,7 +138,7 @@ local saved = redis.call('HMGET', STATE, 'now', 'offset', 'balance', 'carry', 'g
 -- with other settings is refused (naming both) rather than mixing two sets of rules. A
 -- budget that expired (idle) starts again with its next caller's.
 local settings = table.concat({ capacity, initial, deposit_request, deposit_success,
-    refill_per_sec }, ' ')
+    refill_per_sec, deposit_answered }, ' ')
 if saved[1] and saved[11] and saved[11] ~= settings then
     return redis.error_reply('REBOUND_SETTINGS ' .. saved[11] .. ' / ' .. settings)
 end
@@ -231,7 +238,41 @@ end
 
 local function can_ever_pay()
     return capacity >= ONE
-        and (refill_per_sec > 0 or deposit_request > 0 or deposit_success > 0)
+        and (refill_per_sec > 0 or deposit_request > 0 or deposit_success > 0
+            or deposit_answered > 0)
+end
+
+-- The pace (core's `Pace`): a charged permit is granted only while the permits granted in
+-- the last second are fewer than the most asked for in one second of the last ten (or than
+-- the bucket holds). `paced` and `sent` keep the last second's asks and grants by request,
+-- `seconds` the count of asks in each of the last ten seconds.
+local PACE_WINDOW_MS, PACE_MEMORY_S = 1000, 10
+
+local function pace_ask(request)
+    redis.call('ZADD', PACED, now, request)
+    redis.call('HINCRBY', SECONDS, math.floor(now / 1000), 1)
+    written[PACED], written[SECONDS] = true, true
+end
+
+local function pace_grant(request)
+    redis.call('ZADD', SENT, now, request)
+    written[SENT] = true
+end
+
+local function may_grant()
+    redis.call('ZREMRANGEBYSCORE', PACED, '-inf', now - PACE_WINDOW_MS)
+    redis.call('ZREMRANGEBYSCORE', SENT, '-inf', now - PACE_WINDOW_MS)
+    local second = math.floor(now / 1000)
+    local busiest = redis.call('ZCARD', PACED)
+    local counts = redis.call('HGETALL', SECONDS)
+    for i = 1, #counts, 2 do
+        if tonumber(counts[i]) + PACE_MEMORY_S <= second then
+            redis.call('HDEL', SECONDS, counts[i])
+        else
+            busiest = math.max(busiest, int(counts[i + 1]))
+        end
+    end
+    return redis.call('ZCARD', SENT) < math.max(busiest, math.floor(capacity / ONE))
 end
 
 local function deposit(milli)
@@ -307,7 +348,7 @@ end
 local function settle()
     forget()
     expire(true)
-    while balance >= ONE do
+    while balance >= ONE and redis.call('ZCARD', QUEUE) > 0 and may_grant() do
         local head = redis.call('ZRANGE', QUEUE, 0, 0)[1]
         if not head then
             break
@@ -321,6 +362,7 @@ local function settle()
         else
             balance = balance - ONE
             granted = granted + 1
+            pace_grant(request)
             decide(request, w, 'granted')
         end
     end
@@ -332,7 +374,15 @@ end
 -- about by itself (a deposit or a success is a call, which wakes the processes it answers;
 -- a deadline is its own process's to poll for). Without a waiter or a refill: `stale_ms`.
 local function retry_in()
-    if refill_per_sec == 0 or redis.call('ZCARD', QUEUE) == 0 then
+    if redis.call('ZCARD', QUEUE) == 0 then
+        return stale_ms
+    end
+    if balance >= ONE then
+        -- Tokens wait for the pace: the oldest grant of the last second leaves it.
+        local oldest = redis.call('ZRANGE', SENT, 0, 0, 'WITHSCORES')[2]
+        return math.max((tonumber(oldest) or now) + PACE_WINDOW_MS - now, 1)
+    end
+    if refill_per_sec == 0 then
         return stale_ms
     end
     local missing = math.max(ONE - balance, 0)
@@ -363,14 +413,14 @@ end
 
 local reply
 if op == 'ask' then
-    local request = request_at(11)
+    local request = request_at(12)
     if not request or string.sub(request, 1, 16) ~= owner then
         return redis.error_reply('rebound budget: bad request id')
     end
-    local kind, target = ARGV[12], int(ARGV[13])
+    local kind, target = ARGV[13], int(ARGV[14])
     advance(clock)
     touch()
-    local deadline, since = now + int(ARGV[14]), now - int(ARGV[15])
+    local deadline, since = now + int(ARGV[15]), now - int(ARGV[16])
     local known = answer(request)
     if known then
         settle()
@@ -385,17 +435,25 @@ if op == 'ask' then
             reply = { 'wait', ends - now }
             remember(request, 'wait:' .. ends)
         elseif kind == 'first' then
+            pace_ask(request)
+            pace_grant(request)
             deposit(deposit_request)
             settle()
             reply = { 'granted' }
             remember(request, 'free')
         elseif kind == 'hinted' then
+            pace_ask(request)
+            pace_grant(request)
             settle()
             reply = { 'granted' }
             remember(request, 'free')
-        elseif redis.call('ZCARD', QUEUE) == 0 and balance >= ONE then
+        elseif (function()
+            pace_ask(request)
+            return redis.call('ZCARD', QUEUE) == 0 and balance >= ONE and may_grant()
+        end)() then
             balance = balance - ONE
             granted = granted + 1
+            pace_grant(request)
             settle()
             reply = { 'granted' }
             remember(request, 'granted')
@@ -421,7 +479,7 @@ elseif op == 'inbox' then
     advance(clock)
     touch()
     local acked = {}
-    local i = 11
+    local i = 12
     while ARGV[i] do
         local request = request_at(i)
         if request and string.sub(request, 1, 16) == owner then
@@ -454,7 +512,7 @@ elseif op == 'poll' then
     touch()
     settle()
     reply = { 'polled', retry_in() }
-    local i = 11
+    local i = 12
     while ARGV[i] do
         local request = request_at(i)
         local a = request and answer(request)
@@ -477,7 +535,7 @@ elseif op == 'poll' then
     end
 elseif op == 'cancel' then
     local repaid = false
-    local i = 11
+    local i = 12
     while ARGV[i] do
         local request = request_at(i)
         if request then
@@ -506,10 +564,15 @@ elseif op == 'success' then
     deposit(deposit_success)
     settle()
     reply = { 'ok' }
-elseif op == 'limited' then
-    local target = int(ARGV[11])
+elseif op == 'answered' then
     advance(clock)
-    local ends = now + int(ARGV[12])
+    deposit(deposit_answered)
+    settle()
+    reply = { 'ok' }
+elseif op == 'limited' then
+    local target = int(ARGV[12])
+    advance(clock)
+    local ends = now + int(ARGV[13])
     if ends > now then
         local known = rate_limited_until(target)
         if known and known > ends then

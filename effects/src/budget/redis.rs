@@ -248,7 +248,8 @@ impl RedisBudgetError {
 }
 
 /// The settings the script keeps with a budget (milli-tokens: capacity, initial, deposit
-/// per request, per success, refill per second), as a person would read them.
+/// per request, per success, refill per second, per answered retry), as a person would read
+/// them.
 fn settings_text(milli: &str) -> String {
     let numbers: Vec<f64> = milli
         .split_whitespace()
@@ -256,9 +257,9 @@ fn settings_text(milli: &str) -> String {
         .map(|n| n / 1000.0)
         .collect();
     match numbers[..] {
-        [capacity, initial, per_request, per_success, refill] => format!(
+        [capacity, initial, per_request, per_success, refill, per_answered] => format!(
             "capacity {capacity}, initial {initial}, {per_request} per request, \
-             {per_success} per success, {refill} per second"
+             {per_success} per success, {refill} per second, {per_answered} per answered retry"
         ),
         _ => milli.chars().take(80).collect(),
     }
@@ -403,6 +404,11 @@ pub enum ScriptOp {
         /// The target.
         target: usize,
     },
+    /// A retry of a request to `target` is being answered (once a request).
+    RetryAnswered {
+        /// The target.
+        target: usize,
+    },
     /// `target` is rate-limited for `for_ms` from now.
     RateLimited {
         /// The target.
@@ -507,9 +513,9 @@ struct Inner {
     url: RedisUrl,
     client: redis::Client,
     script: redis::Script,
-    keys: [String; 9],
+    keys: [String; 12],
     /// capacity, initial, deposit per request, per success, refill per second: milli-tokens.
-    config: [u64; 5],
+    config: [u64; 6],
     options: RedisOptions,
     fallback: SharedBudget,
     /// This process's random name in the budget: the first half of its request ids.
@@ -674,6 +680,9 @@ impl RedisBudget {
             "answered",
             "owners",
             "mine",
+            "paced",
+            "sent",
+            "seconds",
         ]
         .map(|part| format!("rebound:budget:{{{name}}}:{part}"));
         Ok(RedisBudget {
@@ -688,6 +697,7 @@ impl RedisBudget {
                     milli(config.deposit_per_request),
                     milli(config.deposit_per_success),
                     milli(config.refill_per_sec),
+                    milli(config.deposit_per_answered_retry),
                 ],
                 options,
                 fallback: SharedBudget::new(config),
@@ -1344,6 +1354,7 @@ fn op_args(op: &ScriptOp, owner: u64) -> (&'static str, Vec<String>) {
             requests.iter().map(|r| request_id(owner, *r)).collect(),
         ),
         ScriptOp::Succeeded { target } => ("success", vec![target.to_string()]),
+        ScriptOp::RetryAnswered { target } => ("answered", vec![target.to_string()]),
         ScriptOp::RateLimited { target, for_ms } => (
             "limited",
             vec![target.to_string(), (*for_ms).min(MAX_MILLI).to_string()],
@@ -1476,10 +1487,7 @@ impl BudgetStore for RedisBudget {
         let now = self.now();
         let op = match note {
             BudgetNote::Succeeded { target } => ScriptOp::Succeeded { target },
-            // The script does not pace its grants yet (core's `RetryBudget` does), so the
-            // deposit that would release a fleet's queued retries at once is not paid there:
-            // a fleet sharing one Redis budget recovers at the pace its successes fund.
-            BudgetNote::RetryAnswered { .. } => return,
+            BudgetNote::RetryAnswered { target } => ScriptOp::RetryAnswered { target },
             BudgetNote::RateLimited { target, until } => ScriptOp::RateLimited {
                 target,
                 for_ms: until.since(now),
