@@ -3,11 +3,13 @@
 //! beside what the simulator predicts for the same scenario, configuration and agents.
 //!
 //! ```text
-//! cargo run --release -p rebound-tests --example fleet [-- --seed N --agents 200 --processes 20 --scale 0.2]
+//! cargo run --release -p rebound-tests --example fleet [-- --seed N --agents 200 --processes 20 --scale 0.2 --redis redis://127.0.0.1:6379]
 //! ```
 //!
 //! Two fleets per model: `200 runners, 1 process` (one `SharedBudget` for all) and
-//! `20 processes × 10` (child processes of this binary, each with its own budget). Time is
+//! `20 processes × 10` (child processes of this binary, each with its own budget); with
+//! `--redis`, a third: the same 20 processes sharing one `RedisBudget` in that redis-server
+//! (a fleet on many machines), against the simulated fleet with one budget. Time is
 //! scaled by `--scale` on both sides — the scenario's windows, latencies and `retry-after`,
 //! the retry policy's delays, the budget's wait and refill — so a model that takes a minute
 //! of virtual time plays in twelve seconds. The server plays the scenario's latencies
@@ -16,7 +18,7 @@
 //! beyond noise (see [`differs`]): one of the two has a bug.
 
 use rebound_core::{BudgetConfig, MachineConfig, ProviderKind};
-use rebound_effects::budget::SharedBudget;
+use rebound_effects::budget::{BudgetStore, RedisBudget, RedisOptions, SharedBudget};
 use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig};
 use rebound_effects::runner::{RunInput, Runner};
 use rebound_sim::compare::{ExperimentConfig, OutageModel};
@@ -42,6 +44,36 @@ struct Options {
     scale: f64,
     /// The models to play (default: all of [`MODELS`]).
     models: Vec<String>,
+    /// A redis-server for the fleet of processes sharing one budget (`redis://HOST:PORT`).
+    redis: Option<String>,
+}
+
+/// How a fleet's agents share budgets.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Sharing {
+    /// All agents in one process, one budget in memory.
+    OneProcess,
+    /// Child processes, a budget each.
+    PerProcess(usize),
+    /// Child processes sharing one budget in Redis.
+    Redis(usize),
+}
+
+impl Sharing {
+    fn processes(self) -> usize {
+        match self {
+            Sharing::OneProcess => 1,
+            Sharing::PerProcess(n) | Sharing::Redis(n) => n,
+        }
+    }
+
+    /// How many budgets the simulated fleet has (one per process, or one for all).
+    fn budgets(self) -> usize {
+        match self {
+            Sharing::PerProcess(n) => n,
+            Sharing::OneProcess | Sharing::Redis(_) => 1,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -55,6 +87,7 @@ fn main() -> ExitCode {
         processes: 20,
         scale: 0.2,
         models: MODELS.iter().map(|m| (*m).to_owned()).collect(),
+        redis: None,
     };
     let mut it = args.iter();
     while let Some(flag) = it.next() {
@@ -63,6 +96,10 @@ fn main() -> ExitCode {
             "--seed" => value.parse().map(|v| options.seed = v).is_ok(),
             "--agents" => value.parse().map(|v| options.agents = v).is_ok(),
             "--processes" => value.parse().map(|v| options.processes = v).is_ok(),
+            "--redis" => {
+                options.redis = Some(value.trim_end_matches('/').to_owned());
+                value.starts_with("redis://")
+            }
             "--models" => {
                 options.models = value.split(',').map(str::to_owned).collect();
                 options.models.iter().all(|m| MODELS.contains(&m.as_str()))
@@ -78,7 +115,7 @@ fn main() -> ExitCode {
         if !ok {
             eprintln!(
                 "usage: fleet [--seed N] [--agents N] [--processes N] [--scale 0<S<=1] \
-                 [--models {}]",
+                 [--redis redis://HOST:PORT] [--models {}]",
                 MODELS.join(",")
             );
             return ExitCode::from(2);
@@ -173,24 +210,27 @@ async fn parent(options: Options) -> ExitCode {
             eprintln!("no model {name}");
             return ExitCode::from(3);
         };
-        for processes in [1, options.processes.max(1)] {
-            let fleet = if processes == 1 {
-                format!("{} runners, 1 process", options.agents)
-            } else {
-                format!(
-                    "{processes} processes × {}",
-                    options.agents.div_ceil(processes)
-                )
+        let processes = options.processes.max(1);
+        let mut fleets = vec![Sharing::OneProcess, Sharing::PerProcess(processes)];
+        if options.redis.is_some() {
+            fleets.push(Sharing::Redis(processes));
+        }
+        for sharing in fleets {
+            let per = options.agents.div_ceil(processes);
+            let fleet = match sharing {
+                Sharing::OneProcess => format!("{} runners, 1 process", options.agents),
+                Sharing::PerProcess(_) => format!("{processes} processes × {per}"),
+                Sharing::Redis(_) => format!("{processes} processes × {per}, one Redis budget"),
             };
             let started = std::time::Instant::now();
-            let real = match play_real(&options, &experiment, m, model, processes).await {
+            let real = match play_real(&options, &experiment, m, model, sharing).await {
                 Ok(f) => f,
                 Err(e) => {
                     eprintln!("{name}, {fleet}: {e}");
                     return ExitCode::from(3);
                 }
             };
-            let sim = match play_sim(&options, &experiment, m, model, processes) {
+            let sim = match play_sim(&options, &experiment, m, model, sharing.budgets()) {
                 Ok(f) => f,
                 Err(e) => {
                     eprintln!("{name}, {fleet}: the simulator failed (a bug): {e}");
@@ -362,8 +402,9 @@ async fn play_real(
     experiment: &ExperimentConfig,
     m: usize,
     model: &OutageModel,
-    processes: usize,
+    sharing: Sharing,
 ) -> Result<Figures, String> {
+    let processes = sharing.processes();
     let scenario = scaled_scenario(&model.scenario, options.scale);
     let mut server_config = FakeServerConfig::new(scenario, options.seed);
     server_config.play_latency = true;
@@ -391,6 +432,13 @@ async fn play_real(
         }
     } else {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        // A budget of its own per process ("-"), or one in Redis named for this play.
+        let budget = match (sharing, &options.redis) {
+            (Sharing::Redis(_), Some(redis)) => {
+                format!("{redis}/fleet-{}-{}-{t0_epoch_ms}", model.name, options.seed)
+            }
+            _ => "-".to_owned(),
+        };
         let mut children = Vec::new();
         for p in 0..processes {
             let range = share(options.agents, processes, p);
@@ -405,6 +453,7 @@ async fn play_real(
                     t0_epoch_ms.to_string(),
                     range.start.to_string(),
                     range.end.to_string(),
+                    budget.clone(),
                 ])
                 .stdout(std::process::Stdio::piped())
                 .kill_on_drop(true)
@@ -454,7 +503,7 @@ async fn run_agents(
     m: usize,
     range: std::ops::Range<usize>,
     t0_epoch_ms: u64,
-    budget: &SharedBudget,
+    budget: &(impl BudgetStore + Clone + 'static),
 ) -> Vec<(usize, bool)> {
     let (machine, _) = scaled_config(options.scale);
     let mut tasks = tokio::task::JoinSet::new();
@@ -494,11 +543,12 @@ async fn run_agents(
     results
 }
 
-/// `--child URL MODEL SEED AGENTS SCALE T0_EPOCH_MS FIRST END`: runs agents FIRST..END with
-/// a budget of their own, printing `INDEX 1|0` per agent.
+/// `--child URL MODEL SEED AGENTS SCALE T0_EPOCH_MS FIRST END BUDGET`: runs agents
+/// FIRST..END with a budget of their own (BUDGET `-`) or the one in Redis that BUDGET names,
+/// printing `INDEX 1|0` per agent.
 fn child(args: &[String]) -> ExitCode {
     let parsed = (|| {
-        let [url, model, seed, agents, scale, t0, first, end] = args else {
+        let [url, model, seed, agents, scale, t0, first, end, budget] = args else {
             return None;
         };
         Some((
@@ -510,9 +560,10 @@ fn child(args: &[String]) -> ExitCode {
             t0.parse::<u64>().ok()?,
             first.parse::<usize>().ok()?,
             end.parse::<usize>().ok()?,
+            budget.clone(),
         ))
     })();
-    let Some((url, model, seed, agents, scale, t0, first, end)) = parsed else {
+    let Some((url, model, seed, agents, scale, t0, first, end, budget)) = parsed else {
         eprintln!("fleet --child: bad arguments");
         return ExitCode::from(2);
     };
@@ -522,6 +573,7 @@ fn child(args: &[String]) -> ExitCode {
         processes: 1,
         scale,
         models: Vec::new(),
+        redis: None,
     };
     let experiment = ExperimentConfig::default()
         .with_seed(seed)
@@ -539,10 +591,28 @@ fn child(args: &[String]) -> ExitCode {
     else {
         return ExitCode::from(3);
     };
+    let config = scaled_config(scale).1;
     let results = runtime.block_on(tokio::task::LocalSet::new().run_until(async {
-        let budget = SharedBudget::new(scaled_config(scale).1);
-        run_agents(&url, &options, &experiment, m, first..end, t0, &budget).await
+        if budget == "-" {
+            let budget = SharedBudget::new(config);
+            let results = run_agents(&url, &options, &experiment, m, first..end, t0, &budget).await;
+            return Ok::<_, String>(results);
+        }
+        let redis_url = budget.parse().map_err(|e| format!("{e}"))?;
+        let budget = RedisBudget::new(&redis_url, config, RedisOptions::default())
+            .map_err(|e| e.to_string())?;
+        // At start, as `rebound run` does: a Redis that cannot keep the budget is an error,
+        // not a fleet silently on local budgets.
+        budget.check().await.map_err(|e| e.to_string())?;
+        Ok(run_agents(&url, &options, &experiment, m, first..end, t0, &budget).await)
     }));
+    let results = match results {
+        Ok(results) => results,
+        Err(e) => {
+            eprintln!("fleet --child: {e}");
+            return ExitCode::from(2);
+        }
+    };
     for (i, done) in results {
         println!("{i} {}", u8::from(done));
     }

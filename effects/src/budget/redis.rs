@@ -514,7 +514,8 @@ struct Inner {
     client: redis::Client,
     script: redis::Script,
     keys: [String; 12],
-    /// capacity, initial, deposit per request, per success, refill per second: milli-tokens.
+    /// capacity, initial, deposit per request, per success, refill per second, per answered
+    /// retry: milli-tokens.
     config: [u64; 6],
     options: RedisOptions,
     fallback: SharedBudget,
