@@ -93,7 +93,7 @@ async fn reasoning_items_are_passed_back_unchanged_on_the_next_request() {
         .content
         .iter()
         .filter_map(|b| match b {
-            ContentBlock::Reasoning { item } => Some(item),
+            ContentBlock::Reasoning { item, .. } => Some(item),
             _ => None,
         })
         .collect();
@@ -132,6 +132,7 @@ async fn a_changed_reasoning_item_is_refused_and_the_run_fails_without_retrying(
                 ContentBlock::Reasoning {
                     item: json!({"id": "rs_fake_t0", "type": "reasoning", "summary": [],
                                  "encrypted_content": "gAAAAAB-forged"}),
+                    owner: None,
                 },
                 ContentBlock::text("Hello."),
             ],
@@ -236,6 +237,7 @@ async fn a_conversation_begun_on_anthropic_continues_on_responses_and_back_with_
         ContentBlock::Thinking {
             thinking: "I should read the file.".into(),
             signature: "EqQBCkYIBhgCIkD-claude-signature".into(),
+            owner: None,
         },
     );
     let anthropic_call = begun[1]

@@ -78,6 +78,20 @@ use std::sync::Arc;
 /// [`MachineConfig::compact_threshold_percent`] of the target's context window — at most once
 /// per request.
 ///
+/// # Reasoning goes back only to its owner
+///
+/// Encrypted reasoning (Responses `encrypted_content`) and signed thinking can be read back
+/// only by the target that produced them. The machine records the current target's
+/// [`TargetSpec::identity`] on each such block of an assistant message it appends (sessions
+/// keep it); the request builders leave out blocks another identity owns; and reasoning of an
+/// unknown owner (old sessions, targets without an identity) is sent to the primary target
+/// only. A provider that refuses reasoning anyway ([`FailureKind::ReasoningRejected`]: 400
+/// `invalid_encrypted_content`, or an invalid thinking signature) gets the request once more,
+/// at once and at no attempt's cost, without any reasoning — announced by a
+/// [`Command::NotifyRetry`] whose [`ProviderRetryInfo::is_without_reasoning`] is true. Refused
+/// again, the run fails with [`GiveUp::ReasoningRejectedAgain`]; and reasoning of an unknown
+/// owner is not sent again in the run.
+///
 /// # Time
 ///
 /// `now` is [`Millis`] on any monotonic millisecond clock the driver chooses (since the run
@@ -213,6 +227,9 @@ pub struct AgentMachine {
     last_context_tokens: Option<u64>,
     /// The compaction under way, if any.
     compacting: Option<Compacting>,
+    /// A provider refused the reasoning passed back to it in this run: reasoning of an
+    /// unknown owner is no longer sent anywhere.
+    reasoning_refused: bool,
 }
 
 /// A compaction under way: by a summary request, then (or else) by the driver's elision.
@@ -245,6 +262,9 @@ struct RequestState {
     compacted: bool,
     empty_responses: u32,
     last_failure: Option<ProviderFailure>,
+    /// The provider could not verify the reasoning of this request: it is sent without any
+    /// (once; refused again, the run fails).
+    without_reasoning: bool,
 }
 
 #[derive(Debug)]
@@ -314,6 +334,7 @@ impl AgentMachine {
             outcome: None,
             last_context_tokens: None,
             compacting: None,
+            reasoning_refused: false,
         }
     }
 
@@ -452,8 +473,20 @@ impl AgentMachine {
         self.queue.push_back(command);
     }
 
-    /// Appends `message` to the conversation and tells the driver; returns it, shared.
-    fn append(&mut self, message: Message) -> Arc<Message> {
+    /// Appends `message` to the conversation and tells the driver; returns it, shared. An
+    /// assistant message's reasoning of unknown owner is recorded as the current target's.
+    fn append(&mut self, mut message: Message) -> Arc<Message> {
+        if message.role == Role::Assistant {
+            if let Some(identity) = self.config.target_identity(self.target) {
+                for block in &mut message.content {
+                    if let ContentBlock::Thinking { owner, .. }
+                    | ContentBlock::Reasoning { owner, .. } = block
+                    {
+                        owner.get_or_insert_with(|| identity.clone());
+                    }
+                }
+            }
+        }
         let message = Arc::new(message);
         Arc::make_mut(&mut self.conversation).push(Arc::clone(&message));
         self.emit(Command::AppendMessage {
@@ -620,10 +653,13 @@ impl AgentMachine {
         let (conversation, purpose) =
             match self.compacting.as_ref().and_then(|c| c.summary.as_ref()) {
                 Some(s) => (
-                    Snapshot(Arc::new(s.request.conversation.clone())),
+                    self.outgoing(Arc::new(s.request.conversation.clone())),
                     RequestPurpose::Summary,
                 ),
-                None => (self.snapshot(), RequestPurpose::Turn),
+                None => (
+                    self.outgoing(Arc::clone(&self.conversation)),
+                    RequestPurpose::Turn,
+                ),
             };
         self.emit(Command::SendRequest {
             request,
@@ -635,6 +671,21 @@ impl AgentMachine {
         });
     }
 
+    /// What a request to the current target carries of `conversation`: all of it (shared,
+    /// not copied), except reasoning this target may not be sent. Reasoning another target
+    /// owns is left out by the request builders
+    /// ([`RequestParams::identity`](crate::wire::RequestParams)); here go reasoning of an
+    /// unknown owner anywhere but on the primary target, or once a provider refused
+    /// reasoning in this run, and all reasoning on the retry after a refusal.
+    fn outgoing(&self, conversation: Arc<Conversation>) -> Snapshot {
+        let all = self.request.without_reasoning;
+        let unknown_ok = self.target == 0 && !self.reasoning_refused;
+        match conversation.without_reasoning(|b| all || (b.owner().is_none() && !unknown_ok)) {
+            Some(stripped) => Snapshot(Arc::new(stripped)),
+            None => Snapshot(conversation),
+        }
+    }
+
     // ----- provider answers -------------------------------------------------------------
 
     fn on_failure(&mut self, failure: ProviderFailure) {
@@ -643,6 +694,7 @@ impl AgentMachine {
         }
         match failure.action() {
             FailureAction::Compact => self.on_overflow(failure),
+            FailureAction::RetryWithoutReasoning => self.on_reasoning_rejected(failure),
             FailureAction::Fail => {
                 let immediate_fallback = matches!(
                     failure.kind,
@@ -743,6 +795,22 @@ impl AgentMachine {
         // The compaction retry reuses the attempt number: it costs no attempt.
         self.notify_retry(failure, self.request.attempt, 0);
         self.begin_compaction(CompactionReason::Overflow, PermitKind::Hinted);
+    }
+
+    /// The provider could not verify reasoning passed back to it (another organisation's or
+    /// key's, or of an unknown owner): the request is sent again at once without any, at no
+    /// attempt's cost, announced like a compaction retry; refused again, the run fails.
+    /// Never a loop: one such retry per request, and reasoning of an unknown owner is not
+    /// sent again in this run.
+    fn on_reasoning_rejected(&mut self, failure: ProviderFailure) {
+        if self.request.without_reasoning {
+            return self.give_up(failure, GiveUp::ReasoningRejectedAgain, false);
+        }
+        self.request.without_reasoning = true;
+        self.reasoning_refused = true;
+        self.notify_retry(failure, self.request.attempt, 0);
+        self.request.attempt -= 1;
+        self.attempt_next(PermitKind::Hinted);
     }
 
     /// Starts compacting the conversation: with a summary request when configured and there

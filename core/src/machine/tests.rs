@@ -881,11 +881,13 @@ fn fallback_config() -> MachineConfig {
                 provider: crate::ProviderKind::Anthropic,
                 model: "claude".into(),
                 context_window: None,
+                identity: None,
             },
             TargetSpec {
                 provider: crate::ProviderKind::OpenAi,
                 model: "gpt".into(),
                 context_window: None,
+                identity: None,
             },
         ],
         ..config()
@@ -1581,6 +1583,7 @@ fn summary_config(window: Option<u64>) -> MachineConfig {
             provider: crate::ProviderKind::Anthropic,
             model: "claude-test".into(),
             context_window: window,
+            identity: None,
         }],
         ..config()
     }

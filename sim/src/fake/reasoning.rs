@@ -37,7 +37,7 @@ pub(crate) fn with_reasoning(mut response: AssistantResponse, step: &str) -> Ass
         response
             .message
             .content
-            .insert(0, ContentBlock::Reasoning { item: item(step) });
+            .insert(0, ContentBlock::reasoning(item(step)));
     }
     response
 }

@@ -66,7 +66,7 @@ fn reasoning_capture_keeps_the_final_reasoning_item_verbatim_before_the_text() {
     assert_eq!(
         r.message.content,
         [
-            ContentBlock::Reasoning { item },
+            ContentBlock::reasoning(item),
             ContentBlock::text("The answer is 42")
         ]
     );
@@ -292,8 +292,9 @@ fn mixed() -> Conversation {
                 ContentBlock::Thinking {
                     thinking: "Anthropic's".into(),
                     signature: "sig".into(),
+                    owner: None,
                 },
-                ContentBlock::Reasoning { item: reasoning() },
+                ContentBlock::reasoning(reasoning()),
                 ContentBlock::text("Reading."),
                 ContentBlock::tool_use("toolu_01A", "read", json!({"path": "a.rs"})),
             ],
@@ -324,6 +325,7 @@ fn params(tools: &[ToolSpec]) -> RequestParams<'_> {
         stream: true,
         options: None,
         tool_ids: ToolIdForm::Standard,
+        identity: None,
     }
 }
 
