@@ -29,8 +29,9 @@ pub struct TargetSpec {
     /// out. Opaque and free of secrets (the tokio runner fills it from its HTTP
     /// providers: provider kind, base URL and a keyed hash of the key). `None`: this
     /// target's reasoning has an unknown owner, like that of sessions written before
-    /// provenance was kept — sent only to the primary target (index 0), until a provider
-    /// refused reasoning in the run.
+    /// provenance was kept — sent only to the primary target (index 0), while the
+    /// conversation holds no reasoning of a known owner and until a provider refused
+    /// reasoning in the run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<TargetIdentity>,
 }

@@ -85,7 +85,7 @@ use std::sync::Arc;
 /// [`TargetSpec::identity`] on each such block of an assistant message it appends (sessions
 /// keep it); the request builders leave out blocks another identity owns; and reasoning of an
 /// unknown owner (old sessions, targets without an identity) is sent to the primary target
-/// only. A provider that refuses reasoning anyway ([`FailureKind::ReasoningRejected`]: 400
+/// only, and only while the conversation holds no reasoning of a known owner. A provider that refuses reasoning anyway ([`FailureKind::ReasoningRejected`]: 400
 /// `invalid_encrypted_content`, or an invalid thinking signature) gets the request once more,
 /// at once and at no attempt's cost, without any reasoning — announced by a
 /// [`Command::NotifyRetry`] whose [`ProviderRetryInfo::is_without_reasoning`] is true. Refused
@@ -674,12 +674,22 @@ impl AgentMachine {
     /// What a request to the current target carries of `conversation`: all of it (shared,
     /// not copied), except reasoning this target may not be sent. Reasoning another target
     /// owns is left out by the request builders
-    /// ([`RequestParams::identity`](crate::wire::RequestParams)); here go reasoning of an
-    /// unknown owner anywhere but on the primary target, or once a provider refused
-    /// reasoning in this run, and all reasoning on the retry after a refusal.
+    /// ([`RequestParams::identity`](crate::wire::RequestParams)); here go all reasoning on
+    /// the retry after a refusal, and reasoning of an unknown owner except on the primary
+    /// target of a conversation that holds no reasoning of a known owner (a session written
+    /// before owners were recorded, continued for the first time) before any refusal in this
+    /// run. Once the conversation holds reasoning of a known owner, the unknown is older
+    /// than it, and not worth a refused request in every later run.
     fn outgoing(&self, conversation: Arc<Conversation>) -> Snapshot {
         let all = self.request.without_reasoning;
-        let unknown_ok = self.target == 0 && !self.reasoning_refused;
+        let unknown_ok = self.target == 0
+            && !self.reasoning_refused
+            && !self
+                .conversation
+                .messages()
+                .iter()
+                .flat_map(|m| m.content.iter())
+                .any(|b| b.is_owned_reasoning() && b.owner().is_some());
         match conversation.without_reasoning(|b| all || (b.owner().is_none() && !unknown_ok)) {
             Some(stripped) => Snapshot(Arc::new(stripped)),
             None => Snapshot(conversation),
@@ -1019,8 +1029,10 @@ impl AgentMachine {
                 reason,
             });
             self.emit(Command::NotifyFallback { info });
+            // One compaction and one retry without reasoning per request, whatever the target.
             self.request = RequestState {
                 compacted: self.request.compacted,
+                without_reasoning: self.request.without_reasoning,
                 since: self.request.since,
                 ..RequestState::default()
             };
