@@ -1045,11 +1045,19 @@ mod tests {
             Message::user_text("again"),
         ]);
         assert_eq!(c.without_reasoning(|_| false), None);
-        let stripped = c.without_reasoning(|_| true).expect("a reasoning item to drop");
-        assert_eq!(stripped.messages()[1].content, vec![ContentBlock::text("done")]);
+        let stripped = c
+            .without_reasoning(|_| true)
+            .expect("a reasoning item to drop");
+        assert_eq!(
+            stripped.messages()[1].content,
+            vec![ContentBlock::text("done")]
+        );
         assert!(Arc::ptr_eq(&stripped.messages()[0], &c.messages()[0]));
         assert!(Arc::ptr_eq(&stripped.messages()[2], &c.messages()[2]));
-        assert_eq!(stripped.approx_bytes(), c.approx_bytes() - item.to_string().len());
+        assert_eq!(
+            stripped.approx_bytes(),
+            c.approx_bytes() - item.to_string().len()
+        );
         // The original keeps its reasoning.
         assert_eq!(c.messages()[1].content.len(), 2);
     }

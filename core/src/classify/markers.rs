@@ -122,7 +122,8 @@ pub(crate) fn mentions_overflow(lowercase: &str) -> bool {
 /// `lowercase` says passed-back reasoning could not be verified.
 pub(crate) fn mentions_rejected_reasoning(lowercase: &str) -> bool {
     contains_any(lowercase, REASONING_REJECTED)
-        || (lowercase.contains("the encrypted content") && lowercase.contains("could not be verified"))
+        || (lowercase.contains("the encrypted content")
+            && lowercase.contains("could not be verified"))
 }
 
 /// `code` (lowercase) is a rejected-reasoning code.

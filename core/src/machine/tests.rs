@@ -2076,7 +2076,10 @@ fn a_target_without_identity_leaves_its_reasoning_of_unknown_owner() {
             response: reasoned_response("rs_1", "hello"),
         },
     );
-    assert!(appended(&out)[0].content.iter().all(|b| b.owner().is_none()));
+    assert!(appended(&out)[0]
+        .content
+        .iter()
+        .all(|b| b.owner().is_none()));
 }
 
 /// A conversation from an old session: an answer whose reasoning has no recorded owner,
@@ -2095,7 +2098,11 @@ fn old_session() -> Conversation {
 fn reasoning_of_unknown_owner_goes_to_the_primary_but_not_to_a_fallback() {
     let mut m = AgentMachine::with_conversation(two_owners_config(), 1, old_session());
     let (req, _, first) = sent(&m.step(Millis(0), user("and then?")));
-    assert_eq!(reasoning_blocks(&first), 1, "the primary gets it, as before");
+    assert_eq!(
+        reasoning_blocks(&first),
+        1,
+        "the primary gets it, as before"
+    );
     // The primary is down for good (a quota): the fallback gets the conversation without it.
     let out = m.step(
         Millis(1),
@@ -2108,7 +2115,10 @@ fn reasoning_of_unknown_owner_goes_to_the_primary_but_not_to_a_fallback() {
     let (_, _, second) = sent(&out);
     assert_eq!(reasoning_blocks(&second), 0);
     assert_eq!(second.len(), first.len());
-    assert_eq!(second.messages()[1].content, vec![ContentBlock::text("hello")]);
+    assert_eq!(
+        second.messages()[1].content,
+        vec![ContentBlock::text("hello")]
+    );
     // The stored conversation keeps it.
     assert_eq!(reasoning_blocks(m.conversation()), 1);
 }
@@ -2129,7 +2139,11 @@ fn rejected_reasoning_is_retried_once_at_once_without_any_reasoning_and_announce
         panic!("the retry is announced first: {out:#?}")
     };
     assert!(info.is_without_reasoning());
-    assert_eq!((info.attempt, info.delay_ms), (1, 0), "costs no attempt, waits for nothing");
+    assert_eq!(
+        (info.attempt, info.delay_ms),
+        (1, 0),
+        "costs no attempt, waits for nothing"
+    );
     assert_eq!(
         info.to_string(),
         "reasoning rejected: retrying once without reasoning items"
@@ -2211,7 +2225,10 @@ fn reasoning_rejected_again_without_reasoning_fails_the_run_with_a_typed_error()
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(m.outcome().map(|o| o.as_ref().err().map(RunError::kind)), Some(Some("reasoning_rejected")));
+    assert_eq!(
+        m.outcome().map(|o| o.as_ref().err().map(RunError::kind)),
+        Some(Some("reasoning_rejected"))
+    );
 }
 
 #[test]

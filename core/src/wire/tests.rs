@@ -1070,9 +1070,8 @@ mod round_trip {
     fn anthropic_response() -> impl Strategy<Value = AssistantResponse> {
         let block = prop_oneof![
             text().prop_map(ContentBlock::text),
-            (any::<String>(), "[A-Za-z0-9+/=]{0,64}").prop_map(|(thinking, signature)| {
-                ContentBlock::thinking(thinking, signature)
-            }),
+            (any::<String>(), "[A-Za-z0-9+/=]{0,64}")
+                .prop_map(|(thinking, signature)| { ContentBlock::thinking(thinking, signature) }),
             Just(()).prop_map(|()| ContentBlock::text("placeholder for a tool call")),
         ];
         let stop = prop_oneof![

@@ -522,18 +522,30 @@ fn reasoning_goes_only_to_the_target_that_produced_it() {
         let conversation = owned_by(Some("ours"), "sig");
         let to = |who| RequestParams::new("m", 64).with_identity(who);
         let body = request_body(provider, &conversation, &to(&ours)).unwrap();
-        assert!(carries_reasoning(provider, &body), "{provider}: to its owner");
+        assert!(
+            carries_reasoning(provider, &body),
+            "{provider}: to its owner"
+        );
         let body = request_body(provider, &conversation, &to(&theirs)).unwrap();
-        assert!(!carries_reasoning(provider, &body), "{provider}: to another");
+        assert!(
+            !carries_reasoning(provider, &body),
+            "{provider}: to another"
+        );
         assert!(!body.to_string().contains("gAAAAB-opaque"), "{provider}");
         // The rest of the message goes anyway.
         assert!(body.to_string().contains("hello"), "{provider}");
         // A driver that does not say who it sends to sends no owned reasoning.
         let body = request_body(provider, &conversation, &RequestParams::new("m", 64)).unwrap();
-        assert!(!carries_reasoning(provider, &body), "{provider}: to nobody known");
+        assert!(
+            !carries_reasoning(provider, &body),
+            "{provider}: to nobody known"
+        );
         // Reasoning of an unknown owner (an old session) is sent as before.
         let body = request_body(provider, &owned_by(None, "sig"), &to(&theirs)).unwrap();
-        assert!(carries_reasoning(provider, &body), "{provider}: unknown owner");
+        assert!(
+            carries_reasoning(provider, &body),
+            "{provider}: unknown owner"
+        );
     }
 }
 
@@ -542,8 +554,12 @@ fn the_owner_is_never_written_into_a_request() {
     let ours = crate::TargetIdentity::new("owner-identity-7f3a");
     let params = RequestParams::new("m", 64).with_identity(&ours);
     for provider in ProviderKind::ALL {
-        let body = request_body(*provider, &owned_by(Some("owner-identity-7f3a"), "sig"), &params)
-            .unwrap();
+        let body = request_body(
+            *provider,
+            &owned_by(Some("owner-identity-7f3a"), "sig"),
+            &params,
+        )
+        .unwrap();
         assert!(!body.to_string().contains("owner"), "{provider}: {body}");
     }
     // Anthropic's thinking block is exactly the API's shape.
