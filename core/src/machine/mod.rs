@@ -676,21 +676,38 @@ impl AgentMachine {
     /// owns is left out by the request builders
     /// ([`RequestParams::identity`](crate::wire::RequestParams)); here go all reasoning on
     /// the retry after a refusal, and reasoning of an unknown owner except on the primary
-    /// target of a conversation that holds no reasoning of a known owner (a session written
-    /// before owners were recorded, continued for the first time) before any refusal in this
-    /// run. Once the conversation holds reasoning of a known owner, the unknown is older
-    /// than it, and not worth a refused request in every later run.
+    /// target of a conversation that holds no reasoning of its kind (thinking, or reasoning
+    /// items) of a known owner (a session written before owners were recorded, continued for
+    /// the first time) before any refusal in this run. Once the conversation holds reasoning
+    /// of a known owner, the unknown is older than it, and not worth a refused request in
+    /// every later run.
     fn outgoing(&self, conversation: Arc<Conversation>) -> Snapshot {
         let all = self.request.without_reasoning;
-        let unknown_ok = self.target == 0
-            && !self.reasoning_refused
-            && !self
-                .conversation
-                .messages()
-                .iter()
-                .flat_map(|m| m.content.iter())
-                .any(|b| b.is_owned_reasoning() && b.owner().is_some());
-        match conversation.without_reasoning(|b| all || (b.owner().is_none() && !unknown_ok)) {
+        let primary = self.target == 0 && !self.reasoning_refused;
+        // Whether the conversation holds thinking, and reasoning items, of a known owner:
+        // each kind on its own (Anthropic's and OpenAI's are unrelated).
+        let (mut known_thinking, mut known_items) = (false, false);
+        for block in self
+            .conversation
+            .messages()
+            .iter()
+            .flat_map(|m| m.content.iter())
+        {
+            if block.is_owned_reasoning() && block.owner().is_some() {
+                match block {
+                    ContentBlock::Thinking { .. } => known_thinking = true,
+                    _ => known_items = true,
+                }
+            }
+        }
+        let unknown_ok = |b: &ContentBlock| {
+            primary
+                && match b {
+                    ContentBlock::Thinking { .. } => !known_thinking,
+                    _ => !known_items,
+                }
+        };
+        match conversation.without_reasoning(|b| all || (b.owner().is_none() && !unknown_ok(b))) {
             Some(stripped) => Snapshot(Arc::new(stripped)),
             None => Snapshot(conversation),
         }
