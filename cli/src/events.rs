@@ -348,6 +348,7 @@ pub fn advice(error: &RunError) -> &'static str {
             K::ModelNotFound => "check --model and --base-url",
             K::BadRequest => "the provider rejected the request; see its message above",
             K::ContextOverflow => "the conversation no longer fits; start a new session",
+            K::ReasoningRejected => "the provider refused the conversation's reasoning even without it; start a new session",
             _ => "the provider kept failing; try again later, raise --max-attempts, or add --fallback",
         },
         _ => "the run failed; see the message above",

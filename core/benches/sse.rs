@@ -51,6 +51,7 @@ fn long_response() -> AssistantResponse {
         ContentBlock::Thinking {
             thinking: text[..TARGET_BYTES / 8].to_owned(),
             signature: "EqQBCgIYAhIM1gbcDa9GJwZA2b3h".into(),
+            owner: None,
         },
         ContentBlock::text(text),
     ];

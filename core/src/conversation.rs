@@ -64,6 +64,59 @@ impl MediaSource {
     }
 }
 
+/// Who produced a piece of encrypted reasoning or signed thinking: an opaque identity of a
+/// target, the same for the same provider kind, base URL and credentials (API key,
+/// organisation), different otherwise.
+///
+/// Encrypted reasoning goes back only to the target that produced it: OpenAI answers
+/// another organisation's (or key's) `encrypted_content` with 400
+/// `invalid_encrypted_content`, Anthropic another's thinking signature with 400 "Invalid
+/// `signature` in `thinking` block". So the machine records the current target's identity
+/// ([`TargetSpec::identity`](crate::TargetSpec::identity)) on every such block of an
+/// assistant message it appends, sessions keep it, and the request builders leave out the
+/// blocks another identity owns ([`RequestParams::identity`](crate::wire::RequestParams)).
+///
+/// It is data, made by the driver: the tokio runner's HTTP providers derive it from the
+/// provider kind, the base URL and a keyed hash of the key and extra headers, never the key
+/// itself (it is written into sessions and traces). Core only compares identities.
+///
+/// ```
+/// use rebound_core::{ContentBlock, TargetIdentity};
+/// use serde_json::json;
+///
+/// let ours = TargetIdentity::new("openai_responses:1f2e3d");
+/// let theirs = TargetIdentity::new("openai_responses:9a8b7c");
+/// let item = ContentBlock::Reasoning {
+///     item: json!({"type": "reasoning", "id": "rs_1", "encrypted_content": "gAAAA…"}),
+///     owner: Some(ours.clone()),
+/// };
+/// assert!(item.may_go_to(Some(&ours)));
+/// assert!(!item.may_go_to(Some(&theirs)));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TargetIdentity(Arc<str>);
+
+impl TargetIdentity {
+    /// An identity from its text (opaque: only compared).
+    #[must_use]
+    pub fn new(identity: impl Into<Arc<str>>) -> Self {
+        TargetIdentity(identity.into())
+    }
+
+    /// The identity's text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TargetIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// One part of a tool result: text or an image.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -154,26 +207,96 @@ pub enum ContentBlock {
         /// Where the image bytes are.
         source: MediaSource,
     },
-    /// Extended thinking from the model, passed back verbatim on later requests.
+    /// Extended thinking from the model, passed back verbatim on later requests — when
+    /// signed, only to the target that produced it (see [`TargetIdentity`]).
     Thinking {
         /// The thinking text.
         thinking: String,
         /// The provider's signature over the thinking; empty when the provider gave none.
         #[serde(default)]
         signature: String,
+        /// The target that produced it; `None` in sessions written before provenance was
+        /// kept (and for targets that have no identity): an unknown owner.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<TargetIdentity>,
     },
     /// An OpenAI Responses `reasoning` output item, kept exactly as received (its `id`,
     /// `summary`, `encrypted_content`, …) and sent back unchanged to the Responses API on
-    /// later requests; requests to other providers leave it out (they cannot read it).
+    /// later requests, only to the target that produced it (see [`TargetIdentity`]);
+    /// requests to other providers leave it out (they cannot read it).
     ///
-    /// Serialized as `{"type": "reasoning", "item": {…}}`.
+    /// Serialized as `{"type": "reasoning", "item": {…}, "owner": "…"}`.
     Reasoning {
         /// The item as the provider sent it.
         item: Value,
+        /// The target that produced it; `None` in sessions written before provenance was
+        /// kept (and for targets that have no identity): an unknown owner.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<TargetIdentity>,
     },
 }
 
 impl ContentBlock {
+    /// A thinking block with no known owner (the machine records the target that produced
+    /// it when the message is appended).
+    #[must_use]
+    pub fn thinking(thinking: impl Into<String>, signature: impl Into<String>) -> Self {
+        ContentBlock::Thinking {
+            thinking: thinking.into(),
+            signature: signature.into(),
+            owner: None,
+        }
+    }
+
+    /// A Responses reasoning item with no known owner (the machine records the target that
+    /// produced it when the message is appended).
+    #[must_use]
+    pub fn reasoning(item: Value) -> Self {
+        ContentBlock::Reasoning { item, owner: None }
+    }
+
+    /// Whether this block is reasoning only its producer can read back: a Responses
+    /// reasoning item (its `encrypted_content`) or signed thinking. Unsigned thinking (what
+    /// OpenAI-compatible servers stream as `reasoning_content`) is never sent anywhere.
+    #[must_use]
+    pub fn is_owned_reasoning(&self) -> bool {
+        match self {
+            ContentBlock::Reasoning { .. } => true,
+            ContentBlock::Thinking { signature, .. } => !signature.is_empty(),
+            _ => false,
+        }
+    }
+
+    /// The target that produced this reasoning, when known (see
+    /// [`is_owned_reasoning`](Self::is_owned_reasoning)); `None` for every other block.
+    #[must_use]
+    pub fn owner(&self) -> Option<&TargetIdentity> {
+        match self {
+            ContentBlock::Thinking { owner, .. } | ContentBlock::Reasoning { owner, .. } => {
+                owner.as_ref()
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether a request to the target `to` may carry this block, as far as ownership goes:
+    /// every block that is not [owned reasoning](Self::is_owned_reasoning), reasoning of an
+    /// unknown owner, and reasoning whose owner is `to`. Reasoning owned by another target
+    /// — another provider, base URL, key or organisation — is refused by that API (OpenAI:
+    /// 400 `invalid_encrypted_content`; Anthropic: 400 "Invalid `signature` in `thinking`
+    /// block"), so it never goes there; a driver that does not know who it sends to
+    /// (`to: None`) sends no owned reasoning at all.
+    #[must_use]
+    pub fn may_go_to(&self, to: Option<&TargetIdentity>) -> bool {
+        if !self.is_owned_reasoning() {
+            return true;
+        }
+        match self.owner() {
+            None => true,
+            Some(owner) => Some(owner) == to,
+        }
+    }
+
     /// A text block.
     #[must_use]
     pub fn text(text: impl Into<String>) -> Self {
@@ -463,6 +586,39 @@ impl Conversation {
             .collect()
     }
 
+    /// This conversation without the [owned reasoning](ContentBlock::is_owned_reasoning)
+    /// blocks for which `drop` says so; messages left unchanged are shared, not copied, and
+    /// a message left with no block at all is kept empty (a request builder skips it).
+    /// `None` when no block is dropped.
+    #[must_use]
+    pub fn without_reasoning(
+        &self,
+        mut drop: impl FnMut(&ContentBlock) -> bool,
+    ) -> Option<Conversation> {
+        let mut touched = false;
+        let messages: Vec<Arc<Message>> = self
+            .messages
+            .iter()
+            .map(|m| {
+                if !m.content.iter().any(|b| b.is_owned_reasoning() && drop(b)) {
+                    return Arc::clone(m);
+                }
+                touched = true;
+                let content = m
+                    .content
+                    .iter()
+                    .filter(|b| !(b.is_owned_reasoning() && drop(b)))
+                    .cloned()
+                    .collect();
+                Arc::new(Message {
+                    role: m.role,
+                    content,
+                })
+            })
+            .collect();
+        touched.then(|| Conversation::from(messages))
+    }
+
     /// A rough size in bytes of what would be sent: text, tool inputs and results, media data.
     ///
     /// Used to check that a compaction shrank the conversation; not a token count.
@@ -580,8 +736,9 @@ fn block_bytes(block: &ContentBlock) -> usize {
         ContentBlock::Thinking {
             thinking,
             signature,
+            ..
         } => thinking.len() + signature.len(),
-        ContentBlock::Reasoning { item } => json_len(item),
+        ContentBlock::Reasoning { item, .. } => json_len(item),
     }
 }
 
@@ -787,10 +944,7 @@ mod tests {
         let m = Message {
             role: Role::Assistant,
             content: vec![
-                ContentBlock::Thinking {
-                    thinking: "hmm".into(),
-                    signature: "sig".into(),
-                },
+                ContentBlock::thinking("hmm", "sig"),
                 ContentBlock::text("let me look"),
                 ContentBlock::tool_use("toolu_1", "read", json!({"path": "a.rs"})),
                 ContentBlock::Image {
@@ -812,7 +966,7 @@ mod tests {
     fn reasoning_items_keep_the_provider_item_verbatim_in_sessions() {
         let item = json!({"id": "rs_1", "type": "reasoning", "summary": [],
                           "encrypted_content": "gAAAAB-opaque"});
-        let block = ContentBlock::Reasoning { item: item.clone() };
+        let block = ContentBlock::reasoning(item.clone());
         let v = serde_json::to_value(&block).unwrap();
         assert_eq!(v, json!({"type": "reasoning", "item": item}));
         assert_eq!(serde_json::from_value::<ContentBlock>(v).unwrap(), block);
@@ -822,6 +976,90 @@ mod tests {
             content: vec![block],
         };
         assert!(m.is_empty());
+    }
+
+    #[test]
+    fn the_owner_of_reasoning_survives_a_session_and_old_sessions_read_as_unknown_owner() {
+        let owner = TargetIdentity::new("openai_responses:0123abcd");
+        let item = json!({"id": "rs_1", "type": "reasoning", "encrypted_content": "gAAAAB"});
+        let owned = ContentBlock::Reasoning {
+            item: item.clone(),
+            owner: Some(owner.clone()),
+        };
+        let v = serde_json::to_value(&owned).unwrap();
+        assert_eq!(v["owner"], "openai_responses:0123abcd");
+        assert_eq!(serde_json::from_value::<ContentBlock>(v).unwrap(), owned);
+        let thinking = ContentBlock::Thinking {
+            thinking: "hmm".into(),
+            signature: "sig".into(),
+            owner: Some(owner.clone()),
+        };
+        let v = serde_json::to_value(&thinking).unwrap();
+        assert_eq!(serde_json::from_value::<ContentBlock>(v).unwrap(), thinking);
+        // Lines written before provenance was kept.
+        let old: ContentBlock =
+            serde_json::from_value(json!({"type": "reasoning", "item": item})).unwrap();
+        assert_eq!(old.owner(), None);
+        let old: ContentBlock =
+            serde_json::from_value(json!({"type": "thinking", "thinking": "t", "signature": "s"}))
+                .unwrap();
+        assert_eq!(old.owner(), None);
+        assert!(old.is_owned_reasoning());
+    }
+
+    #[test]
+    fn owned_reasoning_may_go_only_to_its_owner_and_unknown_owners_anywhere() {
+        let a = TargetIdentity::new("a");
+        let b = TargetIdentity::new("b");
+        let item = json!({"type": "reasoning", "id": "rs_1"});
+        let of_a = ContentBlock::Reasoning {
+            item: item.clone(),
+            owner: Some(a.clone()),
+        };
+        assert!(of_a.may_go_to(Some(&a)));
+        assert!(!of_a.may_go_to(Some(&b)));
+        assert!(!of_a.may_go_to(None));
+        let unknown = ContentBlock::reasoning(item);
+        assert!(unknown.may_go_to(Some(&b)));
+        assert!(unknown.may_go_to(None));
+        // Unsigned thinking and ordinary blocks are nobody's.
+        let unsigned = ContentBlock::Thinking {
+            thinking: "t".into(),
+            signature: String::new(),
+            owner: Some(a.clone()),
+        };
+        assert!(!unsigned.is_owned_reasoning());
+        assert!(unsigned.may_go_to(Some(&b)));
+        assert!(ContentBlock::text("hi").may_go_to(None));
+    }
+
+    #[test]
+    fn without_reasoning_drops_only_what_it_is_told_and_shares_the_rest() {
+        let item = json!({"type": "reasoning", "id": "rs_1"});
+        let c = Conversation::from(vec![
+            Message::user_text("go"),
+            Message::assistant(vec![
+                ContentBlock::reasoning(item.clone()),
+                ContentBlock::text("done"),
+            ]),
+            Message::user_text("again"),
+        ]);
+        assert_eq!(c.without_reasoning(|_| false), None);
+        let stripped = c
+            .without_reasoning(|_| true)
+            .expect("a reasoning item to drop");
+        assert_eq!(
+            stripped.messages()[1].content,
+            vec![ContentBlock::text("done")]
+        );
+        assert!(Arc::ptr_eq(&stripped.messages()[0], &c.messages()[0]));
+        assert!(Arc::ptr_eq(&stripped.messages()[2], &c.messages()[2]));
+        assert_eq!(
+            stripped.approx_bytes(),
+            c.approx_bytes() - item.to_string().len()
+        );
+        // The original keeps its reasoning.
+        assert_eq!(c.messages()[1].content.len(), 2);
     }
 
     fn exchange(results: Vec<ContentBlock>) -> Conversation {

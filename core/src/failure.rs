@@ -67,6 +67,11 @@ pub enum FailureKind {
     QuotaExhausted,
     /// The prompt does not fit the model's context window.
     ContextOverflow,
+    /// The provider could not verify reasoning passed back to it: OpenAI's 400
+    /// `invalid_encrypted_content` (another organisation's or key's `encrypted_content`),
+    /// Anthropic's 400 "Invalid `signature` in `thinking` block" (or "Invalid `data` in
+    /// `redacted_thinking` block"). Retried once without any reasoning.
+    ReasoningRejected,
 }
 
 impl FailureKind {
@@ -81,6 +86,7 @@ impl FailureKind {
             | FailureKind::StreamMalformed
             | FailureKind::EmptyResponse => FailureAction::Retry,
             FailureKind::ContextOverflow => FailureAction::Compact,
+            FailureKind::ReasoningRejected => FailureAction::RetryWithoutReasoning,
             FailureKind::AuthFailed
             | FailureKind::BadRequest
             | FailureKind::ModelNotFound
@@ -104,6 +110,7 @@ impl FailureKind {
             FailureKind::ModelNotFound => "model_not_found",
             FailureKind::QuotaExhausted => "quota_exhausted",
             FailureKind::ContextOverflow => "context_overflow",
+            FailureKind::ReasoningRejected => "reasoning_rejected",
         }
     }
 
@@ -122,6 +129,7 @@ impl FailureKind {
             FailureKind::ModelNotFound => "model not found",
             FailureKind::QuotaExhausted => "quota exhausted",
             FailureKind::ContextOverflow => "context too long",
+            FailureKind::ReasoningRejected => "reasoning rejected",
         }
     }
 }
@@ -143,6 +151,9 @@ pub enum FailureAction {
     Retry,
     /// Compact the conversation once and retry once.
     Compact,
+    /// Retry once, at once, without any reasoning items or thinking blocks (the provider
+    /// could not verify them); rejected again, fail.
+    RetryWithoutReasoning,
     /// Return the failure to the embedder.
     Fail,
 }
@@ -320,13 +331,18 @@ impl ProviderFailure {
     ///
     /// The kind decides, except that a server's `x-should-retry` header overrides it (as the
     /// official SDKs do) for every kind but context overflow (compaction, not a retry, is the
-    /// cure) and quota exhaustion (no retry can refill a spent quota).
+    /// cure), rejected reasoning (leaving it out, not a retry, is) and quota exhaustion (no
+    /// retry can refill a spent quota).
     #[must_use]
     pub fn action(&self) -> FailureAction {
         match (self.kind, self.should_retry) {
-            (FailureKind::ContextOverflow | FailureKind::QuotaExhausted, _) | (_, None) => {
-                self.kind.default_action()
-            }
+            (
+                FailureKind::ContextOverflow
+                | FailureKind::ReasoningRejected
+                | FailureKind::QuotaExhausted,
+                _,
+            )
+            | (_, None) => self.kind.default_action(),
             (_, Some(true)) => FailureAction::Retry,
             (_, Some(false)) => FailureAction::Fail,
         }
@@ -386,6 +402,7 @@ mod tests {
             (StreamMalformed, Retry),
             (EmptyResponse, Retry),
             (ContextOverflow, Compact),
+            (ReasoningRejected, RetryWithoutReasoning),
             (AuthFailed, Fail),
             (BadRequest, Fail),
             (ModelNotFound, Fail),
@@ -408,6 +425,9 @@ mod tests {
         assert_eq!(f.action(), FailureAction::Compact);
         f.kind = FailureKind::QuotaExhausted;
         assert_eq!(f.action(), FailureAction::Fail);
+        f.kind = FailureKind::ReasoningRejected;
+        f.should_retry = Some(false);
+        assert_eq!(f.action(), FailureAction::RetryWithoutReasoning);
     }
 
     #[test]

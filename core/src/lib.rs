@@ -41,8 +41,8 @@ pub use compaction::{
 };
 pub use context_window::context_window;
 pub use conversation::{
-    ContentBlock, Conversation, MediaSource, Message, PairingError, Role, ToolResultBlock,
-    ToolResultPart,
+    ContentBlock, Conversation, MediaSource, Message, PairingError, Role, TargetIdentity,
+    ToolResultBlock, ToolResultPart,
 };
 pub use failure::{FailureAction, FailureKind, ProviderFailure, ProviderKind, TransportFault};
 pub use headers::Headers;

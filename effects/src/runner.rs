@@ -469,6 +469,13 @@ impl Runner {
             .as_ref()
             .map_or_else(Instant::now, |budget| budget.origin());
         self.started = Some(Instant::now());
+        // Each target's reasoning is recorded with its provider's identity (a target that
+        // names one keeps it), so it goes back only there.
+        for (target, provider) in self.config.targets.iter_mut().zip(&self.providers) {
+            if target.identity.is_none() {
+                target.identity = provider.identity();
+            }
+        }
         if let Err(e) = self.write_header() {
             let error = self.host_error(HostFailureKind::Internal, format!("trace: {e}"));
             telemetry.finish(&Err(error.clone()), &RunTally::default());

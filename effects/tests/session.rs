@@ -22,6 +22,7 @@ fn rich_conversation() -> Conversation {
                 ContentBlock::Thinking {
                     thinking: "look first".into(),
                     signature: "sig".into(),
+                    owner: None,
                 },
                 ContentBlock::text("Reading it."),
                 ContentBlock::tool_use("toolu_1", "read", json!({"path": "src/main.rs"})),

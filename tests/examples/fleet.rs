@@ -435,7 +435,10 @@ async fn play_real(
         // A budget of its own per process ("-"), or one in Redis named for this play.
         let budget = match (sharing, &options.redis) {
             (Sharing::Redis(_), Some(redis)) => {
-                format!("{redis}/fleet-{}-{}-{t0_epoch_ms}", model.name, options.seed)
+                format!(
+                    "{redis}/fleet-{}-{}-{t0_epoch_ms}",
+                    model.name, options.seed
+                )
             }
             _ => "-".to_owned(),
         };

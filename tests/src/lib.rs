@@ -35,6 +35,29 @@ pub fn counts(tally: &rebound_core::RunTally) -> String {
     )
 }
 
+impl Played {
+    /// The conversation with the owners of its reasoning left out: two plays talk to two
+    /// servers (two base URLs), so the same answers are owned by two identities.
+    #[must_use]
+    pub fn conversation_without_owners(&self) -> Conversation {
+        self.conversation
+            .messages()
+            .iter()
+            .map(|m| {
+                let mut m = (**m).clone();
+                for block in &mut m.content {
+                    if let rebound_core::ContentBlock::Thinking { owner, .. }
+                    | rebound_core::ContentBlock::Reasoning { owner, .. } = block
+                    {
+                        *owner = None;
+                    }
+                }
+                m
+            })
+            .collect()
+    }
+}
+
 /// Everything observed in one played run.
 #[derive(Debug)]
 pub struct Played {

@@ -93,7 +93,7 @@ async fn reasoning_items_are_passed_back_unchanged_on_the_next_request() {
         .content
         .iter()
         .filter_map(|b| match b {
-            ContentBlock::Reasoning { item } => Some(item),
+            ContentBlock::Reasoning { item, .. } => Some(item),
             _ => None,
         })
         .collect();
@@ -119,8 +119,9 @@ async fn reasoning_items_are_passed_back_unchanged_on_the_next_request() {
 }
 
 #[tokio::test]
-async fn a_changed_reasoning_item_is_refused_and_the_run_fails_without_retrying() {
-    // What the server would do to a client that rewrote reasoning: the API's 400.
+async fn a_changed_reasoning_item_is_refused_once_and_the_request_sent_again_without_it() {
+    // What the server does to a client that rewrote reasoning: the API's 400
+    // `invalid_encrypted_content`; the machine sends the request once more without any.
     let server = FakeServer::start(FakeServerConfig::healthy())
         .await
         .expect("starts");
@@ -132,6 +133,7 @@ async fn a_changed_reasoning_item_is_refused_and_the_run_fails_without_retrying(
                 ContentBlock::Reasoning {
                     item: json!({"id": "rs_fake_t0", "type": "reasoning", "summary": [],
                                  "encrypted_content": "gAAAAAB-forged"}),
+                    owner: None,
                 },
                 ContentBlock::text("Hello."),
             ],
@@ -141,13 +143,25 @@ async fn a_changed_reasoning_item_is_refused_and_the_run_fails_without_retrying(
     config.base_url = server.base_url_for(R);
     let provider: Box<dyn Provider> = Box::new(HttpProvider::new(config).expect("valid"));
     let machine = MachineConfig::default().with_targets(vec![TargetSpec::new(R, "gpt-test")]);
-    let err = Runner::new(machine, vec![provider])
+    let summary = Runner::new(machine, vec![provider])
         .conversation(tampered)
         .run(RunInput::text("again"))
         .await
-        .expect_err("a 400 fails the run");
-    assert!(err.to_string().contains("could not be verified"), "{err}");
-    assert_eq!(server.requests().len(), 1, "a 400 is not retried");
+        .expect("answered after one retry without reasoning");
+    assert_eq!(summary.stats.retries, 1);
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2, "one retry, no more");
+    assert!(
+        matches!(requests[0].outcome, Outcome::Rejected { status: 400, ref reason } if reason.contains("could not be verified")),
+        "{:?}",
+        requests[0].outcome
+    );
+    let resent = input(&requests[1].body);
+    assert!(
+        resent.iter().all(|i| i["type"] != "reasoning"),
+        "{resent:?}"
+    );
+    assert!(matches!(requests[1].outcome, Outcome::Answered { .. }));
     server.shutdown().await;
 }
 
@@ -236,6 +250,7 @@ async fn a_conversation_begun_on_anthropic_continues_on_responses_and_back_with_
         ContentBlock::Thinking {
             thinking: "I should read the file.".into(),
             signature: "EqQBCkYIBhgCIkD-claude-signature".into(),
+            owner: None,
         },
     );
     let anthropic_call = begun[1]

@@ -7,16 +7,20 @@
 //! 1. **Context overflow** — status 413, an overflow type or code (`request_too_large`,
 //!    `context_length_exceeded`, `exceed_context_size_error`), or a known overflow phrase in
 //!    the message (not for a 429: a rate limit that mentions tokens is still a rate limit).
-//! 2. **Quota exhausted** — status 402, a quota type or code (`insufficient_quota`,
+//! 2. **Reasoning rejected** — for a 4xx other than 429, or an error without an error
+//!    status (mid-stream): the code `invalid_encrypted_content`, or a phrase saying encrypted
+//!    content or a thinking signature could not be verified (OpenAI "The encrypted content …
+//!    could not be verified", Anthropic "Invalid `signature` in `thinking` block").
+//! 3. **Quota exhausted** — status 402, a quota type or code (`insufficient_quota`,
 //!    `billing_error`, Anthropic's `details.error_code` `enforced_spend_limit_reached`), or a
 //!    spend/credit phrase (not for a 5xx).
-//! 3. **Model not found** — the `model_not_found` code, unless the status says 429 or 5xx.
-//! 4. **By status**, when there is an HTTP error status (300 and above): 401/403 auth; 404
+//! 4. **Model not found** — the `model_not_found` code, unless the status says 429 or 5xx.
+//! 5. **By status**, when there is an HTTP error status (300 and above): 401/403 auth; 404
 //!    model not found; 408/409/425 server error (retryable: the server answered, so this is not
 //!    a transport fault); 429 rate limited; 503/529 or an "overloaded" type or message on any
 //!    5xx unavailable; other 5xx server error; other 3xx/4xx bad request; above 599 server
 //!    error.
-//! 5. **By error type or code**, when there is no status or it is below 300 (a mid-stream
+//! 6. **By error type or code**, when there is no status or it is below 300 (a mid-stream
 //!    error event, or a 200 whose body is an error): the table in [`kind_from_type`]; an
 //!    unknown type is a server error; a body that is not an error object at all is a
 //!    malformed stream.
@@ -47,6 +51,15 @@ pub(crate) fn decide(status: Option<u16>, body: Option<&ErrorBody>, scan: &str) 
         || (!rate_limited_status && markers::mentions_overflow(scan))
     {
         return FailureKind::ContextOverflow;
+    }
+    // Only for a request refused as a whole (a 400, or an error event that blames it): a
+    // 5xx or 429 that happens to quote such a message is still that.
+    let request_refused = status.map_or(true, |s| s < 300 || ((400..500).contains(&s) && s != 429));
+    if request_refused
+        && (any_code(markers::is_rejected_reasoning_code)
+            || markers::mentions_rejected_reasoning(scan))
+    {
+        return FailureKind::ReasoningRejected;
     }
     if status == Some(402)
         || any_code(markers::is_quota_code)
@@ -212,6 +225,40 @@ mod tests {
             );
         }
         assert_eq!(decide(None, None, "garbage"), StreamMalformed);
+    }
+
+    #[test]
+    fn unverifiable_reasoning_is_its_own_kind_only_when_the_request_is_refused() {
+        let openai = ErrorBody {
+            error_type: Some("invalid_request_error".into()),
+            code: Some("invalid_encrypted_content".into()),
+            message: Some("The encrypted content gAAA...Rg== could not be verified.".into()),
+            ..ErrorBody::default()
+        };
+        let scan = "the encrypted content gaaa...rg== could not be verified.";
+        assert_eq!(
+            decide(Some(400), Some(&openai), scan),
+            FailureKind::ReasoningRejected
+        );
+        assert_eq!(
+            decide(None, Some(&openai), scan),
+            FailureKind::ReasoningRejected
+        );
+        let anthropic = typed("invalid_request_error");
+        let scan = "messages.1.content.0: invalid `signature` in `thinking` block";
+        assert_eq!(
+            decide(Some(400), Some(&anthropic), scan),
+            FailureKind::ReasoningRejected
+        );
+        // A server error or a rate limit that quotes it is still what its status says.
+        assert_eq!(
+            decide(Some(500), Some(&openai), scan),
+            FailureKind::ServerError
+        );
+        assert_eq!(
+            decide(Some(429), Some(&openai), scan),
+            FailureKind::RateLimited
+        );
     }
 
     #[test]

@@ -62,6 +62,25 @@ const QUOTA: &[&str] = &[
     "insufficient credits",
 ];
 
+/// Phrases that mean "the reasoning passed back could not be verified": another
+/// organisation's, key's or model's encrypted reasoning or thinking signature.
+const REASONING_REJECTED: &[&str] = &[
+    // OpenAI Responses 400, code `invalid_encrypted_content`: "The encrypted content
+    // gAAA...Rg== could not be verified." (openai/codex#8132, #8128), later with "Reason:
+    // Encrypted content could not be decrypted or parsed." (Wei-Shaw/sub2api#2863)
+    "encrypted content could not be decrypted",
+    // Anthropic 400 invalid_request_error: "messages.1.content.0: Invalid `signature` in
+    // `thinking` block" (anthropics/claude-code#10627); proxies drop the backticks
+    "invalid `signature` in `thinking` block",
+    "invalid signature in thinking block",
+    // Anthropic 400: "messages.23.content.2: Invalid `data` in `redacted_thinking` block"
+    // (anthropics/claude-code#56708)
+    "invalid `data` in `redacted_thinking` block",
+];
+
+/// Error codes that mean rejected reasoning.
+const REASONING_REJECTED_CODES: &[&str] = &["invalid_encrypted_content"];
+
 /// Error types and codes that mean context overflow.
 const CONTEXT_OVERFLOW_CODES: &[&str] = &[
     "context_length_exceeded",
@@ -98,6 +117,18 @@ pub fn is_context_overflow_message(message: &str) -> bool {
 /// `lowercase` mentions a context overflow.
 pub(crate) fn mentions_overflow(lowercase: &str) -> bool {
     contains_any(lowercase, CONTEXT_OVERFLOW)
+}
+
+/// `lowercase` says passed-back reasoning could not be verified.
+pub(crate) fn mentions_rejected_reasoning(lowercase: &str) -> bool {
+    contains_any(lowercase, REASONING_REJECTED)
+        || (lowercase.contains("the encrypted content")
+            && lowercase.contains("could not be verified"))
+}
+
+/// `code` (lowercase) is a rejected-reasoning code.
+pub(crate) fn is_rejected_reasoning_code(code: &str) -> bool {
+    REASONING_REJECTED_CODES.contains(&code)
 }
 
 /// `lowercase` mentions spend or quota exhaustion.

@@ -62,7 +62,8 @@ impl Serialize for Snapshot {
     }
 }
 
-/// Told to the UI before a delayed retry or a compaction retry (never for tool errors).
+/// Told to the UI before a delayed retry, a compaction retry or the retry without reasoning
+/// (never for tool errors).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct ProviderRetryInfo {
@@ -94,6 +95,14 @@ impl ProviderRetryInfo {
     pub fn is_compaction(&self) -> bool {
         self.kind == FailureKind::ContextOverflow
     }
+
+    /// Whether this announces the one retry without reasoning items or thinking blocks
+    /// after the provider could not verify them, which waits for nothing and costs no
+    /// attempt.
+    #[must_use]
+    pub fn is_without_reasoning(&self) -> bool {
+        self.kind == FailureKind::ReasoningRejected
+    }
 }
 
 impl fmt::Display for ProviderRetryInfo {
@@ -101,6 +110,9 @@ impl fmt::Display for ProviderRetryInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.is_compaction() {
             return write!(f, "{}: compacting the conversation and retrying", self.kind);
+        }
+        if self.is_without_reasoning() {
+            return write!(f, "{}: retrying once without reasoning items", self.kind);
         }
         write!(
             f,

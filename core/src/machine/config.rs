@@ -1,6 +1,7 @@
 //! What a machine is told before it starts: retry policy, tools, targets, limits.
 
 use crate::compaction::{CompactionMethod, CompactionPolicy};
+use crate::conversation::TargetIdentity;
 use crate::failure::ProviderKind;
 use crate::retry::RetryConfig;
 use crate::tool::ToolSpec;
@@ -22,6 +23,17 @@ pub struct TargetSpec {
     /// [`MachineConfig::compact_threshold_percent`] of it, instead of waiting for a refusal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_window: Option<u64>,
+    /// Who this target is, for the encrypted reasoning and signed thinking it produces
+    /// (see [`TargetIdentity`]): the machine records it on every such block of the
+    /// assistant messages it appends, and requests to another target leave those blocks
+    /// out. Opaque and free of secrets (the tokio runner fills it from its HTTP
+    /// providers: provider kind, base URL and a keyed hash of the key). `None`: this
+    /// target's reasoning has an unknown owner, like that of sessions written before
+    /// provenance was kept — sent only to the primary target (index 0), while the
+    /// conversation holds no reasoning of a known owner and until a provider refused
+    /// reasoning in the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<TargetIdentity>,
 }
 
 impl TargetSpec {
@@ -40,6 +52,7 @@ impl TargetSpec {
             provider,
             context_window: crate::context_window(&model),
             model,
+            identity: None,
         }
     }
 }
@@ -56,6 +69,20 @@ impl TargetSpec {
     #[must_use]
     pub fn with_context_window(mut self, tokens: Option<u64>) -> Self {
         self.context_window = tokens;
+        self
+    }
+
+    /// Sets [`identity`](Self::identity), who owns the reasoning this target produces.
+    ///
+    /// ```
+    /// use rebound_core::{ProviderKind, TargetIdentity, TargetSpec};
+    /// let id = TargetIdentity::new("openai_responses:5eb63bbbe01eeed0");
+    /// let t = TargetSpec::new(ProviderKind::OpenAiResponses, "gpt-5").with_identity(id.clone());
+    /// assert_eq!(t.identity, Some(id));
+    /// ```
+    #[must_use]
+    pub fn with_identity(mut self, identity: TargetIdentity) -> Self {
+        self.identity = Some(identity);
         self
     }
 }
@@ -376,6 +403,12 @@ impl MachineConfig {
     #[must_use]
     pub fn target_count(&self) -> usize {
         self.targets.len().max(1)
+    }
+
+    /// The [identity](TargetSpec::identity) of target `index`, when it has one.
+    #[must_use]
+    pub fn target_identity(&self, index: usize) -> Option<&TargetIdentity> {
+        self.targets.get(index).and_then(|t| t.identity.as_ref())
     }
 
     /// A printable name for target `index`, e.g. `anthropic:claude-sonnet-4-5`.

@@ -47,6 +47,9 @@ pub enum GiveUp {
         /// The compactor's message.
         message: String,
     },
+    /// The provider could not verify the reasoning passed back to it, and refused the
+    /// request again once it was sent without any.
+    ReasoningRejectedAgain,
 }
 
 impl fmt::Display for GiveUp {
@@ -82,6 +85,9 @@ impl fmt::Display for GiveUp {
                 f.write_str("still too long after compacting the conversation")
             }
             GiveUp::CompactionFailed { message } => write!(f, "compaction failed: {message}"),
+            GiveUp::ReasoningRejectedAgain => {
+                f.write_str("refused again after retrying without reasoning items")
+            }
         }
     }
 }
@@ -218,6 +224,7 @@ mod tests {
             FailureKind::ModelNotFound,
             FailureKind::QuotaExhausted,
             FailureKind::ContextOverflow,
+            FailureKind::ReasoningRejected,
         ];
         for kind in &all {
             match kind {
@@ -231,7 +238,8 @@ mod tests {
                 | FailureKind::BadRequest
                 | FailureKind::ModelNotFound
                 | FailureKind::QuotaExhausted
-                | FailureKind::ContextOverflow => {}
+                | FailureKind::ContextOverflow
+                | FailureKind::ReasoningRejected => {}
             }
         }
         all

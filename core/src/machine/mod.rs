@@ -83,6 +83,20 @@ use std::sync::Arc;
 /// [`MachineConfig::compact_threshold_percent`] of the target's context window — at most once
 /// per request.
 ///
+/// # Reasoning goes back only to its owner
+///
+/// Encrypted reasoning (Responses `encrypted_content`) and signed thinking can be read back
+/// only by the target that produced them. The machine records the current target's
+/// [`TargetSpec::identity`] on each such block of an assistant message it appends (sessions
+/// keep it); the request builders leave out blocks another identity owns; and reasoning of an
+/// unknown owner (old sessions, targets without an identity) is sent to the primary target
+/// only, and only while the conversation holds no reasoning of a known owner. A provider that refuses reasoning anyway ([`FailureKind::ReasoningRejected`]: 400
+/// `invalid_encrypted_content`, or an invalid thinking signature) gets the request once more,
+/// at once and at no attempt's cost, without any reasoning — announced by a
+/// [`Command::NotifyRetry`] whose [`ProviderRetryInfo::is_without_reasoning`] is true. Refused
+/// again, the run fails with [`GiveUp::ReasoningRejectedAgain`]; and reasoning of an unknown
+/// owner is not sent again in the run.
+///
 /// # Time
 ///
 /// `now` is [`Millis`] on any monotonic millisecond clock the driver chooses (since the run
@@ -218,6 +232,9 @@ pub struct AgentMachine {
     last_context_tokens: Option<u64>,
     /// The compaction under way, if any.
     compacting: Option<Compacting>,
+    /// A provider refused the reasoning passed back to it in this run: reasoning of an
+    /// unknown owner is no longer sent anywhere.
+    reasoning_refused: bool,
 }
 
 /// A compaction under way: by a summary request, then (or else) by the driver's elision.
@@ -255,6 +272,9 @@ struct RequestState {
     answered: bool,
     /// One of this request's retries was answered and the budget was told (once a request).
     retry_answered: bool,
+    /// The provider could not verify the reasoning of this request: it is sent without any
+    /// (once; refused again, the run fails).
+    without_reasoning: bool,
 }
 
 #[derive(Debug)]
@@ -324,6 +344,7 @@ impl AgentMachine {
             outcome: None,
             last_context_tokens: None,
             compacting: None,
+            reasoning_refused: false,
         }
     }
 
@@ -468,8 +489,20 @@ impl AgentMachine {
         self.queue.push_back(command);
     }
 
-    /// Appends `message` to the conversation and tells the driver; returns it, shared.
-    fn append(&mut self, message: Message) -> Arc<Message> {
+    /// Appends `message` to the conversation and tells the driver; returns it, shared. An
+    /// assistant message's reasoning of unknown owner is recorded as the current target's.
+    fn append(&mut self, mut message: Message) -> Arc<Message> {
+        if message.role == Role::Assistant {
+            if let Some(identity) = self.config.target_identity(self.target) {
+                for block in &mut message.content {
+                    if let ContentBlock::Thinking { owner, .. }
+                    | ContentBlock::Reasoning { owner, .. } = block
+                    {
+                        owner.get_or_insert_with(|| identity.clone());
+                    }
+                }
+            }
+        }
         let message = Arc::new(message);
         Arc::make_mut(&mut self.conversation).push(Arc::clone(&message));
         self.emit(Command::AppendMessage {
@@ -637,10 +670,13 @@ impl AgentMachine {
         let (conversation, purpose) =
             match self.compacting.as_ref().and_then(|c| c.summary.as_ref()) {
                 Some(s) => (
-                    Snapshot(Arc::new(s.request.conversation.clone())),
+                    self.outgoing(Arc::new(s.request.conversation.clone())),
                     RequestPurpose::Summary,
                 ),
-                None => (self.snapshot(), RequestPurpose::Turn),
+                None => (
+                    self.outgoing(Arc::clone(&self.conversation)),
+                    RequestPurpose::Turn,
+                ),
             };
         self.emit(Command::SendRequest {
             request,
@@ -652,6 +688,48 @@ impl AgentMachine {
         });
     }
 
+    /// What a request to the current target carries of `conversation`: all of it (shared,
+    /// not copied), except reasoning this target may not be sent. Reasoning another target
+    /// owns is left out by the request builders
+    /// ([`RequestParams::identity`](crate::wire::RequestParams)); here go all reasoning on
+    /// the retry after a refusal, and reasoning of an unknown owner except on the primary
+    /// target of a conversation that holds no reasoning of its kind (thinking, or reasoning
+    /// items) of a known owner (a session written before owners were recorded, continued for
+    /// the first time) before any refusal in this run. Once the conversation holds reasoning
+    /// of a known owner, the unknown is older than it, and not worth a refused request in
+    /// every later run.
+    fn outgoing(&self, conversation: Arc<Conversation>) -> Snapshot {
+        let all = self.request.without_reasoning;
+        let primary = self.target == 0 && !self.reasoning_refused;
+        // Whether the conversation holds thinking, and reasoning items, of a known owner:
+        // each kind on its own (Anthropic's and OpenAI's are unrelated).
+        let (mut known_thinking, mut known_items) = (false, false);
+        for block in self
+            .conversation
+            .messages()
+            .iter()
+            .flat_map(|m| m.content.iter())
+        {
+            if block.is_owned_reasoning() && block.owner().is_some() {
+                match block {
+                    ContentBlock::Thinking { .. } => known_thinking = true,
+                    _ => known_items = true,
+                }
+            }
+        }
+        let unknown_ok = |b: &ContentBlock| {
+            primary
+                && match b {
+                    ContentBlock::Thinking { .. } => !known_thinking,
+                    _ => !known_items,
+                }
+        };
+        match conversation.without_reasoning(|b| all || (b.owner().is_none() && !unknown_ok(b))) {
+            Some(stripped) => Snapshot(Arc::new(stripped)),
+            None => Snapshot(conversation),
+        }
+    }
+
     // ----- provider answers -------------------------------------------------------------
 
     fn on_failure(&mut self, failure: ProviderFailure) {
@@ -660,6 +738,7 @@ impl AgentMachine {
         }
         match failure.action() {
             FailureAction::Compact => self.on_overflow(failure),
+            FailureAction::RetryWithoutReasoning => self.on_reasoning_rejected(failure),
             FailureAction::Fail => {
                 let immediate_fallback = matches!(
                     failure.kind,
@@ -760,6 +839,22 @@ impl AgentMachine {
         // The compaction retry reuses the attempt number: it costs no attempt.
         self.notify_retry(failure, self.request.attempt, 0);
         self.begin_compaction(CompactionReason::Overflow, PermitKind::Hinted);
+    }
+
+    /// The provider could not verify reasoning passed back to it (another organisation's or
+    /// key's, or of an unknown owner): the request is sent again at once without any, at no
+    /// attempt's cost, announced like a compaction retry; refused again, the run fails.
+    /// Never a loop: one such retry per request, and reasoning of an unknown owner is not
+    /// sent again in this run.
+    fn on_reasoning_rejected(&mut self, failure: ProviderFailure) {
+        if self.request.without_reasoning {
+            return self.give_up(failure, GiveUp::ReasoningRejectedAgain, false);
+        }
+        self.request.without_reasoning = true;
+        self.reasoning_refused = true;
+        self.notify_retry(failure, self.request.attempt, 0);
+        self.request.attempt -= 1;
+        self.attempt_next(PermitKind::Hinted);
     }
 
     /// Starts compacting the conversation: with a summary request when configured and there
@@ -968,8 +1063,10 @@ impl AgentMachine {
                 reason,
             });
             self.emit(Command::NotifyFallback { info });
+            // One compaction and one retry without reasoning per request, whatever the target.
             self.request = RequestState {
                 compacted: self.request.compacted,
+                without_reasoning: self.request.without_reasoning,
                 since: self.request.since,
                 ..RequestState::default()
             };

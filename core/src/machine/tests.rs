@@ -3,6 +3,7 @@
 use super::*;
 use crate::budget::{BudgetConfig, BudgetNote, PermitKind, RetryBudget, Ticket};
 use crate::compaction::{compact, CompactionMethod, CompactionReason, CompactionReport};
+use crate::conversation::TargetIdentity;
 use crate::response::Usage;
 use crate::retry::RetryConfig;
 use crate::tool::{CallOutcome, HostFailure, HostFailureKind, ToolOutput, ToolSpec};
@@ -881,11 +882,13 @@ fn fallback_config() -> MachineConfig {
                 provider: crate::ProviderKind::Anthropic,
                 model: "claude".into(),
                 context_window: None,
+                identity: None,
             },
             TargetSpec {
                 provider: crate::ProviderKind::OpenAi,
                 model: "gpt".into(),
                 context_window: None,
+                identity: None,
             },
         ],
         ..config()
@@ -1582,6 +1585,7 @@ fn summary_config(window: Option<u64>) -> MachineConfig {
             provider: crate::ProviderKind::Anthropic,
             model: "claude-test".into(),
             context_window: window,
+            identity: None,
         }],
         ..config()
     }
@@ -2060,4 +2064,326 @@ fn a_retry_that_succeeds_unannounced_is_noted_as_answered_before_its_success() {
         Handled::Accepted
     );
     assert_eq!(m.poll(), None);
+}
+
+// ----- reasoning goes back only to its owner ------------------------------------------------
+
+fn identity(name: &str) -> TargetIdentity {
+    TargetIdentity::new(format!("openai_responses:{name}"))
+}
+
+/// Two Responses targets with distinct identities (another organisation's key, say).
+fn two_owners_config() -> MachineConfig {
+    MachineConfig {
+        targets: vec![
+            TargetSpec::new(crate::ProviderKind::OpenAiResponses, "gpt-a")
+                .with_identity(identity("a")),
+            TargetSpec::new(crate::ProviderKind::OpenAiResponses, "gpt-b")
+                .with_identity(identity("b")),
+        ],
+        ..config()
+    }
+}
+
+fn reasoning_item(id: &str) -> serde_json::Value {
+    json!({"id": id, "type": "reasoning", "summary": [], "encrypted_content": format!("gAAAA-{id}")})
+}
+
+/// An answer with a reasoning item and signed thinking before its text.
+fn reasoned_response(id: &str, text: &str) -> AssistantResponse {
+    AssistantResponse::end_turn(Message::assistant(vec![
+        ContentBlock::reasoning(reasoning_item(id)),
+        ContentBlock::thinking("thought", format!("sig-{id}")),
+        ContentBlock::text(text),
+    ]))
+}
+
+fn rejected() -> ProviderFailure {
+    ProviderFailure::new(
+        FailureKind::ReasoningRejected,
+        "The encrypted content gAAA...Rg== could not be verified.",
+    )
+    .with_status(400)
+    .with_error_type("invalid_request_error")
+}
+
+fn reasoning_blocks(conversation: &Conversation) -> usize {
+    conversation
+        .messages()
+        .iter()
+        .flat_map(|m| m.content.iter())
+        .filter(|b| b.is_owned_reasoning())
+        .count()
+}
+
+#[test]
+fn reasoning_in_an_appended_answer_records_the_target_that_produced_it() {
+    let mut m = AgentMachine::new(two_owners_config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderSucceeded {
+            request: req,
+            response: reasoned_response("rs_1", "hello"),
+        },
+    );
+    let message = &appended(&out)[0];
+    let owners: Vec<Option<&TargetIdentity>> = message
+        .content
+        .iter()
+        .filter(|b| b.is_owned_reasoning())
+        .map(ContentBlock::owner)
+        .collect();
+    assert_eq!(owners, vec![Some(&identity("a")), Some(&identity("a"))]);
+    assert_eq!(message.content[2], ContentBlock::text("hello"));
+}
+
+#[test]
+fn a_target_without_identity_leaves_its_reasoning_of_unknown_owner() {
+    let mut m = AgentMachine::new(config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderSucceeded {
+            request: req,
+            response: reasoned_response("rs_1", "hello"),
+        },
+    );
+    assert!(appended(&out)[0]
+        .content
+        .iter()
+        .all(|b| b.owner().is_none()));
+}
+
+/// A conversation from an old session: an answer whose reasoning has no recorded owner,
+/// then the user's next message.
+fn old_session() -> Conversation {
+    Conversation::from(vec![
+        Message::user_text("hi"),
+        Message::assistant(vec![
+            ContentBlock::reasoning(reasoning_item("rs_old")),
+            ContentBlock::text("hello"),
+        ]),
+    ])
+}
+
+#[test]
+fn reasoning_of_unknown_owner_goes_to_the_primary_but_not_to_a_fallback() {
+    let mut m = AgentMachine::with_conversation(two_owners_config(), 1, old_session());
+    let (req, _, first) = sent(&m.step(Millis(0), user("and then?")));
+    assert_eq!(
+        reasoning_blocks(&first),
+        1,
+        "the primary gets it, as before"
+    );
+    // The primary is down for good (a quota): the fallback gets the conversation without it.
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: failure(FailureKind::QuotaExhausted, 429),
+        },
+    );
+    assert!(matches!(out[0], Command::NotifyFallback { .. }));
+    let (_, _, second) = sent(&out);
+    assert_eq!(reasoning_blocks(&second), 0);
+    assert_eq!(second.len(), first.len());
+    assert_eq!(
+        second.messages()[1].content,
+        vec![ContentBlock::text("hello")]
+    );
+    // The stored conversation keeps it.
+    assert_eq!(reasoning_blocks(m.conversation()), 1);
+}
+
+#[test]
+fn rejected_reasoning_is_retried_once_at_once_without_any_reasoning_and_announced() {
+    let mut m = AgentMachine::with_conversation(two_owners_config(), 1, old_session());
+    let (req, attempt, first) = sent(&m.step(Millis(0), user("and then?")));
+    assert_eq!((attempt, reasoning_blocks(&first)), (1, 1));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: rejected(),
+        },
+    );
+    let Some(Command::NotifyRetry { info }) = out.first() else {
+        panic!("the retry is announced first: {out:#?}")
+    };
+    assert!(info.is_without_reasoning());
+    assert_eq!(
+        (info.attempt, info.delay_ms),
+        (1, 0),
+        "costs no attempt, waits for nothing"
+    );
+    assert_eq!(
+        info.to_string(),
+        "reasoning rejected: retrying once without reasoning items"
+    );
+    assert!(!out.iter().any(|c| matches!(c, Command::Sleep { .. })));
+    let (req, attempt, retry) = sent(&out);
+    assert_eq!((attempt, reasoning_blocks(&retry)), (1, 0));
+    // The answer comes back, with new reasoning of the primary's own.
+    let out = m.step(
+        Millis(2),
+        Event::ProviderSucceeded {
+            request: req,
+            response: reasoned_response("rs_new", "then this"),
+        },
+    );
+    assert!(matches!(out.last(), Some(Command::Finish { .. })));
+    // Both kept; the next run sends the primary's own, never the unknown one again.
+    let mut m = AgentMachine::with_conversation(two_owners_config(), 2, m.into_conversation());
+    let (_, _, next) = sent(&m.step(Millis(3), user("more")));
+    let sent_items: Vec<&ContentBlock> = next
+        .messages()
+        .iter()
+        .flat_map(|msg| msg.content.iter())
+        .filter(|b| b.is_owned_reasoning())
+        .collect();
+    assert_eq!(sent_items.len(), 2);
+    assert!(sent_items.iter().all(|b| b.owner() == Some(&identity("a"))));
+    assert_eq!(reasoning_blocks(m.conversation()), 3);
+}
+
+#[test]
+fn the_same_session_resumed_on_the_same_target_keeps_sending_its_reasoning() {
+    let mut m = AgentMachine::new(two_owners_config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    m.step(
+        Millis(1),
+        Event::ProviderSucceeded {
+            request: req,
+            response: reasoned_response("rs_1", "hello"),
+        },
+    );
+    let saved = serde_json::to_string(m.conversation()).unwrap();
+    let loaded: Conversation = serde_json::from_str(&saved).unwrap();
+    let mut m = AgentMachine::with_conversation(two_owners_config(), 2, loaded);
+    let (_, _, next) = sent(&m.step(Millis(2), user("more")));
+    assert_eq!(reasoning_blocks(&next), 2);
+}
+
+#[test]
+fn reasoning_rejected_again_without_reasoning_fails_the_run_with_a_typed_error() {
+    let mut m = AgentMachine::with_conversation(two_owners_config(), 1, old_session());
+    let (req, _, _) = sent(&m.step(Millis(0), user("and then?")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: rejected(),
+        },
+    );
+    let (req, _, _) = sent(&out);
+    let out = m.step(
+        Millis(2),
+        Event::ProviderFailed {
+            request: req,
+            failure: rejected(),
+        },
+    );
+    // No second retry, no fallback: the run fails.
+    assert!(!out.iter().any(|c| matches!(
+        c,
+        Command::NotifyRetry { .. } | Command::NotifyFallback { .. } | Command::SendRequest { .. }
+    )));
+    match fail_error(&out) {
+        RunError::Provider {
+            failure, reason, ..
+        } => {
+            assert_eq!(failure.kind, FailureKind::ReasoningRejected);
+            assert_eq!(reason, GiveUp::ReasoningRejectedAgain);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        m.outcome().map(|o| o.as_ref().err().map(RunError::kind)),
+        Some(Some("reasoning_rejected"))
+    );
+}
+
+#[test]
+fn x_should_retry_does_not_turn_rejected_reasoning_into_a_plain_retry() {
+    let mut m = AgentMachine::with_conversation(config(), 1, old_session());
+    let (req, _, _) = sent(&m.step(Millis(0), user("and then?")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: rejected().with_should_retry(true),
+        },
+    );
+    let (_, _, retry) = sent(&out);
+    assert_eq!(reasoning_blocks(&retry), 0);
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: 256,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(38),
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// Whatever mix of rejections, other failures and answers a provider gives, a request is
+    /// retried without reasoning at most once, only right after a rejection, and a rejection
+    /// of a request sent without reasoning after one ends the run.
+    #[test]
+    fn a_request_is_retried_without_reasoning_at_most_once(
+        answers in proptest::collection::vec(0u8..4, 1..24),
+    ) {
+        let mut m = AgentMachine::with_conversation(two_owners_config(), 7, old_session());
+        let mut out = m.step(Millis(0), user("go"));
+        let mut now = Millis(0);
+        let mut retries_without = 0;
+        let mut turns = 0;
+        for answer in answers {
+            if m.is_terminal() {
+                break;
+            }
+            if let Some((timer, delay)) = out.iter().find_map(|c| match c {
+                Command::Sleep { timer, delay_ms } => Some((*timer, *delay_ms)),
+                _ => None,
+            }) {
+                now = now.plus(delay);
+                out = m.step(now, Event::TimerFired { timer });
+                continue;
+            }
+            let (request, _, snapshot) = sent(&out);
+            let event = match answer {
+                0 | 1 => Event::ProviderFailed { request, failure: rejected() },
+                2 => Event::ProviderFailed {
+                    request,
+                    failure: failure(FailureKind::Unavailable, 529),
+                },
+                _ => Event::ProviderSucceeded {
+                    request,
+                    response: reasoned_response(&format!("rs_{turns}"), "ok"),
+                },
+            };
+            let was_rejection = answer <= 1;
+            out = m.step(now, event);
+            let announced = out.iter().any(|c| matches!(
+                c, Command::NotifyRetry { info } if info.is_without_reasoning()));
+            if announced {
+                proptest::prop_assert!(was_rejection);
+                retries_without += 1;
+                let (_, _, retry) = sent(&out);
+                proptest::prop_assert_eq!(reasoning_blocks(&retry), 0);
+            }
+            if was_rejection && reasoning_blocks(&snapshot) == 0 && !announced {
+                // Refused although nothing was sent: only the retry's second refusal.
+                proptest::prop_assert!(m.is_terminal());
+            }
+            if matches!(out.last(), Some(Command::Finish { .. })) {
+                turns += 1;
+                retries_without = 0;
+                let done = std::mem::replace(&mut m, AgentMachine::new(config(), 0));
+                m = AgentMachine::with_conversation(two_owners_config(), 7, done.into_conversation());
+                out = m.step(now, user("next"));
+            }
+            proptest::prop_assert!(retries_without <= 1, "more than one retry without reasoning per request");
+        }
+    }
 }

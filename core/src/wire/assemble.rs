@@ -268,11 +268,8 @@ impl Assembly {
                 Part::Thinking {
                     thinking,
                     signature,
-                } => content.push(ContentBlock::Thinking {
-                    thinking,
-                    signature,
-                }),
-                Part::Reasoning(item) => content.push(ContentBlock::Reasoning { item }),
+                } => content.push(ContentBlock::thinking(thinking, signature)),
+                Part::Reasoning(item) => content.push(ContentBlock::reasoning(item)),
                 Part::ToolUse {
                     id,
                     name,

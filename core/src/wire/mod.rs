@@ -80,6 +80,10 @@
 //!   model-readable text, as for Chat), or text and image parts when the result has images.
 //!   Function tools are sent with `strict: false` (the API's default is strict, which
 //!   refuses ordinary JSON Schemas).
+//! - Encrypted reasoning and signed thinking go only to the target that produced them: a block
+//!   whose [`owner`](crate::ContentBlock::owner) is another identity than
+//!   [`RequestParams::identity`] is left out of the request (the conversation keeps it);
+//!   blocks of an unknown owner are sent (the machine decides where those go).
 //! - A Responses stream completes with `response.completed` (stop reason: tool use when it
 //!   made calls, else end of turn) or `response.incomplete` (`max_output_tokens` → max
 //!   tokens, `content_filter` → content filter, exactly as Chat's `length` and
@@ -107,7 +111,7 @@ mod render;
 mod responses;
 mod scan;
 
-use crate::conversation::{Conversation, PairingError};
+use crate::conversation::{Conversation, PairingError, TargetIdentity};
 use crate::failure::{ProviderFailure, ProviderKind, TransportFault};
 use crate::response::AssistantResponse;
 use crate::tool::ToolSpec;
@@ -190,6 +194,12 @@ pub struct RequestParams<'a> {
     pub options: Option<&'a RequestOptions>,
     /// The tool-call ids the target takes (OpenAI wire formats).
     pub tool_ids: ToolIdForm,
+    /// Who the request goes to ([`TargetSpec::identity`](crate::TargetSpec::identity)):
+    /// encrypted reasoning and signed thinking that another target produced are left out
+    /// ([`ContentBlock::may_go_to`](crate::ContentBlock::may_go_to)); those of an unknown
+    /// owner are sent. `None`: a driver that does not know who it sends to, which sends
+    /// no reasoning another target owns.
+    pub identity: Option<&'a TargetIdentity>,
 }
 
 impl<'a> RequestParams<'a> {
@@ -205,6 +215,7 @@ impl<'a> RequestParams<'a> {
             stream: true,
             options: None,
             tool_ids: ToolIdForm::Standard,
+            identity: None,
         }
     }
 
@@ -240,6 +251,39 @@ impl<'a> RequestParams<'a> {
     #[must_use]
     pub fn with_tool_ids(mut self, tool_ids: ToolIdForm) -> Self {
         self.tool_ids = tool_ids;
+        self
+    }
+
+    /// Sets [`identity`](Self::identity), who the request goes to: reasoning another target
+    /// owns is left out.
+    ///
+    /// ```
+    /// use rebound_core::wire::{request_body, RequestParams};
+    /// use rebound_core::{ContentBlock, Conversation, Message, ProviderKind, TargetIdentity};
+    /// use serde_json::json;
+    ///
+    /// let first = TargetIdentity::new("openai_responses:first");
+    /// let second = TargetIdentity::new("openai_responses:second");
+    /// let conversation = Conversation::from(vec![
+    ///     Message::user_text("hi"),
+    ///     Message::assistant(vec![
+    ///         ContentBlock::Reasoning {
+    ///             item: json!({"type": "reasoning", "id": "rs_1", "encrypted_content": "gAAAA"}),
+    ///             owner: Some(first.clone()),
+    ///         },
+    ///         ContentBlock::text("hello"),
+    ///     ]),
+    ///     Message::user_text("and?"),
+    /// ]);
+    /// let to = |id| RequestParams::new("gpt-5", 1024).with_identity(id);
+    /// let body = request_body(ProviderKind::OpenAiResponses, &conversation, &to(&first)).unwrap();
+    /// assert_eq!(body["input"][1]["type"], "reasoning");
+    /// let body = request_body(ProviderKind::OpenAiResponses, &conversation, &to(&second)).unwrap();
+    /// assert_eq!(body["input"][1]["type"], "message"); // the first one's reasoning stays home
+    /// ```
+    #[must_use]
+    pub fn with_identity(mut self, identity: &'a TargetIdentity) -> Self {
+        self.identity = Some(identity);
         self
     }
 }

@@ -508,6 +508,7 @@ fn thinking_and_signature_deltas_assemble_a_thinking_block() {
                 ContentBlock::Thinking {
                     thinking: "Let me think about 27 * 453 step by step.".into(),
                     signature: "EqQBCgIYAhIM1gbcDa9GJwZA2b3h".into(),
+                    owner: None,
                 },
                 ContentBlock::text("12231"),
             ],
@@ -563,6 +564,7 @@ fn openai_encoding_leaves_out_thinking_which_chat_cannot_carry() {
         ContentBlock::Thinking {
             thinking: "hmm".into(),
             signature: "sig".into(),
+            owner: None,
         },
     );
     let bytes = encode_stream(ProviderKind::OpenAi, &response, "m", "id").concat();
@@ -613,7 +615,8 @@ data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\nd
         vec![
             ContentBlock::Thinking {
                 thinking: "Let me see.".into(),
-                signature: String::new()
+                signature: String::new(),
+                owner: None,
             },
             ContentBlock::text("4"),
         ]
@@ -746,6 +749,7 @@ fn params<'a>(tools: &'a [ToolSpec]) -> RequestParams<'a> {
         stream: true,
         options: None,
         tool_ids: ToolIdForm::Standard,
+        identity: None,
     }
 }
 
@@ -784,6 +788,7 @@ fn anthropic_request_body_leaves_out_empty_text_and_unsigned_thinking() {
                 ContentBlock::Thinking {
                     thinking: "from another provider".into(),
                     signature: String::new(),
+                    owner: None,
                 },
                 ContentBlock::text(""),
                 ContentBlock::text("hello"),
@@ -1065,12 +1070,8 @@ mod round_trip {
     fn anthropic_response() -> impl Strategy<Value = AssistantResponse> {
         let block = prop_oneof![
             text().prop_map(ContentBlock::text),
-            (any::<String>(), "[A-Za-z0-9+/=]{0,64}").prop_map(|(thinking, signature)| {
-                ContentBlock::Thinking {
-                    thinking,
-                    signature,
-                }
-            }),
+            (any::<String>(), "[A-Za-z0-9+/=]{0,64}")
+                .prop_map(|(thinking, signature)| { ContentBlock::thinking(thinking, signature) }),
             Just(()).prop_map(|()| ContentBlock::text("placeholder for a tool call")),
         ];
         let stop = prop_oneof![
@@ -1141,6 +1142,7 @@ mod round_trip {
                 ContentBlock::Reasoning {
                     item: json!({"id": format!("rs_{id}"), "type": "reasoning",
                                  "summary": summary, "encrypted_content": encrypted}),
+                    owner: None,
                 }
             },
         )

@@ -9,7 +9,7 @@ use rebound_core::wire::{
 };
 use rebound_core::{
     AssistantResponse, Conversation, Headers, ProviderFailure, ProviderKind, StreamDeadlines,
-    ToolSpec, TransportFault,
+    TargetIdentity, ToolSpec, TransportFault,
 };
 use std::error::Error as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -177,6 +177,7 @@ pub struct HttpProvider {
     config: HttpProviderConfig,
     url: reqwest::Url,
     client: reqwest::Client,
+    identity: TargetIdentity,
 }
 
 impl HttpProvider {
@@ -226,10 +227,12 @@ impl HttpProvider {
         client: reqwest::Client,
     ) -> Result<Self, ConfigError> {
         let url = Self::check(&config)?;
+        let identity = target_identity(&config);
         Ok(HttpProvider {
             config,
             url,
             client,
+            identity,
         })
     }
 
@@ -272,6 +275,32 @@ impl HttpProvider {
         &self.url
     }
 
+    /// Who this provider is for the encrypted reasoning and signed thinking it produces:
+    /// `{provider}:{32 hex digits}`, the digits the first 128 bits of an HMAC-SHA256 keyed
+    /// by the API key over the provider kind, the base URL and the extra headers (an
+    /// `OpenAI-Organization`, a gateway's credential). The same configuration gives the
+    /// same identity in every process, so a resumed session keeps sending its reasoning;
+    /// another key, base URL or header gives another, so it does not. The key cannot be
+    /// recovered from it.
+    ///
+    /// ```
+    /// use rebound_core::ProviderKind;
+    /// use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig};
+    ///
+    /// let make = |key: &str| {
+    ///     let config = HttpProviderConfig::new(ProviderKind::OpenAiResponses, "gpt-5", ApiKey::new(key));
+    ///     HttpProvider::new(config).unwrap().identity().clone()
+    /// };
+    /// assert_eq!(make("sk-first"), make("sk-first"));
+    /// assert_ne!(make("sk-first"), make("sk-second"));
+    /// assert!(!make("sk-first").as_str().contains("sk-first"));
+    /// assert!(make("sk-first").as_str().starts_with("openai-responses:"));
+    /// ```
+    #[must_use]
+    pub fn identity(&self) -> &TargetIdentity {
+        &self.identity
+    }
+
     async fn send_inner(
         &self,
         conversation: &Conversation,
@@ -290,6 +319,8 @@ impl HttpProvider {
                     .unwrap_or_else(|| ToolIdForm::for_base_url(&self.config.base_url)),
             );
         params.system = self.config.system.as_deref();
+        // Reasoning another target produced is left out: this one could not read it.
+        params.identity = Some(&self.identity);
         // A conversation no request can be built from is the caller's problem, not the
         // provider's: nothing is sent.
         let body = wire::request_body(kind, conversation, &params)?;
@@ -422,6 +453,10 @@ impl Provider for HttpProvider {
         format!("{}:{}", self.config.provider, self.config.model)
     }
 
+    fn identity(&self) -> Option<TargetIdentity> {
+        Some(self.identity.clone())
+    }
+
     fn send<'a>(
         &'a self,
         request: ProviderRequest<'a>,
@@ -439,6 +474,38 @@ impl Provider for HttpProvider {
                 })
         })
     }
+}
+
+/// The identity of the target `config` describes (see [`HttpProvider::identity`]).
+fn target_identity(config: &HttpProviderConfig) -> TargetIdentity {
+    use ring::hmac;
+    let key = hmac::Key::new(hmac::HMAC_SHA256, config.api_key.expose().as_bytes());
+    let mut context = hmac::Context::with_key(&key);
+    // Each part ends with a byte no part holds, so no two configurations hash the same text.
+    let mut part = |bytes: &[u8]| {
+        context.update(bytes);
+        context.update(b"\0");
+    };
+    part(b"rebound target identity v1");
+    part(config.provider.to_string().as_bytes());
+    part(config.base_url.trim_end_matches('/').as_bytes());
+    let mut headers: Vec<(&str, &[u8])> = config
+        .headers
+        .as_map()
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_bytes()))
+        .collect();
+    headers.sort_unstable();
+    for (name, value) in headers {
+        part(name.as_bytes());
+        part(value);
+    }
+    let tag = context.sign();
+    let hex: String = tag.as_ref()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    TargetIdentity::new(format!("{}:{hex}", config.provider))
 }
 
 /// Removes the key from everything a failure carries: a proxy or a compatible server may echo

@@ -11,7 +11,9 @@ pub use key::ApiKey;
 pub use rebound_core::wire::{OptionsError, ReasoningEffort, RequestOptions, ToolChoice};
 
 use rebound_core::wire::{StreamDelta, WireError};
-use rebound_core::{AssistantResponse, Conversation, ProviderFailure, StreamDeadlines, ToolSpec};
+use rebound_core::{
+    AssistantResponse, Conversation, ProviderFailure, StreamDeadlines, TargetIdentity, ToolSpec,
+};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -208,6 +210,21 @@ impl<'a> ProviderRequest<'a> {
 pub trait Provider: Send + Sync {
     /// A printable name, e.g. `anthropic:claude-sonnet-4-5` (never containing a secret).
     fn label(&self) -> String;
+
+    /// Who this provider is for the encrypted reasoning and signed thinking it produces
+    /// ([`TargetIdentity`]): the same for the same endpoint and credentials, different for
+    /// another base URL, key or organisation, and never containing a secret. The runner
+    /// records it on the target ([`TargetSpec::identity`](rebound_core::TargetSpec)), so
+    /// the machine stamps this provider's reasoning with it; a provider that returns one
+    /// builds its request bodies with the same identity
+    /// ([`RequestParams::with_identity`](rebound_core::wire::RequestParams::with_identity)),
+    /// so reasoning another target produced is left out.
+    ///
+    /// `None` (the default): its reasoning has an unknown owner, sent only to the primary
+    /// target.
+    fn identity(&self) -> Option<TargetIdentity> {
+        None
+    }
 
     /// Sends one request, streaming pieces to `deltas`, within the request's deadlines.
     ///

@@ -276,9 +276,16 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             reason: String::new(),
         },
     };
+    let owner = reasoning::owner(
+        &shared.organization,
+        provider
+            .and_then(|p| reject::api_key(p, &parts.headers))
+            .as_deref(),
+    );
     let reply = Reply {
         provider: provider.unwrap_or(ProviderKind::Anthropic),
         request_id,
+        owner,
     };
     let Some(provider) = provider else {
         let r = Rejection {
@@ -336,7 +343,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             return Ok(reply.reject(&shared, record, r));
         }
         if provider == ProviderKind::OpenAiResponses {
-            if let Err(r) = reasoning::check(raw) {
+            if let Err(r) = reasoning::check(raw, &reply.owner) {
                 return Ok(reply.reject(&shared, record, r));
             }
         }
@@ -378,6 +385,8 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
 struct Reply {
     provider: ProviderKind,
     request_id: String,
+    /// Whom the server mints reasoning for on this request (its organisation and the key).
+    owner: String,
 }
 
 /// Where a streamed body stops.
@@ -544,14 +553,15 @@ impl Reply {
                     response,
                 } => {
                     let step = format!("t{turn}{}", if *alternate { "_alt" } else { "" });
-                    *response = reasoning::with_reasoning(response.clone(), &step);
+                    *response = reasoning::with_reasoning(response.clone(), &step, &self.owner);
                 }
                 Act::Summary { response } => {
-                    *response = reasoning::with_reasoning(response.clone(), "summary");
+                    *response = reasoning::with_reasoning(response.clone(), "summary", &self.owner);
                 }
                 _ => {}
             }
-            plan.interrupted = reasoning::with_reasoning(plan.interrupted.clone(), "interrupted");
+            plan.interrupted =
+                reasoning::with_reasoning(plan.interrupted.clone(), "interrupted", &self.owner);
         }
         let stream = request.stream && !shared.ignore_stream;
         let events = |r: &AssistantResponse| wire::encode_stream(provider, r, model, &message_id);

@@ -46,8 +46,10 @@
 //!   URL as Chat. Streams are its typed events; an in-stream failure is `response.failed`.
 //!
 //! On the Responses API the fake model is a reasoning model: each answer starts with a
-//! reasoning item (with encrypted content), and a request that passes a reasoning item back
-//! changed, or one the server never sent, gets the API's 400 `invalid_encrypted_content`.
+//! reasoning item (with encrypted content, minted for the server's
+//! [`organization`](FakeServerConfig::organization) and the request's key), and a request
+//! that passes a reasoning item back changed, or one the server never sent to that key,
+//! gets the API's 400 `invalid_encrypted_content`.
 //!
 //! Streaming requests (`"stream": true`) get server-sent events encoded by
 //! [`rebound_core::wire::encode_stream`]; others (and every request, with
@@ -155,6 +157,12 @@ pub struct FakeServerConfig {
     /// Answer with a JSON body even when the request asks for a stream, as some
     /// OpenAI-compatible servers do (faults take their non-streaming form too).
     pub ignore_stream: bool,
+    /// The organisation the server's encrypted reasoning belongs to (`org-fake` by
+    /// default). Reasoning is minted for the organisation and the API key of the request
+    /// that gets it, and any other (another server's organisation, another key) is refused
+    /// with the API's 400 `invalid_encrypted_content`, as OpenAI refuses another
+    /// organisation's `encrypted_content`.
+    pub organization: String,
 }
 
 impl fmt::Debug for FakeServerConfig {
@@ -169,6 +177,7 @@ impl fmt::Debug for FakeServerConfig {
             .field("on_request", &self.on_request.as_ref().map(|_| "<fn>"))
             .field("play_latency", &self.play_latency)
             .field("ignore_stream", &self.ignore_stream)
+            .field("organization", &self.organization)
             .finish()
     }
 }
@@ -187,6 +196,7 @@ impl FakeServerConfig {
             on_request: None,
             play_latency: false,
             ignore_stream: false,
+            organization: "org-fake".to_owned(),
         }
     }
 
@@ -243,6 +253,14 @@ impl FakeServerConfig {
     #[must_use]
     pub fn with_play_latency(mut self, play_latency: bool) -> Self {
         self.play_latency = play_latency;
+        self
+    }
+
+    /// Sets [`organization`](Self::organization), whom the server's encrypted reasoning
+    /// belongs to.
+    #[must_use]
+    pub fn with_organization(mut self, organization: impl Into<String>) -> Self {
+        self.organization = organization.into();
         self
     }
 
@@ -406,6 +424,7 @@ struct State {
 struct Shared {
     scenario: Scenario,
     api_key: Option<String>,
+    organization: String,
     max_body_bytes: usize,
     ignore_stream: bool,
     started: Instant,
@@ -476,6 +495,7 @@ impl FakeServer {
         let shared = Arc::new(Shared {
             scenario,
             api_key: config.api_key,
+            organization: config.organization,
             max_body_bytes: config.max_body_bytes,
             ignore_stream: config.ignore_stream,
             started: Instant::now(),

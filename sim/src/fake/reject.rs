@@ -38,7 +38,7 @@ impl Rejection {
 }
 
 /// The API key a request carries: `x-api-key`, else `Authorization: Bearer …`.
-fn api_key(provider: ProviderKind, headers: &HeaderMap) -> Option<String> {
+pub(crate) fn api_key(provider: ProviderKind, headers: &HeaderMap) -> Option<String> {
     let header = |name: &str| {
         headers
             .get(name)

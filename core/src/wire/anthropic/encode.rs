@@ -68,6 +68,7 @@ pub(crate) fn stream(response: &AssistantResponse, model: &str, message_id: &str
             ContentBlock::Thinking {
                 thinking,
                 signature,
+                ..
             } => {
                 out.push(start(
                     "{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}",
@@ -155,6 +156,7 @@ pub(crate) fn response_json(response: &AssistantResponse, model: &str, message_i
             ContentBlock::Thinking {
                 thinking,
                 signature,
+                ..
             } => Some(json!({"type": "thinking", "thinking": thinking, "signature": signature})),
             ContentBlock::ToolUse { id, name, input } => {
                 Some(json!({"type": "tool_use", "id": id, "name": name, "input": input}))

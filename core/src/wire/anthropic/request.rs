@@ -1,6 +1,6 @@
 //! Anthropic Messages request bodies (`POST /v1/messages`), both directions.
 
-use crate::conversation::{ContentBlock, Conversation, Message};
+use crate::conversation::{ContentBlock, Conversation, Message, TargetIdentity};
 use crate::wire::anthropic::tool_id::ToolIds;
 #[cfg(feature = "server")]
 use crate::wire::ParsedRequest;
@@ -19,7 +19,7 @@ pub(crate) fn body(
     let messages: Vec<Value> = conversation
         .messages()
         .iter()
-        .filter_map(|m| message(m, &mut ids))
+        .filter_map(|m| message(m, params.identity, &mut ids))
         .collect();
     if messages.is_empty() {
         return Err(WireError::EmptyConversation);
@@ -59,13 +59,19 @@ fn blank(text: &str) -> bool {
 
 /// One message in the Messages shape (the conversation model's own serde shape), without
 /// the blocks Anthropic would reject: blank text (also inside tool results), thinking
-/// that carries no signature and OpenAI Responses reasoning items; tool ids in the form Anthropic accepts ([`ToolIds`]).
-fn message<'a>(m: &'a Message, ids: &mut ToolIds<'a>) -> Option<Value> {
+/// that carries no signature or that another target signed ([`ContentBlock::may_go_to`]),
+/// and OpenAI Responses reasoning items; tool ids in the form Anthropic accepts
+/// ([`ToolIds`]).
+fn message<'a>(
+    m: &'a Message,
+    to: Option<&TargetIdentity>,
+    ids: &mut ToolIds<'a>,
+) -> Option<Value> {
     let mut content = Vec::with_capacity(m.content.len());
     for b in &m.content {
         let keep = match b {
             ContentBlock::Text { text } => !blank(text),
-            ContentBlock::Thinking { signature, .. } => !signature.is_empty(),
+            ContentBlock::Thinking { signature, .. } => !signature.is_empty() && b.may_go_to(to),
             // An OpenAI Responses reasoning item: Anthropic cannot read it.
             ContentBlock::Reasoning { .. } => false,
             _ => true,
@@ -73,8 +79,17 @@ fn message<'a>(m: &'a Message, ids: &mut ToolIds<'a>) -> Option<Value> {
         if !keep {
             continue;
         }
-        let Ok(mut v) = serde_json::to_value(b) else {
-            continue;
+        let mut v = match b {
+            // The block as the API sent it: the owner is rebound's, not Anthropic's.
+            ContentBlock::Thinking {
+                thinking,
+                signature,
+                ..
+            } => json!({"type": "thinking", "thinking": thinking, "signature": signature}),
+            _ => match serde_json::to_value(b) {
+                Ok(v) => v,
+                Err(_) => continue,
+            },
         };
         match b {
             ContentBlock::ToolUse { id, .. } => v["id"] = ids.tool_use(id).into(),

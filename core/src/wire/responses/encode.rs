@@ -49,7 +49,7 @@ fn items(response: &AssistantResponse, message_id: &str) -> Vec<Value> {
                     "name": name,
                 }));
             }
-            ContentBlock::Reasoning { item } => out.push(item.clone()),
+            ContentBlock::Reasoning { item, .. } => out.push(item.clone()),
             ContentBlock::Thinking { .. }
             | ContentBlock::ToolResult(_)
             | ContentBlock::Image { .. } => {}

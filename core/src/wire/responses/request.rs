@@ -5,7 +5,8 @@
 //! nothing refers to a response stored on the server (`previous_response_id` is never sent).
 
 use crate::conversation::{
-    ContentBlock, Conversation, MediaSource, Message, Role, ToolResultBlock, ToolResultPart,
+    ContentBlock, Conversation, MediaSource, Message, Role, TargetIdentity, ToolResultBlock,
+    ToolResultPart,
 };
 use crate::wire::openai::tool_id::ToolIds;
 #[cfg(feature = "server")]
@@ -26,7 +27,7 @@ pub(crate) fn body(
     for m in conversation.messages() {
         match m.role {
             Role::User => user_items(m, &ids, &mut input),
-            Role::Assistant => assistant_items(m, &mut ids, &mut input),
+            Role::Assistant => assistant_items(m, params.identity, &mut ids, &mut input),
         }
     }
     if input.is_empty() {
@@ -122,14 +123,19 @@ fn user_items(m: &Message, ids: &ToolIds<'_>, out: &mut Vec<Value>) {
 }
 
 /// Blocks in order: consecutive text blocks as one assistant `message` item, tool calls as
-/// `function_call` items, reasoning items exactly as received; thinking (another
-/// provider's) left out.
+/// `function_call` items, reasoning items exactly as received (those another target owns
+/// left out: [`ContentBlock::may_go_to`]); thinking (another provider's) left out.
 ///
 /// An assistant message's text is sent as a string, joined without a separator as for Chat
 /// (the API's `EasyInputMessage`): OpenAI's OpenAPI description takes `output_text` parts
 /// only in an `OutputMessage`, which needs the `id` and `status` of a stored response and
 /// `annotations` and `logprobs` in each part, none of which a stateless request has.
-fn assistant_items<'a>(m: &'a Message, ids: &mut ToolIds<'a>, out: &mut Vec<Value>) {
+fn assistant_items<'a>(
+    m: &'a Message,
+    to: Option<&TargetIdentity>,
+    ids: &mut ToolIds<'a>,
+    out: &mut Vec<Value>,
+) {
     let mut text = String::new();
     let flush = |text: &mut String, out: &mut Vec<Value>| {
         if !text.is_empty() {
@@ -152,9 +158,11 @@ fn assistant_items<'a>(m: &'a Message, ids: &mut ToolIds<'a>, out: &mut Vec<Valu
                     "arguments": input.to_string(),
                 }));
             }
-            ContentBlock::Reasoning { item } => {
-                flush(&mut text, out);
-                out.push(item.clone());
+            ContentBlock::Reasoning { item, .. } => {
+                if b.may_go_to(to) {
+                    flush(&mut text, out);
+                    out.push(item.clone());
+                }
             }
             ContentBlock::Thinking { .. }
             | ContentBlock::ToolResult(_)
@@ -291,7 +299,7 @@ fn read_item(
             push_block(messages, Role::Assistant, block, false);
         }
         (Some("reasoning"), _) => {
-            let block = ContentBlock::Reasoning { item: item.clone() };
+            let block = ContentBlock::reasoning(item.clone());
             push_block(messages, Role::Assistant, block, false);
         }
         (Some("function_call_output"), _) => {

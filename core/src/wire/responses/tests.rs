@@ -66,7 +66,7 @@ fn reasoning_capture_keeps_the_final_reasoning_item_verbatim_before_the_text() {
     assert_eq!(
         r.message.content,
         [
-            ContentBlock::Reasoning { item },
+            ContentBlock::reasoning(item),
             ContentBlock::text("The answer is 42")
         ]
     );
@@ -292,8 +292,9 @@ fn mixed() -> Conversation {
                 ContentBlock::Thinking {
                     thinking: "Anthropic's".into(),
                     signature: "sig".into(),
+                    owner: None,
                 },
-                ContentBlock::Reasoning { item: reasoning() },
+                ContentBlock::reasoning(reasoning()),
                 ContentBlock::text("Reading."),
                 ContentBlock::tool_use("toolu_01A", "read", json!({"path": "a.rs"})),
             ],
@@ -324,6 +325,7 @@ fn params(tools: &[ToolSpec]) -> RequestParams<'_> {
         stream: true,
         options: None,
         tool_ids: ToolIdForm::Standard,
+        identity: None,
     }
 }
 
@@ -470,4 +472,162 @@ fn an_in_stream_rate_limit_carries_the_delay_its_message_names() {
         decode(R, &started_then(&event)).unwrap_err().retry_after_ms,
         None
     );
+}
+
+// ----- reasoning goes back only to its owner ------------------------------------------------
+
+/// A conversation whose reasoning belongs to `owner`: an item and signed thinking before the
+/// answer, then the user's next message.
+fn owned_by(owner: Option<&str>, signature: &str) -> Conversation {
+    let owner = owner.map(crate::TargetIdentity::new);
+    Conversation::from(vec![
+        Message::user_text("hi"),
+        Message::assistant(vec![
+            ContentBlock::Thinking {
+                thinking: "thought".into(),
+                signature: signature.into(),
+                owner: owner.clone(),
+            },
+            ContentBlock::Reasoning {
+                item: reasoning(),
+                owner,
+            },
+            ContentBlock::text("hello"),
+        ]),
+        Message::user_text("and?"),
+    ])
+}
+
+fn carries_reasoning(provider: ProviderKind, body: &Value) -> bool {
+    match provider {
+        ProviderKind::Anthropic => body["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|m| m["content"].as_array().into_iter().flatten())
+            .any(|b| b["type"] == "thinking"),
+        _ => body["input"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|i| i["type"] == "reasoning"),
+    }
+}
+
+#[test]
+fn reasoning_goes_only_to_the_target_that_produced_it() {
+    let ours = crate::TargetIdentity::new("ours");
+    let theirs = crate::TargetIdentity::new("theirs");
+    for provider in [R, ProviderKind::Anthropic] {
+        let conversation = owned_by(Some("ours"), "sig");
+        let to = |who| RequestParams::new("m", 64).with_identity(who);
+        let body = request_body(provider, &conversation, &to(&ours)).unwrap();
+        assert!(
+            carries_reasoning(provider, &body),
+            "{provider}: to its owner"
+        );
+        let body = request_body(provider, &conversation, &to(&theirs)).unwrap();
+        assert!(
+            !carries_reasoning(provider, &body),
+            "{provider}: to another"
+        );
+        assert!(!body.to_string().contains("gAAAAB-opaque"), "{provider}");
+        // The rest of the message goes anyway.
+        assert!(body.to_string().contains("hello"), "{provider}");
+        // A driver that does not say who it sends to sends no owned reasoning.
+        let body = request_body(provider, &conversation, &RequestParams::new("m", 64)).unwrap();
+        assert!(
+            !carries_reasoning(provider, &body),
+            "{provider}: to nobody known"
+        );
+        // Reasoning of an unknown owner (an old session) is sent as before.
+        let body = request_body(provider, &owned_by(None, "sig"), &to(&theirs)).unwrap();
+        assert!(
+            carries_reasoning(provider, &body),
+            "{provider}: unknown owner"
+        );
+    }
+}
+
+#[test]
+fn the_owner_is_never_written_into_a_request() {
+    let ours = crate::TargetIdentity::new("owner-identity-7f3a");
+    let params = RequestParams::new("m", 64).with_identity(&ours);
+    for provider in ProviderKind::ALL {
+        let body = request_body(
+            *provider,
+            &owned_by(Some("owner-identity-7f3a"), "sig"),
+            &params,
+        )
+        .unwrap();
+        assert!(!body.to_string().contains("owner"), "{provider}: {body}");
+    }
+    // Anthropic's thinking block is exactly the API's shape.
+    let body = request_body(
+        ProviderKind::Anthropic,
+        &owned_by(Some("owner-identity-7f3a"), "sig"),
+        &params,
+    )
+    .unwrap();
+    assert_eq!(
+        body["messages"][1]["content"][0],
+        json!({"type": "thinking", "thinking": "thought", "signature": "sig"})
+    );
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: 256,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(38),
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// For any owners of any reasoning blocks and any identity asked for, a Responses or
+    /// Anthropic request carries exactly the reasoning whose owner is that identity or
+    /// unknown, and the conversation is left as it was.
+    #[test]
+    fn a_request_carries_exactly_the_reasoning_its_target_may_read(
+        owners in proptest::collection::vec(proptest::option::of(0u8..3), 1..6),
+        to in proptest::option::of(0u8..3),
+    ) {
+        let name = |n: u8| crate::TargetIdentity::new(format!("target-{n}"));
+        let mut content = Vec::new();
+        for (i, owner) in owners.iter().enumerate() {
+            content.push(ContentBlock::Reasoning {
+                item: json!({"type": "reasoning", "id": format!("rs_{i}"), "encrypted_content": format!("enc-{i}")}),
+                owner: owner.map(name),
+            });
+            content.push(ContentBlock::Thinking {
+                thinking: format!("t{i}"),
+                signature: format!("sig-{i}"),
+                owner: owner.map(name),
+            });
+        }
+        content.push(ContentBlock::text("answer"));
+        let conversation = Conversation::from(vec![
+            Message::user_text("hi"),
+            Message::assistant(content),
+            Message::user_text("more"),
+        ]);
+        let before = conversation.clone();
+        let identity = to.map(name);
+        let mut params = RequestParams::new("m", 64);
+        params.identity = identity.as_ref();
+        let expected: Vec<usize> = owners
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.is_none() || o.map(name) == identity)
+            .map(|(i, _)| i)
+            .collect();
+        let body = request_body(R, &conversation, &params).unwrap().to_string();
+        let body_a = request_body(ProviderKind::Anthropic, &conversation, &params)
+            .unwrap()
+            .to_string();
+        for i in 0..owners.len() {
+            let wanted = expected.contains(&i);
+            proptest::prop_assert_eq!(body.contains(&format!("\"enc-{i}\"")), wanted);
+            proptest::prop_assert_eq!(body_a.contains(&format!("\"sig-{i}\"")), wanted);
+        }
+        proptest::prop_assert_eq!(conversation, before);
+    }
 }
