@@ -138,6 +138,10 @@ fn numbered_per_message() -> Conversation {
 
 async fn send(config: HttpProviderConfig, conversation: &Conversation) -> Result<String, String> {
     let provider = HttpProvider::new(config).map_err(|e| e.to_string())?;
+    send_with(&provider, conversation).await
+}
+
+async fn send_with(provider: &HttpProvider, conversation: &Conversation) -> Result<String, String> {
     let tools = vec![ToolSpec {
         name: "read".into(),
         description: "Reads a file".into(),
@@ -199,17 +203,36 @@ async fn repeated_and_long_ids_fit_openais_rules_in_chat_and_responses() {
 }
 
 #[tokio::test]
-async fn ids_are_nine_letters_and_digits_for_mistral_recognised_or_set() {
+async fn ids_are_nine_letters_and_digits_for_mistral_recognised_learned_or_set() {
     let conversation = numbered_per_message();
     let server = enforcing(Rule::Mistral, ProviderKind::OpenAi).await;
     // Set for a server the base URL does not name (a self-hosted Mistral model).
     let set = config(ProviderKind::OpenAi, format!("{}/v1", server.url()))
         .with_tool_ids(ToolIdForm::NineAlphanumeric);
     assert_eq!(send(set, &conversation).await.as_deref(), Ok("ok"));
-    // Without it, that server refuses OpenAI's form with Mistral's own 400.
+    let requests = || server.requests.lock().expect("lock").len();
+    assert_eq!(requests(), 1);
+    // Without it, that server refuses OpenAI's form with Mistral's own 400, which names the
+    // rule: the provider learns it and sends the same request once more, fitted, at once.
     let unset = config(ProviderKind::OpenAi, format!("{}/v1", server.url()));
-    let refused = send(unset, &conversation).await.expect_err("refused");
+    let learning = HttpProvider::new(unset).expect("a provider");
+    assert_eq!(
+        send_with(&learning, &conversation).await.as_deref(),
+        Ok("ok")
+    );
+    assert_eq!(requests(), 3);
+    // Learned for good: the next request fits the first time.
+    assert_eq!(
+        send_with(&learning, &conversation).await.as_deref(),
+        Ok("ok")
+    );
+    assert_eq!(requests(), 4);
+    // A form set by the embedder is kept: the refusal is the answer.
+    let pinned = config(ProviderKind::OpenAi, format!("{}/v1", server.url()))
+        .with_tool_ids(ToolIdForm::Standard);
+    let refused = send(pinned, &conversation).await.expect_err("refused");
     assert!(refused.contains("400"), "{refused}");
+    assert_eq!(requests(), 5);
     // Recognised from Mistral's endpoint.
     for url in [
         "https://api.mistral.ai/v1",

@@ -12,6 +12,7 @@ use rebound_core::{
     TargetIdentity, ToolSpec, TransportFault,
 };
 use std::error::Error as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 
@@ -78,7 +79,10 @@ pub struct HttpProviderConfig {
     pub headers: ExtraHeaders,
     /// The tool-call ids the server takes (OpenAI wire formats). `None` (the default): the
     /// form known for the base URL ([`ToolIdForm::for_base_url`]: nine letters and digits
-    /// for Mistral's API, else OpenAI's).
+    /// for Mistral's API, else OpenAI's), or learned: a server that refuses an id with the
+    /// 400 naming the nine-character rule (a self-hosted Mistral model) gets the same
+    /// request once more, at once, with fitted ids, and fitted ids from then on. A form set
+    /// here is kept whatever the server says.
     pub tool_ids: Option<ToolIdForm>,
 }
 
@@ -178,7 +182,15 @@ pub struct HttpProvider {
     url: reqwest::Url,
     client: reqwest::Client,
     identity: TargetIdentity,
+    /// The server refused a tool-call id with the 400 that names the nine-character rule:
+    /// from then on every request's ids are nine letters and digits.
+    learned_nine_ids: AtomicBool,
 }
+
+/// What a server requiring nine-character ids says when it refuses another id (Mistral's
+/// API: "Tool call id was call_0 but must be a-z, A-Z, 0-9, with a length of 9."; the same
+/// words from servers running Mistral's chat templates).
+const NINE_ID_RULE: &str = "must be a-z, A-Z, 0-9, with a length of 9";
 
 impl HttpProvider {
     /// Validates `config` (see [`with_client`](Self::with_client)) and builds its own HTTP
@@ -233,6 +245,7 @@ impl HttpProvider {
             url,
             client,
             identity,
+            learned_nine_ids: AtomicBool::new(false),
         })
     }
 
@@ -301,6 +314,31 @@ impl HttpProvider {
         &self.identity
     }
 
+    /// The tool-call ids this provider's requests carry: the configured form, else the one
+    /// learned from the server's refusal, else the one known for the base URL.
+    fn tool_ids(&self) -> ToolIdForm {
+        match self.config.tool_ids {
+            Some(form) => form,
+            None if self.learned_nine_ids.load(Ordering::Relaxed) => ToolIdForm::NineAlphanumeric,
+            None => ToolIdForm::for_base_url(&self.config.base_url),
+        }
+    }
+
+    /// Whether `failure` is the server refusing the ids this provider sent for a rule it
+    /// can fit without being told, and it has now learned the rule: the same request, with
+    /// fitted ids, is then worth sending once more at once (nothing was streamed: the
+    /// refusal is the response's status).
+    fn learns_from(&self, failure: &ProviderFailure) -> bool {
+        let refused = failure.message.contains(NINE_ID_RULE)
+            && failure.status.is_some_and(|s| s >= 400)
+            && self.config.tool_ids.is_none()
+            && self.tool_ids() == ToolIdForm::Standard;
+        if refused {
+            self.learned_nine_ids.store(true, Ordering::Relaxed);
+        }
+        refused
+    }
+
     async fn send_inner(
         &self,
         conversation: &Conversation,
@@ -313,11 +351,7 @@ impl HttpProvider {
             .with_tools(tools)
             .with_stream(true)
             .with_options(&self.config.options)
-            .with_tool_ids(
-                self.config
-                    .tool_ids
-                    .unwrap_or_else(|| ToolIdForm::for_base_url(&self.config.base_url)),
-            );
+            .with_tool_ids(self.tool_ids());
         params.system = self.config.system.as_deref();
         // Reasoning another target produced is left out: this one could not read it.
         params.identity = Some(&self.identity);
@@ -464,14 +498,22 @@ impl Provider for HttpProvider {
     ) -> BoxFuture<'a, Result<AssistantResponse, SendError>> {
         let deadlines = Deadlines::from(request.deadlines);
         Box::pin(async move {
-            self.send_inner(request.conversation, request.tools, deadlines, deltas)
-                .await
-                .map_err(|e| match e {
-                    SendError::Provider(f) => {
-                        SendError::Provider(scrub_key(f, self.config.api_key.expose()))
-                    }
-                    other => other,
-                })
+            let mut result = self
+                .send_inner(request.conversation, request.tools, deadlines, &mut *deltas)
+                .await;
+            if let Err(SendError::Provider(failure)) = &result {
+                if self.learns_from(failure) {
+                    result = self
+                        .send_inner(request.conversation, request.tools, deadlines, deltas)
+                        .await;
+                }
+            }
+            result.map_err(|e| match e {
+                SendError::Provider(f) => {
+                    SendError::Provider(scrub_key(f, self.config.api_key.expose()))
+                }
+                other => other,
+            })
         })
     }
 }
