@@ -605,8 +605,13 @@ fn child(args: &[String]) -> ExitCode {
         let budget = RedisBudget::new(&redis_url, config, RedisOptions::default())
             .map_err(|e| e.to_string())?;
         // At start, as `rebound run` does: a Redis that cannot keep the budget is an error,
-        // not a fleet silently on local budgets.
-        budget.check().await.map_err(|e| e.to_string())?;
+        // not a fleet silently on local budgets (a slow first answer is not: the budget
+        // tries again at its next decision).
+        if let Err(e) = budget.check().await {
+            if e.is_permanent() {
+                return Err(e.to_string());
+            }
+        }
         Ok(run_agents(&url, &options, &experiment, m, first..end, t0, &budget).await)
     }));
     let results = match results {
