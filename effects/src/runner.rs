@@ -792,6 +792,7 @@ impl Runner {
             }
         };
         let Driving { machine, start } = driving;
+        let mut responding = false;
         // The answer's future borrows the sink: it ends with this block.
         let outcome = {
             let answer = crate::telemetry::in_span_until(
@@ -803,7 +804,6 @@ impl Runner {
                 &streamed,
             );
             tokio::pin!(answer);
-            let mut responding = false;
             loop {
                 tokio::select! {
                     biased;
@@ -812,40 +812,25 @@ impl Runner {
                     // being answered tells the shared budget that retries work again).
                     () = first_piece.notified(), if !responding => {
                         responding = true;
-                        let now = Millis(u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX));
-                        let event = Event::ProviderResponding { request };
-                        let recorded = self.trace.is_some().then(|| event.clone());
-                        stats.event(now, &event);
-                        let commands = machine.step(now, event);
-                        if let (Some(trace), Some(event)) = (self.trace.as_mut(), recorded) {
-                            if trace.step(&TraceStep::new(now, event, &commands)).is_err() {
-                                // Writing the trace failed: the run goes on untraced, and the
-                                // next step's write reports nothing more.
-                                self.trace = None;
-                            }
-                        }
-                        for command in commands {
-                            stats.command(&command);
-                            match command {
-                                Command::NoteBudget { note } => {
-                                    if let Some(budget) = &self.budget {
-                                        budget.record(note).await;
-                                    }
-                                }
-                                other => {
-                                    return Flow::Done(Err(RunError::Invariant {
-                                        message: format!(
-                                            "the machine answered a response's start with {other:?}"
-                                        ),
-                                    }))
-                                }
-                            }
+                        let began = AnswerBegan { request, start };
+                        if let Err(e) = began.tell(machine, &mut self.trace, self.budget.as_ref(), stats).await {
+                            return Flow::Done(Err(e));
                         }
                     }
                     r = &mut answer => break Some(r),
                 }
             }
         };
+        if streamed.load(Ordering::Relaxed) && !responding && outcome.is_some() {
+            // The answer began and ended within one read: it began all the same.
+            let began = AnswerBegan { request, start };
+            if let Err(e) = began
+                .tell(machine, &mut self.trace, self.budget.as_ref(), stats)
+                .await
+            {
+                return Flow::Done(Err(e));
+            }
+        }
         let streamed = streamed.into_inner();
         if let Some(e) = receiver_failed {
             return Flow::Next(host_event(HostFailureKind::Receiver, e.to_string()));
@@ -881,6 +866,58 @@ impl Runner {
                 }))
             }
         })
+    }
+}
+
+/// The answer to a request began: what the machine hears of it, told while the stream
+/// goes on.
+struct AnswerBegan {
+    request: RequestId,
+    start: Instant,
+}
+
+impl AnswerBegan {
+    /// Feeds `ProviderResponding` to `machine` (recorded in the trace and the tally) and
+    /// does what it says: a note to the shared budget, nothing else.
+    async fn tell(
+        self,
+        machine: &mut AgentMachine,
+        trace: &mut Option<TraceRecorder>,
+        budget: Option<&Arc<dyn BudgetStore>>,
+        stats: &mut RunTally,
+    ) -> Result<(), RunError> {
+        let now = Millis(u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX));
+        let event = Event::ProviderResponding {
+            request: self.request,
+        };
+        let recorded = trace.is_some().then(|| event.clone());
+        stats.event(now, &event);
+        let commands = machine.step(now, event);
+        if let (Some(writer), Some(event)) = (trace.as_mut(), recorded) {
+            if let Err(e) = writer.step(&TraceStep::new(now, event, &commands)) {
+                // As in the run's own steps: a trace that cannot be written fails the run.
+                *trace = None;
+                return Err(RunError::Host {
+                    failure: HostFailure::new(HostFailureKind::Internal, format!("trace: {e}")),
+                });
+            }
+        }
+        for command in commands {
+            stats.command(&command);
+            match command {
+                Command::NoteBudget { note } => {
+                    if let Some(budget) = budget {
+                        budget.record(note).await;
+                    }
+                }
+                other => {
+                    return Err(RunError::Invariant {
+                        message: format!("the machine answered a response's start with {other:?}"),
+                    })
+                }
+            }
+        }
+        Ok(())
     }
 }
 

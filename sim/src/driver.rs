@@ -506,17 +506,27 @@ fn prepared_for<'p, 's>(prepared: &'p [Prepared<'s>], scenario: &Scenario) -> &'
 /// them, the same every time for the same fault and provider, so each is done once a world.
 /// Bounded by the faults a scenario names.
 #[derive(Debug, Default)]
-pub(crate) struct Classified(Vec<(ProviderKind, Fault, ProviderFailure)>);
+pub(crate) struct Classified(Vec<(ProviderKind, Fault, ProviderFailure, bool)>);
 
 impl Classified {
-    fn failure(&mut self, fault: &Fault, provider: ProviderKind) -> ProviderFailure {
-        if let Some((_, _, failure)) = self.0.iter().find(|(p, f, _)| *p == provider && f == fault)
+    /// The failure `fault` is from `provider`, and whether its answer begins first
+    /// ([`Fault::played`]).
+    fn played(&mut self, fault: &Fault, provider: ProviderKind) -> (ProviderFailure, bool) {
+        if let Some((_, _, failure, begins)) = self
+            .0
+            .iter()
+            .find(|(p, f, _, _)| *p == provider && f == fault)
         {
-            return failure.clone();
+            return (failure.clone(), *begins);
         }
-        let failure = fault.failure(provider);
-        self.0.push((provider, fault.clone(), failure.clone()));
-        failure
+        let (failure, begins) = fault.played(provider);
+        self.0
+            .push((provider, fault.clone(), failure.clone(), begins));
+        (failure, begins)
+    }
+
+    fn failure(&mut self, fault: &Fault, provider: ProviderKind) -> ProviderFailure {
+        self.played(fault, provider).0
     }
 }
 
@@ -617,6 +627,14 @@ impl World<'_> {
     }
 }
 
+/// What the scripted provider answers a request: after how long, what, and when its first
+/// piece arrives (if it streams any).
+struct Reply {
+    delay: u64,
+    result: Result<AssistantResponse, ProviderFailure>,
+    begins: Option<u64>,
+}
+
 struct Agent<'p, 's, R> {
     index: usize,
     seed: u64,
@@ -699,27 +717,27 @@ impl<'p, 's, R: Record> Agent<'p, 's, R> {
                     self.requests.resize(target + 1, 0);
                 }
                 self.requests[*target] += 1;
-                let (delay, result) = self.reply(
+                let Reply {
+                    delay,
+                    result,
+                    begins,
+                } = self.reply(
                     now,
                     *target,
                     conversation,
                     deadlines.silence_limit_ms(),
                     world.classified,
                 );
+                if let Some(after) = begins {
+                    // The answer's first piece, as the runner tells the machine of it.
+                    let begun = Event::ProviderResponding { request: *request };
+                    world.push(now.plus(after.min(delay)), self.index, begun);
+                }
                 let event = match result {
-                    Ok(response) => {
-                        // The answer begins with its first stream event.
-                        let first = self.scenario.timing.first_event_ms;
-                        if first < delay {
-                            let request = *request;
-                            let begun = Event::ProviderResponding { request };
-                            world.push(now.plus(first), self.index, begun);
-                        }
-                        Event::ProviderSucceeded {
-                            request: *request,
-                            response,
-                        }
-                    }
+                    Ok(response) => Event::ProviderSucceeded {
+                        request: *request,
+                        response,
+                    },
                     Err(failure) => Event::ProviderFailed {
                         request: *request,
                         failure,
@@ -776,7 +794,7 @@ impl<'p, 's, R: Record> Agent<'p, 's, R> {
         }
     }
 
-    /// What the scripted provider answers to a request sent at `now`, and after how long.
+    /// What the scripted provider answers to a request sent at `now`, and when.
     fn reply(
         &mut self,
         now: Millis,
@@ -784,7 +802,7 @@ impl<'p, 's, R: Record> Agent<'p, 's, R> {
         conversation: &Conversation,
         idle_timeout_ms: u64,
         classified: &mut Classified,
-    ) -> (u64, Result<AssistantResponse, ProviderFailure>) {
+    ) -> Reply {
         let scenario = self.scenario;
         let timing = &scenario.timing;
         let mut stalled = 0u64;
@@ -802,26 +820,30 @@ impl<'p, 's, R: Record> Agent<'p, 's, R> {
                         }
                     }
                     let delay = fault.delay_ms(timing, idle_timeout_ms);
-                    return (
-                        stalled.saturating_add(delay),
-                        Err(classified.failure(fault, scenario.provider)),
-                    );
+                    let (failure, begins) = classified.played(fault, scenario.provider);
+                    return Reply {
+                        delay: stalled.saturating_add(delay),
+                        result: Err(failure),
+                        begins: begins.then(|| stalled.saturating_add(timing.first_event_ms)),
+                    };
                 }
                 Planned::Overflow { bytes, limit } => {
                     let fault = Fault::from(FaultKind::ContextOverflow);
                     let mut failure = classified.failure(&fault, scenario.provider);
                     failure.message =
                         format!("{} ({bytes} bytes > limit {limit})", failure.message).into();
-                    return (
-                        stalled.saturating_add(fault.delay_ms(timing, idle_timeout_ms)),
-                        Err(failure),
-                    );
+                    return Reply {
+                        delay: stalled.saturating_add(fault.delay_ms(timing, idle_timeout_ms)),
+                        result: Err(failure),
+                        begins: None,
+                    };
                 }
                 Planned::Summary(script) => {
-                    return (
-                        stalled.saturating_add(timing.answer_ms),
-                        Ok(script.response(conversation)),
-                    );
+                    return Reply {
+                        delay: stalled.saturating_add(timing.answer_ms),
+                        result: Ok(script.response(conversation)),
+                        begins: Some(timing.first_event_ms),
+                    };
                 }
                 Planned::Answer {
                     turn,
@@ -838,7 +860,11 @@ impl<'p, 's, R: Record> Agent<'p, 's, R> {
                     let latency = answer
                         .and_then(|a| a.latency_ms)
                         .unwrap_or(timing.answer_ms);
-                    return (stalled.saturating_add(latency), Ok(response));
+                    return Reply {
+                        delay: stalled.saturating_add(latency),
+                        result: Ok(response),
+                        begins: Some(timing.first_event_ms),
+                    };
                 }
             }
         }

@@ -86,6 +86,15 @@ impl Fault {
     /// `stall` is the idle timeout it causes when it is longer than the client's.
     #[must_use]
     pub fn failure(&self, provider: ProviderKind) -> ProviderFailure {
+        self.played(provider).0
+    }
+
+    /// What the machine hears of this fault from `provider`: the failure
+    /// ([`failure`](Self::failure)), and whether a piece of the answer arrives first (its
+    /// rendered stream begins before it fails, as a cut stream does), when the runner tells
+    /// the machine the answer began.
+    #[must_use]
+    pub fn played(&self, provider: ProviderKind) -> (ProviderFailure, bool) {
         let timing = Timing::default();
         let message_id = message_id(provider, "sim");
         let request = WireRequest {
@@ -96,15 +105,14 @@ impl Fault {
             timing: &timing,
         };
         let interrupted = final_answer().response(0, false);
-        let failure = render(self, &request, &interrupted).failure(provider);
+        let rendered = render(self, &request, &interrupted);
+        let mut failure = rendered.failure(provider);
         if matches!(self.kind, FaultKind::ContextOverflow)
             && failure.kind != FailureKind::ContextOverflow
         {
-            let mut failure = failure;
             failure.kind = FailureKind::ContextOverflow;
-            return failure;
         }
-        failure
+        (failure, rendered.answer_begins(provider))
     }
 
     /// For faults that only slow the stream down (`stall`, `slow_drip`): the longest silence

@@ -308,6 +308,36 @@ impl Rendered {
     }
 }
 
+impl Rendered {
+    /// Whether a client reading these bytes as the runner does gets a piece of the answer
+    /// before the failure: the answer began (the runner then tells the machine
+    /// [`ProviderResponding`](rebound_core::Event::ProviderResponding)). Only an event stream
+    /// delivers pieces as they come.
+    #[must_use]
+    pub fn answer_begins(&self, provider: ProviderKind) -> bool {
+        let Rendered::Chunked {
+            kind: BodyKind::EventStream,
+            chunks,
+            ..
+        } = self
+        else {
+            return false;
+        };
+        let mut decoder = StreamDecoder::new(provider);
+        let mut pieces = 0usize;
+        for chunk in chunks {
+            let fed = decoder.feed_with(chunk, |_| pieces += 1);
+            if pieces > 0 {
+                return true;
+            }
+            if fed.is_err() || decoder.is_complete() {
+                return false;
+            }
+        }
+        false
+    }
+}
+
 /// A connection closed in the middle of a body, as the runner reports it.
 fn cut_failure(chunks: &[Vec<u8>]) -> ProviderFailure {
     let bytes: usize = chunks.iter().map(Vec::len).sum();
