@@ -19,6 +19,13 @@
 //!   process, flushed before the row's CPU is read). Metrics need the `otel` feature:
 //!   `cargo bench -p rebound-effects --features otel --bench concurrency`.
 //!
+//! Each agent holds two file descriptors (its connection and the server's end of it); the bench
+//! raises its soft open-files limit to `2 × agents + 256` as far as the hard limit allows and
+//! otherwise stops, naming the `ulimit -n` to run it under (10,000 agents: 20,256).
+//! `-- --server-process` runs the server in a process of its own instead (one descriptor per
+//! agent in each), whose CPU and resident-set growth are added to the row's, so the columns
+//! keep their meaning; the threads column stays the runners' process's.
+//!
 //! `-- --repeat N` runs the two runner rows N times, alternating, for a side-by-side
 //! comparison on one machine in one run.
 //!
@@ -33,7 +40,9 @@
 //!
 //! CPU is the process's user + system time (`/proc/self/stat`) over the row, server included;
 //! memory is the growth of the resident set (`VmRSS`) at the peak of the row (sampled every
-//! 10 ms) over the resident set before it, divided by the agents.
+//! 10 ms) over the resident set before it, divided by the agents. At most 1,000 agents connect
+//! at once (more overflow the server's accept queue); `streaming (peak)` is the most agents
+//! streaming at once, which should be all of them for the memory per agent to mean that.
 
 use hyper::body::{Bytes, Frame};
 use hyper::server::conn::http1;
@@ -50,13 +59,30 @@ use rebound_effects::runner::{RunInput, Runner};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-static ORIGIN: OnceLock<Instant> = OnceLock::new();
-
-/// Microseconds since the bench started, the clock both sides read.
+/// Microseconds on the system's monotonic clock, the clock both sides read (the server may be
+/// another process, `--server-process`).
+#[cfg(unix)]
 fn micros() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `clock_gettime` only writes the `timespec` it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    let (seconds, nanos) = (
+        u64::try_from(now.tv_sec).unwrap_or(0),
+        u64::try_from(now.tv_nsec).unwrap_or(0),
+    );
+    seconds * 1_000_000 + nanos / 1000
+}
+
+/// Microseconds since the bench started (one process only).
+#[cfg(not(unix))]
+fn micros() -> u64 {
+    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     u64::try_from(ORIGIN.get_or_init(Instant::now).elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
@@ -67,6 +93,9 @@ struct Options {
     interval: Duration,
     workers: usize,
     repeat: usize,
+    /// The server in a process of its own (`--server-process`), so each process holds one
+    /// descriptor per agent rather than two.
+    server_process: bool,
     /// The port of the OTLP receiver the parent runs (telemetry row only).
     otlp_port: u16,
 }
@@ -79,6 +108,7 @@ impl Options {
             interval: Duration::from_millis(20),
             workers: 2,
             repeat: 1,
+            server_process: false,
             otlp_port: 0,
         };
         let mut args = std::env::args().skip(1);
@@ -92,6 +122,7 @@ impl Options {
                 "--workers" => o.workers = usize::try_from(value()).unwrap_or(1).max(1),
                 "--repeat" => o.repeat = usize::try_from(value()).unwrap_or(1).max(1),
                 "--otlp-port" => o.otlp_port = u16::try_from(value()).unwrap_or(0),
+                "--server-process" => o.server_process = true,
                 "--row" => {
                     value();
                 }
@@ -138,14 +169,22 @@ impl Template {
 
 /// Serves every POST with the paced answer; counts the bytes written.
 async fn serve(options: Options, written: Arc<AtomicU64>) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
+    // tokio's `TcpListener::bind` listens with a backlog of 1,024, and a connection the full
+    // queue drops waits a second for its SYN to be resent; up to `CONNECTING` agents connect
+    // at once. The kernel caps this at `net.core.somaxconn` (4,096 by default).
+    let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+    socket
+        .bind("127.0.0.1:0".parse().expect("an address"))
         .expect("bind loopback");
+    let backlog = u32::try_from(options.agents).unwrap_or(u32::MAX).max(1024);
+    let listener = socket.listen(backlog).expect("listen");
     let addr = listener.local_addr().expect("local address");
     let template = Arc::new(Template::new());
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
+                // Out of file descriptors (see `raise_open_files`): wait rather than spin.
+                tokio::time::sleep(Duration::from_millis(1)).await;
                 continue;
             };
             let template = Arc::clone(&template);
@@ -204,10 +243,54 @@ async fn serve(options: Options, written: Arc<AtomicU64>) -> SocketAddr {
     addr
 }
 
+/// Agents streaming now, and the most at once in this row (the row's own process).
+static STREAMING: AtomicU64 = AtomicU64::new(0);
+static PEAK_STREAMING: AtomicU64 = AtomicU64::new(0);
+
+/// At most this many agents connect at once. Ten thousand SYNs at once overflow the server's
+/// accept queue (capped at `net.core.somaxconn`, 4,096 here), and a dropped SYN is resent after
+/// 1, 3, 7, 15 s: the row would last longer than its streams, and fewer than all the agents
+/// would stream at once, which the memory per agent assumes.
+const CONNECTING: usize = 1000;
+
+/// An agent's permit to connect, returned once its answer streams (reqwest rows: the response
+/// head; runner rows: the first text delta), and its count among the agents streaming.
+struct Started {
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    streaming: bool,
+}
+
+impl Started {
+    fn new(permit: tokio::sync::OwnedSemaphorePermit) -> Started {
+        Started {
+            permit: Some(permit),
+            streaming: false,
+        }
+    }
+
+    fn streaming(&mut self) {
+        if !self.streaming {
+            self.streaming = true;
+            self.permit = None;
+            let now = STREAMING.fetch_add(1, Ordering::Relaxed) + 1;
+            PEAK_STREAMING.fetch_max(now, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if self.streaming {
+            STREAMING.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Reads the server's clock out of every text delta.
 struct Probe {
     delays: Vec<u64>,
     all: Arc<Mutex<Vec<u64>>>,
+    started: Started,
 }
 
 fn sent_at(text: &str) -> Option<u64> {
@@ -217,6 +300,7 @@ fn sent_at(text: &str) -> Option<u64> {
 impl Receiver for Probe {
     fn delta(&mut self, delta: &StreamDelta<&str>) -> Result<(), ReceiverError> {
         if let StreamDelta::Text { text, .. } = delta {
+            self.started.streaming();
             if let Some(at) = sent_at(text) {
                 self.delays.push(micros().saturating_sub(at));
             }
@@ -233,9 +317,14 @@ impl Drop for Probe {
     }
 }
 
-/// `(utime + stime)` of this process, in seconds.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+/// `/proc/self` or `/proc/<pid>`.
+fn proc_dir(pid: Option<u32>) -> String {
+    pid.map_or_else(|| "/proc/self".to_owned(), |pid| format!("/proc/{pid}"))
+}
+
+/// `(utime + stime)` of this process (or of `pid`), in seconds.
+fn cpu_seconds(pid: Option<u32>) -> f64 {
+    let stat = std::fs::read_to_string(format!("{}/stat", proc_dir(pid))).unwrap_or_default();
     // Fields after the command's closing parenthesis; utime and stime are the 12th and 13th.
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let fields: Vec<&str> = after.split_whitespace().collect();
@@ -249,9 +338,9 @@ fn cpu_seconds() -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-/// A line of `/proc/self/status`, e.g. `VmRSS` in KiB or `Threads`.
-fn status(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
+/// A line of `/proc/self/status` (or `/proc/<pid>/status`), e.g. `VmRSS` in KiB or `Threads`.
+fn status(pid: Option<u32>, field: &str) -> u64 {
+    std::fs::read_to_string(format!("{}/status", proc_dir(pid)))
         .unwrap_or_default()
         .lines()
         .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
@@ -268,6 +357,7 @@ struct Row {
     threads: u64,
     delays: Vec<u64>,
     failed: usize,
+    streaming: u64,
 }
 
 fn percentile(sorted: &[u64], p: f64) -> f64 {
@@ -286,7 +376,13 @@ enum Client {
     RunnerExported,
 }
 
-async fn one_agent(client: Client, url: String, all: Arc<Mutex<Vec<u64>>>) -> bool {
+async fn one_agent(
+    client: Client,
+    url: String,
+    all: Arc<Mutex<Vec<u64>>>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> bool {
+    let started = Started::new(permit);
     match client {
         Client::Bytes | Client::Decoder => {
             let http = reqwest::Client::new();
@@ -302,7 +398,9 @@ async fn one_agent(client: Client, url: String, all: Arc<Mutex<Vec<u64>>>) -> bo
             let mut probe = Probe {
                 delays: Vec::new(),
                 all,
+                started,
             };
+            probe.started.streaming();
             while let Ok(Some(chunk)) = response.chunk().await {
                 if let Client::Decoder = client {
                     let lent = decoder.feed_with(&chunk, |d| {
@@ -330,6 +428,7 @@ async fn one_agent(client: Client, url: String, all: Arc<Mutex<Vec<u64>>>) -> bo
                 .receiver(Probe {
                     delays: Vec::new(),
                     all,
+                    started,
                 });
             runner.run(RunInput::text("go")).await.is_ok()
         }
@@ -343,28 +442,56 @@ async fn row(
     export: Option<otel::Export>,
 ) -> Row {
     let written = Arc::new(AtomicU64::new(0));
-    let addr = serve(options, Arc::clone(&written)).await;
+    let (addr, server) = if options.server_process {
+        let server = ServerProcess::start();
+        (server.addr, Some(server))
+    } else {
+        (serve(options, Arc::clone(&written)).await, None)
+    };
+    let server_pid = server.as_ref().map(|s| s.child.id());
     let url = format!("http://{addr}");
     let all = Arc::new(Mutex::new(Vec::new()));
-    let rss_before = status("VmRSS");
+    let rss_before = status(None, "VmRSS");
     let peak = Arc::new(AtomicU64::new(rss_before));
+    let server_rss_before = server_pid.map_or(0, |pid| status(Some(pid), "VmRSS"));
+    let server_peak = Arc::new(AtomicU64::new(server_rss_before));
     let threads = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
     let sampler = {
-        let (peak, threads, done) = (Arc::clone(&peak), Arc::clone(&threads), Arc::clone(&done));
+        let (peak, server_peak, threads, done) = (
+            Arc::clone(&peak),
+            Arc::clone(&server_peak),
+            Arc::clone(&threads),
+            Arc::clone(&done),
+        );
         tokio::spawn(async move {
             while !done.load(Ordering::Relaxed) {
-                peak.fetch_max(status("VmRSS"), Ordering::Relaxed);
-                threads.fetch_max(status("Threads"), Ordering::Relaxed);
+                peak.fetch_max(status(None, "VmRSS"), Ordering::Relaxed);
+                threads.fetch_max(status(None, "Threads"), Ordering::Relaxed);
+                if let Some(pid) = server_pid {
+                    server_peak.fetch_max(status(Some(pid), "VmRSS"), Ordering::Relaxed);
+                }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         })
     };
-    let cpu_before = cpu_seconds();
+    let server_cpu = || server_pid.map_or(0.0, |pid| cpu_seconds(Some(pid)));
+    let cpu_before = cpu_seconds(None) + server_cpu();
     let started = Instant::now();
-    let tasks: Vec<_> = (0..options.agents)
-        .map(|_| tokio::spawn(one_agent(client, url.clone(), Arc::clone(&all))))
-        .collect();
+    let connecting = Arc::new(tokio::sync::Semaphore::new(CONNECTING));
+    let mut tasks = Vec::with_capacity(options.agents);
+    for _ in 0..options.agents {
+        let permit = Arc::clone(&connecting)
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        tasks.push(tokio::spawn(one_agent(
+            client,
+            url.clone(),
+            Arc::clone(&all),
+            permit,
+        )));
+    }
     let mut failed = 0;
     for t in tasks {
         if !t.await.unwrap_or(false) {
@@ -376,9 +503,12 @@ async fn row(
     if let Some(export) = export {
         export.shutdown();
     }
-    let cpu = cpu_seconds() - cpu_before;
+    let cpu = cpu_seconds(None) + server_cpu() - cpu_before;
     done.store(true, Ordering::Relaxed);
     let _ = sampler.await;
+    if let Some(server) = server {
+        written.store(server.stop(), Ordering::Relaxed);
+    }
     let mut delays = std::mem::take(&mut *all.lock().expect("no panics while held"));
     delays.sort_unstable();
     Row {
@@ -386,10 +516,14 @@ async fn row(
         wall,
         cpu,
         bytes: written.load(Ordering::Relaxed),
-        rss_kib: peak.load(Ordering::Relaxed).saturating_sub(rss_before),
+        rss_kib: peak.load(Ordering::Relaxed).saturating_sub(rss_before)
+            + server_peak
+                .load(Ordering::Relaxed)
+                .saturating_sub(server_rss_before),
         threads: threads.load(Ordering::Relaxed),
         delays,
         failed,
+        streaming: PEAK_STREAMING.load(Ordering::Relaxed),
     }
 }
 
@@ -404,6 +538,12 @@ const CLIENTS: [(&str, Client); 4] = [
 /// lower the next one's resident-set growth.
 fn main() {
     let options = Options::parse();
+    let per_agent = if options.server_process { 1 } else { 2 };
+    raise_open_files(options.agents, per_agent);
+    if std::env::args().any(|a| a == "--serve") {
+        ServerProcess::run(options);
+        return;
+    }
     let row_arg = std::env::args()
         .skip_while(|a| a != "--row")
         .nth(1)
@@ -413,14 +553,20 @@ fn main() {
         return;
     }
     println!(
-        "{} agents, {} deltas each every {} ms, {} runtime workers; server in the same process.\n",
+        "{} agents, {} deltas each every {} ms, {} runtime workers; server in {}.\n",
         options.agents,
         options.deltas,
         options.interval.as_millis(),
-        options.workers
+        options.workers,
+        if options.server_process {
+            "a process of its own (its CPU and resident-set growth added to the row's; \
+             threads are the runners' process's)"
+        } else {
+            "the same process"
+        }
     );
-    println!("| client | wall | CPU s | streamed MB | CPU s / MB | RSS growth / agent | threads (peak) | delay p50 | p99 | failed |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| client | wall | CPU s | streamed MB | CPU s / MB | RSS growth / agent | threads (peak) | delay p50 | p99 | failed | streaming (peak) |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let me = std::env::current_exe().expect("the bench's own path");
     let receiver = otel::receiver();
     let mut rows: Vec<usize> = vec![0, 1];
@@ -437,6 +583,113 @@ fn main() {
             eprintln!("row {i} failed: {status:?}");
             std::process::exit(1);
         }
+    }
+}
+
+/// Every agent holds `per_agent` descriptors in this process: its connection, and the server's
+/// end of it unless the server has a process of its own. 10,000 agents with the server in the
+/// same process need about 20,100 open files, more than many shells' default soft limit
+/// (1,024). Raises the soft limit as far as the hard limit allows; if that is not enough, says
+/// which `ulimit -n` (or `--server-process`) to run the bench with.
+#[cfg(not(unix))]
+fn raise_open_files(_agents: usize, _per_agent: u64) {}
+
+/// See above.
+#[cfg(unix)]
+fn raise_open_files(agents: usize, per_agent: u64) {
+    let needed = u64::try_from(agents).unwrap_or(u64::MAX / 4) * per_agent + 256;
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `getrlimit` and `setrlimit` only read or write the `rlimit` they are given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return;
+    }
+    if limit.rlim_cur >= needed {
+        return;
+    }
+    if limit.rlim_max < needed {
+        eprintln!(
+            "{agents} agents need about {needed} open files in one process; the hard limit is {}: \
+             run the bench after `ulimit -n {needed}` (raising a hard limit needs \
+             CAP_SYS_RESOURCE){}",
+            limit.rlim_max,
+            if per_agent > 1 {
+                ", or with `--server-process`"
+            } else {
+                ""
+            }
+        );
+        std::process::exit(1);
+    }
+    limit.rlim_cur = needed;
+    // SAFETY: as above.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+        eprintln!("could not raise the open-files limit to {needed}");
+        std::process::exit(1);
+    }
+}
+
+/// The server of `--server-process`: this bench's binary run with `--serve` by a row's process,
+/// which adds the server's CPU and resident-set growth to the row's.
+struct ServerProcess {
+    child: std::process::Child,
+    addr: SocketAddr,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl ServerProcess {
+    /// Starts the server and reads the port it listens on.
+    fn start() -> ServerProcess {
+        use std::io::BufRead;
+        let me = std::env::current_exe().expect("the bench's own path");
+        let mut child = std::process::Command::new(me)
+            .args(std::env::args().skip(1))
+            .arg("--serve")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("the server process");
+        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("the server's port");
+        let addr = line.trim().parse().expect("the server's address");
+        ServerProcess {
+            child,
+            addr,
+            stdout,
+        }
+    }
+
+    /// Closes the server's input, which stops it; returns the bytes it wrote.
+    fn stop(mut self) -> u64 {
+        use std::io::BufRead;
+        drop(self.child.stdin.take());
+        let mut line = String::new();
+        let _ = self.stdout.read_line(&mut line);
+        let _ = self.child.wait();
+        line.trim().parse().expect("the bytes the server wrote")
+    }
+
+    /// The `--serve` side: serves until its input closes, then prints the bytes it wrote.
+    fn run(options: Options) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(options.workers)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let written = Arc::new(AtomicU64::new(0));
+        runtime.block_on(async {
+            let addr = serve(options, Arc::clone(&written)).await;
+            println!("{addr}");
+            tokio::task::spawn_blocking(|| {
+                let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+            })
+            .await
+            .expect("the stdin reader");
+        });
+        println!("{}", written.load(Ordering::Relaxed));
     }
 }
 
@@ -463,7 +716,7 @@ fn run_row(i: usize, options: Options) {
         }
     };
     println!(
-        "| {} | {:.2} s | {:.2} | {:.1} | {:.3} | {:.1} KiB | {} | {} | {} | {} |",
+        "| {} | {:.2} s | {:.2} | {:.1} | {:.3} | {:.1} KiB | {} | {} | {} | {} | {} |",
         r.name,
         r.wall.as_secs_f64(),
         r.cpu,
@@ -473,7 +726,8 @@ fn run_row(i: usize, options: Options) {
         r.threads,
         delay(50.0),
         delay(99.0),
-        r.failed
+        r.failed,
+        r.streaming
     );
 }
 
