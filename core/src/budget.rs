@@ -59,7 +59,6 @@ pub struct BudgetConfig {
     /// Tokens a request deposits when one of its retries is answered (its answer began, or
     /// it succeeded): evidence that retries work right now, worth more than a first-try
     /// success. Paid once per request, on top of `deposit_per_success`.
-    #[serde(default = "default_answered_retry")]
     pub deposit_per_answered_retry: f64,
 }
 
@@ -74,10 +73,6 @@ impl Default for BudgetConfig {
             deposit_per_answered_retry: 10.0,
         }
     }
-}
-
-fn default_answered_retry() -> f64 {
-    BudgetConfig::default().deposit_per_answered_retry
 }
 
 impl BudgetConfig {
@@ -1058,5 +1053,94 @@ mod tests {
                 Some(PermitDecision::Granted)
             );
         }
+    }
+
+    #[test]
+    fn a_config_written_before_answered_retries_reads_with_the_default_deposit() {
+        let old = r#"{"capacity":5.0,"initial":5.0,"deposit_per_request":0.1,"deposit_per_success":3.0,"refill_per_sec":0.5}"#;
+        let config: BudgetConfig = serde_json::from_str(old).expect("an older config reads");
+        assert_eq!(config.capacity, 5.0);
+        assert_eq!(
+            config.deposit_per_answered_retry,
+            BudgetConfig::default().deposit_per_answered_retry
+        );
+        assert_eq!(BudgetConfig::default().deposit_per_answered_retry, 10.0);
+    }
+
+    #[test]
+    fn each_builder_sets_the_parameter_it_names_and_no_other() {
+        let base = BudgetConfig::default();
+        let built = base
+            .clone()
+            .with_capacity(7.0)
+            .with_initial(2.0)
+            .with_deposit_per_request(0.3)
+            .with_deposit_per_success(4.0)
+            .with_refill_per_sec(1.5)
+            .with_deposit_per_answered_retry(6.0);
+        assert_eq!(
+            built,
+            BudgetConfig {
+                capacity: 7.0,
+                initial: 2.0,
+                deposit_per_request: 0.3,
+                deposit_per_success: 4.0,
+                refill_per_sec: 1.5,
+                deposit_per_answered_retry: 6.0,
+            }
+        );
+        assert_ne!(built, base);
+    }
+
+    #[test]
+    fn after_ten_quiet_seconds_a_queue_drains_at_the_buckets_pace() {
+        // Five retries wait from the start; eleven seconds later the asks are forgotten and a
+        // deposit pays for all five: the pace's floor (the bucket's five) lets them all go.
+        let mut b = RetryBudget::new(
+            BudgetConfig::default()
+                .with_capacity(5.0)
+                .with_initial(0.0)
+                .with_deposit_per_request(0.0)
+                .with_deposit_per_success(5.0)
+                .with_refill_per_sec(0.0)
+                .with_deposit_per_answered_retry(0.0),
+        );
+        for t in 0..5 {
+            assert_eq!(b.request(Millis(0), Ticket(t), charged(60_000)), None);
+        }
+        b.record(Millis(11_000), BudgetNote::Succeeded { target: 0 });
+        assert_eq!(drain(&mut b).len(), 5);
+        assert_eq!(b.waiting(), 0);
+    }
+
+    #[test]
+    fn a_grant_leaves_the_pace_window_exactly_one_second_later() {
+        // One ask a second (the busiest second holds one) and a one-token bucket (a floor of
+        // one): one grant a second, the next exactly when the last is a second old.
+        let mut b = RetryBudget::new(
+            BudgetConfig::default()
+                .with_capacity(1.0)
+                .with_initial(0.0)
+                .with_deposit_per_request(0.0)
+                .with_deposit_per_success(1.0)
+                .with_refill_per_sec(0.0)
+                .with_deposit_per_answered_retry(0.0),
+        );
+        for t in 0..4 {
+            assert_eq!(
+                b.request(Millis(t * 1_000), Ticket(t), charged(60_000)),
+                None
+            );
+        }
+        b.record(Millis(4_500), BudgetNote::Succeeded { target: 0 });
+        assert_eq!(drain(&mut b), [(Ticket(0), PermitDecision::Granted)]);
+        // A token, but no room in this second.
+        b.record(Millis(4_600), BudgetNote::Succeeded { target: 0 });
+        assert_eq!(drain(&mut b), []);
+        assert_eq!(b.next_wakeup(), Some(Millis(5_500)));
+        b.tick(Millis(5_499));
+        assert_eq!(drain(&mut b), []);
+        b.tick(Millis(5_500));
+        assert_eq!(drain(&mut b), [(Ticket(1), PermitDecision::Granted)]);
     }
 }
