@@ -1143,4 +1143,41 @@ mod tests {
         b.tick(Millis(5_500));
         assert_eq!(drain(&mut b), [(Ticket(1), PermitDecision::Granted)]);
     }
+
+    #[test]
+    fn an_infinite_or_nan_parameter_counts_as_zero() {
+        // "Negative or non-finite parameters count as zero": an infinite bucket is no bucket.
+        for odd in [f64::INFINITY, f64::NAN, -3.0] {
+            let mut b = RetryBudget::new(
+                BudgetConfig::default()
+                    .with_capacity(odd)
+                    .with_initial(odd)
+                    .with_deposit_per_request(0.0)
+                    .with_deposit_per_success(0.0)
+                    .with_refill_per_sec(0.0)
+                    .with_deposit_per_answered_retry(0.0),
+            );
+            assert_eq!(
+                b.request(Millis(0), Ticket(1), charged(5_000)),
+                Some(PermitDecision::Denied),
+                "{odd}"
+            );
+            assert_eq!(b.balance(Millis(0)), 0.0, "{odd}");
+        }
+    }
+
+    #[test]
+    fn a_rate_limit_window_is_over_at_its_end() {
+        let mut b = budget(1.0, 0.0, 0.0, 0.0);
+        b.record(
+            Millis(0),
+            BudgetNote::RateLimited {
+                target: 0,
+                until: Millis(1_000),
+            },
+        );
+        assert_eq!(b.rate_limited_until(0, Millis(999)), Some(Millis(1_000)));
+        assert_eq!(b.rate_limited_until(0, Millis(1_000)), None);
+        assert_eq!(b.rate_limited_until(1, Millis(0)), None);
+    }
 }
