@@ -1180,4 +1180,62 @@ mod tests {
         assert_eq!(b.rate_limited_until(0, Millis(1_000)), None);
         assert_eq!(b.rate_limited_until(1, Millis(0)), None);
     }
+
+    #[test]
+    fn the_stats_count_each_denial_and_each_wait() {
+        let mut b = budget(1.0, 0.0, 1.0, 0.0);
+        assert_eq!(
+            b.request(Millis(0), Ticket(1), charged(5_000)),
+            Some(PermitDecision::Granted)
+        );
+        assert_eq!(b.request(Millis(0), Ticket(2), charged(5_000)), None);
+        assert_eq!(
+            b.request(Millis(0), Ticket(3), charged(0)),
+            Some(PermitDecision::Denied)
+        );
+        assert_eq!(
+            b.stats(),
+            BudgetStats {
+                granted: 1,
+                denied: 1,
+                queued: 1,
+                deposited_milli: 0,
+            }
+        );
+    }
+
+    #[test]
+    fn a_rate_limit_ending_now_sends_no_waiter_away() {
+        let mut b = budget(1.0, 0.0, 1.0, 0.0);
+        b.request(Millis(0), Ticket(1), charged(5_000));
+        assert_eq!(b.request(Millis(0), Ticket(2), charged(5_000)), None);
+        b.record(
+            Millis(100),
+            BudgetNote::RateLimited {
+                target: 0,
+                until: Millis(100),
+            },
+        );
+        assert_eq!(drain(&mut b), []);
+        assert_eq!(b.waiting(), 1);
+    }
+
+    #[test]
+    fn a_bucket_funded_only_by_first_attempts_queues_a_retry() {
+        // Empty, but first attempts will pay: the retry waits rather than being refused.
+        let mut b = RetryBudget::new(
+            BudgetConfig::default()
+                .with_capacity(1.0)
+                .with_initial(0.0)
+                .with_deposit_per_request(0.5)
+                .with_deposit_per_success(0.0)
+                .with_refill_per_sec(0.0)
+                .with_deposit_per_answered_retry(0.0),
+        );
+        assert_eq!(b.request(Millis(0), Ticket(1), charged(5_000)), None);
+        for t in [2, 3] {
+            b.request(Millis(10), Ticket(t), first());
+        }
+        assert_eq!(drain(&mut b), [(Ticket(1), PermitDecision::Granted)]);
+    }
 }
