@@ -1238,4 +1238,26 @@ mod tests {
         }
         assert_eq!(drain(&mut b), [(Ticket(1), PermitDecision::Granted)]);
     }
+
+    #[test]
+    fn a_waiter_whose_deadline_is_now_still_takes_a_token_that_comes_now() {
+        let mut b = budget(1.0, 0.0, 1.0, 0.0);
+        b.request(Millis(0), Ticket(1), charged(5_000));
+        assert_eq!(b.request(Millis(0), Ticket(2), charged(800)), None);
+        b.record(Millis(800), BudgetNote::Succeeded { target: 0 });
+        assert_eq!(drain(&mut b), [(Ticket(2), PermitDecision::Granted)]);
+    }
+
+    #[test]
+    fn a_waiter_denied_at_its_deadline_is_counted_and_a_budget_equals_its_round_trip() {
+        let mut b = budget(1.0, 0.0, 1.0, 0.0);
+        b.request(Millis(0), Ticket(1), charged(5_000));
+        assert_eq!(b.request(Millis(0), Ticket(2), charged(800)), None);
+        b.tick(Millis(800));
+        assert_eq!(drain(&mut b), [(Ticket(2), PermitDecision::Denied)]);
+        assert_eq!(b.stats().denied, 1);
+        // The deadline cache is not part of the budget's value.
+        let read: RetryBudget = serde_json::from_str(&serde_json::to_string(&b).unwrap()).unwrap();
+        assert_eq!(read, b);
+    }
 }
