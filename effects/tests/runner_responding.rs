@@ -2,28 +2,16 @@
 //! being answered reaches the shared budget before its success does, as a real HTTP
 //! provider streams it from 127.0.0.1.
 
+#[path = "support/shared_buf.rs"]
+mod shared_buf;
+
 use rebound_core::{BudgetConfig, BudgetUse, Event, MachineConfig, ProviderKind, RetryConfig};
 use rebound_effects::budget::SharedBudget;
 use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig};
 use rebound_effects::runner::{RunInput, Runner, TraceRecorder};
 use rebound_sim::fake::{FakeServer, FakeServerConfig};
 use rebound_sim::{Scenario, Trace};
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
-#[derive(Clone, Default)]
-struct SharedBuf(Arc<Mutex<Vec<u8>>>);
-
-impl Write for SharedBuf {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("lock").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+use shared_buf::SharedBuf;
 
 /// One run against a fake Anthropic server playing `scenario`, with a shared budget that
 /// only an answered retry pays into; returns the run's trace and the budget.
@@ -62,7 +50,7 @@ async fn traced_run(scenario: &str) -> (Trace, SharedBudget) {
         .await
         .expect("the run completes");
     server.shutdown().await;
-    let text = String::from_utf8(buf.0.lock().expect("lock").clone()).expect("UTF-8 trace");
+    let text = buf.text();
     (Trace::parse(&text).expect("a readable trace"), budget)
 }
 

@@ -1,12 +1,14 @@
 //! The runner's jitter seed: drawn per runner unless given, and recorded so a run replays.
 
+#[path = "support/shared_buf.rs"]
+mod shared_buf;
+
 use rebound_core::{AssistantResponse, FailureKind, MachineConfig, ProviderFailure, RetryConfig};
 use rebound_effects::provider::{BoxFuture, DeltaSink, Provider, ProviderRequest, SendError};
 use rebound_effects::runner::{RunInput, Runner, TraceRecorder};
 use rebound_sim::Trace;
-use std::io::Write;
+use shared_buf::SharedBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 
 /// A provider that is overloaded once (so the run sleeps a jittered delay that depends on the
 /// seed), then refuses the key (so the run ends at once).
@@ -36,27 +38,13 @@ impl Provider for OverloadedThenRefusing {
     }
 }
 
-#[derive(Clone, Default)]
-struct SharedBuf(Arc<Mutex<Vec<u8>>>);
-
-impl Write for SharedBuf {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("lock").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Runs `runner` once (with a trace recorder attached) and returns the recorded trace.
 async fn traced_run(runner: Runner) -> Trace {
     let buf = SharedBuf::default();
     let mut runner = runner.trace(TraceRecorder::new(buf.clone()));
     let result = runner.run(RunInput::text("hi")).await;
     assert!(result.is_err(), "the provider refuses the key: {result:?}");
-    let text = String::from_utf8(buf.0.lock().expect("lock").clone()).expect("UTF-8 trace");
+    let text = buf.text();
     Trace::parse(&text).expect("a readable trace")
 }
 

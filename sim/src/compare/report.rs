@@ -116,6 +116,7 @@ impl Row {
 /// How much slower and burstier than "rebound, no budget" rebound may recover: each a
 /// ratio of rebound's figure to the unbudgeted row's.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct RecoveryLimits {
     /// Median time to completion, at most this many times "rebound, no budget"'s.
     pub p50: f64,
