@@ -1182,6 +1182,26 @@ mod tests {
     }
 
     #[test]
+    fn a_budget_forgets_a_rate_limit_window_once_it_ends() {
+        // A long-lived budget (a fleet's, saved between runs) must not keep a window for every
+        // target it ever saw limited: once the window ends it is gone from the saved state.
+        let mut b = budget(1.0, 0.0, 0.0, 0.0);
+        b.record(
+            Millis(0),
+            BudgetNote::RateLimited {
+                target: 7,
+                until: Millis(1_000),
+            },
+        );
+        let saved = |b: &RetryBudget| serde_json::to_value(b).unwrap()["rate_limited"].clone();
+        assert_eq!(saved(&b), serde_json::json!({"7": 1_000}));
+        b.record(Millis(999), BudgetNote::Succeeded { target: 0 });
+        assert_eq!(saved(&b), serde_json::json!({"7": 1_000}), "still limited");
+        b.record(Millis(1_000), BudgetNote::Succeeded { target: 0 });
+        assert_eq!(saved(&b), serde_json::json!({}), "ended at its end");
+    }
+
+    #[test]
     fn the_stats_count_each_denial_and_each_wait() {
         let mut b = budget(1.0, 0.0, 1.0, 0.0);
         assert_eq!(
