@@ -1,0 +1,38 @@
+//! Python bindings of rebound-core and rebound-sim (module `rebound_agent._native`).
+//!
+//! The package only converts and forwards: every decision is made by the Rust crates. Values
+//! cross the boundary in the JSON shape of the trace format; bad input raises one of the
+//! typed exceptions of [`errors`], never a panic.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod errors;
+mod json;
+mod machine;
+
+use pyo3::prelude::*;
+
+/// The native module; `rebound_agent/__init__.py` wraps it.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("ReboundError", py.get_type::<errors::ReboundError>())?;
+    m.add("ConfigError", py.get_type::<errors::ConfigError>())?;
+    m.add("EventError", py.get_type::<errors::EventError>())?;
+    m.add(
+        "UnknownAnswerError",
+        py.get_type::<errors::UnknownAnswerError>(),
+    )?;
+    m.add(
+        "UnexpectedEventError",
+        py.get_type::<errors::UnexpectedEventError>(),
+    )?;
+    m.add("StreamError", py.get_type::<errors::StreamError>())?;
+    m.add("TraceError", py.get_type::<errors::TraceError>())?;
+    m.add_class::<machine::PyMachine>()?;
+    m.add_class::<machine::PySnapshot>()?;
+    m.add_function(wrap_pyfunction!(machine::describe, m)?)?;
+    m.add_function(wrap_pyfunction!(machine::normalize_event, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,513 @@
+//! `AgentMachine` for Python: events in as JSON-shaped objects, commands out as a tag and
+//! fields (the Python layer makes them typed objects), conversations as shared snapshots.
+
+use crate::errors::{EventError, ReboundError, UnexpectedEventError, UnknownAnswerError};
+use crate::json::{from_py, to_py, to_u64};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use rebound_core::trace::{command_value, TraceHeader, TraceStep};
+use rebound_core::{
+    AgentMachine, Command, Conversation, Event, FallbackInfo, Handled, IgnoreReason, MachineConfig,
+    Millis, ProviderRetryInfo, RunError,
+};
+use rebound_sim::Trace;
+use std::collections::BTreeSet;
+use std::sync::{Arc, OnceLock};
+
+/// A shared, read-only conversation as a command carried it (no copy is made), or the
+/// summary of one read from a trace (`{"messages": n, "digest": "…"}`).
+#[pyclass(frozen, module = "rebound_agent._native", name = "Snapshot")]
+pub struct PySnapshot {
+    inner: SnapshotInner,
+    digest: OnceLock<u64>,
+}
+
+enum SnapshotInner {
+    Full(Arc<Conversation>),
+    Summary { messages: usize, digest: u64 },
+}
+
+impl PySnapshot {
+    /// A snapshot of a whole conversation.
+    pub fn full(conversation: Arc<Conversation>) -> Self {
+        PySnapshot {
+            inner: SnapshotInner::Full(conversation),
+            digest: OnceLock::new(),
+        }
+    }
+
+    /// The conversation, when the snapshot holds it.
+    pub fn conversation(&self) -> PyResult<&Arc<Conversation>> {
+        match &self.inner {
+            SnapshotInner::Full(c) => Ok(c),
+            SnapshotInner::Summary { .. } => Err(ReboundError::new_err(
+                "this snapshot was read from a trace: it holds only the message count and \
+                 digest, not the messages",
+            )),
+        }
+    }
+
+    fn digest_value(&self) -> u64 {
+        match &self.inner {
+            SnapshotInner::Full(c) => *self
+                .digest
+                .get_or_init(|| rebound_core::Snapshot(Arc::clone(c)).digest()),
+            SnapshotInner::Summary { digest, .. } => *digest,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match &self.inner {
+            SnapshotInner::Full(c) => c.len(),
+            SnapshotInner::Summary { messages, .. } => *messages,
+        }
+    }
+}
+
+#[pymethods]
+impl PySnapshot {
+    /// A snapshot of `conversation`: a list of messages in their JSON shape.
+    #[staticmethod]
+    fn of(conversation: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let conversation: Conversation = from_py(conversation, "conversation")?;
+        Ok(Self::full(Arc::new(conversation)))
+    }
+
+    /// The snapshot of a trace's `{"messages": n, "digest": "<16 hex digits>"}`.
+    #[staticmethod]
+    fn from_json(value: &Bound<'_, PyAny>) -> PyResult<Self> {
+        #[derive(serde::Deserialize)]
+        struct Summary {
+            messages: usize,
+            digest: String,
+        }
+        let s: Summary = from_py(value, "snapshot summary")?;
+        let digest = u64::from_str_radix(&s.digest, 16).map_err(|e| {
+            EventError::new_err(format!(
+                "invalid snapshot summary: digest {:?} is not 16 hex digits ({e})",
+                s.digest
+            ))
+        })?;
+        Ok(PySnapshot {
+            inner: SnapshotInner::Summary {
+                messages: s.messages,
+                digest,
+            },
+            digest: OnceLock::new(),
+        })
+    }
+
+    /// Whether the messages themselves are here (not only a trace's summary).
+    #[getter]
+    fn has_messages(&self) -> bool {
+        matches!(self.inner, SnapshotInner::Full(_))
+    }
+
+    /// The 64-bit FNV-1a digest of the conversation's JSON, 16 hex digits, as in traces.
+    #[getter]
+    fn digest(&self) -> String {
+        format!("{:016x}", self.digest_value())
+    }
+
+    /// The messages, in their JSON shape (a new list each call).
+    fn messages<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &**self.conversation()?)
+    }
+
+    /// The trace's form: `{"messages": n, "digest": "…"}`.
+    fn to_json<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("messages", self.len())?;
+        d.set_item("digest", self.digest())?;
+        Ok(d)
+    }
+
+    fn __len__(&self) -> usize {
+        self.len()
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other.cast::<PySnapshot>().is_ok_and(|o| {
+            let o = o.get();
+            match (&self.inner, &o.inner) {
+                (SnapshotInner::Full(a), SnapshotInner::Full(b)) => Arc::ptr_eq(a, b) || a == b,
+                _ => self.len() == o.len() && self.digest_value() == o.digest_value(),
+            }
+        })
+    }
+
+    fn __hash__(&self) -> u64 {
+        self.digest_value()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Snapshot(messages={}, digest={:?})",
+            self.len(),
+            self.digest()
+        )
+    }
+}
+
+/// The ids of the commands a machine emitted that want an answer, per kind: an answer
+/// carrying any other id answers nothing this machine ever asked.
+#[derive(Default)]
+struct Issued {
+    requests: BTreeSet<u64>,
+    timers: BTreeSet<u64>,
+    batches: BTreeSet<u64>,
+    compactions: BTreeSet<u64>,
+    permits: BTreeSet<u64>,
+}
+
+impl Issued {
+    fn note(&mut self, command: &Command) {
+        match command {
+            Command::SendRequest { request, .. } => self.requests.insert(request.0),
+            Command::Sleep { timer, .. } => self.timers.insert(timer.0),
+            Command::RunTools { batch, .. } => self.batches.insert(batch.0),
+            Command::Compact { compaction, .. } => self.compactions.insert(compaction.0),
+            Command::AcquirePermit { permit, .. } => self.permits.insert(permit.0),
+            _ => false,
+        };
+    }
+
+    /// An error when `event` answers a command this machine never emitted.
+    fn check(&self, event: &Event) -> PyResult<()> {
+        let (set, id, what, command, name) = match event {
+            Event::ProviderSucceeded { request, .. } => (
+                &self.requests,
+                request.0,
+                "request",
+                "SendRequest",
+                "ProviderSucceeded",
+            ),
+            Event::ProviderFailed { request, .. } => (
+                &self.requests,
+                request.0,
+                "request",
+                "SendRequest",
+                "ProviderFailed",
+            ),
+            Event::ProviderResponding { request } => (
+                &self.requests,
+                request.0,
+                "request",
+                "SendRequest",
+                "ProviderResponding",
+            ),
+            Event::TimerFired { timer } => (&self.timers, timer.0, "timer", "Sleep", "TimerFired"),
+            Event::ToolsFinished { batch, .. } => {
+                (&self.batches, batch.0, "batch", "RunTools", "ToolsFinished")
+            }
+            Event::CompactionFinished { compaction, .. } => (
+                &self.compactions,
+                compaction.0,
+                "compaction",
+                "Compact",
+                "CompactionFinished",
+            ),
+            Event::PermitAnswered { permit, .. } => (
+                &self.permits,
+                permit.0,
+                "permit",
+                "AcquirePermit",
+                "PermitAnswered",
+            ),
+            _ => return Ok(()),
+        };
+        if set.contains(&id) {
+            return Ok(());
+        }
+        let recent: Vec<String> = set.iter().rev().take(3).map(u64::to_string).collect();
+        let seen = if recent.is_empty() {
+            format!("it has emitted no {command} yet")
+        } else {
+            format!("the latest {what} ids it emitted: {}", recent.join(", "))
+        };
+        Err(UnknownAnswerError::new_err(format!(
+            "{name} answers {what} {id}, but this machine never emitted a {command} with that \
+             id ({seen}); answer with the id of the command you executed"
+        )))
+    }
+}
+
+/// A recorded run: the header and one step per handled event.
+struct Recording {
+    header: TraceHeader,
+    steps: Vec<TraceStep>,
+}
+
+/// The native machine. Use `rebound_agent.AgentMachine`, which wraps it with typed events and
+/// commands.
+#[pyclass(module = "rebound_agent._native", name = "Machine")]
+pub struct PyMachine {
+    machine: AgentMachine,
+    seed: u64,
+    issued: Issued,
+    recording: Option<Recording>,
+}
+
+#[pymethods]
+impl PyMachine {
+    #[new]
+    #[pyo3(signature = (config=None, seed=None, conversation=None, record=false))]
+    fn new(
+        config: Option<&Bound<'_, PyAny>>,
+        seed: Option<&Bound<'_, PyAny>>,
+        conversation: Option<&Bound<'_, PyAny>>,
+        record: bool,
+    ) -> PyResult<Self> {
+        let seed = seed.map_or(Ok(0), |s| to_u64(s, "seed"))?;
+        let config: MachineConfig = match config {
+            None => MachineConfig::default(),
+            Some(c) if c.is_none() => MachineConfig::default(),
+            Some(c) => from_py(c, "machine config")
+                .map_err(|e| crate::errors::ConfigError::new_err(e.to_string()))?,
+        };
+        let conversation: Option<Conversation> = match conversation {
+            Some(c) if !c.is_none() => Some(
+                from_py(c, "conversation")
+                    .map_err(|e| crate::errors::ConfigError::new_err(e.to_string()))?,
+            ),
+            _ => None,
+        };
+        let recording = record.then(|| {
+            let mut header = TraceHeader::new(seed, config.clone());
+            header.initial_conversation.clone_from(&conversation);
+            header.meta.insert("driver".into(), "python".into());
+            Recording {
+                header,
+                steps: Vec::new(),
+            }
+        });
+        let machine = match conversation {
+            Some(c) => AgentMachine::with_conversation(config, seed, c),
+            None => AgentMachine::new(config, seed),
+        };
+        Ok(PyMachine {
+            machine,
+            seed,
+            issued: Issued::default(),
+            recording,
+        })
+    }
+
+    /// Feeds one event (its JSON shape) at `now_ms`; returns `"accepted"`, `"stale"` or
+    /// `"terminal"`. Raises (leaving the machine unchanged) for a malformed event, an answer
+    /// to a command never emitted, or an event the machine did not ask for.
+    fn handle(
+        &mut self,
+        now_ms: &Bound<'_, PyAny>,
+        event: &Bound<'_, PyAny>,
+    ) -> PyResult<&'static str> {
+        let now = Millis(to_u64(now_ms, "now_ms")?);
+        let event: Event = from_py(event, "event")?;
+        self.issued.check(&event)?;
+        let recorded = self.recording.as_ref().map(|_| event.clone());
+        match self.machine.handle(now, event) {
+            Handled::Ignored(IgnoreReason::Unexpected) => Err(UnexpectedEventError::new_err(
+                "the machine did not ask for this event now (e.g. a second user message \
+                 during a run, or Resume after it started); it was ignored",
+            )),
+            handled => {
+                if let (Some(rec), Some(event)) = (self.recording.as_mut(), recorded) {
+                    rec.steps.push(TraceStep::new(now, event, &[]));
+                }
+                Ok(match handled {
+                    Handled::Accepted => "accepted",
+                    Handled::Ignored(IgnoreReason::Terminal) => "terminal",
+                    _ => "stale",
+                })
+            }
+        }
+    }
+
+    /// The next command as `(type, fields)`, or `None` when there is none.
+    fn poll<'py>(
+        &mut self,
+        py: Python<'py>,
+    ) -> PyResult<Option<(&'static str, Bound<'py, PyDict>)>> {
+        let Some(command) = self.machine.poll() else {
+            return Ok(None);
+        };
+        self.issued.note(&command);
+        if let Some(rec) = self.recording.as_mut() {
+            if let Some(step) = rec.steps.last_mut() {
+                step.commands.push(command_value(&command));
+            }
+        }
+        command_fields(py, &command).map(Some)
+    }
+
+    /// The conversation as it stands (only complete messages).
+    fn conversation(&self) -> PySnapshot {
+        PySnapshot::full(Arc::clone(self.machine.snapshot().arc()))
+    }
+
+    /// Assistant messages appended in this run.
+    #[getter]
+    fn turns(&self) -> u32 {
+        self.machine.turns()
+    }
+
+    /// Index of the target requests currently go to.
+    #[getter]
+    fn target(&self) -> usize {
+        self.machine.target()
+    }
+
+    /// Whether the run finished or failed.
+    #[getter]
+    fn is_terminal(&self) -> bool {
+        self.machine.is_terminal()
+    }
+
+    /// The jitter seed.
+    #[getter]
+    fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// How the run ended: `{"Ok": reason}` or `{"Err": error}`, or `None` while it runs.
+    fn outcome<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.machine.outcome().map(|o| to_py(py, o)).transpose()
+    }
+
+    /// The configuration, in its JSON shape.
+    fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, self.machine.config())
+    }
+
+    /// The run so far as a trace (JSON Lines), when the machine was made with `record=True`.
+    fn trace_jsonl(&self) -> PyResult<String> {
+        let rec = self.recording.as_ref().ok_or_else(|| {
+            ReboundError::new_err("this machine records no trace: create it with record=True")
+        })?;
+        Ok(Trace {
+            header: rec.header.clone(),
+            steps: rec.steps.clone(),
+        }
+        .to_jsonl())
+    }
+}
+
+fn snapshot<'py>(py: Python<'py>, s: &rebound_core::Snapshot) -> PyResult<Bound<'py, PyAny>> {
+    Ok(Bound::new(py, PySnapshot::full(Arc::clone(s.arc())))?.into_any())
+}
+
+/// A command as its trace type tag and its fields, conversations as [`PySnapshot`]s.
+fn command_fields<'py>(
+    py: Python<'py>,
+    command: &Command,
+) -> PyResult<(&'static str, Bound<'py, PyDict>)> {
+    let d = PyDict::new(py);
+    let tag = match command {
+        Command::AppendMessage { message } => {
+            d.set_item("message", to_py(py, &**message)?)?;
+            "append_message"
+        }
+        Command::SendRequest {
+            request,
+            target,
+            attempt,
+            conversation,
+            purpose,
+            deadlines,
+        } => {
+            d.set_item("request", request.0)?;
+            d.set_item("target", *target)?;
+            d.set_item("attempt", *attempt)?;
+            d.set_item("conversation", snapshot(py, conversation)?)?;
+            d.set_item("purpose", to_py(py, purpose)?)?;
+            if deadlines.is_default() {
+                d.set_item("deadlines", py.None())?;
+            } else {
+                d.set_item("deadlines", to_py(py, deadlines)?)?;
+            }
+            "send_request"
+        }
+        Command::Sleep { timer, delay_ms } => {
+            d.set_item("timer", timer.0)?;
+            d.set_item("delay_ms", *delay_ms)?;
+            "sleep"
+        }
+        Command::NotifyRetry { info } => {
+            d.set_item("info", to_py(py, info)?)?;
+            "notify_retry"
+        }
+        Command::NotifyFallback { info } => {
+            d.set_item("info", to_py(py, info)?)?;
+            "notify_fallback"
+        }
+        Command::Compact {
+            compaction,
+            conversation,
+        } => {
+            d.set_item("compaction", compaction.0)?;
+            d.set_item("conversation", snapshot(py, conversation)?)?;
+            "compact"
+        }
+        Command::ReplaceConversation {
+            conversation,
+            report,
+        } => {
+            d.set_item("conversation", snapshot(py, conversation)?)?;
+            d.set_item("report", to_py(py, report)?)?;
+            "replace_conversation"
+        }
+        Command::RunTools { batch, calls } => {
+            d.set_item("batch", batch.0)?;
+            d.set_item("calls", to_py(py, calls)?)?;
+            "run_tools"
+        }
+        Command::AcquirePermit { permit, ask } => {
+            d.set_item("permit", permit.0)?;
+            d.set_item("ask", to_py(py, ask)?)?;
+            "acquire_permit"
+        }
+        Command::NoteBudget { note } => {
+            d.set_item("note", to_py(py, note)?)?;
+            "note_budget"
+        }
+        Command::Finish { reason, turns } => {
+            d.set_item("reason", to_py(py, reason)?)?;
+            d.set_item("turns", *turns)?;
+            "finish"
+        }
+        Command::Fail { error } => {
+            d.set_item("error", to_py(py, &**error)?)?;
+            "fail"
+        }
+    };
+    Ok((tag, d))
+}
+
+/// The one-line text a person reads for a retry notice (`"retry_info"`), a fallback notice
+/// (`"fallback_info"`) or a run error (`"run_error"`), given its JSON shape: e.g.
+/// `provider unavailable: retrying in 2.4s (attempt 2/4)`.
+#[pyfunction]
+pub fn describe(kind: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
+    Ok(match kind {
+        "retry_info" => from_py::<ProviderRetryInfo>(value, "retry info")?.to_string(),
+        "fallback_info" => from_py::<FallbackInfo>(value, "fallback info")?.to_string(),
+        "run_error" => from_py::<RunError>(value, "run error")?.to_string(),
+        other => {
+            return Err(ReboundError::new_err(format!(
+                "cannot describe a {other:?}: expected \"retry_info\", \"fallback_info\" or \
+                 \"run_error\""
+            )))
+        }
+    })
+}
+
+/// Checks that `event` (its JSON shape) is an event the machine can read, and returns it
+/// as the machine reads it (normalized JSON shape).
+#[pyfunction]
+pub fn normalize_event<'py>(
+    py: Python<'py>,
+    event: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let event: Event = from_py(event, "event")?;
+    to_py(py, &event)
+}

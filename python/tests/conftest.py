@@ -1,0 +1,95 @@
+"""Shared helpers: a scripted driver of the machine, as an agent would write one."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from rebound_agent import AgentMachine, commands as c, events as e
+
+
+def text_response(text: str = "done") -> dict[str, Any]:
+    """An assistant response that ends the turn."""
+    return {
+        "message": {"role": "assistant", "content": [{"type": "text", "text": text}]},
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 10, "output_tokens": 2},
+    }
+
+
+def tool_response(call_id: str, path: str) -> dict[str, Any]:
+    """An assistant response asking for the `read` tool."""
+    return {
+        "message": {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": call_id, "name": "read", "input": {"path": path}}],
+        },
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+    }
+
+
+def failure(kind: str, status: int | None = None, **extra: Any) -> dict[str, Any]:
+    """A classified ProviderFailure."""
+    f: dict[str, Any] = {"kind": kind, "message": f"{kind} happened"}
+    if status is not None:
+        f["status"] = status
+    f.update(extra)
+    return f
+
+
+READ_TOOL = {"name": "read", "description": "Reads a file.", "input_schema": {"type": "object"}}
+
+
+class Run:
+    """What a driven run saw: every step's event, its commands, and the time."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple[int, e.Event, list[c.Command]]] = []
+        self.lengths: list[tuple[int, int]] = []  # conversation length before/after each step
+
+    def commands(self) -> Iterable[c.Command]:
+        for _, _, cmds in self.steps:
+            yield from cmds
+
+    @property
+    def last(self) -> c.Command:
+        return self.steps[-1][2][-1]
+
+
+def drive(
+    machine: AgentMachine,
+    answer: Callable[[c.SendRequest], e.Event],
+    prompt: str = "Fix the failing test.",
+    max_steps: int = 500,
+) -> Run:
+    """Runs the machine to its end: `answer` answers each request; sleeps advance the clock;
+    tools answer with the file's name."""
+    run = Run()
+    now = 0
+    inbox: list[e.Event] = [e.UserMessage.text(prompt)]
+    for _ in range(max_steps):
+        if not inbox:
+            break
+        event = inbox.pop()
+        before = len(machine.conversation())
+        cmds = machine.step(now, event)
+        run.lengths.append((before, len(machine.conversation())))
+        run.steps.append((now, event, cmds))
+        for cmd in cmds:
+            match cmd:
+                case c.SendRequest():
+                    now += 10
+                    inbox.append(answer(cmd))
+                case c.Sleep(timer=timer, delay_ms=delay):
+                    now += delay
+                    inbox.append(e.TimerFired(timer))
+                case c.RunTools(batch=batch, calls=calls):
+                    inbox.append(
+                        e.ToolsFinished.per_call(batch, [e.tool_ok(x["id"], x["input"]["path"]) for x in calls])
+                    )
+                case c.Compact():
+                    raise AssertionError("no compaction expected in these runs")
+                case c.AcquirePermit(permit=permit):
+                    inbox.append(e.PermitAnswered(permit, "granted"))
+    assert machine.is_terminal, "the run did not end"
+    return run
