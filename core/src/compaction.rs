@@ -719,4 +719,133 @@ mod tests {
         let small = compact(&c, &policy).unwrap();
         assert!(small.messages()[1].text().starts_with("ééé\n[…"));
     }
+
+    #[test]
+    fn the_report_line_names_why_and_how_and_a_failed_summary() {
+        let before = long_session(3, 2_000);
+        let after = compact(&before, &CompactionPolicy::default()).unwrap();
+        let mut report = CompactionReport::new(
+            &before,
+            &after,
+            CompactionReason::Overflow,
+            CompactionMethod::Summary,
+        );
+        let line = report.to_string();
+        assert!(
+            line.starts_with("compacted the conversation (overflow, summary): 7 → "),
+            "{line}"
+        );
+        report.reason = CompactionReason::Threshold;
+        report.method = CompactionMethod::Elide;
+        report.summary_error = Some("the summarizer timed out".into());
+        let line = report.to_string();
+        assert!(
+            line.starts_with("compacted the conversation (threshold, elide): "),
+            "{line}"
+        );
+        assert!(
+            line.ends_with(
+                "; the summary failed (the summarizer timed out), so old payloads were elided \
+                 instead"
+            ),
+            "{line}"
+        );
+    }
+
+    /// A conversation of `turns` exchanges after the task statement, each assistant text of
+    /// `bytes` bytes answered by a short user message.
+    fn chat(task: &str, turns: usize, bytes: usize) -> Conversation {
+        let mut c = Conversation::new();
+        c.push(Message::user_text(task));
+        for i in 0..turns {
+            c.push(Message::assistant_text(format!("{i}{}", "x".repeat(bytes))));
+            c.push(Message::user_text(format!("go on {i}")));
+        }
+        c
+    }
+
+    #[test]
+    fn nothing_is_summarised_when_only_the_task_statement_is_older_than_the_tail() {
+        let policy = CompactionPolicy::default().with_keep_recent_messages(1);
+        // user, assistant, user: the tail starts at the assistant message, so the only older
+        // message is the task itself, which a summary would only repeat.
+        assert_eq!(summary_request(&chat("task", 1, 10), &policy, None), None);
+        assert_eq!(summary_request(&chat("task", 0, 10), &policy, None), None);
+        assert_eq!(summary_request(&Conversation::new(), &policy, None), None);
+        let two = summary_request(&chat("task", 2, 10), &policy, None).expect("a request");
+        assert_eq!(two.keep_from, 3);
+    }
+
+    #[test]
+    fn the_task_statement_is_elided_only_past_the_tail_limit() {
+        // The task statement says what the whole conversation is for: in a summary request
+        // it is cut only where a kept tool result would be (`max_tail_result_bytes`), while
+        // the other older messages are cut at `elide_over_bytes`.
+        let task = format!("the task: {}", "t".repeat(4_000));
+        let c = chat(&task, 4, 4_000);
+        let policy = CompactionPolicy::default()
+            .with_keep_recent_messages(2)
+            .with_elide_over_bytes(1_000)
+            .with_max_tail_result_bytes(8_000);
+        let request = summary_request(&c, &policy, None).expect("a request");
+        let sent = request.conversation.messages();
+        assert_eq!(sent[0].text(), task, "the task statement is whole");
+        assert!(
+            sent[1].text().len() < 1_000 && sent[1].text().contains("bytes elided"),
+            "a later long message is elided: {}",
+            sent[1].text().len()
+        );
+        let strict = policy.clone().with_max_tail_result_bytes(2_000);
+        let request = summary_request(&c, &strict, None).expect("a request");
+        assert!(request.conversation.messages()[0]
+            .text()
+            .contains("bytes elided"));
+    }
+
+    #[test]
+    fn a_request_that_fits_exactly_drops_nothing_and_one_byte_less_drops_whole_exchanges() {
+        let c = chat("task", 8, 300);
+        let policy = CompactionPolicy::default().with_keep_recent_messages(2);
+        let whole = summary_request(&c, &policy, None).expect("a request");
+        assert_eq!(whole.dropped, 0);
+        // The size the fit is measured on: the older messages, before the prompt is added.
+        let sent = whole.conversation.messages();
+        let last = sent.last().expect("messages");
+        let without_prompt = Message {
+            role: last.role,
+            content: last.content[..last.content.len() - 1].to_vec(),
+        };
+        let older: usize = sent[..sent.len() - 1]
+            .iter()
+            .map(|m| m.approx_bytes())
+            .sum::<usize>()
+            + without_prompt.approx_bytes();
+
+        let exact = summary_request(&c, &policy, Some(older)).expect("a request");
+        assert_eq!(exact, whole, "a request of exactly `fit_bytes` fits");
+
+        let less = summary_request(&c, &policy, Some(older - 1)).expect("a request");
+        assert!(less.dropped > 0);
+        let sent = less.conversation.messages();
+        assert_eq!(sent[0].role, Role::User);
+        assert!(sent[0].text().contains(&format!(
+            "[{} earlier messages were left out of this summary request",
+            less.dropped
+        )));
+        // Whole exchanges go: the roles still alternate, starting with the task statement.
+        for (i, m) in sent.iter().enumerate() {
+            let expected = if i % 2 == 0 {
+                Role::User
+            } else {
+                Role::Assistant
+            };
+            assert_eq!(m.role, expected, "message {i}");
+        }
+        assert_eq!(less.dropped % 2, 0, "{}", less.dropped);
+        assert_eq!(
+            sent.len() + less.dropped,
+            whole.conversation.len(),
+            "only dropped messages are missing"
+        );
+    }
 }
