@@ -31,11 +31,19 @@ from ._native import (
     EventError,
     Machine as _Machine,
     ReboundError,
+    RequestError,
     Snapshot,
+    StreamDecoder,
     StreamError,
     TraceError,
     UnexpectedEventError,
     UnknownAnswerError,
+    classify_http,
+    classify_transport,
+    compact,
+    parse_response,
+    request_body,
+    request_path,
 )
 from .commands import Command
 from .events import Event
@@ -54,6 +62,15 @@ __all__ = [
     "UnexpectedEventError",
     "StreamError",
     "TraceError",
+    "RequestError",
+    # wire helpers
+    "request_body",
+    "request_path",
+    "parse_response",
+    "StreamDecoder",
+    "classify_http",
+    "classify_transport",
+    "compact",
 ]
 
 _from_native = commands._from_native

@@ -27,6 +27,10 @@ class StreamError(ReboundError):
 class TraceError(ReboundError):
     """A trace that cannot be read."""
 
+class RequestError(ReboundError):
+    """A request body that cannot be built (empty conversation, unpaired tool calls,
+    refused options)."""
+
 class Snapshot:
     """A shared, read-only conversation (or a trace's summary of one)."""
 
@@ -84,3 +88,72 @@ def describe(
 
 def normalize_event(event: Any) -> dict[str, Json]:
     """The event as the machine reads it; EventError when it cannot."""
+
+Provider = Literal["anthropic", "openai", "openai_responses"]
+Bytes = bytes | bytearray | memoryview | str
+
+def request_body(
+    provider: Provider,
+    conversation: Snapshot | list[Json],
+    model: str,
+    max_tokens: int = 4096,
+    *,
+    system: str | None = None,
+    tools: list[Mapping[str, Json]] | None = None,
+    stream: bool = True,
+    options: Mapping[str, Json] | None = None,
+    base_url: str | None = None,
+    identity: str | None = None,
+) -> dict[str, Json]:
+    """The JSON request body for ``provider``; RequestError when none can be built.
+
+    ``tools``: ``[{"name", "description", "input_schema"}]``. ``options``: temperature,
+    top_p, stop_sequences, tool_choice ("auto", "any", "none", "tool:NAME"),
+    parallel_tool_calls, reasoning_effort, thinking_budget, user_id, extra_body.
+    ``base_url`` picks the tool-id form the server takes (Mistral's nine characters);
+    ``identity`` is the target's, so reasoning another target owns is left out."""
+
+def request_path(provider: Provider) -> str:
+    """``/v1/messages``, ``/chat/completions`` or ``/responses``."""
+
+def parse_response(provider: Provider, body: Bytes) -> dict[str, Json]:
+    """A whole non-streamed response body as an AssistantResponse; StreamError (with
+    ``failure``) for an error object or a body that is no response."""
+
+class StreamDecoder:
+    """Incremental decoder of one streamed response body (server-sent events)."""
+
+    def __init__(self, provider: Provider) -> None: ...
+    def feed(self, data: Bytes) -> list[dict[str, Json]]:
+        """The deltas completed by ``data``: ``{"type": "text", "index", "text"}``,
+        ``thinking``, ``tool_call_start`` (id, name), ``tool_input_json`` (partial_json).
+        StreamError (with ``failure``) when the bytes are no valid stream."""
+    @property
+    def is_complete(self) -> bool:
+        """Whether the terminal event arrived."""
+    def finish(self) -> dict[str, Json]:
+        """The AssistantResponse, or StreamError whose ``failure`` answers the request."""
+
+def classify_http(
+    provider: Provider,
+    status: int,
+    headers: Mapping[str, str] | list[tuple[str, str]] | Any | None = None,
+    body: Bytes | None = None,
+    now_unix_ms: int | None = None,
+) -> dict[str, Json]:
+    """An HTTP error response as a ProviderFailure (kind, status, hints, request id)."""
+
+def classify_transport(
+    description: str,
+    *,
+    timed_out: bool = False,
+    connect_failed: bool = False,
+    response_started: bool = False,
+) -> dict[str, Json]:
+    """A failed exchange (no usable response) as a ProviderFailure."""
+
+def compact(
+    conversation: Snapshot | list[Json], policy: Mapping[str, Json] | None = None
+) -> dict[str, Json]:
+    """Deterministic elision: ``{"Ok": messages}`` or ``{"Err": why}``, the ``result`` of
+    CompactionFinished."""

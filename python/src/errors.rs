@@ -46,3 +46,10 @@ create_exception!(
     ReboundError,
     "A trace that cannot be read: empty, another format or version, a bad or cut line."
 );
+create_exception!(
+    _native,
+    RequestError,
+    ReboundError,
+    "A request body that cannot be built: an empty conversation, tool calls not answered \
+     in order, or options the provider refuses."
+);

@@ -10,6 +10,7 @@
 mod errors;
 mod json;
 mod machine;
+mod wire;
 
 use pyo3::prelude::*;
 
@@ -30,9 +31,17 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add("StreamError", py.get_type::<errors::StreamError>())?;
     m.add("TraceError", py.get_type::<errors::TraceError>())?;
+    m.add("RequestError", py.get_type::<errors::RequestError>())?;
     m.add_class::<machine::PyMachine>()?;
     m.add_class::<machine::PySnapshot>()?;
     m.add_function(wrap_pyfunction!(machine::describe, m)?)?;
     m.add_function(wrap_pyfunction!(machine::normalize_event, m)?)?;
+    m.add_class::<wire::PyStreamDecoder>()?;
+    m.add_function(wrap_pyfunction!(wire::request_body, m)?)?;
+    m.add_function(wrap_pyfunction!(wire::request_path, m)?)?;
+    m.add_function(wrap_pyfunction!(wire::parse_response, m)?)?;
+    m.add_function(wrap_pyfunction!(wire::classify_http, m)?)?;
+    m.add_function(wrap_pyfunction!(wire::classify_transport, m)?)?;
+    m.add_function(wrap_pyfunction!(wire::compact, m)?)?;
     Ok(())
 }

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings, strategies as st
 
 from conftest import READ_TOOL, drive, failure, text_response, tool_response
-from rebound_agent import AgentMachine, commands as c, events as e
+from rebound_agent import AgentMachine, commands as c, events as e, request_body
 
 RETRYABLE = [
     ("unavailable", 529),
@@ -79,6 +79,9 @@ def test_every_retry_sends_the_same_conversation_as_the_first_attempt(script, re
                 assert cmd.conversation == first.conversation
                 assert cmd.conversation.digest == first.conversation.digest
                 assert cmd.conversation.messages() == first.conversation.messages()
+                for provider in ("anthropic", "openai", "openai_responses"):
+                    body = request_body(provider, cmd.conversation, "m", tools=[READ_TOOL])
+                    assert body == request_body(provider, first.conversation, "m", tools=[READ_TOOL])
 
 
 @settings(max_examples=150, deadline=None)
