@@ -752,6 +752,33 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_builders_set_what_an_embedder_cannot_write_as_a_literal() {
+        // The policy is `#[non_exhaustive]`: outside this crate the builders are the only way
+        // to set it, so each must set its own field and no other.
+        let built = CompactionPolicy::default()
+            .with_keep_recent_messages(2)
+            .with_elide_over_bytes(10)
+            .with_keep_head_bytes(3)
+            .with_max_tail_result_bytes(50);
+        assert_eq!(
+            built,
+            CompactionPolicy {
+                keep_recent_messages: 2,
+                elide_over_bytes: 10,
+                keep_head_bytes: 3,
+                max_tail_result_bytes: 50,
+            }
+        );
+        // And they act: an old 100-byte tool output is cut to a 3-byte head.
+        let request = summary_request(&long_session(6, 100), &built, None).unwrap();
+        let old_result = serde_json::to_string(&*request.conversation.messages()[2]).unwrap();
+        assert!(
+            old_result.contains("yyy\\n[… 97 bytes elided"),
+            "{old_result}"
+        );
+    }
+
     /// A conversation of `turns` exchanges after the task statement, each assistant text of
     /// `bytes` bytes answered by a short user message.
     fn chat(task: &str, turns: usize, bytes: usize) -> Conversation {
