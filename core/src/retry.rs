@@ -331,6 +331,37 @@ mod tests {
     }
 
     #[test]
+    fn a_multiplier_below_one_or_not_finite_keeps_the_delay_at_its_initial_value() {
+        // As documented on `multiplier`: such values count as 1, so delays neither shrink to
+        // nothing nor jump to the cap.
+        for multiplier in [
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            -3.0,
+            0.0,
+            0.5,
+            0.999,
+            1.0,
+        ] {
+            let c = RetryConfig::default().with_multiplier(multiplier);
+            let delays: Vec<u64> = (1..=5).map(|retry| c.base_delay_ms(retry)).collect();
+            assert_eq!(delays, [c.initial_delay_ms; 5], "{multiplier}");
+        }
+        let growing = RetryConfig::default().with_multiplier(1.5);
+        assert_eq!(
+            (1..=3)
+                .map(|retry| growing.base_delay_ms(retry))
+                .collect::<Vec<_>>(),
+            [
+                growing.initial_delay_ms,
+                growing.initial_delay_ms * 3 / 2,
+                growing.initial_delay_ms * 9 / 4
+            ]
+        );
+    }
+
+    #[test]
     fn retry_after_within_the_cap_wins_over_backoff() {
         let c = RetryConfig::default();
         let mut f = failure();
