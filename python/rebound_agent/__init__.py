@@ -25,13 +25,14 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
-from . import commands, events
+from . import commands, events, sim
 from ._native import (
     ConfigError,
     EventError,
     Machine as _Machine,
     ReboundError,
     RequestError,
+    SimulationError,
     Snapshot,
     StreamDecoder,
     StreamError,
@@ -47,6 +48,14 @@ from ._native import (
 )
 from .commands import Command
 from .events import Event
+from .sim import (
+    builtin_scenarios,
+    outage_report,
+    read_trace,
+    replay,
+    simulate,
+    simulate_many,
+)
 
 __all__ = [
     "AgentMachine",
@@ -63,6 +72,8 @@ __all__ = [
     "StreamError",
     "TraceError",
     "RequestError",
+    "SimulationError",
+    "sim",
     # wire helpers
     "request_body",
     "request_path",
@@ -71,6 +82,13 @@ __all__ = [
     "classify_http",
     "classify_transport",
     "compact",
+    # simulator and replay
+    "builtin_scenarios",
+    "simulate",
+    "simulate_many",
+    "outage_report",
+    "replay",
+    "read_trace",
 ]
 
 _from_native = commands._from_native

@@ -27,6 +27,9 @@ class StreamError(ReboundError):
 class TraceError(ReboundError):
     """A trace that cannot be read."""
 
+class SimulationError(RuntimeError):
+    """The simulator could not complete a run (a machine livelock: a bug); names the seed."""
+
 class RequestError(ReboundError):
     """A request body that cannot be built (empty conversation, unpaired tool calls,
     refused options)."""
@@ -157,3 +160,22 @@ def compact(
 ) -> dict[str, Json]:
     """Deterministic elision: ``{"Ok": messages}`` or ``{"Err": why}``, the ``result`` of
     CompactionFinished."""
+
+def builtin_scenarios() -> list[str]: ...
+def simulate(
+    scenario: str | Mapping[str, Json], seed: int = 0, config: Mapping[str, Json] | None = None
+) -> dict[str, Json]:
+    """One run: seed, succeeded, result, requests, duration_ms, retries, trace."""
+def simulate_many(
+    scenario: str | Mapping[str, Json],
+    runs: int = 100,
+    first_seed: int = 0,
+    config: Mapping[str, Json] | None = None,
+) -> dict[str, Json]:
+    """Statistics of many runs, with ``table`` as ``rebound sim`` prints it."""
+def outage_report(seed: int = 1, agents: int = 1000) -> dict[str, Json]:
+    """The outage experiment: table, rows, met, misses."""
+def replay(trace: str | bytes) -> dict[str, Json]:
+    """identical, steps, commands, outcome, elapsed_ms, divergence, text."""
+def read_trace(text: str) -> dict[str, Json]:
+    """``{"header", "steps"}`` in their JSON shape; TraceError when unreadable."""

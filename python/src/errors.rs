@@ -1,7 +1,7 @@
 //! The package's typed exceptions. Bad input from Python raises one of these, never a panic.
 
 use pyo3::create_exception;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 
 create_exception!(
     _native,
@@ -52,4 +52,11 @@ create_exception!(
     ReboundError,
     "A request body that cannot be built: an empty conversation, tool calls not answered \
      in order, or options the provider refuses."
+);
+create_exception!(
+    _native,
+    SimulationError,
+    PyRuntimeError,
+    "The simulator could not complete a run: the machine livelocked or stalled. A bug in \
+     rebound, never a scenario's failure; the message names the seed that reproduces it."
 );

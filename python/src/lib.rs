@@ -10,6 +10,7 @@
 mod errors;
 mod json;
 mod machine;
+mod sim;
 mod wire;
 
 use pyo3::prelude::*;
@@ -32,6 +33,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("StreamError", py.get_type::<errors::StreamError>())?;
     m.add("TraceError", py.get_type::<errors::TraceError>())?;
     m.add("RequestError", py.get_type::<errors::RequestError>())?;
+    m.add("SimulationError", py.get_type::<errors::SimulationError>())?;
     m.add_class::<machine::PyMachine>()?;
     m.add_class::<machine::PySnapshot>()?;
     m.add_function(wrap_pyfunction!(machine::describe, m)?)?;
@@ -43,5 +45,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(wire::classify_http, m)?)?;
     m.add_function(wrap_pyfunction!(wire::classify_transport, m)?)?;
     m.add_function(wrap_pyfunction!(wire::compact, m)?)?;
+    m.add_function(wrap_pyfunction!(sim::builtin_scenarios, m)?)?;
+    m.add_function(wrap_pyfunction!(sim::simulate, m)?)?;
+    m.add_function(wrap_pyfunction!(sim::simulate_many, m)?)?;
+    m.add_function(wrap_pyfunction!(sim::outage_report, m)?)?;
+    m.add_function(wrap_pyfunction!(sim::replay, m)?)?;
+    m.add_function(wrap_pyfunction!(sim::read_trace, m)?)?;
     Ok(())
 }

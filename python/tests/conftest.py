@@ -93,3 +93,65 @@ def drive(
                     inbox.append(e.PermitAnswered(permit, "granted"))
     assert machine.is_terminal, "the run did not end"
     return run
+
+
+# --- the Rust CLI (`rebound`), for traces it records and the fake provider it serves ---
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def rebound_bin() -> str:
+    """The `rebound` binary: $REBOUND_BIN, else the workspace's newer build (release or
+    debug), else one on PATH. Tests that need it skip without it, unless
+    REBOUND_REQUIRE_CLI=1 (CI)."""
+    builds = [REPO / "target" / p / "rebound" for p in ("release", "debug")]
+    builds = sorted((b for b in builds if b.exists()), key=lambda b: b.stat().st_mtime, reverse=True)
+    candidates = [os.environ.get("REBOUND_BIN"), *map(str, builds), shutil.which("rebound")]
+    for c in candidates:
+        if c and os.access(c, os.X_OK):
+            return c
+    message = "the rebound CLI is not built: cargo build -p rebound-cli, or set REBOUND_BIN"
+    if os.environ.get("REBOUND_REQUIRE_CLI") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+class Server:
+    """`rebound serve` on a free port, stopped when the test ends."""
+
+    def __init__(self, scenario: str, seed: int = 0) -> None:
+        self.process = subprocess.Popen(
+            [rebound_bin(), "serve", "--scenario", scenario, "--seed", str(seed)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        self.url = self.process.stdout.readline().strip()
+        assert self.url.startswith("http://"), f"rebound serve printed {self.url!r}"
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+@pytest.fixture
+def serve():
+    """Starts `rebound serve --scenario NAME`; returns its base URL."""
+    servers: list[Server] = []
+
+    def start(scenario: str, seed: int = 0) -> str:
+        server = Server(scenario, seed)
+        servers.append(server)
+        return server.url
+
+    yield start
+    for s in servers:
+        s.stop()

@@ -1,0 +1,218 @@
+"""The simulator and trace replay of rebound-sim, from Python.
+
+- :func:`simulate` runs a scenario (a built-in name, its JSON text or a dict) once in virtual
+  time; :func:`simulate_many` runs it for many seeds and returns the statistics
+  ``rebound sim`` prints.
+- :func:`outage_report` runs the outage experiment (``rebound sim --compare``).
+- :func:`replay` replays a trace (recorded by the Rust CLI, the runner, the simulator or an
+  ``AgentMachine(record=True)``) into a fresh machine and reports the first divergence as
+  ``rebound replay`` prints it; :func:`read_trace` reads one into typed steps.
+
+Everything runs in Rust (without holding the GIL for the long runs); these wrappers only give
+the results names and types.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from . import _native
+from .commands import Command
+from .events import Event
+
+__all__ = [
+    "builtin_scenarios",
+    "simulate",
+    "simulate_many",
+    "outage_report",
+    "replay",
+    "read_trace",
+    "SimRun",
+    "SimStats",
+    "OutageReport",
+    "ReplayReport",
+    "Divergence",
+    "Trace",
+    "TraceStep",
+]
+
+Scenario = str | Mapping[str, Any]
+"""A built-in scenario's name, a scenario's JSON text, or a dict of its JSON shape."""
+
+
+def builtin_scenarios() -> list[str]:
+    """The names of the built-in scenarios (``demo``, ``brownout``, …)."""
+    return list(_native.builtin_scenarios())
+
+
+@dataclass(frozen=True)
+class SimRun:
+    """One simulated run."""
+
+    seed: int
+    succeeded: bool
+    result: dict[str, Any]
+    """``{"Ok": finish_reason}`` or ``{"Err": run_error}``."""
+    requests: int
+    duration_ms: int
+    """Virtual time from start to end."""
+    retries: list[tuple[int, str]]
+    """Each retry notice: its virtual time and status line."""
+    trace: str
+    """The run's trace (JSON Lines): :func:`replay` replays it."""
+
+
+def simulate(scenario: Scenario, seed: int = 0, config: Mapping[str, Any] | None = None) -> SimRun:
+    """Runs ``scenario`` once with ``seed``. ``config`` is a SimConfig in its JSON shape
+    (``{"machine": MachineConfig, "max_steps", "budget"}``). Raises ConfigError for an
+    unknown or bad scenario, SimulationError if the machine livelocks (a bug)."""
+    d = _native.simulate(scenario, seed, config)
+    d["retries"] = [tuple(r) for r in d["retries"]]
+    return SimRun(**d)
+
+
+@dataclass(frozen=True)
+class SimStats:
+    """Many seeded runs of one scenario, summarized as ``rebound sim`` does."""
+
+    scenario: str
+    runs: int
+    succeeded: int
+    success_rate: float
+    failures: dict[str, int]
+    """Failed runs per error kind."""
+    sim_errors: int
+    """Runs the simulator could not complete (machine bugs)."""
+    first_sim_error: str | None
+    mean_requests: float
+    p99_requests: int
+    retries: int
+    p50_ms: int
+    p99_ms: int
+    per_run: list[tuple[int, bool, int, int]]
+    """Each run: (seed, succeeded, requests, virtual ms)."""
+    table: str
+    """The Markdown table ``rebound sim`` prints."""
+
+    def __str__(self) -> str:
+        return self.table
+
+
+def simulate_many(
+    scenario: Scenario, runs: int = 100, first_seed: int = 0, config: Mapping[str, Any] | None = None
+) -> SimStats:
+    """Runs ``scenario`` ``runs`` times, seeds ``first_seed`` to ``first_seed + runs - 1``."""
+    d = _native.simulate_many(scenario, runs, first_seed, config)
+    d["per_run"] = [tuple(r) for r in d["per_run"]]
+    return SimStats(**d)
+
+
+@dataclass(frozen=True)
+class OutageReport:
+    """The outage experiment: every (outage model, policy) row."""
+
+    table: str
+    """The Markdown report ``rebound sim --compare`` prints."""
+    rows: list[dict[str, Any]]
+    """model, policy, agents, completed, success_rate, requests, requests_per_turn,
+    p50_ms, p99_ms, peak_per_sec."""
+    met: bool
+    """Whether rebound met its bar (see docs/outages.md)."""
+    misses: list[str]
+    """Each rule of the bar rebound broke."""
+
+    def __str__(self) -> str:
+        return self.table
+
+
+def outage_report(seed: int = 1, agents: int = 1000) -> OutageReport:
+    """Runs the outage experiment with ``agents`` agents per outage model (the default
+    1,000 and seed 1 are the tables of docs/outages.md; it takes a while)."""
+    return OutageReport(**_native.outage_report(seed, agents))
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first step at which the replayed machine did something else."""
+
+    step: int
+    """0-based step index."""
+    line: int
+    """The trace's line (step + 2)."""
+    t_ms: int
+    event: dict[str, Any]
+    command: int
+    """0-based index of the first differing command."""
+    expected: list[dict[str, Any]]
+    actual: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    """What a replay found."""
+
+    identical: bool
+    steps: int
+    commands: int | None
+    """Commands compared (None when it diverged)."""
+    outcome: dict[str, Any] | None
+    """How the replayed run ended, if it did."""
+    elapsed_ms: int
+    divergence: Divergence | None
+    text: str
+    """What ``rebound replay`` prints for this trace."""
+
+    def __bool__(self) -> bool:
+        return self.identical
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _text(trace: str | bytes | os.PathLike[str]) -> str | bytes:
+    if isinstance(trace, os.PathLike):
+        with open(trace, "rb") as f:
+            return f.read()
+    return trace
+
+
+def replay(trace: str | bytes | os.PathLike[str]) -> ReplayReport:
+    """Replays a trace (its text, or a path to its file). Raises TraceError for a trace
+    that cannot be read (empty, another format or version, a bad or cut line)."""
+    d = _native.replay(_text(trace))
+    if d["divergence"] is not None:
+        d["divergence"] = Divergence(**d["divergence"])
+    return ReplayReport(**d)
+
+
+@dataclass(frozen=True)
+class TraceStep:
+    """One step of a trace: an event at a time and the commands it produced."""
+
+    t_ms: int
+    event: Event
+    commands: list[Command]
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A trace read into typed steps (commands' conversations are summaries)."""
+
+    header: dict[str, Any]
+    """``{"format", "version", "seed", "config", "initial_conversation"?, "meta"?}``."""
+    steps: list[TraceStep]
+
+
+def read_trace(trace: str | bytes | os.PathLike[str]) -> Trace:
+    """Reads a trace (its text, or a path to its file); raises TraceError."""
+    text = _text(trace)
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    d = _native.read_trace(text)
+    steps = [
+        TraceStep(s["t_ms"], Event.from_json(s["event"]), [Command.from_json(c) for c in s["commands"]])
+        for s in d["steps"]
+    ]
+    return Trace(d["header"], steps)

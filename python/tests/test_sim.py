@@ -1,0 +1,171 @@
+"""The simulator, the outage report and trace replay from Python, against the Rust CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import READ_TOOL, drive, failure, rebound_bin, text_response, tool_response
+from rebound_agent import (
+    AgentMachine,
+    ConfigError,
+    TraceError,
+    builtin_scenarios,
+    events as e,
+    outage_report,
+    read_trace,
+    replay,
+    simulate,
+    simulate_many,
+)
+
+
+@pytest.mark.parametrize("scenario", ["demo", "brownout", "stream-cuts", "overflow", "tool-errors"])
+def test_a_simulated_run_replays_identically(scenario):
+    run = simulate(scenario, seed=11)
+    report = replay(run.trace)
+    assert report.identical and report.divergence is None
+    assert report.steps == len(run.trace.splitlines()) - 1
+    assert report.outcome == run.result
+    assert report.text == f"replayed {report.steps} steps and {report.commands} commands identically"
+
+
+def test_a_run_is_a_pure_function_of_its_seed():
+    assert simulate("brownout", seed=4) == simulate("brownout", seed=4)
+    assert any(simulate("brownout", seed=s).trace != simulate("brownout", seed=4).trace for s in range(5, 10))
+
+
+def test_many_runs_give_the_statistics_rebound_sim_prints():
+    stats = simulate_many("brownout", runs=40, first_seed=100)
+    assert stats.runs == 40 == len(stats.per_run)
+    assert [r[0] for r in stats.per_run] == list(range(100, 140))
+    assert stats.succeeded == sum(1 for r in stats.per_run if r[1])
+    assert stats.succeeded + sum(stats.failures.values()) + stats.sim_errors == 40
+    assert stats.table.splitlines()[0].startswith("| scenario |")
+    out = subprocess.run(
+        [rebound_bin(), "sim", "--scenario", "brownout", "--runs", "40", "--seed", "100"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert out.strip() == stats.table
+
+
+def test_a_scenario_may_be_json_and_a_bad_one_is_a_config_error():
+    assert "demo" in builtin_scenarios()
+    with pytest.raises(ConfigError, match="no built-in scenario"):
+        simulate("no-such-scenario")
+    with pytest.raises(ConfigError):
+        simulate('{"name": 3}')
+
+
+def test_the_outage_report_names_every_policy_and_the_verdict():
+    report = outage_report(seed=1, agents=20)
+    policies = {r["policy"] for r in report.rows}
+    assert "rebound" in policies and len(policies) > 2
+    assert report.table.count("\n") >= len(report.rows)
+    assert report.met == (not report.misses)
+    for row in report.rows:
+        assert 0.0 <= row["success_rate"] <= 1.0
+        assert row["completed"] <= row["agents"] == 20
+
+
+def cli_replay(path) -> tuple[int, str]:
+    p = subprocess.run([rebound_bin(), "replay", str(path)], capture_output=True, text=True)
+    return p.returncode, p.stdout
+
+
+@pytest.mark.parametrize("scenario", ["demo", "rate-limit-window", "total-outage"])
+def test_a_trace_recorded_by_rebound_sim_replays_from_python(tmp_path, scenario):
+    path = tmp_path / "sim.jsonl"
+    subprocess.run(
+        [rebound_bin(), "sim", "--scenario", scenario, "--seed", "3", "--trace-out", str(path)],
+        check=True, capture_output=True,
+    )
+    report = replay(path)
+    assert report.identical, report.text
+    assert report.text == cli_replay(path)[1].strip()
+
+
+def test_a_trace_recorded_by_rebound_run_against_rebound_serve_replays_from_python(tmp_path, serve):
+    url = serve("demo", seed=2)
+    path = tmp_path / "run.jsonl"
+    subprocess.run(
+        [rebound_bin(), "run", "--base-url", url, "--model", "claude-sonnet-4-5", "--seed", "9",
+         "--trace", str(path), "Fix the failing test."],
+        check=True, capture_output=True, timeout=120,
+        env={**os.environ, "ANTHROPIC_API_KEY": "test-key-not-secret"},
+    )
+    text = path.read_text()
+    assert "test-key-not-secret" not in text
+    report = replay(text)
+    assert report.identical, report.text
+    assert report.steps > 5
+    trace = read_trace(path)
+    assert trace.header["seed"] == 9
+    kinds = {s.event.type for s in trace.steps}
+    assert {"user_message", "provider_failed", "timer_fired", "provider_succeeded"} <= kinds
+
+
+def test_a_divergence_is_reported_as_the_cli_reports_it(tmp_path):
+    lines = simulate("demo", seed=3).trace.splitlines()
+    step = next(i for i, line in enumerate(lines[1:]) if '"type":"sleep"' in line)
+    record = json.loads(lines[step + 1])
+    for c in record["commands"]:
+        if c["type"] == "sleep":
+            c["delay_ms"] += 1
+    lines[step + 1] = json.dumps(record)
+    path = tmp_path / "altered.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    report = replay(path)
+    assert not report.identical
+    d = report.divergence
+    assert (d.step, d.line) == (step, step + 2)
+    assert d.expected[d.command]["delay_ms"] == d.actual[d.command]["delay_ms"] + 1
+    code, printed = cli_replay(path)
+    assert code == 1
+    assert report.text.strip() == printed.strip()
+
+
+def test_a_trace_recorded_in_python_replays_in_the_cli(tmp_path):
+    m = AgentMachine(config={"tools": [READ_TOOL]}, seed=21, record=True)
+    script = iter([
+        lambda r: e.ProviderFailed(r.request, failure("unavailable", 529)),
+        lambda r: e.ProviderFailed(r.request, failure("rate_limited", 429, retry_after_ms=1200)),
+        lambda r: e.ProviderSucceeded(r.request, tool_response("call_1", "a.txt")),
+    ])
+    drive(m, lambda r: next(script, lambda r: e.ProviderSucceeded(r.request, text_response()))(r))
+    path = tmp_path / "python.jsonl"
+    path.write_text(m.trace_jsonl())
+    assert replay(path).identical
+    code, printed = cli_replay(path)
+    assert code == 0, printed
+    assert printed.strip() == replay(path).text
+
+
+def test_a_typed_trace_converts_back_to_the_recorded_json():
+    text = simulate("overflow", seed=1).trace
+    raw = [json.loads(line) for line in text.splitlines()[1:]]
+    trace = read_trace(text)
+    for step, line in zip(trace.steps, raw):
+        assert step.event.to_json() == line["event"]
+        assert [c.to_json() for c in step.commands] == line["commands"]
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("", "empty"),
+        ('{"format":"other-trace","version":1}\n', "not a rebound trace"),
+        ('{"format":"rebound-trace","version":99}\n', "version 99"),
+        (None, "line 3"),
+    ],
+)
+def test_an_unreadable_trace_is_a_trace_error(text, match):
+    if text is None:
+        lines = simulate("demo").trace.splitlines()
+        lines[2] = "{not json"
+        text = "\n".join(lines) + "\n"
+    with pytest.raises(TraceError, match=match):
+        replay(text)
