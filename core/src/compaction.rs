@@ -830,6 +830,30 @@ mod tests {
     }
 
     #[test]
+    fn compaction_keeps_the_task_statement_up_to_the_tail_limit() {
+        // The task statement says what the conversation is for: compaction cuts it only
+        // where it would cut a kept tool result (`max_tail_result_bytes`); the other older
+        // messages are cut at `elide_over_bytes`.
+        let task = format!("the task: {}", "t".repeat(4_000));
+        let c = chat(&task, 4, 4_000);
+        let policy = CompactionPolicy::default()
+            .with_keep_recent_messages(2)
+            .with_elide_over_bytes(1_000)
+            .with_max_tail_result_bytes(8_000);
+        let small = compact(&c, &policy).unwrap();
+        assert_eq!(small.len(), c.len(), "elision alone halved it");
+        assert_eq!(
+            small.messages()[0].text(),
+            task,
+            "the task statement is whole"
+        );
+        assert!(small.messages()[1].text().contains("bytes elided"));
+        let strict = policy.with_max_tail_result_bytes(2_000);
+        let small = compact(&c, &strict).unwrap();
+        assert!(small.messages()[0].text().contains("bytes elided"));
+    }
+
+    #[test]
     fn a_request_that_fits_exactly_drops_nothing_and_one_byte_less_drops_whole_exchanges() {
         let c = chat("task", 8, 300);
         let policy = CompactionPolicy::default().with_keep_recent_messages(2);
