@@ -854,6 +854,45 @@ mod tests {
     }
 
     #[test]
+    fn old_turns_are_dropped_only_when_elision_did_not_at_least_halve_the_conversation() {
+        // task, one long old answer, then a kept tail whose last message pads the
+        // conversation by `pad` bytes: elision shrinks only the old answer, so the padding
+        // moves the elided size relative to the whole, byte by byte.
+        let conversation = |pad: usize| {
+            let mut c = Conversation::new();
+            c.push(Message::user_text("the task"));
+            c.push(Message::assistant_text("x".repeat(10_000)));
+            c.push(Message::user_text("next"));
+            c.push(Message::assistant_text("a"));
+            c.push(Message::user_text("p".repeat(pad)));
+            c
+        };
+        let policy = CompactionPolicy::default().with_keep_recent_messages(2);
+        let (before, elided) = {
+            let c = conversation(0);
+            let small = compact(&c, &policy).unwrap();
+            assert_eq!(small.len(), c.len(), "elision alone more than halved it");
+            (c.approx_bytes(), small.approx_bytes())
+        };
+        // With this padding, elision leaves exactly half.
+        let half = before - 2 * elided;
+        let c = conversation(half);
+        let small = compact(&c, &policy).unwrap();
+        assert_eq!(small.approx_bytes() * 2, c.approx_bytes());
+        assert_eq!(
+            small.len(),
+            c.len(),
+            "exactly half is halved: nothing dropped"
+        );
+        let c = conversation(half + 1);
+        let small = compact(&c, &policy).unwrap();
+        assert_eq!(small.len(), 3, "one byte more: the old turns are dropped");
+        assert!(small.messages()[0]
+            .text()
+            .contains("[2 earlier messages were removed"));
+    }
+
+    #[test]
     fn a_request_that_fits_exactly_drops_nothing_and_one_byte_less_drops_whole_exchanges() {
         let c = chat("task", 8, 300);
         let policy = CompactionPolicy::default().with_keep_recent_messages(2);
