@@ -893,6 +893,39 @@ mod tests {
     }
 
     #[test]
+    fn a_conversation_that_is_all_tail_is_cut_without_a_note_of_removed_messages() {
+        // Only the task statement is older than the tail: there is nothing to drop, so a
+        // compaction that shrinks the tail's big tool result (but not by half) says nothing
+        // about removed messages.
+        let mut c = Conversation::new();
+        c.push(Message::user_text("the task"));
+        c.push(Message {
+            role: Role::Assistant,
+            content: vec![
+                ContentBlock::text("z".repeat(40_000)),
+                ContentBlock::tool_use("t1", "read", json!({})),
+            ],
+        });
+        c.push(Message {
+            role: Role::User,
+            content: vec![ContentBlock::tool_result(
+                "t1",
+                vec![ToolResultPart::text("y".repeat(40_000))],
+                false,
+            )],
+        });
+        let small = compact(
+            &c,
+            &CompactionPolicy::default().with_keep_recent_messages(2),
+        )
+        .unwrap();
+        assert!(small.approx_bytes() * 2 > c.approx_bytes(), "not halved");
+        assert!(small.approx_bytes() < c.approx_bytes(), "but shrunk");
+        assert_eq!(small.len(), 3);
+        assert_eq!(small.messages()[0].text(), "the task");
+    }
+
+    #[test]
     fn a_request_that_fits_exactly_drops_nothing_and_one_byte_less_drops_whole_exchanges() {
         let c = chat("task", 8, 300);
         let policy = CompactionPolicy::default().with_keep_recent_messages(2);
