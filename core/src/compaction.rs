@@ -926,6 +926,50 @@ mod tests {
     }
 
     #[test]
+    fn only_a_user_message_ending_in_the_prompt_is_a_summary_request() {
+        let c = chat("task", 3, 10);
+        assert!(!is_summary_request(&c), "an ordinary conversation");
+        assert!(!is_summary_request(&Conversation::new()));
+        let request = summary_request(
+            &c,
+            &CompactionPolicy::default().with_keep_recent_messages(2),
+            None,
+        )
+        .expect("a request");
+        assert!(is_summary_request(&request.conversation));
+        // The model quoting the prompt back is not a request for a summary.
+        let mut quoted = c.clone();
+        quoted.push(Message::assistant_text(SUMMARY_PROMPT));
+        assert!(!is_summary_request(&quoted));
+        // Nor is a user message that mentions it before saying something else.
+        let mut mentioned = c;
+        mentioned.push(Message {
+            role: Role::User,
+            content: vec![
+                ContentBlock::text(SUMMARY_PROMPT),
+                ContentBlock::text("and then?"),
+            ],
+        });
+        assert!(!is_summary_request(&mentioned));
+    }
+
+    #[test]
+    fn the_kept_tail_is_verbatim_however_long_its_text() {
+        // Only tool results in the tail are cut (past `max_tail_result_bytes`); the tail's
+        // first message, an assistant message with a long text, is kept as it was.
+        let mut c = chat("task", 3, 5_000);
+        c.push(Message::assistant_text("w".repeat(5_000)));
+        c.push(Message::user_text("and now?"));
+        let small = compact(
+            &c,
+            &CompactionPolicy::default().with_keep_recent_messages(2),
+        )
+        .unwrap();
+        let n = small.len();
+        assert_eq!(small.messages()[n - 2..], c.messages()[c.len() - 2..]);
+    }
+
+    #[test]
     fn a_request_that_fits_exactly_drops_nothing_and_one_byte_less_drops_whole_exchanges() {
         let c = chat("task", 8, 300);
         let policy = CompactionPolicy::default().with_keep_recent_messages(2);
