@@ -732,3 +732,40 @@ async fn header_injection_through_the_key_or_model_never_reaches_the_wire() {
     }
     table::check("provider-injection", cases);
 }
+
+/// A sink that holds the reader longer than the idle timeout (a slow UI, a loaded machine)
+/// while the server goes on sending is not a silent server. On this one-thread runtime the
+/// connection cannot read while the sink runs, so the bytes sent meanwhile reach the reader
+/// only after it waits again: the idle window counts the time the reader waits, not the time
+/// since the last chunk came (which failed this file's flood cases now and then under load).
+#[tokio::test]
+async fn a_sink_slower_than_the_idle_timeout_is_not_a_silent_server() {
+    let s = serve(|mut sock, _| async move {
+        write(&mut sock, SSE_HEAD).await;
+        let stream = String::from_utf8(server::anthropic_stream("all of it")).expect("utf-8");
+        for event in stream.split_inclusive("\n\n") {
+            if !write(&mut sock, event.as_bytes()).await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let provider =
+        HttpProvider::new(config(ProviderKind::Anthropic, &s.url())).expect("valid config");
+    let conversation = Conversation::from(vec![Message::user_text("hi")]);
+    let mut calls = 0;
+    let mut sink = |_: rebound_core::wire::StreamDelta<&str>| {
+        calls += 1;
+        if calls == 1 {
+            std::thread::sleep(IDLE + Duration::from_millis(300));
+        }
+        true
+    };
+    let response = tokio::time::timeout(OUTER, provider.send(request(&conversation), &mut sink))
+        .await
+        .expect("bounded")
+        .unwrap_or_else(|e| panic!("the stream completes: {e}"));
+    assert_eq!(response.message.text(), "all of it");
+    assert!(calls >= 1);
+}

@@ -449,7 +449,6 @@ impl HttpProvider {
                 Ok(None) => break,
                 Ok(Some(chunk)) => chunk,
             };
-            last_byte = Instant::now();
             // The pieces are lent to the sink as they are decoded (no copy per piece); once it
             // asks to stop, it is given no more.
             let (mut progressed, mut stopped) = (false, false);
@@ -465,6 +464,11 @@ impl HttpProvider {
             if decoder.is_complete() {
                 break;
             }
+            // The idle window starts when this reader waits again, not when the chunk came:
+            // while the decoder and the sink (a slow UI, a loaded machine) held this task, the
+            // connection could not hand over the bytes that came meanwhile, and a server that
+            // kept sending must not be taken for a silent one.
+            last_byte = Instant::now();
             if progressed {
                 last_progress = last_byte;
             } else if last_byte >= later(last_progress, progress) {
