@@ -228,12 +228,93 @@ async fn after_the_first_429_the_other_processes_wait_instead_of_each_getting_on
     );
 }
 
-/// 503 for three seconds, then answers.
-/// Long enough that every agent still decides at least a second after Redis is back (it
-/// tries Redis again once a second): on a loaded machine its processes start late, and a
-/// 3 s outage could end before a late one's next try (seen once in a full `cargo test`).
-const FIVE_SECOND_OUTAGE: &str = r#"{"random": {"outages": [
-    {"from_ms": 0, "until_ms": 5000, "fault": {"type": "http", "status": 503}}]}}"#;
+/// A run whose JSON events are read as they come, so a test can act on what the fleet has
+/// done rather than on how long it usually takes (a loaded machine starts twenty processes
+/// late, and restarts Redis slowly).
+struct Watched {
+    child: Child,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    stdout: std::thread::JoinHandle<Vec<u8>>,
+    stderr: std::thread::JoinHandle<Vec<u8>>,
+}
+
+impl Watched {
+    fn spawn(server: &FakeServer, extra: &[&str]) -> Watched {
+        use std::io::{BufRead, Read};
+        let mut child = agent(server, extra).spawn().expect("rebound runs");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let out = child.stdout.take().expect("piped stdout");
+        let seen = lines.clone();
+        let stdout = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                all.extend_from_slice(line.as_bytes());
+                all.push(b'\n');
+                seen.lock().expect("not poisoned").push(line);
+            }
+            all
+        });
+        let mut err = child.stderr.take().expect("piped stderr");
+        let stderr = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            let _ = err.read_to_end(&mut all);
+            all
+        });
+        Watched {
+            child,
+            lines,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// Whether the run has written an event of this type so far.
+    fn told(&self, kind: &str) -> bool {
+        let needle = format!("\"type\":\"{kind}\"");
+        self.lines
+            .lock()
+            .expect("not poisoned")
+            .iter()
+            .any(|l| l.replace(' ', "").contains(&needle))
+    }
+
+    fn finish(mut self) -> Output {
+        let status = self.child.wait().expect("rebound exits");
+        Output {
+            status,
+            stdout: self.stdout.join().expect("reader joins"),
+            stderr: self.stderr.join().expect("reader joins"),
+        }
+    }
+}
+
+/// Waits until every run has told `kind` (a run that ended without it fails the test).
+async fn until_all_told(runs: &[Watched], kind: &str) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if runs.iter().all(|r| r.told(kind)) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "not every run told {kind}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Ends `server`'s outage: a healthy server takes its place on the same address (the runs
+/// meet refused connections in between, which they retry).
+async fn end_outage(server: FakeServer) -> FakeServer {
+    let addr = server.addr();
+    server.shutdown().await;
+    FakeServer::start(FakeServerConfig::healthy().with_addr(addr))
+        .await
+        .expect("a healthy server on the same address")
+}
+
+async fn finish_watched(runs: Vec<Watched>) -> Vec<Output> {
+    tokio::task::spawn_blocking(move || runs.into_iter().map(Watched::finish).collect())
+        .await
+        .expect("joins")
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_mid_run_changes_no_outcome_and_is_used_again_once_restarted() {
@@ -242,11 +323,13 @@ async fn redis_killed_mid_run_changes_no_outcome_and_is_used_again_once_restarte
     };
     let _fleet = ONE_FLEET_AT_A_TIME.lock().await;
     let budget = redis.budget_url("killed");
-    // Retries every 150-250 ms until the outage ends (40 attempts: 6-10 s); plenty of tokens, so the budget
-    // shapes nothing here and a run's outcome is the policy's.
+    // A 503 outage that the test ends itself, once the fleet has done what is under test;
+    // retries every 150-250 ms until then (up to 1000 attempts: the outage never outlasts
+    // them); plenty of tokens, so the budget shapes nothing here and a run's outcome is the
+    // policy's.
     let common = [
         "--max-attempts",
-        "40",
+        "1000",
         "--initial-delay-ms",
         "150",
         "--max-delay-ms",
@@ -257,26 +340,35 @@ async fn redis_killed_mid_run_changes_no_outcome_and_is_used_again_once_restarte
         "0",
     ];
 
-    let local = fake_server(FIVE_SECOND_OUTAGE).await;
+    let local = fake_server(TOTAL_OUTAGE).await;
     let mut args = common.to_vec();
     args.extend(["--budget", "local"]);
-    let with_local = finish(spawn(&local, AGENTS, &args)).await;
+    let runs: Vec<Watched> = (0..AGENTS).map(|_| Watched::spawn(&local, &args)).collect();
+    until_all_told(&runs, "provider_retry").await;
+    let local = end_outage(local).await;
+    let with_local = finish_watched(runs).await;
     local.shutdown().await;
 
-    let shared = fake_server(FIVE_SECOND_OUTAGE).await;
+    let shared = fake_server(TOTAL_OUTAGE).await;
     let mut args = common.to_vec();
     args.extend(["--budget", &budget]);
-    let children = spawn(&shared, AGENTS, &args);
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    let runs: Vec<Watched> = (0..AGENTS)
+        .map(|_| Watched::spawn(&shared, &args))
+        .collect();
+    // Every run has asked Redis for its first attempt and is retrying: Redis dies, comes back
+    // empty, and the outage ends only once every run is deciding with Redis again.
+    until_all_told(&runs, "provider_retry").await;
     redis.kill();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    until_all_told(&runs, "budget_fallback").await;
     let redis = tokio::task::spawn_blocking(move || {
         redis.restart();
         redis
     })
     .await
     .expect("joins");
-    let with_redis = finish(children).await;
+    until_all_told(&runs, "budget_restored").await;
+    let shared = end_outage(shared).await;
+    let with_redis = finish_watched(runs).await;
     shared.shutdown().await;
 
     assert_eq!(
