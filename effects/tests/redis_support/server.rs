@@ -146,15 +146,51 @@ impl RedisServer {
                 .is_ok_and(|n| buf[..n].starts_with(b"+PONG"))
     }
 
-    /// Runs one command (inline protocol) and returns the raw reply.
+    /// Runs one command (inline protocol) and returns the raw reply, read whole: a reply
+    /// may come in several reads, and a Redis busy with a fleet may take a while to send it
+    /// (the read timeout bounds a Redis that never answers, not a slow one).
     pub fn command(&self, line: &str) -> String {
         let mut s = TcpStream::connect(("127.0.0.1", self.port)).expect("redis answers");
-        let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+        let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
         s.write_all(format!("{line}\r\n").as_bytes())
             .expect("redis takes a command");
+        let mut reply = Vec::new();
         let mut buf = vec![0u8; 64 * 1024];
-        let n = s.read(&mut buf).expect("redis replies");
-        String::from_utf8_lossy(&buf[..n]).into_owned()
+        while resp_end(&reply, 0).is_none() {
+            let n = s.read(&mut buf).expect("redis replies");
+            assert!(n > 0, "redis closed the connection mid-reply: {reply:?}");
+            reply.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&reply).into_owned()
+    }
+}
+
+/// Where the RESP value starting at `at` ends, if `bytes` holds all of it.
+fn resp_end(bytes: &[u8], at: usize) -> Option<usize> {
+    let line_end = at + bytes.get(at..)?.windows(2).position(|w| w == b"\r\n")?;
+    let after_line = line_end + 2;
+    let number = || {
+        std::str::from_utf8(&bytes[at + 1..line_end])
+            .ok()?
+            .parse::<i64>()
+            .ok()
+    };
+    match bytes.get(at)? {
+        b'$' => match number()? {
+            len if len < 0 => Some(after_line),
+            len => {
+                let end = after_line + usize::try_from(len).ok()? + 2;
+                (bytes.len() >= end).then_some(end)
+            }
+        },
+        b'*' => {
+            let mut end = after_line;
+            for _ in 0..number()?.max(0) {
+                end = resp_end(bytes, end)?;
+            }
+            Some(end)
+        }
+        _ => Some(after_line),
     }
 }
 
