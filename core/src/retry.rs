@@ -331,6 +331,39 @@ mod tests {
     }
 
     #[test]
+    fn the_builders_set_what_an_embedder_cannot_write_as_a_literal() {
+        // The config is `#[non_exhaustive]`: outside this crate the builders are the only way
+        // to set it, so each must set its own field and no other.
+        let built = RetryConfig::default()
+            .with_max_attempts(7)
+            .with_initial_delay_ms(11)
+            .with_max_delay_ms(13_000)
+            .with_multiplier(3.0)
+            .with_jitter(false)
+            .with_max_retry_after_ms(17_000)
+            .with_fallback_after_ms(19_000)
+            .with_max_empty_responses(5);
+        assert_eq!(
+            built,
+            RetryConfig {
+                max_attempts: 7,
+                initial_delay_ms: 11,
+                max_delay_ms: 13_000,
+                multiplier: 3.0,
+                jitter: false,
+                max_retry_after_ms: 17_000,
+                fallback_after_ms: 19_000,
+                max_empty_responses: 5,
+            }
+        );
+        assert_ne!(built, RetryConfig::default(), "no builder is the default");
+        assert_eq!(
+            (1..=3).map(|r| built.base_delay_ms(r)).collect::<Vec<_>>(),
+            [11, 33, 99]
+        );
+    }
+
+    #[test]
     fn a_multiplier_below_one_or_not_finite_keeps_the_delay_at_its_initial_value() {
         // As documented on `multiplier`: such values count as 1, so delays neither shrink to
         // nothing nor jump to the cap.
