@@ -93,6 +93,12 @@ fn stderr(outputs: &[Output]) -> String {
         .join("\n")
 }
 
+/// Options for the test's own look at the budget in Redis: its call timeout bounds a Redis
+/// that never answers, not one that a loaded machine serves late (the runs' 50 ms is theirs).
+fn reader() -> RedisOptions {
+    RedisOptions::default().with_call_timeout(Duration::from_secs(30))
+}
+
 const TOTAL_OUTAGE: &str = r#"{"random": {"outages": [
     {"from_ms": 0, "until_ms": 600000, "fault": {"type": "http", "status": 503}}]}}"#;
 
@@ -151,7 +157,7 @@ async fn twenty_processes_sharing_a_redis_budget_send_only_what_it_funds_in_a_to
     let stats = RedisBudget::new(
         &budget.parse().expect("a budget url"),
         settings(3.0, 1.0),
-        RedisOptions::default(),
+        reader(),
     )
     .expect("a client")
     .stats()
@@ -407,7 +413,7 @@ async fn redis_killed_mid_run_changes_no_outcome_and_is_used_again_once_restarte
     let stats = RedisBudget::new(
         &budget.parse().expect("a budget url"),
         settings(1000.0, 0.0),
-        RedisOptions::default(),
+        reader(),
     )
     .expect("a client")
     .stats()
