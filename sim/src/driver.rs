@@ -7,7 +7,9 @@
 //! "nothing pending but not finished" is a loud [`SimError::Stalled`].
 //!
 //! Many agents can share one simulated world — one clock, one [`RetryBudget`] — with
-//! [`simulate_fleet`]; [`simulate`] is the one-agent case.
+//! [`simulate_fleet`]; [`simulate`] is the one-agent case. A fleet of processes sharing one
+//! budget in Redis runs with [`simulate_fleet_in_redis`], on the model of
+//! [`redis_store`](crate::redis_store).
 //!
 //! ```
 //! use rebound_sim::{simulate, Scenario, SimConfig};
@@ -21,6 +23,7 @@
 
 pub use crate::record::SimStep;
 use crate::record::{Record, Steps};
+use crate::redis_store::{ProcessId, RedisStore};
 use crate::scenario::{
     final_answer, with_usage, Cancel, Fault, FaultKind, Planned, Scenario, ScriptCursor,
 };
@@ -255,10 +258,10 @@ pub(crate) fn simulate_in<'s, R: Record>(
         Some(budget) => run_world(
             &agents,
             config,
-            Some(&mut RetryBudget::new(budget.clone())),
+            Budget::InProcess(&mut RetryBudget::new(budget.clone())),
             cache,
         ),
-        None => run_world(&agents, config, None, cache),
+        None => run_world(&agents, config, Budget::None, cache),
     }?;
     Ok(outcomes.remove(0))
 }
@@ -293,7 +296,7 @@ pub fn simulate_fleet(
 ) -> Result<Vec<SimOutcome>, SimError> {
     match &config.budget {
         Some(budget) => simulate_fleet_with(agents, config, &mut RetryBudget::new(budget.clone())),
-        None => run_world::<Steps>(agents, config, None, &mut Cache::default())
+        None => run_world::<Steps>(agents, config, Budget::None, &mut Cache::default())
             .map(|runs| runs.into_iter().map(SimOutcome::from).collect()),
     }
 }
@@ -309,15 +312,74 @@ pub fn simulate_fleet_with(
     config: &SimConfig,
     budget: &mut RetryBudget,
 ) -> Result<Vec<SimOutcome>, SimError> {
-    run_world::<Steps>(agents, config, Some(budget), &mut Cache::default())
-        .map(|runs| runs.into_iter().map(SimOutcome::from).collect())
+    run_world::<Steps>(
+        agents,
+        config,
+        Budget::InProcess(budget),
+        &mut Cache::default(),
+    )
+    .map(|runs| runs.into_iter().map(SimOutcome::from).collect())
+}
+
+/// Runs a fleet of processes sharing one retry budget in Redis, on the model of
+/// [`RedisStore`]: `processes[p]` are the agents of process [`ProcessId`]`(p)`, all in one
+/// world (one clock). Machines ask `store` for permits only when `machine.retry_budget` is
+/// set (`config.budget` is ignored: the store holds the budget). Outcomes come back per
+/// process, in the order given; `store` keeps what the processes did with it.
+///
+/// ```
+/// use rebound_core::{BudgetConfig, BudgetUse};
+/// use rebound_sim::redis_store::{RedisStore, RedisTiming};
+/// use rebound_sim::{simulate_fleet_in_redis, FleetAgent, Scenario, SimConfig};
+///
+/// let outage = Scenario::builtin("total-outage").unwrap();
+/// let mut config = SimConfig::default();
+/// config.machine.retry.max_attempts = 8;
+/// config.machine.retry_budget = Some(BudgetUse::default());
+/// let processes: Vec<Vec<FleetAgent>> = (0..5)
+///     .map(|p| {
+///         (0..10)
+///             .map(|i| FleetAgent { scenario: &outage, seed: p * 10 + i, start_ms: i * 100 })
+///             .collect()
+///     })
+///     .collect();
+/// let mut store = RedisStore::new(BudgetConfig::default(), RedisTiming::default());
+/// let outcomes = simulate_fleet_in_redis(&processes, &config, &mut store).unwrap();
+/// let requests: u32 = outcomes.iter().flatten().map(|o| o.requests()).sum();
+/// // One budget for the five processes: far fewer than 50 agents' 8 requests each.
+/// assert!(requests < 50 * 8, "{requests}");
+/// assert!(store.counts().calls > 0);
+/// ```
+///
+/// # Errors
+///
+/// A [`SimError`] when a machine livelocks or stalls.
+pub fn simulate_fleet_in_redis(
+    processes: &[Vec<FleetAgent<'_>>],
+    config: &SimConfig,
+    store: &mut RedisStore,
+) -> Result<Vec<Vec<SimOutcome>>, SimError> {
+    let agents: Vec<FleetAgent<'_>> = processes.iter().flatten().copied().collect();
+    let process_of: Vec<ProcessId> = processes
+        .iter()
+        .enumerate()
+        .flat_map(|(p, agents)| std::iter::repeat_n(ProcessId(p), agents.len()))
+        .collect();
+    let budget = Budget::Redis { store, process_of };
+    let mut outcomes = run_world::<Steps>(&agents, config, budget, &mut Cache::default())?
+        .into_iter()
+        .map(SimOutcome::from);
+    Ok(processes
+        .iter()
+        .map(|agents| outcomes.by_ref().take(agents.len()).collect())
+        .collect())
 }
 
 /// Plays `agents` in one world until every run ends, keeping of each what `R` keeps.
 pub(crate) fn run_world<'s, R: Record>(
     agents: &[FleetAgent<'s>],
     config: &SimConfig,
-    budget: Option<&mut RetryBudget>,
+    budget: Budget<'_>,
     cache: &mut Cache<'s>,
 ) -> Result<Vec<Finished<R>>, SimError> {
     for agent in agents {
@@ -441,10 +503,61 @@ impl Ord for Pending {
     }
 }
 
+/// Where a world's retry budget lives.
+pub(crate) enum Budget<'b> {
+    /// Nowhere: every permit is granted at once.
+    None,
+    /// In memory, shared by every agent of the world (one process).
+    InProcess(&'b mut RetryBudget),
+    /// In Redis, agent `i` in process `process_of[i]`.
+    Redis {
+        store: &'b mut RedisStore,
+        process_of: Vec<ProcessId>,
+    },
+}
+
+impl Budget<'_> {
+    fn tick(&mut self, now: Millis) {
+        match self {
+            Budget::None => {}
+            Budget::InProcess(budget) => budget.tick(now),
+            Budget::Redis { store, .. } => store.tick(now),
+        }
+    }
+
+    fn cancel(&mut self, ticket: Ticket) {
+        match self {
+            Budget::None => {}
+            Budget::InProcess(budget) => {
+                budget.cancel(ticket);
+            }
+            Budget::Redis { store, .. } => {
+                store.cancel(ticket);
+            }
+        }
+    }
+
+    fn poll_decision(&mut self) -> Option<(Ticket, PermitDecision)> {
+        match self {
+            Budget::None => None,
+            Budget::InProcess(budget) => budget.poll_decision(),
+            Budget::Redis { store, .. } => store.poll_decision(),
+        }
+    }
+
+    fn next_wakeup(&self) -> Option<Millis> {
+        match self {
+            Budget::None => None,
+            Budget::InProcess(budget) => budget.next_wakeup(),
+            Budget::Redis { store, .. } => store.next_wakeup(),
+        }
+    }
+}
+
 struct World<'b> {
     queue: BinaryHeap<Pending>,
     seq: u64,
-    budget: Option<&'b mut RetryBudget>,
+    budget: Budget<'b>,
     /// Who holds each ticket waiting in the budget.
     tickets: BTreeMap<Ticket, (usize, PermitId)>,
     next_ticket: u64,
@@ -551,27 +664,29 @@ impl World<'_> {
 
     /// Forwards a machine's permit request to the budget (granted at once without one).
     fn ask(&mut self, now: Millis, agent: usize, permit: PermitId, ask: PermitAsk) {
-        let decision = match self.budget.as_deref_mut() {
-            Some(budget) => {
-                self.next_ticket += 1;
-                let ticket = Ticket(self.next_ticket);
-                let decision = budget.request(now, ticket, ask);
-                if decision.is_none() {
-                    self.tickets.insert(ticket, (agent, permit));
-                }
-                decision
+        self.next_ticket += 1;
+        let ticket = Ticket(self.next_ticket);
+        let decision = match &mut self.budget {
+            Budget::None => Some(PermitDecision::Granted),
+            Budget::InProcess(budget) => budget.request(now, ticket, ask),
+            Budget::Redis { store, process_of } => {
+                store.request(now, process_of[agent], ticket, ask)
             }
-            None => Some(PermitDecision::Granted),
         };
+        if decision.is_none() {
+            self.tickets.insert(ticket, (agent, permit));
+        }
         if let Some(decision) = decision {
             self.push(now, agent, Event::PermitAnswered { permit, decision });
         }
         self.settle(now);
     }
 
-    fn note(&mut self, now: Millis, note: BudgetNote) {
-        if let Some(budget) = self.budget.as_deref_mut() {
-            budget.record(now, note);
+    fn note(&mut self, now: Millis, agent: usize, note: BudgetNote) {
+        match &mut self.budget {
+            Budget::None => {}
+            Budget::InProcess(budget) => budget.record(now, note),
+            Budget::Redis { store, process_of } => store.record(now, process_of[agent], note),
         }
         self.settle(now);
     }
@@ -581,17 +696,13 @@ impl World<'_> {
             return; // superseded by an earlier tick
         }
         self.tick_at = None;
-        if let Some(budget) = self.budget.as_deref_mut() {
-            budget.tick(at);
-        }
+        self.budget.tick(at);
         self.settle(at);
     }
 
     /// An agent that ended waits for nothing: its tickets leave the queue.
     fn forget_agent(&mut self, agent: usize) {
-        let Some(budget) = self.budget.as_deref_mut() else {
-            return;
-        };
+        let budget = &mut self.budget;
         self.tickets.retain(|ticket, (a, _)| {
             let mine = *a == agent;
             if mine {
@@ -603,9 +714,7 @@ impl World<'_> {
 
     /// Delivers the budget's decisions for waiting permits, and schedules its next tick.
     fn settle(&mut self, now: Millis) {
-        let Some(budget) = self.budget.as_deref_mut() else {
-            return;
-        };
+        let budget = &mut self.budget;
         let mut answers = Vec::new();
         while let Some((ticket, decision)) = budget.poll_decision() {
             if let Some((agent, permit)) = self.tickets.remove(&ticket) {
@@ -784,7 +893,7 @@ impl<'p, 's, R: Record> Agent<'p, 's, R> {
             Command::AcquirePermit { permit, ask } => {
                 world.ask(now, self.index, *permit, *ask);
             }
-            Command::NoteBudget { note } => world.note(now, *note),
+            Command::NoteBudget { note } => world.note(now, self.index, *note),
             Command::AppendMessage { .. }
             | Command::ReplaceConversation { .. }
             | Command::NotifyRetry { .. }

@@ -6,7 +6,8 @@
 //! - [`scenario`]: fault scenarios as data (JSON), with named built-ins, and the
 //!   [`ScriptCursor`](scenario::ScriptCursor) that plays them request by request.
 //! - [`driver`]: a discrete-event loop on a virtual clock that runs one machine
-//!   ([`simulate`]) or many sharing one retry budget ([`simulate_fleet`]).
+//!   ([`simulate`]) or many sharing one retry budget ([`simulate_fleet`]), in one process
+//!   or, on the model of [`redis_store`], in Redis ([`simulate_fleet_in_redis`]).
 //! - [`trace`]: JSON Lines traces, written while simulating (or by any driver) and
 //!   replayed ([`replay`]) into a fresh machine, reporting the first divergence.
 //! - [`stats`]: many seeded runs summarized ([`run_many`]).
@@ -39,14 +40,15 @@ pub mod driver;
 #[cfg(feature = "server")]
 pub mod fake;
 mod record;
+pub mod redis_store;
 pub mod scenario;
 pub mod scripted;
 pub mod stats;
 pub mod trace;
 
 pub use driver::{
-    simulate, simulate_fleet, simulate_fleet_with, FleetAgent, SimConfig, SimError, SimOutcome,
-    SimStep,
+    simulate, simulate_fleet, simulate_fleet_in_redis, simulate_fleet_with, FleetAgent, SimConfig,
+    SimError, SimOutcome, SimStep,
 };
 pub use scenario::{Scenario, ScenarioError};
 pub use scripted::ScriptedTools;

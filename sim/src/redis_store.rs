@@ -1,0 +1,1148 @@
+//! A model of the retry budget kept in Redis and shared by many processes: what the Redis
+//! store of `rebound-effects` (`RedisBudget`) does differently from one budget in memory.
+//!
+//! [`RedisStore`] is a budget as the simulator's driver sees one — asked for permits
+//! ([`request`](RedisStore::request)), told what machines noted
+//! ([`record`](RedisStore::record)), ticked at [`next_wakeup`](RedisStore::next_wakeup), its
+//! later answers drained with [`poll_decision`](RedisStore::poll_decision) — and
+//! [`simulate_fleet_in_redis`](crate::driver::simulate_fleet_in_redis) runs a fleet of
+//! processes on it. The rules are core's [`RetryBudget`], kept in one place (the server) as
+//! the Lua script keeps them; what the model adds is the way the processes reach them. Each
+//! piece, and the code it models (`effects/src/budget/redis.rs` unless named otherwise):
+//!
+//! - **Every decision is a call.** An ask or a note reaches the server half a
+//!   [`round_trip_ms`](RedisTiming::round_trip_ms) after it is made and its answer comes
+//!   back half a round trip later, even a grant that needed no wait (`acquire_shared`, lines
+//!   1010–1058; `record`, 1473–1509). A request's wait and age are read on its process's
+//!   clock before the call (lines 1016–1023), so the server sees it younger, and its
+//!   deadline later, by the way there.
+//! - **The server decides only when called.** Redis runs no timer: refill and deadlines take
+//!   effect at the next call of any process, and a reply tells the caller when refill could
+//!   pay the head of the queue (`retry_in`, `redis.lua` lines 371–393).
+//! - **A grant reaches a queued waiter when its process reads its inbox.** One poll loop per
+//!   process with waiters (`poll_waiters`, lines 1094–1177): it reads the answers of all its
+//!   waiters in one call, at once when woken, else after a pause — the first at most
+//!   [`poll_interval_ms`](RedisTiming::poll_interval_ms), then the least of the script's
+//!   `retry_in`, the earliest own deadline (at least [`DEADLINE_POLL_MS`] away, line 1252)
+//!   and `waiter_stale_after / 2` (or `poll_interval` while the subscription is not live).
+//!   A loop that found no waiter left ends only at the end of its pause, so a retry queued
+//!   meanwhile waits for that pause unless a wake-up comes.
+//! - **Wake-ups.** A call that grants a queued request (or sends it to wait out a rate
+//!   limit) publishes on its process's channel, except to the process whose own inbox read
+//!   decided it (`decide`, `redis.lua` lines 207–218 and 624–632); denials are not
+//!   published. A message reaches a process only while its subscription is live: it is
+//!   made when the loop first runs, [`subscribe_ms`](RedisTiming::subscribe_ms) later, and
+//!   tried again at most every `retry_redis_after` after it broke (`listen`, lines
+//!   1179–1203 and 1254–1281). A wake-up that comes while the process polls is kept for its
+//!   next pause, as a tokio `Notify` keeps one.
+//! - **Redis down** ([`RedisOutage`]): every call fails, each subscription breaks, and the
+//!   process decides with its own local budget (same configuration): a first failure is a
+//!   [`StoreEvent::FellBack`]; every `retry_redis_after` the next decision tries Redis
+//!   again, and the first answer is a [`StoreEvent::Restored`] (lines 97–111, 921–981,
+//!   1451–1509). A retry queued in Redis asks the local budget with the same deadline when
+//!   its process's poll fails (lines 1235–1246). Rate limits are noted locally as well.
+//!   Redis comes back empty (no persistence, as the fleet experiment runs it): the requests
+//!   it held are gone, and a process that still waits for one asks again (lines
+//!   1044–1047).
+//!
+//! What it leaves out: the round trip is the same for every call (no queueing in Redis, no
+//! busy machine), so a call never misses the 50 ms `call_timeout` and a process falls back
+//! only while Redis is down; an outage is Redis stopped (calls refused at once), not a Redis
+//! that stops answering (a timeout of 50 ms, twice for an idempotent call); a note's round
+//! trip does not hold its agent (the runner awaits `record`); a withdrawal reaches the server
+//! at once; an owner that stops polling is never dropped from the queue as stale (the
+//! simulated processes never die); a denial reaches its agent at its process's next poll,
+//! never later through the local `deadline + 1 s` limit; and when tokens wait for the pace,
+//! `retry_in` is core's next wake-up, which also counts the earliest deadline of any
+//! process's waiter (the script leaves deadlines to their processes), so processes poll a
+//! little more often than the real ones there.
+//!
+//! ```
+//! use rebound_core::{BudgetConfig, Millis, PermitAsk, PermitDecision, PermitKind, Ticket};
+//! use rebound_sim::redis_store::{ProcessId, RedisStore, RedisTiming};
+//!
+//! let timing = RedisTiming::default().with_round_trip_ms(2);
+//! let mut store = RedisStore::new(BudgetConfig::default(), timing);
+//! let ask = PermitAsk {
+//!     kind: PermitKind::Charged,
+//!     target: 0,
+//!     deadline: Millis(5_000),
+//!     since: Millis(0),
+//! };
+//! // A token is there, but the answer takes a round trip.
+//! assert_eq!(store.request(Millis(100), ProcessId(0), Ticket(1), ask), None);
+//! assert_eq!(store.next_wakeup(), Some(Millis(101)));
+//! store.tick(Millis(101));
+//! store.tick(Millis(102));
+//! assert_eq!(store.poll_decision(), Some((Ticket(1), PermitDecision::Granted)));
+//! ```
+
+use rebound_core::{
+    BudgetConfig, BudgetNote, BudgetStats, Millis, PermitAsk, PermitDecision, PermitKind,
+    RetryBudget, Ticket,
+};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// How long a process lets pass, at least, between two polls for its waiters' deadlines
+/// (`DEADLINE_POLL_MS` in `effects/src/budget/redis.rs`).
+pub const DEADLINE_POLL_MS: u64 = 200;
+
+/// How late past its deadline a retry may still be answered by a second ask after Redis
+/// forgot it (`DEADLINE_GRACE_MS` in `effects/src/budget/redis.rs`).
+const DEADLINE_GRACE_MS: u64 = 1_000;
+
+/// The times that shape how processes reach the budget in Redis: the network's round trip
+/// and the store's own pauses (`RedisOptions`' defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisTiming {
+    /// One call there and back, in ms (default 1: loopback on a busy machine). A call
+    /// reaches Redis after half of it (rounded down).
+    pub round_trip_ms: u64,
+    /// How long a process takes to subscribe to its wake-up channel (its own connection and
+    /// a `SUBSCRIBE`), in ms (default 2).
+    pub subscribe_ms: u64,
+    /// How often a process with waiters polls while its subscription is not live
+    /// (`RedisOptions::poll_interval`, default 50 ms).
+    pub poll_interval_ms: u64,
+    /// A process with waiters polls at least every half of this
+    /// (`RedisOptions::waiter_stale_after`, default 2,000 ms).
+    pub waiter_stale_after_ms: u64,
+    /// How long a process that fell back decides locally before trying Redis again, and
+    /// how often it tries to subscribe (`RedisOptions::retry_redis_after`, default 1,000 ms).
+    pub retry_redis_after_ms: u64,
+}
+
+impl Default for RedisTiming {
+    fn default() -> Self {
+        RedisTiming {
+            round_trip_ms: 1,
+            subscribe_ms: 2,
+            poll_interval_ms: 50,
+            waiter_stale_after_ms: 2_000,
+            retry_redis_after_ms: 1_000,
+        }
+    }
+}
+
+impl RedisTiming {
+    /// Sets [`round_trip_ms`](Self::round_trip_ms), one call there and back.
+    #[must_use]
+    pub fn with_round_trip_ms(mut self, ms: u64) -> Self {
+        self.round_trip_ms = ms;
+        self
+    }
+
+    /// Sets [`subscribe_ms`](Self::subscribe_ms), how long subscribing takes.
+    #[must_use]
+    pub fn with_subscribe_ms(mut self, ms: u64) -> Self {
+        self.subscribe_ms = ms;
+        self
+    }
+
+    /// Sets [`poll_interval_ms`](Self::poll_interval_ms), the poll period without a live
+    /// subscription.
+    #[must_use]
+    pub fn with_poll_interval_ms(mut self, ms: u64) -> Self {
+        self.poll_interval_ms = ms;
+        self
+    }
+
+    /// Sets [`waiter_stale_after_ms`](Self::waiter_stale_after_ms) (processes poll at least
+    /// every half of it).
+    #[must_use]
+    pub fn with_waiter_stale_after_ms(mut self, ms: u64) -> Self {
+        self.waiter_stale_after_ms = ms;
+        self
+    }
+
+    /// Sets [`retry_redis_after_ms`](Self::retry_redis_after_ms), how long a process that
+    /// fell back decides locally.
+    #[must_use]
+    pub fn with_retry_redis_after_ms(mut self, ms: u64) -> Self {
+        self.retry_redis_after_ms = ms;
+        self
+    }
+
+    /// The way there (a call reaches Redis after it).
+    fn there(&self) -> u64 {
+        self.round_trip_ms / 2
+    }
+
+    /// The way back (a reply or a message reaches its process after it).
+    fn back(&self) -> u64 {
+        self.round_trip_ms - self.there()
+    }
+
+    /// The pause between polls without a live subscription, and with one.
+    fn pauses(&self) -> (u64, u64) {
+        let half_stale = self.waiter_stale_after_ms / 2;
+        let fast = self.poll_interval_ms.min(half_stale).max(1);
+        (fast, half_stale.max(fast))
+    }
+}
+
+/// A window of time in which Redis is stopped: every call is refused, every subscription
+/// breaks, and at its end Redis starts again empty (no persistence).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedisOutage {
+    from: Millis,
+    until: Millis,
+}
+
+impl RedisOutage {
+    /// Redis stopped from `from_ms` until `until_ms`; `None` when the window is empty.
+    #[must_use]
+    pub fn new(from_ms: u64, until_ms: u64) -> Option<RedisOutage> {
+        (from_ms < until_ms).then_some(RedisOutage {
+            from: Millis(from_ms),
+            until: Millis(until_ms),
+        })
+    }
+
+    /// When Redis stops.
+    #[must_use]
+    pub fn from(&self) -> Millis {
+        self.from
+    }
+
+    /// When Redis is back, empty.
+    #[must_use]
+    pub fn until(&self) -> Millis {
+        self.until
+    }
+}
+
+/// One process sharing the store, named by the caller (processes come into being at their
+/// first call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ProcessId(pub usize);
+
+/// A change in where a process decides, as `BudgetEvent` reports it in the real store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreEvent {
+    /// A call failed: the process decides with its local budget.
+    FellBack,
+    /// Redis answered again: the shared budget decides again.
+    Restored,
+}
+
+/// A [`StoreEvent`] of one process, and when it happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Notification {
+    /// When the process noticed.
+    pub at: Millis,
+    /// Which process.
+    pub process: ProcessId,
+    /// What changed.
+    pub event: StoreEvent,
+}
+
+/// What the processes did with the store, counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreCounts {
+    /// Calls made to Redis (asks, notes and inbox reads), refused ones included.
+    pub calls: u64,
+    /// Of those, the inbox reads of the processes' poll loops.
+    pub polls: u64,
+    /// Wake-up messages that reached a process.
+    pub wakes: u64,
+    /// Permits a local budget decided (Redis was down, or not tried yet).
+    pub local_decisions: u64,
+    /// [`StoreEvent::FellBack`] notifications.
+    pub fell_back: u64,
+    /// [`StoreEvent::Restored`] notifications.
+    pub restored: u64,
+}
+
+/// A decision as it crosses the wire: a wait is a duration, read on the receiver's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Heard {
+    Granted,
+    Denied,
+    Wait(u64),
+}
+
+impl Heard {
+    fn of(decision: PermitDecision, now: Millis) -> Heard {
+        match decision {
+            PermitDecision::WaitUntil(until) => Heard::Wait(until.since(now)),
+            PermitDecision::Denied => Heard::Denied,
+            // Granted, and whatever core adds later: go ahead, as core's default.
+            _ => Heard::Granted,
+        }
+    }
+
+    fn at(self, now: Millis) -> PermitDecision {
+        match self {
+            Heard::Granted => PermitDecision::Granted,
+            Heard::Denied => PermitDecision::Denied,
+            Heard::Wait(ms) => PermitDecision::WaitUntil(now.plus(ms)),
+        }
+    }
+}
+
+/// Redis did not answer (it is stopped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Refused;
+
+/// A call from a process to Redis.
+#[derive(Debug, Clone, Copy)]
+enum Call {
+    Ask { ticket: Ticket, ask: PermitAsk },
+    Note(BudgetNote),
+    Inbox,
+}
+
+/// What Redis said to an ask.
+#[derive(Debug, Clone, Copy)]
+enum AskAnswer {
+    Decided(Heard),
+    /// Waiting in the queue of Redis's `generation` (it changes when Redis restarts).
+    Queued {
+        retry_in: u64,
+        generation: u64,
+    },
+}
+
+/// A reply on its way back to its process.
+#[derive(Debug, Clone)]
+enum Reply {
+    Ask {
+        ticket: Ticket,
+        ask: PermitAsk,
+        answer: Result<AskAnswer, Refused>,
+    },
+    Note {
+        note: BudgetNote,
+        answer: Result<(), Refused>,
+    },
+    Inbox(Result<Inbox, Refused>),
+}
+
+/// What an inbox read returns: the process's answers (`None`: Redis does not know the
+/// request) and `retry_in`.
+#[derive(Debug, Clone)]
+struct Inbox {
+    answers: Vec<(Ticket, Option<Heard>)>,
+    retry_in: u64,
+}
+
+/// What comes due, in order of time, then of scheduling.
+#[derive(Debug, Clone)]
+enum Due {
+    Stop,
+    Restart,
+    Arrive {
+        process: ProcessId,
+        sent: Millis,
+        call: Call,
+    },
+    Reply {
+        process: ProcessId,
+        reply: Reply,
+    },
+    Wake {
+        process: ProcessId,
+    },
+    Poll {
+        process: ProcessId,
+        id: u64,
+    },
+    Subscribed {
+        process: ProcessId,
+        epoch: u64,
+    },
+}
+
+/// Where a process decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Health {
+    Shared,
+    Local { next_try: Millis },
+}
+
+/// A process's poll loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Poll {
+    /// Not running: the next queued request starts it.
+    Idle,
+    /// Pausing until its `Due::Poll` with this id, or a wake-up.
+    Sleeping { id: u64 },
+    /// An inbox read is on its way.
+    Reading,
+}
+
+/// A process's subscription to its wake-up channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Subscription {
+    /// None running (never made, or it broke).
+    Off,
+    /// Being made; live at its `Due::Subscribed` with this epoch.
+    Connecting { epoch: u64 },
+    /// Live: wake-ups reach the process.
+    Live,
+}
+
+/// A request of a process waiting in Redis's queue.
+#[derive(Debug, Clone, Copy)]
+struct Waiter {
+    /// As the machine asked, on the process's clock.
+    ask: PermitAsk,
+    /// The Redis that queued it.
+    generation: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Process {
+    health: Health,
+    /// The budget it falls back to.
+    local: RetryBudget,
+    waiters: BTreeMap<Ticket, Waiter>,
+    poll: Poll,
+    /// A wake-up rang that no pause has taken yet.
+    woken: bool,
+    subscription: Subscription,
+    /// Not before this may it subscribe again.
+    subscribe_again: Millis,
+}
+
+/// Where a permit request is until its answer reaches its process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Asking(ProcessId),
+    InRedis(ProcessId),
+    Local(ProcessId),
+}
+
+/// What Redis holds: the budget, and for each queued request its process and the answers
+/// not yet read.
+#[derive(Debug, Clone)]
+struct Server {
+    budget: RetryBudget,
+    up: bool,
+    generation: u64,
+    owner_of: BTreeMap<Ticket, ProcessId>,
+    inbox: BTreeMap<ProcessId, Vec<(Ticket, PermitDecision)>>,
+}
+
+impl Server {
+    fn new(config: &BudgetConfig, generation: u64) -> Server {
+        Server {
+            budget: RetryBudget::new(config.clone()),
+            up: true,
+            generation,
+            owner_of: BTreeMap::new(),
+            inbox: BTreeMap::new(),
+        }
+    }
+}
+
+/// One retry budget in Redis shared by many processes, in virtual time: see the
+/// [module documentation](self) for what it models. Fed with `now` like core's
+/// [`RetryBudget`], which it holds (one in "Redis", one local per process); time must not
+/// go backwards (an earlier `now` counts as the latest one seen). Tickets are the caller's,
+/// unique among the requests it has waiting, as for `RetryBudget`.
+#[derive(Debug, Clone)]
+pub struct RedisStore {
+    config: BudgetConfig,
+    timing: RedisTiming,
+    outage: Option<RedisOutage>,
+    now: Millis,
+    server: Server,
+    processes: BTreeMap<ProcessId, Process>,
+    tickets: BTreeMap<Ticket, Place>,
+    due: BTreeMap<(Millis, u64), Due>,
+    seq: u64,
+    /// Names each subscription attempt and each pause, so a superseded one is skipped.
+    ids: u64,
+    decided: VecDeque<(Ticket, PermitDecision)>,
+    counts: StoreCounts,
+    notifications: Vec<Notification>,
+}
+
+impl RedisStore {
+    /// A budget with `config` in a Redis that never fails, reached with `timing`.
+    #[must_use]
+    pub fn new(config: BudgetConfig, timing: RedisTiming) -> RedisStore {
+        RedisStore {
+            server: Server::new(&config, 0),
+            config,
+            timing,
+            outage: None,
+            now: Millis::ZERO,
+            processes: BTreeMap::new(),
+            tickets: BTreeMap::new(),
+            due: BTreeMap::new(),
+            seq: 0,
+            ids: 0,
+            decided: VecDeque::new(),
+            counts: StoreCounts::default(),
+            notifications: Vec::new(),
+        }
+    }
+
+    /// The same store with Redis stopped during `outage` (replacing an earlier one).
+    #[must_use]
+    pub fn with_outage(mut self, outage: RedisOutage) -> RedisStore {
+        self.due
+            .retain(|_, due| !matches!(due, Due::Stop | Due::Restart));
+        self.outage = Some(outage);
+        self.schedule(outage.from, Due::Stop);
+        self.schedule(outage.until, Due::Restart);
+        self
+    }
+
+    /// The budget's configuration (Redis's, and each local one's).
+    #[must_use]
+    pub fn config(&self) -> &BudgetConfig {
+        &self.config
+    }
+
+    /// How processes reach Redis.
+    #[must_use]
+    pub fn timing(&self) -> RedisTiming {
+        self.timing
+    }
+
+    /// When Redis is stopped, if ever.
+    #[must_use]
+    pub fn outage(&self) -> Option<RedisOutage> {
+        self.outage
+    }
+
+    /// What the processes did with the store.
+    #[must_use]
+    pub fn counts(&self) -> StoreCounts {
+        self.counts
+    }
+
+    /// Every [`StoreEvent`], in order.
+    #[must_use]
+    pub fn notifications(&self) -> &[Notification] {
+        &self.notifications
+    }
+
+    /// What the budget in Redis did (since Redis last started).
+    #[must_use]
+    pub fn shared_stats(&self) -> BudgetStats {
+        self.server.budget.stats()
+    }
+
+    /// Whether `process` decides with the budget in Redis (a process that never called
+    /// does).
+    #[must_use]
+    pub fn is_shared(&self, process: ProcessId) -> bool {
+        self.processes
+            .get(&process)
+            .is_none_or(|p| p.health == Health::Shared)
+    }
+
+    /// Asks for a permit for a machine of `process` at `now`. Returns the decision when its
+    /// local budget decides at once (Redis is down); `None` otherwise: the answer comes from
+    /// [`poll_decision`](Self::poll_decision) once it reaches the process, a round trip
+    /// later at the soonest.
+    pub fn request(
+        &mut self,
+        now: Millis,
+        process: ProcessId,
+        ticket: Ticket,
+        ask: PermitAsk,
+    ) -> Option<PermitDecision> {
+        self.advance(now);
+        self.process(process);
+        if self.try_redis(process) {
+            self.tickets.insert(ticket, Place::Asking(process));
+            self.send(process, Call::Ask { ticket, ask });
+            // Without latency the answer is already back.
+            self.advance(now);
+            return None;
+        }
+        self.ask_locally(process, ticket, ask)
+    }
+
+    /// Tells the budget what a machine of `process` noted at `now`: sent to Redis (and a
+    /// rate limit also kept locally), or to the local budget while Redis is down.
+    pub fn record(&mut self, now: Millis, process: ProcessId, note: BudgetNote) {
+        self.advance(now);
+        let now = self.now;
+        if let BudgetNote::RateLimited { .. } = note {
+            self.process(process).local.record(now, note);
+        }
+        if self.try_redis(process) {
+            self.send(process, Call::Note(note));
+            self.advance(now);
+        } else if !matches!(note, BudgetNote::RateLimited { .. }) {
+            self.process(process).local.record(now, note);
+        }
+        self.drain_local(process);
+    }
+
+    /// Withdraws a request whose machine stopped waiting. Returns whether it was waiting.
+    pub fn cancel(&mut self, ticket: Ticket) -> bool {
+        let Some(place) = self.tickets.remove(&ticket) else {
+            return false;
+        };
+        match place {
+            // Its reply is dropped when it comes, and a place it took withdrawn.
+            Place::Asking(_) => {}
+            Place::InRedis(process) => {
+                self.process(process).waiters.remove(&ticket);
+                self.withdraw(ticket);
+            }
+            Place::Local(process) => {
+                self.process(process).local.cancel(ticket);
+            }
+        }
+        true
+    }
+
+    /// Lets time pass to `now`: calls and replies arrive, polls and wake-ups happen, local
+    /// budgets refill. Drain [`poll_decision`](Self::poll_decision) afterwards.
+    pub fn tick(&mut self, now: Millis) {
+        self.advance(now);
+    }
+
+    /// The next answer that reached its process, in the order they did.
+    pub fn poll_decision(&mut self) -> Option<(Ticket, PermitDecision)> {
+        self.decided.pop_front()
+    }
+
+    /// When [`tick`](Self::tick) next has something to do: a call, reply or wake-up
+    /// arriving, a poll, a local budget's refill or deadline. `None` when nothing is on its
+    /// way and nobody waits locally.
+    #[must_use]
+    pub fn next_wakeup(&self) -> Option<Millis> {
+        let due = self.due.keys().next().map(|(at, _)| *at);
+        let local = self
+            .processes
+            .values()
+            .filter_map(|p| p.local.next_wakeup())
+            .min();
+        due.into_iter().chain(local).min()
+    }
+
+    fn process(&mut self, id: ProcessId) -> &mut Process {
+        let config = &self.config;
+        self.processes.entry(id).or_insert_with(|| Process {
+            health: Health::Shared,
+            local: RetryBudget::new(config.clone()),
+            waiters: BTreeMap::new(),
+            poll: Poll::Idle,
+            woken: false,
+            subscription: Subscription::Off,
+            subscribe_again: Millis::ZERO,
+        })
+    }
+
+    fn schedule(&mut self, at: Millis, due: Due) {
+        self.seq += 1;
+        self.due.insert((at, self.seq), due);
+    }
+
+    fn next_id(&mut self) -> u64 {
+        self.ids += 1;
+        self.ids
+    }
+
+    fn advance(&mut self, now: Millis) {
+        let now = now.max(self.now);
+        while let Some(entry) = self.due.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let ((at, _), due) = entry.remove_entry();
+            self.now = at;
+            self.handle(due);
+        }
+        self.now = now;
+        let waiting: Vec<ProcessId> = self
+            .processes
+            .iter()
+            .filter(|(_, p)| p.local.waiting() > 0)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in waiting {
+            self.process(id).local.tick(now);
+            self.drain_local(id);
+        }
+    }
+
+    fn handle(&mut self, due: Due) {
+        match due {
+            Due::Stop => {
+                self.server.up = false;
+                let ids: Vec<ProcessId> = self.processes.keys().copied().collect();
+                for id in ids {
+                    let p = self.process(id);
+                    if p.subscription != Subscription::Off {
+                        // The subscription's stream ends: its task rings the poll loop.
+                        p.subscription = Subscription::Off;
+                        self.ring(id);
+                    }
+                }
+            }
+            Due::Restart => self.server = Server::new(&self.config, self.server.generation + 1),
+            Due::Arrive {
+                process,
+                sent,
+                call,
+            } => self.arrive(process, sent, call),
+            Due::Reply { process, reply } => self.on_reply(process, reply),
+            Due::Wake { process } => {
+                if self.process(process).subscription == Subscription::Live {
+                    self.counts.wakes += 1;
+                    self.ring(process);
+                }
+            }
+            Due::Poll { process, id } => {
+                if self.process(process).poll == (Poll::Sleeping { id }) {
+                    self.read_inbox(process);
+                }
+            }
+            Due::Subscribed { process, epoch } => {
+                let up = self.server.up;
+                let p = self.process(process);
+                if p.subscription == (Subscription::Connecting { epoch }) {
+                    p.subscription = if up {
+                        Subscription::Live
+                    } else {
+                        Subscription::Off
+                    };
+                    self.ring(process);
+                }
+            }
+        }
+    }
+
+    /// Sends `call` to Redis from `process`, now.
+    fn send(&mut self, process: ProcessId, call: Call) {
+        self.counts.calls += 1;
+        let at = self.now.plus(self.timing.there());
+        self.schedule(
+            at,
+            Due::Arrive {
+                process,
+                sent: self.now,
+                call,
+            },
+        );
+    }
+
+    /// What Redis does with a call that reaches it now.
+    fn arrive(&mut self, process: ProcessId, sent: Millis, call: Call) {
+        let now = self.now;
+        let back = now.plus(self.timing.back());
+        let reply = if !self.server.up {
+            match call {
+                Call::Ask { ticket, ask } => Reply::Ask {
+                    ticket,
+                    ask,
+                    answer: Err(Refused),
+                },
+                Call::Note(note) => Reply::Note {
+                    note,
+                    answer: Err(Refused),
+                },
+                Call::Inbox => Reply::Inbox(Err(Refused)),
+            }
+        } else {
+            match call {
+                Call::Ask { ticket, ask } => {
+                    // Durations read on the process's clock when it sent the call.
+                    let wait_ms = ask.deadline.since(sent);
+                    let age_ms = sent.since(ask.since);
+                    let seen = PermitAsk {
+                        deadline: now.plus(wait_ms),
+                        since: Millis(now.0.saturating_sub(age_ms)),
+                        ..ask
+                    };
+                    let answer = match self.server.budget.request(now, ticket, seen) {
+                        Some(decision) => AskAnswer::Decided(Heard::of(decision, now)),
+                        None => {
+                            self.server.owner_of.insert(ticket, process);
+                            AskAnswer::Queued {
+                                retry_in: self.retry_in(),
+                                generation: self.server.generation,
+                            }
+                        }
+                    };
+                    self.settle(None);
+                    Reply::Ask {
+                        ticket,
+                        ask,
+                        answer: Ok(answer),
+                    }
+                }
+                Call::Note(note) => {
+                    let seen = match note {
+                        BudgetNote::RateLimited { target, until } => BudgetNote::RateLimited {
+                            target,
+                            until: now.plus(until.since(sent)),
+                        },
+                        other => other,
+                    };
+                    self.server.budget.record(now, seen);
+                    self.settle(None);
+                    Reply::Note {
+                        note,
+                        answer: Ok(()),
+                    }
+                }
+                Call::Inbox => {
+                    self.server.budget.tick(now);
+                    self.settle(Some(process));
+                    let retry_in = self.retry_in();
+                    self.settle(Some(process));
+                    // An answer stays in the inbox until its process knows the request
+                    // (its ask's reply may still be on its way): the real process
+                    // acknowledges only the answers it could deliver.
+                    let inbox = self.server.inbox.remove(&process).unwrap_or_default();
+                    let tickets = &self.tickets;
+                    let (known, unknown): (Vec<_>, Vec<_>) = inbox
+                        .into_iter()
+                        .filter(|(ticket, _)| tickets.contains_key(ticket))
+                        .partition(|(ticket, _)| {
+                            tickets.get(ticket) == Some(&Place::InRedis(process))
+                        });
+                    if !unknown.is_empty() {
+                        self.server.inbox.insert(process, unknown);
+                    }
+                    let mut answers: Vec<(Ticket, Option<Heard>)> = known
+                        .into_iter()
+                        .map(|(ticket, decision)| (ticket, Some(Heard::of(decision, now))))
+                        .collect();
+                    // Requests of an earlier Redis are unknown here (the real process
+                    // finds them with a `poll` of each).
+                    let generation = self.server.generation;
+                    answers.extend(
+                        self.process(process)
+                            .waiters
+                            .iter()
+                            .filter(|(_, w)| w.generation != generation)
+                            .map(|(ticket, _)| (*ticket, None)),
+                    );
+                    Reply::Inbox(Ok(Inbox { answers, retry_in }))
+                }
+            }
+        };
+        self.schedule(back, Due::Reply { process, reply });
+    }
+
+    /// Takes the decisions Redis made for queued requests into their processes' inboxes,
+    /// and wakes each process with a grant or a wait (not `reader`, whose inbox read is
+    /// the reply).
+    fn settle(&mut self, reader: Option<ProcessId>) {
+        let mut wake = BTreeSet::new();
+        while let Some((ticket, decision)) = self.server.budget.poll_decision() {
+            let Some(owner) = self.server.owner_of.remove(&ticket) else {
+                continue;
+            };
+            self.server
+                .inbox
+                .entry(owner)
+                .or_default()
+                .push((ticket, decision));
+            if decision != PermitDecision::Denied && reader != Some(owner) {
+                wake.insert(owner);
+            }
+        }
+        let at = self.now.plus(self.timing.back());
+        for owner in wake {
+            // Published; heard only on a live subscription.
+            if self.process(owner).subscription == Subscription::Live {
+                self.schedule(at, Due::Wake { process: owner });
+            }
+        }
+    }
+
+    /// The script's `retry_in`: when refill alone could pay the head of the queue (or the
+    /// pace let a paid one go), else `waiter_stale_after`.
+    fn retry_in(&mut self) -> u64 {
+        let now = self.now;
+        let stale = self.timing.waiter_stale_after_ms;
+        let budget = &mut self.server.budget;
+        if budget.waiting() == 0 {
+            return stale;
+        }
+        let balance = milli(budget.balance(now));
+        if balance >= 1_000 {
+            return budget
+                .next_wakeup()
+                .map_or(stale, |at| at.since(now).max(1));
+        }
+        let refill = milli(self.config.refill_per_sec);
+        if refill == 0 {
+            return stale;
+        }
+        ((1_000 - balance) * 1_000).div_ceil(refill).max(1)
+    }
+
+    /// A request of `process` leaves Redis's queue.
+    fn withdraw(&mut self, ticket: Ticket) {
+        if self.server.owner_of.remove(&ticket).is_some() {
+            self.server.budget.cancel(ticket);
+        }
+    }
+
+    fn on_reply(&mut self, process: ProcessId, reply: Reply) {
+        match reply {
+            Reply::Ask {
+                ticket,
+                ask,
+                answer,
+            } => {
+                if self.tickets.get(&ticket) != Some(&Place::Asking(process)) {
+                    // Withdrawn while asking.
+                    self.withdraw(ticket);
+                    return;
+                }
+                match answer {
+                    Err(Refused) => {
+                        self.failed(process);
+                        if let Some(decision) = self.ask_locally(process, ticket, ask) {
+                            self.decided.push_back((ticket, decision));
+                        }
+                    }
+                    Ok(AskAnswer::Decided(heard)) => {
+                        self.succeeded(process);
+                        self.tickets.remove(&ticket);
+                        self.decided.push_back((ticket, heard.at(self.now)));
+                    }
+                    Ok(AskAnswer::Queued {
+                        retry_in,
+                        generation,
+                    }) => {
+                        self.succeeded(process);
+                        self.tickets.insert(ticket, Place::InRedis(process));
+                        let (fast, _) = self.timing.pauses();
+                        let p = self.process(process);
+                        p.waiters.insert(ticket, Waiter { ask, generation });
+                        if p.poll == Poll::Idle {
+                            self.pause(process, retry_in.clamp(1, fast));
+                        }
+                    }
+                }
+            }
+            Reply::Note { note, answer } => match answer {
+                Ok(()) => self.succeeded(process),
+                Err(Refused) => {
+                    self.failed(process);
+                    if !matches!(note, BudgetNote::RateLimited { .. }) {
+                        let now = self.now;
+                        self.process(process).local.record(now, note);
+                        self.drain_local(process);
+                    }
+                }
+            },
+            Reply::Inbox(Err(Refused)) => {
+                self.failed(process);
+                let p = self.process(process);
+                p.poll = Poll::Idle;
+                let waiters = std::mem::take(&mut p.waiters);
+                for (ticket, waiter) in waiters {
+                    if let Some(decision) = self.ask_locally(process, ticket, waiter.ask) {
+                        self.decided.push_back((ticket, decision));
+                    }
+                }
+            }
+            Reply::Inbox(Ok(Inbox { answers, retry_in })) => {
+                self.succeeded(process);
+                let now = self.now;
+                for (ticket, heard) in answers {
+                    let Some(waiter) = self.process(process).waiters.remove(&ticket) else {
+                        continue;
+                    };
+                    match heard {
+                        Some(heard) => {
+                            self.tickets.remove(&ticket);
+                            self.decided.push_back((ticket, heard.at(now)));
+                        }
+                        // Redis forgot it: ask again, as a newcomer with the same age.
+                        None if waiter.ask.kind == PermitKind::Charged
+                            && now > waiter.ask.deadline.plus(DEADLINE_GRACE_MS) =>
+                        {
+                            self.tickets.remove(&ticket);
+                            self.decided.push_back((ticket, PermitDecision::Denied));
+                        }
+                        None => {
+                            self.tickets.insert(ticket, Place::Asking(process));
+                            self.send(
+                                process,
+                                Call::Ask {
+                                    ticket,
+                                    ask: waiter.ask,
+                                },
+                            );
+                        }
+                    }
+                }
+                let (fast, slow) = self.timing.pauses();
+                let p = self.process(process);
+                let most = if p.subscription == Subscription::Live {
+                    slow
+                } else {
+                    fast
+                };
+                let deadline = p
+                    .waiters
+                    .values()
+                    .map(|w| w.ask.deadline)
+                    .min()
+                    .map_or(u64::MAX, |d| d.since(now).max(DEADLINE_POLL_MS));
+                self.pause(process, most.min(retry_in.max(1)).min(deadline));
+            }
+        }
+    }
+
+    /// The poll loop of `process` pauses `ms`, or less when a wake-up rings (one may
+    /// already have).
+    fn pause(&mut self, process: ProcessId, ms: u64) {
+        self.listen(process);
+        let p = self.process(process);
+        if p.woken {
+            self.read_inbox(process);
+            return;
+        }
+        let id = self.next_id();
+        let at = self.now.plus(ms);
+        self.process(process).poll = Poll::Sleeping { id };
+        self.schedule(at, Due::Poll { process, id });
+    }
+
+    /// A wake-up rings for `process`: its pausing loop reads its inbox now; a loop reading
+    /// it, or none, keeps it for its next pause.
+    fn ring(&mut self, process: ProcessId) {
+        let p = self.process(process);
+        if matches!(p.poll, Poll::Sleeping { .. }) {
+            self.read_inbox(process);
+        } else {
+            p.woken = true;
+        }
+    }
+
+    /// The poll loop's turn: it ends when no waiter is left, else reads the inbox.
+    fn read_inbox(&mut self, process: ProcessId) {
+        let p = self.process(process);
+        p.woken = false;
+        if p.waiters.is_empty() {
+            p.poll = Poll::Idle;
+            return;
+        }
+        p.poll = Poll::Reading;
+        self.counts.polls += 1;
+        self.send(process, Call::Inbox);
+    }
+
+    /// Keeps `process` subscribed while its loop runs: subscribes when no subscription is
+    /// live or being made, at most once per `retry_redis_after`.
+    fn listen(&mut self, process: ProcessId) {
+        let now = self.now;
+        let retry = self.timing.retry_redis_after_ms;
+        let up = self.server.up;
+        let p = self.process(process);
+        if p.subscription != Subscription::Off || now < p.subscribe_again {
+            return;
+        }
+        p.subscribe_again = now.plus(retry);
+        if !up {
+            // Refused at once: the task ends and rings the loop.
+            p.woken = true;
+            return;
+        }
+        let epoch = self.next_id();
+        self.process(process).subscription = Subscription::Connecting { epoch };
+        let at = now.plus(self.timing.subscribe_ms);
+        self.schedule(at, Due::Subscribed { process, epoch });
+    }
+
+    /// Whether a decision of `process` tries Redis: always while shared; once per
+    /// `retry_redis_after` while fallen back.
+    fn try_redis(&mut self, process: ProcessId) -> bool {
+        let now = self.now;
+        let retry = self.timing.retry_redis_after_ms;
+        let p = self.process(process);
+        match p.health {
+            Health::Shared => true,
+            Health::Local { next_try } if now < next_try => false,
+            Health::Local { .. } => {
+                p.health = Health::Local {
+                    next_try: now.plus(retry),
+                };
+                true
+            }
+        }
+    }
+
+    fn failed(&mut self, process: ProcessId) {
+        let now = self.now;
+        let next_try = now.plus(self.timing.retry_redis_after_ms);
+        let p = self.process(process);
+        let was = std::mem::replace(&mut p.health, Health::Local { next_try });
+        if was == Health::Shared {
+            self.counts.fell_back += 1;
+            self.notify(process, StoreEvent::FellBack);
+        }
+    }
+
+    fn succeeded(&mut self, process: ProcessId) {
+        let p = self.process(process);
+        let was = std::mem::replace(&mut p.health, Health::Shared);
+        if was != Health::Shared {
+            self.counts.restored += 1;
+            self.notify(process, StoreEvent::Restored);
+        }
+    }
+
+    fn notify(&mut self, process: ProcessId, event: StoreEvent) {
+        self.notifications.push(Notification {
+            at: self.now,
+            process,
+            event,
+        });
+    }
+
+    /// The local budget of `process` decides `ask`: now, or later through
+    /// [`poll_decision`](Self::poll_decision).
+    fn ask_locally(
+        &mut self,
+        process: ProcessId,
+        ticket: Ticket,
+        ask: PermitAsk,
+    ) -> Option<PermitDecision> {
+        self.counts.local_decisions += 1;
+        let now = self.now;
+        let decision = self.process(process).local.request(now, ticket, ask);
+        match decision {
+            Some(_) => self.tickets.remove(&ticket),
+            None => self.tickets.insert(ticket, Place::Local(process)),
+        };
+        self.drain_local(process);
+        decision
+    }
+
+    /// Hands on the answers `process`'s local budget gave its waiters.
+    fn drain_local(&mut self, process: ProcessId) {
+        let mut answers = Vec::new();
+        while let Some(answer) = self.process(process).local.poll_decision() {
+            answers.push(answer);
+        }
+        for (ticket, decision) in answers {
+            if self.tickets.get(&ticket) == Some(&Place::Local(process)) {
+                self.tickets.remove(&ticket);
+                self.decided.push_back((ticket, decision));
+            }
+        }
+    }
+}
+
+/// Tokens as exact milli-tokens, as core and the script count them (nothing for a negative
+/// or non-finite figure).
+fn milli(tokens: f64) -> u64 {
+    if tokens.is_finite() && tokens > 0.0 {
+        (tokens * 1_000.0).round() as u64
+    } else {
+        0
+    }
+}
