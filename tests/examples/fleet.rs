@@ -9,7 +9,10 @@
 //! Two fleets per model: `200 runners, 1 process` (one `SharedBudget` for all) and
 //! `20 processes × 10` (child processes of this binary, each with its own budget); with
 //! `--redis`, a third: the same 20 processes sharing one `RedisBudget` in that redis-server
-//! (a fleet on many machines), against the simulated fleet with one budget. Time is
+//! (a fleet on many machines), against the same processes simulated on the model of the
+//! Redis store (`rebound_sim::redis_store`: every decision a round trip, a grant reaching a
+//! waiting process when it reads its inbox, woken or polling, with `RedisOptions`'
+//! defaults; the round trip is the median of 20 calls to that Redis before the play). Time is
 //! scaled by `--scale` on both sides — the scenario's windows, latencies and `retry-after`,
 //! the retry policy's delays, the budget's wait and refill — so a model that takes a minute
 //! of virtual time plays in twelve seconds. The server plays the scenario's latencies
@@ -18,14 +21,19 @@
 //! beyond noise (see [`differs`]): one of the two has a bug.
 
 use rebound_core::{BudgetConfig, MachineConfig, ProviderKind};
-use rebound_effects::budget::{BudgetStore, RedisBudget, RedisOptions, SharedBudget};
+use rebound_effects::budget::{
+    BudgetEvent, BudgetStore, RedisBudget, RedisOptions, RedisUrl, SharedBudget,
+};
 use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig};
 use rebound_effects::runner::{RunInput, Runner};
 use rebound_sim::compare::{ExperimentConfig, OutageModel};
 use rebound_sim::fake::{FakeServer, FakeServerConfig, Outcome};
+use rebound_sim::redis_store::{RedisStore, RedisTiming};
 use rebound_sim::scenario::FaultKind;
-use rebound_sim::{simulate_fleet, FleetAgent, Scenario, SimConfig};
+use rebound_sim::{simulate_fleet, simulate_fleet_in_redis, FleetAgent, Scenario, SimConfig};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The shared outages played (models of the outage experiment).
@@ -64,14 +72,6 @@ impl Sharing {
         match self {
             Sharing::OneProcess => 1,
             Sharing::PerProcess(n) | Sharing::Redis(n) => n,
-        }
-    }
-
-    /// How many budgets the simulated fleet has (one per process, or one for all).
-    fn budgets(self) -> usize {
-        match self {
-            Sharing::PerProcess(n) => n,
-            Sharing::OneProcess | Sharing::Redis(_) => 1,
         }
     }
 }
@@ -142,6 +142,15 @@ struct Figures {
     peak_per_sec: usize,
     /// The standard deviation of requests per agent, where it is known (the simulated side).
     per_agent_sd: Option<f64>,
+    /// How often a process of a Redis fleet fell back to its local budget, and came back.
+    redis_events: Option<RedisEvents>,
+}
+
+/// A Redis fleet's `BudgetEvent`s, summed over its processes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct RedisEvents {
+    fell_back: u64,
+    restored: u64,
 }
 
 impl Figures {
@@ -152,6 +161,7 @@ impl Figures {
             requests: requests.len(),
             peak_per_sec: peak(requests, window_ms),
             per_agent_sd: None,
+            redis_events: None,
         }
     }
 
@@ -204,7 +214,22 @@ async fn parent(options: Options) -> ExitCode {
     );
     println!("| model | fleet | side | success | requests / agent | requests / completed turn | peak requests / s |");
     println!("|---|---|---|---:|---:|---:|---:|");
+    // The model's round trip: this Redis's, measured before the play.
+    let timing = match &options.redis {
+        Some(redis) => match round_trip_ms(redis).await {
+            Ok(ms) => {
+                eprintln!("redis round trip (median of 20 calls): {ms} ms");
+                RedisTiming::default().with_round_trip_ms(ms)
+            }
+            Err(e) => {
+                eprintln!("{redis}: {e}");
+                return ExitCode::from(3);
+            }
+        },
+        None => RedisTiming::default(),
+    };
     let mut any_differs = false;
+    let mut redis_notes = Vec::new();
     for name in &options.models {
         let Some((m, model)) = models.iter().enumerate().find(|(_, m)| m.name == *name) else {
             eprintln!("no model {name}");
@@ -230,7 +255,7 @@ async fn parent(options: Options) -> ExitCode {
                     return ExitCode::from(3);
                 }
             };
-            let sim = match play_sim(&options, &experiment, m, model, sharing.budgets()) {
+            let sim = match play_sim(&options, &experiment, m, model, sharing, timing) {
                 Ok(f) => f,
                 Err(e) => {
                     eprintln!("{name}, {fleet}: the simulator failed (a bug): {e}");
@@ -243,6 +268,13 @@ async fn parent(options: Options) -> ExitCode {
             );
             let differ = differs(&real, &sim);
             any_differs |= differ;
+            if let (Some(r), Some(s)) = (real.redis_events, sim.redis_events) {
+                redis_notes.push(format!(
+                    "- {name}: real processes fell back {} times and came back {}; \
+                     simulated {} and {}.",
+                    r.fell_back, r.restored, s.fell_back, s.restored
+                ));
+            }
             for (side, f) in [("real", &real), ("simulated", &sim)] {
                 println!(
                     "| {name} | {fleet} | {side}{} | {:.1} % | {:.2} | {} | {} |",
@@ -269,6 +301,12 @@ async fn parent(options: Options) -> ExitCode {
             "agree within noise"
         }
     );
+    if !redis_notes.is_empty() {
+        println!("\nOne Redis budget: fallbacks to a local budget (`BudgetEvent`).\n");
+        for note in redis_notes {
+            println!("{note}");
+        }
+    }
     if any_differs {
         ExitCode::FAILURE
     } else {
@@ -346,47 +384,94 @@ fn share(agents: usize, processes: usize, p: usize) -> std::ops::Range<usize> {
     (p * per).min(agents)..((p + 1) * per).min(agents)
 }
 
+/// The simulated fleet: one budget for all (one process), a budget per process, or the
+/// processes sharing one budget in Redis on the store's model with `timing`.
 fn play_sim(
     options: &Options,
     experiment: &ExperimentConfig,
     m: usize,
     model: &OutageModel,
-    processes: usize,
+    sharing: Sharing,
+    timing: RedisTiming,
 ) -> Result<Figures, rebound_sim::SimError> {
     let scenario = scaled_scenario(&model.scenario, options.scale);
     let (machine, budget) = scaled_config(options.scale);
     let config = SimConfig::default()
         .with_machine(machine)
-        .with_budget(budget);
+        .with_budget(budget.clone());
+    let processes = sharing.processes();
+    let groups: Vec<Vec<FleetAgent<'_>>> = (0..processes)
+        .map(|p| {
+            share(options.agents, processes, p)
+                .map(|i| FleetAgent {
+                    scenario: &scenario,
+                    seed: experiment.agent_seed(m, i),
+                    start_ms: scaled_start(experiment, i, options.scale),
+                })
+                .collect()
+        })
+        .collect();
+    let mut redis_events = None;
+    let outcomes = match sharing {
+        Sharing::OneProcess | Sharing::PerProcess(_) => groups
+            .iter()
+            .map(|agents| simulate_fleet(agents, &config))
+            .collect::<Result<Vec<_>, _>>()?,
+        Sharing::Redis(_) => {
+            let mut store = RedisStore::new(budget, timing);
+            let outcomes = simulate_fleet_in_redis(&groups, &config, &mut store)?;
+            let counts = store.counts();
+            redis_events = Some(RedisEvents {
+                fell_back: counts.fell_back,
+                restored: counts.restored,
+            });
+            outcomes
+        }
+    };
     let mut completed = Vec::new();
     let mut requests = Vec::new();
     let mut per_agent = Vec::new();
-    for p in 0..processes {
-        let agents: Vec<FleetAgent<'_>> = share(options.agents, processes, p)
-            .map(|i| FleetAgent {
-                scenario: &scenario,
-                seed: experiment.agent_seed(m, i),
-                start_ms: scaled_start(experiment, i, options.scale),
-            })
-            .collect();
-        for outcome in simulate_fleet(&agents, &config)? {
-            completed.push(outcome.succeeded());
-            per_agent.push(f64::from(outcome.requests()));
-            requests.extend(
-                outcome
-                    .commands()
-                    .filter(|(_, c)| matches!(c, rebound_core::Command::SendRequest { .. }))
-                    .map(|(t, _)| unscale(t.0, options.scale)),
-            );
-        }
+    for outcome in outcomes.iter().flatten() {
+        completed.push(outcome.succeeded());
+        per_agent.push(f64::from(outcome.requests()));
+        requests.extend(
+            outcome
+                .commands()
+                .filter(|(_, c)| matches!(c, rebound_core::Command::SendRequest { .. }))
+                .map(|(t, _)| unscale(t.0, options.scale)),
+        );
     }
     let n = per_agent.len().max(1) as f64;
     let mean = per_agent.iter().sum::<f64>() / n;
     let variance = per_agent.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / n;
     Ok(Figures {
         per_agent_sd: Some(variance.sqrt()),
+        redis_events,
         ..Figures::of(&completed, &requests, model.window_ms)
     })
+}
+
+/// The median time of 20 calls to the budget script on `redis` (a budget of its own name),
+/// in whole ms, at least 1.
+async fn round_trip_ms(redis: &str) -> Result<u64, String> {
+    let url: RedisUrl = format!("{redis}/fleet-round-trip-{}", epoch_ms())
+        .parse()
+        .map_err(|e| format!("{e}"))?;
+    let budget = RedisBudget::new(&url, BudgetConfig::default(), RedisOptions::default())
+        .map_err(|e| e.to_string())?;
+    // The first call connects.
+    budget.stats().await.map_err(|e| e.to_string())?;
+    let mut times = Vec::new();
+    for _ in 0..20 {
+        let started = std::time::Instant::now();
+        budget.stats().await.map_err(|e| e.to_string())?;
+        times.push(started.elapsed());
+    }
+    times.sort();
+    let median = times[times.len() / 2];
+    Ok(u64::try_from(median.as_micros().div_ceil(1_000))
+        .unwrap_or(u64::MAX)
+        .max(1))
 }
 
 fn scaled_start(experiment: &ExperimentConfig, i: usize, scale: f64) -> u64 {
@@ -415,6 +500,7 @@ async fn play_real(
     let t0_epoch_ms = epoch_ms();
     let url = server.base_url();
     let mut completed = vec![false; options.agents];
+    let mut redis_events = None;
     if processes == 1 {
         let budget = SharedBudget::new(scaled_config(options.scale).1);
         for (i, done) in run_agents(
@@ -464,12 +550,23 @@ async fn play_real(
                 .map_err(|e| format!("cannot start a child: {e}"))?;
             children.push(child);
         }
+        let mut events = RedisEvents::default();
         for child in children {
             let out = child.wait_with_output().await.map_err(|e| e.to_string())?;
             if !out.status.success() {
                 return Err(format!("a child failed: {}", out.status));
             }
             for line in String::from_utf8_lossy(&out.stdout).lines() {
+                if let Some(counts) = line.strip_prefix("events ") {
+                    let mut counts = counts.split_whitespace().map(str::parse::<u64>);
+                    if let (Some(Ok(fell_back)), Some(Ok(restored))) =
+                        (counts.next(), counts.next())
+                    {
+                        events.fell_back += fell_back;
+                        events.restored += restored;
+                    }
+                    continue;
+                }
                 let mut words = line.split_whitespace();
                 if let (Some(i), Some(done)) = (words.next(), words.next()) {
                     if let Ok(i) = i.parse::<usize>() {
@@ -480,6 +577,9 @@ async fn play_real(
                 }
             }
         }
+        if matches!(sharing, Sharing::Redis(_)) {
+            redis_events = Some(events);
+        }
     }
     let requests: Vec<u64> = server
         .requests()
@@ -488,7 +588,10 @@ async fn play_real(
         .map(|r| unscale(r.at_ms, options.scale))
         .collect();
     server.shutdown().await;
-    Ok(Figures::of(&completed, &requests, model.window_ms))
+    Ok(Figures {
+        redis_events,
+        ..Figures::of(&completed, &requests, model.window_ms)
+    })
 }
 
 fn epoch_ms() -> u64 {
@@ -548,7 +651,8 @@ async fn run_agents(
 
 /// `--child URL MODEL SEED AGENTS SCALE T0_EPOCH_MS FIRST END BUDGET`: runs agents
 /// FIRST..END with a budget of their own (BUDGET `-`) or the one in Redis that BUDGET names,
-/// printing `INDEX 1|0` per agent.
+/// printing `INDEX 1|0` per agent and, with Redis, `events FELL_BACK RESTORED` (how often
+/// the budget fell back to its local one, and came back).
 fn child(args: &[String]) -> ExitCode {
     let parsed = (|| {
         let [url, model, seed, agents, scale, t0, first, end, budget] = args else {
@@ -595,6 +699,8 @@ fn child(args: &[String]) -> ExitCode {
         return ExitCode::from(3);
     };
     let config = scaled_config(scale).1;
+    let fell_back = Arc::new(AtomicU64::new(0));
+    let restored = Arc::new(AtomicU64::new(0));
     let results = runtime.block_on(tokio::task::LocalSet::new().run_until(async {
         if budget == "-" {
             let budget = SharedBudget::new(config);
@@ -602,8 +708,21 @@ fn child(args: &[String]) -> ExitCode {
             return Ok::<_, String>(results);
         }
         let redis_url = budget.parse().map_err(|e| format!("{e}"))?;
-        let budget = RedisBudget::new(&redis_url, config, RedisOptions::default())
-            .map_err(|e| e.to_string())?;
+        let (fell, back) = (Arc::clone(&fell_back), Arc::clone(&restored));
+        let on_event = Arc::new(move |event: &BudgetEvent| {
+            let counter = match event {
+                BudgetEvent::FellBack { .. } => &fell,
+                BudgetEvent::Restored { .. } => &back,
+                _ => return,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+        });
+        let budget = RedisBudget::new(
+            &redis_url,
+            config,
+            RedisOptions::default().with_on_event(on_event),
+        )
+        .map_err(|e| e.to_string())?;
         // At start, as `rebound run` does: a Redis that cannot keep the budget is an error,
         // not a fleet silently on local budgets (a slow first answer is not: the budget
         // tries again at its next decision).
@@ -623,6 +742,13 @@ fn child(args: &[String]) -> ExitCode {
     };
     for (i, done) in results {
         println!("{i} {}", u8::from(done));
+    }
+    if budget != "-" {
+        println!(
+            "events {} {}",
+            fell_back.load(Ordering::Relaxed),
+            restored.load(Ordering::Relaxed)
+        );
     }
     ExitCode::SUCCESS
 }
