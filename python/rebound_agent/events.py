@@ -37,6 +37,17 @@ __all__ = [
 ]
 
 
+_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    """The dataclass's field names, computed once per class (``fields()`` is slow)."""
+    names = _NAMES.get(cls)
+    if names is None:
+        names = _NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     """Base of every event. ``type`` is the event's tag in the trace format."""
@@ -46,8 +57,8 @@ class Event:
     def to_json(self) -> dict[str, Json]:
         """The event in the trace format's JSON shape: ``{"type": ..., <fields>}``."""
         out: dict[str, Json] = {"type": self.type}
-        for f in fields(self):
-            out[f.name] = getattr(self, f.name)
+        for name in _field_names(type(self)):
+            out[name] = getattr(self, name)
         return out
 
     @staticmethod

@@ -49,17 +49,12 @@ impl Failure {
 }
 
 /// The JSON value of a Python object made of `None`, `bool`, `int`, `float`, `str`, lists,
-/// tuples and dicts with `str` keys. `what` names the value in error messages (`event`).
+/// tuples and dicts with `str` keys (or an object with a `to_json()` giving one). `what` names
+/// the value in error messages (`event`).
 ///
 /// # Errors
 ///
-/// [`ReboundError`] naming the path of the first value that has no JSON form.
-#[allow(dead_code)] // used by the wire helpers
-pub fn to_value(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Value> {
-    walk(obj, 0).map_err(|f| ReboundError::new_err(f.describe(what)))
-}
-
-/// [`to_value`], raising [`EventError`].
+/// [`EventError`] naming the path of the first value that has no JSON form.
 fn to_event_value(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Value> {
     walk(obj, 0).map_err(|f| EventError::new_err(f.describe(what)))
 }
