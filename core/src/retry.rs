@@ -192,14 +192,11 @@ impl RetryConfig {
             1.0
         };
         let exponent = i32::try_from(retry.saturating_sub(1)).unwrap_or(i32::MAX);
-        let delay = self.initial_delay_ms as f64 * multiplier.powi(exponent);
-        let capped = delay.min(self.max_delay_ms as f64);
-        if capped.is_finite() && capped >= 0.0 {
-            // In range by the `min` above; `as` saturates anyway.
-            capped as u64
-        } else {
-            self.max_delay_ms
-        }
+        // The growth is kept finite, so a zero initial delay stays zero (0 × ∞ would be NaN);
+        // the product is never negative, and an infinite one is capped like any other.
+        let growth = multiplier.powi(exponent).min(f64::MAX);
+        let delay = self.initial_delay_ms as f64 * growth;
+        delay.min(self.max_delay_ms as f64) as u64
     }
 
     /// The computed delay before retry `retry`, jittered with `rng` when `jitter` is on.
@@ -361,6 +358,37 @@ mod tests {
             (1..=3).map(|r| built.base_delay_ms(r)).collect::<Vec<_>>(),
             [11, 33, 99]
         );
+    }
+
+    #[test]
+    fn a_zero_backoff_draws_nothing_from_the_seeded_rng() {
+        // A run's jitter comes from one seeded RNG: a retry with nothing to jitter must leave
+        // it where it was, so the draws after it are the ones a replay of the trace expects.
+        let c = RetryConfig::default()
+            .with_initial_delay_ms(0)
+            .with_jitter(true);
+        let mut rng = fastrand::Rng::with_seed(7);
+        assert_eq!(c.backoff_ms(1, &mut rng), 0);
+        assert_eq!(rng.u64(..), fastrand::Rng::with_seed(7).u64(..));
+        let zero_cap = RetryConfig::default()
+            .with_max_delay_ms(0)
+            .with_jitter(true);
+        assert_eq!(zero_cap.backoff_ms(3, &mut rng), 0);
+    }
+
+    #[test]
+    fn an_unbounded_product_is_capped_whatever_the_initial_delay() {
+        // Growth past f64's range: a zero initial delay stays zero, any other is the cap.
+        for initial in [0, 1, u64::MAX] {
+            let c = RetryConfig::default()
+                .with_initial_delay_ms(initial)
+                .with_multiplier(1e300)
+                .with_max_delay_ms(9_000);
+            assert_eq!(
+                c.base_delay_ms(u32::MAX),
+                if initial == 0 { 0 } else { 9_000 }
+            );
+        }
     }
 
     #[test]
