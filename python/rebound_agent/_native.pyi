@@ -1,6 +1,6 @@
 """Type stubs of the native module (Rust, PyO3). Use the wrappers in ``rebound_agent``."""
 
-from typing import Any, Literal, Mapping
+from typing import Any, Literal, Mapping, Sequence
 
 Json = Any
 
@@ -38,7 +38,7 @@ class Snapshot:
     """A shared, read-only conversation (or a trace's summary of one)."""
 
     @staticmethod
-    def of(conversation: list[Json] | str) -> Snapshot:
+    def of(conversation: Sequence[Json] | str) -> Snapshot:
         """A snapshot of a list of messages in their JSON shape."""
     @staticmethod
     def from_json(value: Mapping[str, Json] | str) -> Snapshot:
@@ -92,17 +92,18 @@ def describe(
 def normalize_event(event: Any) -> dict[str, Json]:
     """The event as the machine reads it; EventError when it cannot."""
 
-Provider = Literal["anthropic", "openai", "openai_responses"]
+Provider = str
+"""A wire format: ``"anthropic"``, ``"openai"`` or ``"openai_responses"`` (ConfigError else)."""
 Bytes = bytes | bytearray | memoryview | str
 
 def request_body(
     provider: Provider,
-    conversation: Snapshot | list[Json],
+    conversation: Snapshot | Sequence[Json],
     model: str,
     max_tokens: int = 4096,
     *,
     system: str | None = None,
-    tools: list[Mapping[str, Json]] | None = None,
+    tools: Sequence[Mapping[str, Json]] | None = None,
     stream: bool = True,
     options: Mapping[str, Json] | None = None,
     base_url: str | None = None,
@@ -156,7 +157,7 @@ def classify_transport(
     """A failed exchange (no usable response) as a ProviderFailure."""
 
 def compact(
-    conversation: Snapshot | list[Json], policy: Mapping[str, Json] | None = None
+    conversation: Snapshot | Sequence[Json], policy: Mapping[str, Json] | None = None
 ) -> dict[str, Json]:
     """Deterministic elision: ``{"Ok": messages}`` or ``{"Err": why}``, the ``result`` of
     CompactionFinished."""
