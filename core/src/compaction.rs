@@ -969,6 +969,104 @@ mod tests {
         assert_eq!(small.messages()[n - 2..], c.messages()[c.len() - 2..]);
     }
 
+    /// `n` bytes of `c`.
+    fn bytes(c: char, n: usize) -> String {
+        c.to_string().repeat(n)
+    }
+
+    fn results(ids_and_texts: &[(&str, String)]) -> Message {
+        Message {
+            role: Role::User,
+            content: ids_and_texts
+                .iter()
+                .map(|(id, text)| {
+                    ContentBlock::tool_result(*id, vec![ToolResultPart::text(text.clone())], false)
+                })
+                .collect(),
+        }
+    }
+
+    fn calls(ids: &[&str]) -> Message {
+        Message {
+            role: Role::Assistant,
+            content: ids
+                .iter()
+                .map(|id| ContentBlock::tool_use(*id, "read", json!({})))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn an_older_payload_of_exactly_the_limit_is_kept_and_one_byte_more_is_elided() {
+        let policy = CompactionPolicy::default()
+            .with_keep_recent_messages(2)
+            .with_elide_over_bytes(100)
+            .with_keep_head_bytes(10);
+        let mut c = Conversation::new();
+        c.push(Message::user_text("task"));
+        c.push(Message::assistant_text(bytes('a', 100)));
+        c.push(Message::user_text("next"));
+        c.push(Message::assistant_text(bytes('b', 101)));
+        c.push(Message::user_text("next"));
+        c.push(calls(&["t1", "t2"]));
+        c.push(results(&[("t1", bytes('r', 100)), ("t2", bytes('s', 101))]));
+        c.push(Message::assistant_text("end"));
+        c.push(Message::user_text("ok"));
+        let request = summary_request(&c, &policy, None).expect("a request");
+        let sent = request.conversation.messages();
+        assert_eq!(
+            sent[1].text(),
+            bytes('a', 100),
+            "a text of exactly the limit"
+        );
+        assert_eq!(
+            sent[3].text(),
+            format!(
+                "{}\n[… 91 bytes elided to fit the context window]",
+                bytes('b', 10)
+            )
+        );
+        let results = serde_json::to_string(&*sent[6]).unwrap();
+        assert!(
+            results.contains(&bytes('r', 100)),
+            "a result of exactly the limit: {results}"
+        );
+        assert!(
+            results.contains(&format!(
+                "{}\\n[… 91 bytes elided to fit the context window]",
+                bytes('s', 10)
+            )),
+            "{results}"
+        );
+    }
+
+    #[test]
+    fn a_kept_tool_result_past_the_tail_limit_is_cut_to_half_of_it() {
+        let policy = CompactionPolicy::default()
+            .with_keep_recent_messages(2)
+            .with_max_tail_result_bytes(200);
+        let mut c = Conversation::new();
+        c.push(Message::user_text("task"));
+        c.push(Message::assistant_text(bytes('o', 5_000)));
+        c.push(Message::user_text("next"));
+        c.push(calls(&["t1", "t2"]));
+        c.push(results(&[("t1", bytes('x', 200)), ("t2", bytes('y', 201))]));
+        let small = compact(&c, &policy).unwrap();
+        assert_eq!(small.len(), c.len(), "elision alone halved it");
+        let tail = serde_json::to_string(&*small.messages()[4]).unwrap();
+        assert!(
+            tail.contains(&bytes('x', 200)),
+            "exactly the limit is kept: {tail}"
+        );
+        assert!(
+            tail.contains(&format!(
+                "\"{}\\n[… 101 bytes elided to fit the context window]",
+                bytes('y', 100)
+            )),
+            "{tail}"
+        );
+    }
+
     #[test]
     fn a_request_that_fits_exactly_drops_nothing_and_one_byte_less_drops_whole_exchanges() {
         let c = chat("task", 8, 300);
