@@ -17,8 +17,11 @@ VENV="target/rebound-agent-venv"
 
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
-timeout 600 "$VENV/bin/pip" install --quiet --disable-pip-version-check pytest hypothesis httpx
+timeout 600 "$VENV/bin/pip" install --quiet --disable-pip-version-check pytest hypothesis httpx mypy
 timeout 1800 "$VENV/bin/pip" install --quiet --disable-pip-version-check ./python
+
+# The stubs and annotations hold: the installed package, the example agent and the bench.
+(cd python && "../$VENV/bin/python" -m mypy --no-incremental rebound_agent examples/agent.py bench/machine_overhead.py)
 
 # The CLI the tests run (`rebound serve`, `rebound sim --trace-out`, `rebound run`, `rebound
 # replay`): required, not skipped.
