@@ -250,6 +250,20 @@ mod tests {
             decide(Some(400), Some(&anthropic), scan),
             FailureKind::ReasoningRejected
         );
+        // An error event in a 200 stream refuses the request as a whole too; a 3xx (a
+        // redirect the client did not follow) quoting it is not a refusal of the reasoning.
+        assert_eq!(
+            decide(Some(200), Some(&openai), scan),
+            FailureKind::ReasoningRejected
+        );
+        assert_eq!(
+            decide(Some(299), Some(&openai), scan),
+            FailureKind::ReasoningRejected
+        );
+        assert_ne!(
+            decide(Some(300), Some(&openai), scan),
+            FailureKind::ReasoningRejected
+        );
         // A server error or a rate limit that quotes it is still what its status says.
         assert_eq!(
             decide(Some(500), Some(&openai), scan),
