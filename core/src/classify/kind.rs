@@ -228,6 +228,36 @@ mod tests {
     }
 
     #[test]
+    fn a_server_error_that_says_it_is_overloaded_is_unavailable_by_type_or_by_words() {
+        let untyped = ErrorBody {
+            message: Some("m".into()),
+            ..ErrorBody::default()
+        };
+        // A 5xx other than 503/529: its type alone, or its words alone, say overloaded.
+        assert_eq!(
+            decide(Some(500), Some(&typed("overloaded_error")), "m"),
+            FailureKind::Unavailable
+        );
+        assert_eq!(
+            decide(Some(502), Some(&untyped), "upstream is overloaded"),
+            FailureKind::Unavailable
+        );
+        assert_eq!(
+            decide(Some(500), Some(&typed("api_error")), "m"),
+            FailureKind::ServerError
+        );
+        // An error event mid-stream with no known type: its words decide.
+        assert_eq!(
+            decide(None, Some(&untyped), "overloaded, try later"),
+            FailureKind::Unavailable
+        );
+        assert_eq!(
+            decide(None, Some(&untyped), "something broke"),
+            FailureKind::ServerError
+        );
+    }
+
+    #[test]
     fn unverifiable_reasoning_is_its_own_kind_only_when_the_request_is_refused() {
         let openai = ErrorBody {
             error_type: Some("invalid_request_error".into()),
