@@ -805,52 +805,42 @@ mod tests {
 
     #[test]
     fn the_task_statement_is_elided_only_past_the_tail_limit() {
-        // The task statement says what the whole conversation is for: in a summary request
-        // it is cut only where a kept tool result would be (`max_tail_result_bytes`), while
-        // the other older messages are cut at `elide_over_bytes`.
+        // The task statement says what the whole conversation is for: a summary request and
+        // a compaction cut it only where they would cut a kept tool result
+        // (`max_tail_result_bytes`), while the other older messages are cut at
+        // `elide_over_bytes`.
         let task = format!("the task: {}", "t".repeat(4_000));
         let c = chat(&task, 4, 4_000);
         let policy = CompactionPolicy::default()
             .with_keep_recent_messages(2)
             .with_elide_over_bytes(1_000)
             .with_max_tail_result_bytes(8_000);
-        let request = summary_request(&c, &policy, None).expect("a request");
-        let sent = request.conversation.messages();
-        assert_eq!(sent[0].text(), task, "the task statement is whole");
-        assert!(
-            sent[1].text().len() < 1_000 && sent[1].text().contains("bytes elided"),
-            "a later long message is elided: {}",
-            sent[1].text().len()
-        );
         let strict = policy.clone().with_max_tail_result_bytes(2_000);
-        let request = summary_request(&c, &strict, None).expect("a request");
-        assert!(request.conversation.messages()[0]
-            .text()
-            .contains("bytes elided"));
-    }
-
-    #[test]
-    fn compaction_keeps_the_task_statement_up_to_the_tail_limit() {
-        // The task statement says what the conversation is for: compaction cuts it only
-        // where it would cut a kept tool result (`max_tail_result_bytes`); the other older
-        // messages are cut at `elide_over_bytes`.
-        let task = format!("the task: {}", "t".repeat(4_000));
-        let c = chat(&task, 4, 4_000);
-        let policy = CompactionPolicy::default()
-            .with_keep_recent_messages(2)
-            .with_elide_over_bytes(1_000)
-            .with_max_tail_result_bytes(8_000);
-        let small = compact(&c, &policy).unwrap();
-        assert_eq!(small.len(), c.len(), "elision alone halved it");
-        assert_eq!(
-            small.messages()[0].text(),
-            task,
-            "the task statement is whole"
-        );
-        assert!(small.messages()[1].text().contains("bytes elided"));
-        let strict = policy.with_max_tail_result_bytes(2_000);
-        let small = compact(&c, &strict).unwrap();
-        assert!(small.messages()[0].text().contains("bytes elided"));
+        let summary = |p: &CompactionPolicy| summary_request(&c, p, None).unwrap().conversation;
+        let compacted = |p: &CompactionPolicy| compact(&c, p).unwrap();
+        for (how, shrink) in [
+            (
+                "summary request",
+                &summary as &dyn Fn(&CompactionPolicy) -> Conversation,
+            ),
+            ("compaction", &compacted),
+        ] {
+            let sent = shrink(&policy);
+            let sent = sent.messages();
+            assert_eq!(sent[0].text(), task, "{how}: the task statement is whole");
+            assert!(
+                sent[1].text().len() < 1_000 && sent[1].text().contains("bytes elided"),
+                "{how}: a later long message is elided: {}",
+                sent[1].text().len()
+            );
+            assert!(
+                shrink(&strict).messages()[0]
+                    .text()
+                    .contains("bytes elided"),
+                "{how}: past the tail limit the task statement is cut too"
+            );
+        }
+        assert_eq!(compacted(&policy).len(), c.len(), "elision alone halved it");
     }
 
     #[test]
