@@ -220,6 +220,7 @@ pub struct ProcessId(pub usize);
 
 /// A change in where a process decides, as `BudgetEvent` reports it in the real store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StoreEvent {
     /// A call failed: the process decides with its local budget.
     FellBack,
