@@ -530,7 +530,9 @@ fn elide_message(m: &Message, policy: &CompactionPolicy) -> Message {
         .filter(|b| {
             !matches!(
                 b,
-                ContentBlock::Thinking { .. } | ContentBlock::Reasoning { .. }
+                ContentBlock::Thinking { .. }
+                    | ContentBlock::RedactedThinking { .. }
+                    | ContentBlock::Reasoning { .. }
             )
         })
         .map(|b| match b {

@@ -220,6 +220,17 @@ pub enum ContentBlock {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         owner: Option<TargetIdentity>,
     },
+    /// Extended thinking the provider encrypted whole (Anthropic's `redacted_thinking`, when
+    /// its safety systems flag the reasoning): nothing to show, passed back verbatim on later
+    /// requests, only to the target that produced it (see [`TargetIdentity`]). In a tool loop
+    /// with thinking enabled it counts as the thinking the last assistant turn must start with.
+    RedactedThinking {
+        /// The encrypted thinking, as the provider sent it.
+        data: String,
+        /// The target that produced it; `None` for a block of unknown owner.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<TargetIdentity>,
+    },
     /// An OpenAI Responses `reasoning` output item, kept exactly as received (its `id`,
     /// `summary`, `encrypted_content`, …) and sent back unchanged to the Responses API on
     /// later requests, only to the target that produced it (see [`TargetIdentity`]);
@@ -248,6 +259,16 @@ impl ContentBlock {
         }
     }
 
+    /// A redacted thinking block with no known owner (the machine records the target that
+    /// produced it when the message is appended).
+    #[must_use]
+    pub fn redacted_thinking(data: impl Into<String>) -> Self {
+        ContentBlock::RedactedThinking {
+            data: data.into(),
+            owner: None,
+        }
+    }
+
     /// A Responses reasoning item with no known owner (the machine records the target that
     /// produced it when the message is appended).
     #[must_use]
@@ -256,12 +277,13 @@ impl ContentBlock {
     }
 
     /// Whether this block is reasoning only its producer can read back: a Responses
-    /// reasoning item (its `encrypted_content`) or signed thinking. Unsigned thinking (what
-    /// OpenAI-compatible servers stream as `reasoning_content`) is never sent anywhere.
+    /// reasoning item (its `encrypted_content`), signed thinking or redacted thinking.
+    /// Unsigned thinking (what OpenAI-compatible servers stream as `reasoning_content`) is
+    /// never sent anywhere.
     #[must_use]
     pub fn is_owned_reasoning(&self) -> bool {
         match self {
-            ContentBlock::Reasoning { .. } => true,
+            ContentBlock::Reasoning { .. } | ContentBlock::RedactedThinking { .. } => true,
             ContentBlock::Thinking { signature, .. } => !signature.is_empty(),
             _ => false,
         }
@@ -272,9 +294,9 @@ impl ContentBlock {
     #[must_use]
     pub fn owner(&self) -> Option<&TargetIdentity> {
         match self {
-            ContentBlock::Thinking { owner, .. } | ContentBlock::Reasoning { owner, .. } => {
-                owner.as_ref()
-            }
+            ContentBlock::Thinking { owner, .. }
+            | ContentBlock::RedactedThinking { owner, .. }
+            | ContentBlock::Reasoning { owner, .. } => owner.as_ref(),
             _ => None,
         }
     }
@@ -415,7 +437,9 @@ impl Message {
     pub fn is_empty(&self) -> bool {
         self.content.iter().all(|b| match b {
             ContentBlock::Text { text } => text.trim().is_empty(),
-            ContentBlock::Thinking { .. } | ContentBlock::Reasoning { .. } => true,
+            ContentBlock::Thinking { .. }
+            | ContentBlock::RedactedThinking { .. }
+            | ContentBlock::Reasoning { .. } => true,
             _ => false,
         })
     }
@@ -738,6 +762,7 @@ fn block_bytes(block: &ContentBlock) -> usize {
             signature,
             ..
         } => thinking.len() + signature.len(),
+        ContentBlock::RedactedThinking { data, .. } => data.len(),
         ContentBlock::Reasoning { item, .. } => json_len(item),
     }
 }

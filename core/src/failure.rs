@@ -70,7 +70,9 @@ pub enum FailureKind {
     /// The provider could not verify reasoning passed back to it: OpenAI's 400
     /// `invalid_encrypted_content` (another organisation's or key's `encrypted_content`),
     /// Anthropic's 400 "Invalid `signature` in `thinking` block" (or "Invalid `data` in
-    /// `redacted_thinking` block"). Retried once without any reasoning.
+    /// `redacted_thinking` block"), or its 400 for a tool loop whose last assistant turn lacks
+    /// its thinking ("a final `assistant` message must start with a thinking block").
+    /// Retried once without any reasoning (and so, in a tool loop, without thinking).
     ReasoningRejected,
 }
 

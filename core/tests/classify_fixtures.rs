@@ -233,6 +233,15 @@ fn real_error_bodies_classify_to_the_expected_kind_type_message_and_request_id()
             request_id: Some("req_011CamM5VpyWaVCeoug2xCBT"),
         },
         Case {
+            fixture: fixture!("anthropic_thinking_missing_in_tool_loop_400.json"),
+            provider: Anthropic,
+            status: 400,
+            kind: ReasoningRejected,
+            error_type: Some("invalid_request_error"),
+            message_starts: "messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found `tool_use`.",
+            request_id: Some("req_vrtx_011CXHqiZPJzdrvgn43AHAoA"),
+        },
+        Case {
             fixture: fixture!("nginx_bad_gateway_502.html"),
             provider: OpenAi,
             status: 502,

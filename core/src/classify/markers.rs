@@ -76,6 +76,12 @@ const REASONING_REJECTED: &[&str] = &[
     // Anthropic 400: "messages.23.content.2: Invalid `data` in `redacted_thinking` block"
     // (anthropics/claude-code#56708)
     "invalid `data` in `redacted_thinking` block",
+    // Anthropic 400 when the tool loop's last assistant turn lacks its thinking: "… When
+    // `thinking` is enabled, a final `assistant` message must start with a thinking block
+    // (preceeding the lastmost set of `tool_use` and `tool_result` blocks). …"
+    // (Kilo-Org/kilocode#5219). The retry without reasoning goes without thinking.
+    "a final `assistant` message must start with a thinking block",
+    "a final assistant message must start with a thinking block",
 ];
 
 /// Error codes that mean rejected reasoning.

@@ -14,7 +14,7 @@
 //! | evidence | kind |
 //! |---|---|
 //! | 413; `request_too_large`, `context_length_exceeded`, `exceed_context_size_error`; an overflow phrase ([`is_context_overflow_message`]) unless 429 | `ContextOverflow` |
-//! | 4xx but 429, or no error status: `invalid_encrypted_content`; "The encrypted content … could not be verified", ``Invalid `signature` in `thinking` block``, ``Invalid `data` in `redacted_thinking` block`` | `ReasoningRejected` (retried once without reasoning) |
+//! | 4xx but 429, or no error status: `invalid_encrypted_content`; "The encrypted content … could not be verified", ``Invalid `signature` in `thinking` block``, ``Invalid `data` in `redacted_thinking` block``, "a final `assistant` message must start with a thinking block" | `ReasoningRejected` (retried once without reasoning) |
 //! | 402; `insufficient_quota`, `billing_error`, Anthropic `details.error_code: enforced_spend_limit_reached`; "credit balance is too low", "API usage limits", "spend limit", "exceeded your current quota" unless 5xx | `QuotaExhausted` |
 //! | code `model_not_found` (unless 429/5xx); 404 | `ModelNotFound` |
 //! | 401, 403 | `AuthFailed` |

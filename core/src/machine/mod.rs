@@ -496,6 +496,7 @@ impl AgentMachine {
             if let Some(identity) = self.config.target_identity(self.target) {
                 for block in &mut message.content {
                     if let ContentBlock::Thinking { owner, .. }
+                    | ContentBlock::RedactedThinking { owner, .. }
                     | ContentBlock::Reasoning { owner, .. } = block
                     {
                         owner.get_or_insert_with(|| identity.clone());
@@ -712,7 +713,9 @@ impl AgentMachine {
         {
             if block.is_owned_reasoning() && block.owner().is_some() {
                 match block {
-                    ContentBlock::Thinking { .. } => known_thinking = true,
+                    ContentBlock::Thinking { .. } | ContentBlock::RedactedThinking { .. } => {
+                        known_thinking = true;
+                    }
                     _ => known_items = true,
                 }
             }
@@ -720,7 +723,9 @@ impl AgentMachine {
         let unknown_ok = |b: &ContentBlock| {
             primary
                 && match b {
-                    ContentBlock::Thinking { .. } => !known_thinking,
+                    ContentBlock::Thinking { .. } | ContentBlock::RedactedThinking { .. } => {
+                        !known_thinking
+                    }
                     _ => !known_items,
                 }
         };

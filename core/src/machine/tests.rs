@@ -2139,6 +2139,44 @@ fn reasoning_in_an_appended_answer_records_the_target_that_produced_it() {
 }
 
 #[test]
+fn redacted_thinking_is_recorded_as_its_producers_and_counts_as_its_thinking() {
+    let mut m = AgentMachine::new(two_owners_config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderSucceeded {
+            request: req,
+            response: AssistantResponse::end_turn(Message::assistant(vec![
+                ContentBlock::redacted_thinking("EmwKAhgB"),
+                ContentBlock::text("hello"),
+            ])),
+        },
+    );
+    let message = &appended(&out)[0];
+    assert_eq!(message.content[0].owner(), Some(&identity("a")));
+    // Thinking of unknown owner from an older session, next to thinking whose owner is
+    // known, cannot be told apart from another target's: not even the primary gets it.
+    let mut messages = vec![
+        Message::user_text("earlier"),
+        Message::assistant(vec![
+            ContentBlock::thinking("old thought", "sig-old"),
+            ContentBlock::text("ok"),
+        ]),
+    ];
+    messages.extend(m.conversation().messages().iter().map(|m| (**m).clone()));
+    let mut m =
+        AgentMachine::with_conversation(two_owners_config(), 2, Conversation::from(messages));
+    let (_, _, next) = sent(&m.step(Millis(2), user("more")));
+    let blocks: Vec<&ContentBlock> = next
+        .messages()
+        .iter()
+        .flat_map(|msg| msg.content.iter())
+        .filter(|b| b.is_owned_reasoning())
+        .collect();
+    assert_eq!(blocks, vec![&message.content[0]]);
+}
+
+#[test]
 fn a_target_without_identity_leaves_its_reasoning_of_unknown_owner() {
     let mut m = AgentMachine::new(config(), 1);
     let (req, _, _) = sent(&m.step(Millis(0), user("hi")));

@@ -31,6 +31,8 @@ pub(crate) enum Part {
         /// Whether the block's stop event arrived.
         closed: bool,
     },
+    /// Thinking the provider encrypted whole (Anthropic's `redacted_thinking`): its data.
+    RedactedThinking(String),
     /// An opaque provider item kept verbatim (an OpenAI Responses reasoning item).
     Reasoning(Value),
 }
@@ -44,6 +46,7 @@ fn part_bytes(part: &Part) -> usize {
             signature,
         } => thinking.len() + signature.len(),
         Part::ToolUse { id, name, json, .. } => id.len() + name.len() + json.len(),
+        Part::RedactedThinking(data) => data.len(),
         Part::Reasoning(item) => item.to_string().len(),
     }
 }
@@ -125,7 +128,7 @@ impl Assembly {
                 self.charge(id.len() + name.len() + json.len())?;
                 deltas(StreamDelta::ToolCallStart { index, id, name });
             }
-            Part::Reasoning(_) => self.charge(part_bytes(&part))?,
+            Part::RedactedThinking(_) | Part::Reasoning(_) => self.charge(part_bytes(&part))?,
         }
         self.parts.insert(index, part);
         Ok(())
@@ -269,6 +272,7 @@ impl Assembly {
                     thinking,
                     signature,
                 } => content.push(ContentBlock::thinking(thinking, signature)),
+                Part::RedactedThinking(data) => content.push(ContentBlock::redacted_thinking(data)),
                 Part::Reasoning(item) => content.push(ContentBlock::reasoning(item)),
                 Part::ToolUse {
                     id,

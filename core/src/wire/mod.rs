@@ -80,10 +80,15 @@
 //!   model-readable text, as for Chat), or text and image parts when the result has images.
 //!   Function tools are sent with `strict: false` (the API's default is strict, which
 //!   refuses ordinary JSON Schemas).
-//! - Encrypted reasoning and signed thinking go only to the target that produced them: a block
-//!   whose [`owner`](crate::ContentBlock::owner) is another identity than
-//!   [`RequestParams::identity`] is left out of the request (the conversation keeps it);
-//!   blocks of an unknown owner are sent (the machine decides where those go).
+//! - Encrypted reasoning, signed thinking and redacted thinking (Anthropic's
+//!   `redacted_thinking`, kept as [`ContentBlock::RedactedThinking`]) go only to the target
+//!   that produced them: a block whose [`owner`](crate::ContentBlock::owner) is another
+//!   identity than [`RequestParams::identity`] is left out of the request (the conversation
+//!   keeps it); blocks of an unknown owner are sent (the machine decides where those go).
+//! - With a thinking budget, an Anthropic request that answers tool calls goes without
+//!   `thinking` when the assistant turn that made them does not start with its thinking
+//!   (left out as another target's, or never there): the API refuses such a request with
+//!   thinking on, and says to turn it off ([`RequestOptions`]).
 //! - A Responses stream completes with `response.completed` (stop reason: tool use when it
 //!   made calls, else end of turn) or `response.incomplete` (`max_output_tokens` → max
 //!   tokens, `content_filter` → content filter, exactly as Chat's `length` and
@@ -95,6 +100,7 @@
 //!   A stream that ends without a terminal event, `data: [DONE]` or not, is a cut stream.
 //!
 //! [`ContentBlock::Reasoning`]: crate::ContentBlock::Reasoning
+//! [`ContentBlock::RedactedThinking`]: crate::ContentBlock::RedactedThinking
 //!
 //! [`InputProblemKind::Truncated`]: crate::InputProblemKind::Truncated
 //! [`InputProblemKind::InvalidJson`]: crate::InputProblemKind::InvalidJson
@@ -613,6 +619,9 @@ pub fn request_body(
     }?;
     if let (Some(options), Value::Object(map)) = (params.options, &mut body) {
         options::apply(provider, options, params.tools, params.max_tokens, map)?;
+        if provider == ProviderKind::Anthropic {
+            anthropic::request::fit_thinking(map);
+        }
     }
     Ok(body)
 }

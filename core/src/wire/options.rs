@@ -147,6 +147,11 @@ pub struct UnknownEffort {
 /// - With a thinking budget, Anthropic accepts no temperature but 1, a `top_p` only from
 ///   0.95 to 1, and a tool choice only of `auto` or `none`; other combinations are refused
 ///   ([`OptionsError::Conflict`]), as the API would refuse them.
+/// - With a thinking budget, a request that answers tool calls whose assistant turn has no
+///   thinking to pass back (another target produced it, another provider answered, or a
+///   retry left reasoning out) goes without `thinking`, as the API's own 400 advises: it
+///   requires that turn to start with its thinking block, which cannot be made up. The
+///   model thinks again once the tool loop ends.
 /// - Tool choice and parallel tool calls mean something only when tools are offered; a
 ///   request offering none leaves them out (the APIs refuse a tool choice without tools). A
 ///   named tool that the request does not offer is refused ([`OptionsError::UnknownTool`]).

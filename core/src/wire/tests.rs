@@ -6,6 +6,7 @@ use crate::conversation::{ContentBlock, MediaSource, Message, Role, ToolResultPa
 use crate::failure::{FailureAction, FailureKind};
 use crate::response::{InputProblemKind, StopReason, Usage};
 use serde_json::json;
+use std::sync::Arc;
 
 const ANTHROPIC_BASIC: &[u8] =
     include_bytes!("../../fixtures/streams/anthropic/basic_response.sse");
@@ -521,6 +522,150 @@ fn thinking_and_signature_deltas_assemble_a_thinking_block() {
     let (deltas, r) = decode_with_deltas(ProviderKind::Anthropic, &bytes);
     assert_eq!(r, response);
     assert!(matches!(&deltas[0], StreamDelta::Thinking { index: 0, .. }));
+}
+
+#[test]
+fn redacted_thinking_arrives_whole_in_its_block_start_and_round_trips() {
+    // The shape of the Messages API: the block's start carries all of its data, and no
+    // delta follows (docs.claude.com, extended thinking, "Thinking redaction").
+    let bytes = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n\
+event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"redacted_thinking\",\"data\":\"EmwKAhgBEgy3va3pzix\"}}\n\n\
+event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n\
+event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n\
+event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"text_delta\",\"text\":\"Done.\"}}\n\n\
+event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":1}\n\n\
+event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":9}}\n\n\
+event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    let (deltas, r) = decode_with_deltas(ProviderKind::Anthropic, bytes);
+    assert_eq!(
+        r.message.content,
+        vec![
+            ContentBlock::redacted_thinking("EmwKAhgBEgy3va3pzix"),
+            ContentBlock::text("Done."),
+        ]
+    );
+    // Nothing of it is shown as thinking.
+    assert!(deltas
+        .iter()
+        .all(|d| !matches!(d, StreamDelta::Thinking { .. })));
+    // The encoders give what the API gives, streamed and whole.
+    let encoded = encode_stream(ProviderKind::Anthropic, &r, "m", "msg_1").concat();
+    assert_eq!(decode(ProviderKind::Anthropic, &encoded).unwrap(), r);
+    let body = encode_response_json(ProviderKind::Anthropic, &r, "m", "msg_1").to_string();
+    assert!(body.contains(r#"{"data":"EmwKAhgBEgy3va3pzix","type":"redacted_thinking"}"#));
+    assert_eq!(
+        parse_response(ProviderKind::Anthropic, body.as_bytes()).unwrap(),
+        r
+    );
+}
+
+#[test]
+fn a_redacted_thinking_block_without_data_is_skipped_not_kept_empty() {
+    let bytes = b"data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"role\":\"assistant\",\"content\":[],\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n\
+data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"redacted_thinking\"}}\n\n\
+data: {\"type\":\"content_block_stop\",\"index\":0}\n\n\
+data: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"text\",\"text\":\"ok\"}}\n\n\
+data: {\"type\":\"content_block_stop\",\"index\":1}\n\n\
+data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":2}}\n\n\
+data: {\"type\":\"message_stop\"}\n\n";
+    let r = decode(ProviderKind::Anthropic, bytes).unwrap();
+    assert_eq!(r.message.content, vec![ContentBlock::text("ok")]);
+}
+
+/// A tool loop: the user asks, the assistant thinks (`thinking` blocks) and calls a tool, the
+/// result comes back.
+fn tool_loop(thinking: Vec<ContentBlock>) -> Conversation {
+    let mut assistant = thinking;
+    assistant.push(ContentBlock::tool_use(
+        "toolu_1",
+        "read",
+        json!({"path": "a"}),
+    ));
+    Conversation::from(vec![
+        Message::user_text("read a"),
+        Message::assistant(assistant),
+        Message {
+            role: Role::User,
+            content: vec![ContentBlock::tool_result(
+                "toolu_1",
+                vec![ToolResultPart::text("contents of a")],
+                false,
+            )],
+        },
+    ])
+}
+
+fn owned(mut block: ContentBlock, by: &TargetIdentity) -> ContentBlock {
+    match &mut block {
+        ContentBlock::Thinking { owner, .. } | ContentBlock::RedactedThinking { owner, .. } => {
+            *owner = Some(by.clone());
+        }
+        _ => {}
+    }
+    block
+}
+
+#[test]
+fn redacted_thinking_goes_back_verbatim_only_to_its_owner() {
+    let ours = TargetIdentity::new("anthropic:1");
+    let theirs = TargetIdentity::new("anthropic:2");
+    let conv = tool_loop(vec![owned(
+        ContentBlock::redacted_thinking("EmwKAhgB"),
+        &ours,
+    )]);
+    let base = params(&[]);
+    let to_ours = request_body(ProviderKind::Anthropic, &conv, &base.with_identity(&ours)).unwrap();
+    assert_eq!(
+        to_ours["messages"][1]["content"][0],
+        json!({"type": "redacted_thinking", "data": "EmwKAhgB"})
+    );
+    let to_theirs =
+        request_body(ProviderKind::Anthropic, &conv, &base.with_identity(&theirs)).unwrap();
+    assert_eq!(to_theirs["messages"][1]["content"][0]["type"], "tool_use");
+    for provider in [ProviderKind::OpenAi, ProviderKind::OpenAiResponses] {
+        let body = request_body(provider, &conv, &base.with_identity(&ours))
+            .unwrap()
+            .to_string();
+        assert!(!body.contains("EmwKAhgB"), "{provider}: {body}");
+    }
+}
+
+#[test]
+fn a_tool_loop_whose_thinking_cannot_go_back_goes_without_thinking() {
+    let ours = TargetIdentity::new("anthropic:1");
+    let theirs = TargetIdentity::new("anthropic:2");
+    let options = RequestOptions::default().with_thinking_budget(2048);
+    let base = RequestParams::new("claude-sonnet-4-5", 4096).with_options(&options);
+    let thinking = |conv: &Conversation, to: &TargetIdentity| {
+        request_body(ProviderKind::Anthropic, conv, &base.with_identity(to))
+            .unwrap()
+            .get("thinking")
+            .cloned()
+    };
+    let enabled = Some(json!({"type": "enabled", "budget_tokens": 2048}));
+    // The turn's own thinking goes back, signed or redacted: thinking stays on.
+    let signed = tool_loop(vec![owned(ContentBlock::thinking("hmm", "sig"), &ours)]);
+    let redacted = tool_loop(vec![owned(ContentBlock::redacted_thinking("EmwK"), &ours)]);
+    assert_eq!(thinking(&signed, &ours), enabled);
+    assert_eq!(thinking(&redacted, &ours), enabled);
+    // Another target's thinking is left out, and a turn without any (another provider
+    // answered it) has none to start with: the API would refuse thinking, so it is off.
+    assert_eq!(thinking(&signed, &theirs), None);
+    assert_eq!(thinking(&redacted, &theirs), None);
+    assert_eq!(thinking(&tool_loop(Vec::new()), &ours), None);
+    // Once the loop is over (the user's own words come last), thinking is back.
+    let mut over = tool_loop(Vec::new()).messages().to_vec();
+    over.push(Arc::new(Message::assistant_text("a says hello")));
+    over.push(Arc::new(Message::user_text("thanks")));
+    assert_eq!(thinking(&Conversation::from(over), &ours), enabled);
+    // Without a thinking budget nothing changes.
+    let plain = request_body(
+        ProviderKind::Anthropic,
+        &signed,
+        &RequestParams::new("claude-sonnet-4-5", 4096).with_identity(&theirs),
+    )
+    .unwrap();
+    assert!(plain.get("thinking").is_none());
 }
 
 #[test]

@@ -4,6 +4,7 @@
 use super::body::{Cut, FakeBody};
 use super::reasoning;
 use super::reject::{self, Rejection};
+use super::thinking;
 use super::{Outcome, RequestRecord, Shared};
 use crate::scenario::{
     final_answer, message_id, overflow_body_for, render, with_usage, BodyKind, Fault, FaultKind,
@@ -282,10 +283,11 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             .and_then(|p| reject::api_key(p, &parts.headers))
             .as_deref(),
     );
-    let reply = Reply {
+    let mut reply = Reply {
         provider: provider.unwrap_or(ProviderKind::Anthropic),
         request_id,
         owner,
+        thinking: None,
     };
     let Some(provider) = provider else {
         let r = Rejection {
@@ -347,6 +349,12 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
                 return Ok(reply.reject(&shared, record, r));
             }
         }
+        if provider == ProviderKind::Anthropic {
+            if let Err(r) = thinking::check(raw, &reply.owner) {
+                return Ok(reply.reject(&shared, record, r));
+            }
+            reply.thinking = thinking::enabled(raw).then(|| thinking::asks_for_redaction(raw));
+        }
     }
     if parsed.conversation.is_empty() {
         let e = wire::WireError::EmptyConversation;
@@ -387,6 +395,9 @@ struct Reply {
     request_id: String,
     /// Whom the server mints reasoning for on this request (its organisation and the key).
     owner: String,
+    /// Anthropic with extended thinking on: whether the answer's thinking is also redacted
+    /// (the user asked with Anthropic's test string). `None`: no thinking.
+    thinking: Option<bool>,
 }
 
 /// Where a streamed body stops.
@@ -562,6 +573,24 @@ impl Reply {
             }
             plan.interrupted =
                 reasoning::with_reasoning(plan.interrupted.clone(), "interrupted", &self.owner);
+        }
+        if let Some(redact) = self.thinking {
+            let think = |r: &AssistantResponse, step: &str| {
+                thinking::with_thinking(r.clone(), step, &self.owner, redact)
+            };
+            match &mut plan.act {
+                Act::Answer {
+                    turn,
+                    alternate,
+                    response,
+                } => {
+                    let step = format!("t{turn}{}", if *alternate { "_alt" } else { "" });
+                    *response = think(response, &step);
+                }
+                Act::Summary { response } => *response = think(response, "summary"),
+                _ => {}
+            }
+            plan.interrupted = think(&plan.interrupted, "interrupted");
         }
         let stream = request.stream && !shared.ignore_stream;
         let events = |r: &AssistantResponse| wire::encode_stream(provider, r, model, &message_id);

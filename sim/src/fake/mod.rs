@@ -51,6 +51,16 @@
 //! that passes a reasoning item back changed, or one the server never sent to that key,
 //! gets the API's 400 `invalid_encrypted_content`.
 //!
+//! On the Messages API a request with extended thinking on (`thinking: {type: enabled, …}`)
+//! gets a thinking model: each answer starts with a `thinking` block signed for the server's
+//! organisation and the request's key, followed by a `redacted_thinking` block when the last
+//! user message holds Anthropic's test string ([`REDACTED_THINKING_TRIGGER`]). As the real
+//! API, it refuses thinking passed back changed or signed for another key (400 "Invalid
+//! `signature` in `thinking` block", "Invalid `data` in `redacted_thinking` block"), and,
+//! with thinking on, a request that answers tool calls whose assistant turn does not start
+//! with its thinking (400 "… a final `assistant` message must start with a thinking block
+//! …").
+//!
 //! Streaming requests (`"stream": true`) get server-sent events encoded by
 //! [`rebound_core::wire::encode_stream`]; others (and every request, with
 //! [`FakeServerConfig::ignore_stream`]) get the JSON body of
@@ -107,6 +117,9 @@ mod body;
 mod handler;
 mod reasoning;
 mod reject;
+mod thinking;
+
+pub use thinking::REDACTED_THINKING_TRIGGER;
 
 use crate::scenario::{Fault, ScriptCursor};
 use crate::Scenario;

@@ -86,6 +86,11 @@ pub(crate) fn stream(response: &AssistantResponse, model: &str, message_id: &str
                     )));
                 }
             }
+            // The whole block comes in its start; no delta follows.
+            ContentBlock::RedactedThinking { data, .. } => out.push(start(&format!(
+                "{{\"type\":\"redacted_thinking\",\"data\":{}}}",
+                quote(data)
+            ))),
             ContentBlock::ToolUse { id, name, input } => {
                 out.push(start(&format!(
                     "{{\"type\":\"tool_use\",\"id\":{},\"name\":{},\"input\":{{}}}}",
@@ -158,6 +163,9 @@ pub(crate) fn response_json(response: &AssistantResponse, model: &str, message_i
                 signature,
                 ..
             } => Some(json!({"type": "thinking", "thinking": thinking, "signature": signature})),
+            ContentBlock::RedactedThinking { data, .. } => {
+                Some(json!({"type": "redacted_thinking", "data": data}))
+            }
             ContentBlock::ToolUse { id, name, input } => {
                 Some(json!({"type": "tool_use", "id": id, "name": name, "input": input}))
             }

@@ -49,6 +49,51 @@ pub(crate) fn body(
     Ok(Value::Object(body))
 }
 
+/// Leaves extended thinking out of `body` when its messages cannot carry it, and says
+/// whether it did.
+///
+/// With thinking enabled, a request that answers tool calls must pass back the thinking of
+/// the assistant turn that made them: its last assistant message must start with a
+/// `thinking` or `redacted_thinking` block, or the API answers 400 "Expected `thinking` or
+/// `redacted_thinking`, but found `tool_use`. When `thinking` is enabled, a final
+/// `assistant` message must start with a thinking block (preceeding the lastmost set of
+/// `tool_use` and `tool_result` blocks). … To avoid this requirement, disable `thinking`."
+/// (quoted in anomalyco/opencode#3077). That turn's thinking is missing when another target
+/// produced it (it may not go back, see [`ContentBlock::may_go_to`]), when another provider
+/// answered it, or when a retry left reasoning out; so, as the API advises, that request
+/// goes without thinking. The model thinks again once the tool loop ends (a request whose
+/// last message is the user's own words).
+pub(crate) fn fit_thinking(body: &mut Map<String, Value>) -> bool {
+    let enabled = body
+        .get("thinking")
+        .is_some_and(|t| t.get("type").and_then(Value::as_str) != Some("disabled"));
+    let Some(Value::Array(messages)) = body.get("messages") else {
+        return false;
+    };
+    let blocks = |m: &Value| m.get("content").and_then(Value::as_array).cloned();
+    let is = |b: &Value, kinds: &[&str]| {
+        b.get("type")
+            .and_then(Value::as_str)
+            .is_some_and(|t| kinds.contains(&t))
+    };
+    let answers_tools = messages.last().is_some_and(|m| {
+        m.get("role").and_then(Value::as_str) == Some("user")
+            && blocks(m).is_some_and(|c| c.iter().any(|b| is(b, &["tool_result"])))
+    });
+    let starts_with_thinking = messages
+        .iter()
+        .rev()
+        .find(|m| m.get("role").and_then(Value::as_str) == Some("assistant"))
+        .and_then(blocks)
+        .and_then(|c| c.first().cloned())
+        .is_some_and(|b| is(&b, &["thinking", "redacted_thinking"]));
+    if enabled && answers_tools && !starts_with_thinking {
+        body.remove("thinking");
+        return true;
+    }
+    false
+}
+
 /// Whether Anthropic refuses `text` in a text block: empty ("text content blocks must be
 /// non-empty") or only whitespace ("text content blocks must contain non-whitespace text";
 /// both 400s, quoted in anthropics/claude-code#59812 and #23369). Models and other providers
@@ -72,6 +117,7 @@ fn message<'a>(
         let keep = match b {
             ContentBlock::Text { text } => !blank(text),
             ContentBlock::Thinking { signature, .. } => !signature.is_empty() && b.may_go_to(to),
+            ContentBlock::RedactedThinking { .. } => b.may_go_to(to),
             // An OpenAI Responses reasoning item: Anthropic cannot read it.
             ContentBlock::Reasoning { .. } => false,
             _ => true,
@@ -86,6 +132,9 @@ fn message<'a>(
                 signature,
                 ..
             } => json!({"type": "thinking", "thinking": thinking, "signature": signature}),
+            ContentBlock::RedactedThinking { data, .. } => {
+                json!({"type": "redacted_thinking", "data": data})
+            }
             _ => match serde_json::to_value(b) {
                 Ok(v) => v,
                 Err(_) => continue,

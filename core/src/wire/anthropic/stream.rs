@@ -19,7 +19,7 @@ use std::collections::BTreeSet;
 pub(crate) struct StreamState {
     asm: Assembly,
     stop_reason: Option<StopReason>,
-    /// Blocks of kinds rebound does not model (server tools, redacted thinking…): skipped.
+    /// Blocks of kinds rebound does not model (server tools…): skipped.
     skipped: BTreeSet<u64>,
 }
 
@@ -80,6 +80,9 @@ impl StreamState {
                         thinking: text("thinking"),
                         signature: text("signature"),
                     },
+                    Some("redacted_thinking") if !text("data").is_empty() => {
+                        Part::RedactedThinking(text("data"))
+                    }
                     Some("tool_use") => Part::ToolUse {
                         id: text("id"),
                         name: text("name"),
@@ -333,6 +336,9 @@ pub(crate) fn parse_response(v: &Value, body: &[u8]) -> Result<AssistantResponse
                 thinking: text("thinking"),
                 signature: text("signature"),
             },
+            Some("redacted_thinking") if !text("data").is_empty() => {
+                Part::RedactedThinking(text("data"))
+            }
             Some("tool_use") => Part::ToolUse {
                 id: text("id"),
                 name: text("name"),

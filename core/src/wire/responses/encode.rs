@@ -51,6 +51,7 @@ fn items(response: &AssistantResponse, message_id: &str) -> Vec<Value> {
             }
             ContentBlock::Reasoning { item, .. } => out.push(item.clone()),
             ContentBlock::Thinking { .. }
+            | ContentBlock::RedactedThinking { .. }
             | ContentBlock::ToolResult(_)
             | ContentBlock::Image { .. } => {}
         }

@@ -165,6 +165,7 @@ fn assistant_items<'a>(
                 }
             }
             ContentBlock::Thinking { .. }
+            | ContentBlock::RedactedThinking { .. }
             | ContentBlock::ToolResult(_)
             | ContentBlock::Image { .. } => {}
         }
