@@ -1,0 +1,55 @@
+//! The dates servers put in delay hints (an HTTP-date `retry-after`, Anthropic's RFC 3339
+//! rate-limit resets) follow the Gregorian calendar exactly: a date that does not exist is no
+//! hint at all, and one that does is counted to the millisecond. Read through the public
+//! path, `delay_hints`.
+
+use rebound_core::classify::delay_hints;
+use rebound_core::Headers;
+
+/// The `retry-after` of `date` (an IMF-fixdate's date part, e.g. `29 Feb 2024`), read 5 s
+/// before midnight + 5 s of that day, whose Unix ms is `midnight_ms`.
+fn retry_after(date: &str, midnight_ms: u64) -> Option<u64> {
+    let headers = Headers::new().with("retry-after", format!("Mon, {date} 00:00:05 GMT"));
+    delay_hints(&headers, Some(midnight_ms)).retry_after_ms
+}
+
+/// Anthropic's reset header at `timestamp`, read at `now_ms`.
+fn reset(timestamp: &str, now_ms: u64) -> Option<u64> {
+    let headers = Headers::new()
+        .with("anthropic-ratelimit-requests-reset", timestamp)
+        .with("anthropic-ratelimit-requests-remaining", "0");
+    delay_hints(&headers, Some(now_ms)).rate_limit_reset_ms
+}
+
+#[test]
+fn leap_days_exist_in_leap_years_by_the_century_rule() {
+    // Divisible by 4, not by 100: leap.
+    assert_eq!(retry_after("29 Feb 2024", 1_709_164_800_000), Some(5_000));
+    assert_eq!(retry_after("29 Feb 1996", 825_552_000_000), Some(5_000));
+    // Divisible by 400: leap.
+    assert_eq!(retry_after("29 Feb 2000", 951_782_400_000), Some(5_000));
+    assert_eq!(reset("2000-02-29T00:00:05Z", 951_782_400_000), Some(5_000));
+    // Divisible by 100, not by 400: not leap; nor a year not divisible by 4.
+    for date in ["29 Feb 1900", "29 Feb 2100", "29 Feb 2023"] {
+        assert_eq!(retry_after(date, 0), None, "{date}");
+    }
+    for timestamp in ["2100-02-29T00:00:05Z", "1900-02-29T00:00:05Z"] {
+        assert_eq!(reset(timestamp, 0), None, "{timestamp}");
+    }
+}
+
+#[test]
+fn the_thirty_day_months_end_on_the_thirtieth() {
+    for (date, midnight) in [
+        ("30 Apr 2023", 1_682_812_800_000),
+        ("30 Jun 2023", 1_688_083_200_000),
+        ("30 Sep 2023", 1_696_032_000_000),
+        ("30 Nov 2023", 1_701_302_400_000),
+    ] {
+        assert_eq!(retry_after(date, midnight), Some(5_000), "{date}");
+    }
+    for date in ["31 Apr 2023", "31 Jun 2023", "31 Sep 2023", "31 Nov 2023"] {
+        assert_eq!(retry_after(date, 0), None, "{date}");
+    }
+    assert_eq!(retry_after("31 Jan 2023", 1_675_123_200_000), Some(5_000));
+}
