@@ -53,3 +53,32 @@ fn the_thirty_day_months_end_on_the_thirtieth() {
     }
     assert_eq!(retry_after("31 Jan 2023", 1_675_123_200_000), Some(5_000));
 }
+
+/// The `retry-after` of 1 Jan 2024 at `time` (HH:MM:SS), read at that day's midnight.
+fn at_time(time: &str) -> Option<u64> {
+    let headers = Headers::new().with("retry-after", format!("Mon, 01 Jan 2024 {time} GMT"));
+    delay_hints(&headers, Some(1_704_067_200_000)).retry_after_ms
+}
+
+#[test]
+fn each_field_of_the_time_of_day_is_checked_on_its_own() {
+    assert_eq!(at_time("23:59:59"), Some(86_399_000));
+    // A leap second counts as the next second, as POSIX time does.
+    assert_eq!(at_time("23:59:60"), Some(86_400_000));
+    for time in ["24:00:00", "00:60:00", "00:00:61", "23:59:61", "00:59:99"] {
+        assert_eq!(at_time(time), None, "{time}");
+    }
+    // Milliseconds come only from an RFC 3339 fraction, three digits at most.
+    assert_eq!(
+        reset("2024-01-01T00:00:01.999Z", 1_704_067_200_000),
+        Some(1_999)
+    );
+    for timestamp in [
+        "2024-00-10T00:00:00Z",
+        "2024-13-10T00:00:00Z",
+        "2024-01-00T00:00:00Z",
+        "2024-01-32T00:00:00Z",
+    ] {
+        assert_eq!(reset(timestamp, 0), None, "{timestamp}");
+    }
+}
