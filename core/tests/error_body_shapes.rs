@@ -1,0 +1,78 @@
+//! The less common shapes of an error body, and what a client says about a failed exchange,
+//! read through the public classifiers: every field that is there is used, and a field that
+//! says nothing (blank) never hides one that says something.
+
+use rebound_core::classify::{classify_http, classify_transport_error, TransportError};
+use rebound_core::{FailureKind, Headers, ProviderKind, TransportFault};
+
+fn classify(provider: ProviderKind, status: u16, body: &str) -> rebound_core::ProviderFailure {
+    classify_http(provider, status, &Headers::new(), body.as_bytes(), None)
+}
+
+#[test]
+fn a_one_element_array_around_the_error_is_read_as_the_error() {
+    // Google-style proxies wrap the error object in an array.
+    let failure = classify(
+        ProviderKind::OpenAi,
+        429,
+        r#"[{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED"}}]"#,
+    );
+    assert_eq!(
+        &*failure.message,
+        "Resource has been exhausted (e.g. check quota)."
+    );
+    assert_eq!(failure.error_type.as_deref(), Some("RESOURCE_EXHAUSTED"));
+    // An empty array is no error object: its text is the message.
+    let failure = classify(ProviderKind::OpenAi, 500, "[]");
+    assert_eq!(&*failure.message, "[]");
+    assert_eq!(failure.error_type, None);
+}
+
+#[test]
+fn an_error_with_only_a_code_or_only_a_type_is_still_read() {
+    let failure = classify(
+        ProviderKind::OpenAi,
+        400,
+        r#"{"error":{"code":"model_not_found"}}"#,
+    );
+    assert_eq!(failure.kind, FailureKind::ModelNotFound);
+    assert_eq!(failure.error_type.as_deref(), Some("model_not_found"));
+    let failure = classify(
+        ProviderKind::Anthropic,
+        400,
+        r#"{"type":"error","error":{"type":"billing_error"}}"#,
+    );
+    assert_eq!(failure.kind, FailureKind::QuotaExhausted);
+    assert_eq!(failure.error_type.as_deref(), Some("billing_error"));
+}
+
+#[test]
+fn a_blank_code_does_not_hide_the_type() {
+    // OpenAI's code wins over its type when both say something; a blank one says nothing.
+    let failure = classify(
+        ProviderKind::OpenAi,
+        429,
+        r#"{"error":{"message":"You exceeded your current quota.","type":"insufficient_quota","code":"  "}}"#,
+    );
+    assert_eq!(failure.error_type.as_deref(), Some("insufficient_quota"));
+    assert_eq!(failure.kind, FailureKind::QuotaExhausted);
+}
+
+#[test]
+fn a_transport_failure_keeps_what_the_client_said() {
+    let failure = classify_transport_error(
+        &TransportError::new("error sending request: connection reset by peer")
+            .with_response_started(false),
+    );
+    assert!(
+        failure
+            .message
+            .ends_with("error sending request: connection reset by peer"),
+        "{}",
+        failure.message
+    );
+    // Nothing said: the fault's own words, no dangling separator.
+    let failure = classify_transport_error(&TransportError::new("  ").with_timed_out(true));
+    assert_eq!(failure.transport, Some(TransportFault::Timeout));
+    assert!(!failure.message.ends_with(':') && !failure.message.ends_with(": "));
+}
