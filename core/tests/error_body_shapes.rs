@@ -76,3 +76,21 @@ fn a_transport_failure_keeps_what_the_client_said() {
     assert_eq!(failure.transport, Some(TransportFault::Timeout));
     assert!(!failure.message.ends_with(':') && !failure.message.ends_with(": "));
 }
+
+#[test]
+fn the_delay_written_in_a_rate_limit_message_is_read_only_without_a_status() {
+    use rebound_core::classify::classify_error_body;
+    let body = br#"{"error":{"message":"Rate limit reached for gpt-4o on tokens per min (TPM). Please try again in 1.898s.","type":"tokens","code":"rate_limit_exceeded"}}"#;
+    // Inside a stream, the message is the only hint there is.
+    let in_stream = classify_error_body(ProviderKind::OpenAi, None, body);
+    assert_eq!(in_stream.kind, FailureKind::RateLimited);
+    assert_eq!(in_stream.retry_after_ms, Some(1_898));
+    // With a status, the headers carry the hints (classify_http reads them).
+    let with_status = classify_error_body(ProviderKind::OpenAi, Some(429), body);
+    assert_eq!(with_status.retry_after_ms, None);
+    // Another kind of failure that mentions a delay gets none.
+    let server = br#"{"error":{"message":"The server had an error. Please try again in 5s.","type":"server_error"}}"#;
+    let failure = classify_error_body(ProviderKind::OpenAi, None, server);
+    assert_ne!(failure.kind, FailureKind::RateLimited);
+    assert_eq!(failure.retry_after_ms, None);
+}
