@@ -408,7 +408,9 @@ impl SseDecoder {
         if let Some(e) = self.failed {
             return Err(e.into());
         }
-        if self.after_cr {
+        // A `\r` that ended the last read and a `\n` that starts this one are one line
+        // ending; an empty read in between changes nothing.
+        if self.after_cr && !bytes.is_empty() {
             self.after_cr = false;
             if let [b'\n', rest @ ..] = bytes {
                 bytes = rest;
@@ -798,6 +800,10 @@ mod tests {
     fn cr_and_lf_split_across_chunks_count_as_one_line_ending() {
         let events = decode_all(&[b"data: a\r", b"\n", b"\r", b"\n"]);
         assert_eq!(data(&events), ["a"]);
+        // Even with an empty read between them (found by the cut property below).
+        let events = decode_all(&[b"data: a\r", b"", b"\nid: 7\n\n"]);
+        assert_eq!(data(&events), ["a"]);
+        assert_eq!(events[0].id.as_deref(), Some("7"));
         // A lone CR followed later by a real blank line must not produce two blank lines.
         let events = decode_all(&[b"data: a\r", b"\ndata: b\n\n"]);
         assert_eq!(data(&events), ["a\nb"]);
