@@ -16,6 +16,9 @@ like this::
                 case c.RunTools(): ...      # run; answer ToolsFinished
                 case c.Finish() | c.Fail(): ...
 
+Agents of one process that share a retry budget answer ``AcquirePermit`` and ``NoteBudget``
+with one :class:`SharedBudget` (see :mod:`rebound_agent.budget`).
+
 Every decision (retry or not, how long to wait, compaction, tool error results, failing) is
 made by the Rust crates; this package only converts and forwards. Bad input raises a
 :class:`ReboundError` subclass and leaves the machine as it was.
@@ -25,8 +28,9 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Mapping
 
-from . import commands, events, sim
+from . import budget, commands, events, sim
 from ._native import (
+    BudgetError,
     ConfigError,
     EventError,
     Machine as _Machine,
@@ -46,6 +50,7 @@ from ._native import (
     request_body,
     request_path,
 )
+from .budget import RetryBudget, SharedBudget
 from .commands import Command
 from .events import Event
 from .sim import (
@@ -54,6 +59,7 @@ from .sim import (
     read_trace,
     replay,
     simulate,
+    simulate_fleet,
     simulate_many,
 )
 
@@ -73,7 +79,12 @@ __all__ = [
     "TraceError",
     "RequestError",
     "SimulationError",
+    "BudgetError",
     "sim",
+    # the shared retry budget
+    "budget",
+    "RetryBudget",
+    "SharedBudget",
     # wire helpers
     "request_body",
     "request_path",
@@ -86,6 +97,7 @@ __all__ = [
     "builtin_scenarios",
     "simulate",
     "simulate_many",
+    "simulate_fleet",
     "outage_report",
     "replay",
     "read_trace",

@@ -27,6 +27,10 @@ class StreamError(ReboundError):
 class TraceError(ReboundError):
     """A trace that cannot be read."""
 
+class BudgetError(ReboundError):
+    """A permit ask, budget note or ticket a retry budget cannot take; the budget is
+    unchanged."""
+
 class SimulationError(RuntimeError):
     """The simulator could not complete a run (a machine livelock: a bug); names the seed."""
 
@@ -91,6 +95,52 @@ def describe(
 
 def normalize_event(event: Any) -> dict[str, Json]:
     """The event as the machine reads it; EventError when it cannot."""
+
+class RetryBudget:
+    """core's RetryBudget: a token bucket of retries shared by every machine of a process,
+    with a first-come, first-served queue of waiting retries and the provider's shared
+    rate-limit window. Plain data fed with ``now_ms`` (the budget's clock, which every
+    machine sharing it must be driven on). For an asyncio fleet, ``SharedBudget`` drives it.
+
+    Forward each AcquirePermit's ``ask`` to :meth:`request` and each NoteBudget's ``note``
+    to :meth:`record`; after every call drain :meth:`poll_decision` (a deposit may grant
+    waiters queued earlier), and call :meth:`tick` at :meth:`next_wakeup` so refill and
+    deadlines take effect when nothing else happens. Decisions are ``"granted"``,
+    ``"denied"`` or ``{"wait_until": ms}`` (the target is rate-limited: answer the machine
+    with it, it waits and asks again).
+    """
+
+    def __init__(self, config: Mapping[str, Json] | str | None = None) -> None:
+        """``config``: a BudgetConfig in its JSON shape (capacity, initial,
+        deposit_per_request, deposit_per_success, refill_per_sec,
+        deposit_per_answered_retry; missing fields take their defaults, unknown ones raise
+        ConfigError)."""
+    def request(self, now_ms: int, ticket: int, ask: Mapping[str, Json] | str) -> Json | None:
+        """The decision for ``ask`` (kind, target, deadline, since) when known at once;
+        None when the request waits in the queue under ``ticket``, until
+        :meth:`poll_decision` hands out its answer. BudgetError for a malformed ask or a
+        ticket whose answer is still to come."""
+    def record(self, now_ms: int, note: Mapping[str, Json] | str) -> None:
+        """Takes a NoteBudget's ``note`` (``{"note": "succeeded" | "retry_answered" |
+        "rate_limited", "target", "until"?}``); BudgetError when malformed."""
+    def tick(self, now_ms: int) -> None:
+        """Lets time pass: refill, the grants it pays for, denials at deadlines."""
+    def cancel(self, ticket: int) -> bool:
+        """Withdraws a waiting request (its machine stopped waiting); whether it waited."""
+    def poll_decision(self) -> tuple[int, Json] | None:
+        """The next ``(ticket, decision)`` decided for a waiting request, in order."""
+    def next_wakeup(self) -> int | None:
+        """When :meth:`tick` next changes something on its own; None when nobody waits."""
+    def balance(self, now_ms: int) -> float:
+        """Tokens available at ``now_ms`` (refills up to it: drain poll_decision after)."""
+    @property
+    def waiting(self) -> int:
+        """Charged permits waiting in the queue."""
+    def stats(self) -> dict[str, int]:
+        """``{"granted", "denied", "queued", "deposited_milli"}``: charged permits granted,
+        denied and queued, and milli-tokens deposited."""
+    def config(self) -> dict[str, Json]:
+        """The configuration in its JSON shape, every default filled in."""
 
 Provider = str
 """A wire format: ``"anthropic"``, ``"openai"`` or ``"openai_responses"`` (ConfigError else)."""
@@ -174,6 +224,14 @@ def simulate_many(
     config: Mapping[str, Json] | None = None,
 ) -> dict[str, Json]:
     """Statistics of many runs, with ``table`` as ``rebound sim`` prints it."""
+def simulate_fleet(
+    scenario: str | Mapping[str, Json],
+    agents: Sequence[tuple[int, int]],
+    config: Mapping[str, Json] | None = None,
+) -> dict[str, Json]:
+    """Agents ``(seed, start_ms)`` in one world sharing ``config["budget"]``: ``runs``
+    (seed, succeeded, result, requests, started_ms, ended_ms each) and ``budget`` (stats or
+    None)."""
 def outage_report(seed: int = 1, agents: int = 1000) -> dict[str, Json]:
     """The outage experiment: table, rows, met, misses."""
 def replay(trace: str | bytes) -> dict[str, Json]:

@@ -2,7 +2,8 @@
 
 - :func:`simulate` runs a scenario (a built-in name, its JSON text or a dict) once in virtual
   time; :func:`simulate_many` runs it for many seeds and returns the statistics
-  ``rebound sim`` prints.
+  ``rebound sim`` prints; :func:`simulate_fleet` runs many agents in one world, sharing one
+  retry budget.
 - :func:`outage_report` runs the outage experiment (``rebound sim --compare``).
 - :func:`replay` replays a trace (recorded by the Rust CLI, the runner, the simulator or an
   ``AgentMachine(record=True)``) into a fresh machine and reports the first divergence as
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from . import _native
 from .commands import Command
@@ -26,11 +27,14 @@ __all__ = [
     "builtin_scenarios",
     "simulate",
     "simulate_many",
+    "simulate_fleet",
     "outage_report",
     "replay",
     "read_trace",
     "SimRun",
     "SimStats",
+    "FleetRun",
+    "SimFleet",
     "OutageReport",
     "ReplayReport",
     "Divergence",
@@ -107,6 +111,46 @@ def simulate_many(
     d = _native.simulate_many(scenario, runs, first_seed, config)
     d["per_run"] = [tuple(r) for r in d["per_run"]]
     return SimStats(**d)
+
+
+@dataclass(frozen=True)
+class FleetRun:
+    """One agent of a simulated fleet."""
+
+    seed: int
+    succeeded: bool
+    result: dict[str, Any]
+    """``{"Ok": finish_reason}`` or ``{"Err": run_error}``."""
+    requests: int
+    started_ms: int
+    ended_ms: int
+    """When it started and ended, on the world's virtual clock."""
+
+
+@dataclass(frozen=True)
+class SimFleet:
+    """A simulated fleet: each agent's run, and what the budget they shared did."""
+
+    runs: list[FleetRun]
+    """In the order the agents were given."""
+    budget: dict[str, int] | None
+    """The shared budget's stats (granted, denied, queued, deposited_milli), None without one."""
+
+    @property
+    def requests(self) -> int:
+        """Requests the whole fleet sent."""
+        return sum(r.requests for r in self.runs)
+
+
+def simulate_fleet(
+    scenario: Scenario, agents: Sequence[tuple[int, int]], config: Mapping[str, Any] | None = None
+) -> SimFleet:
+    """Runs one agent per ``(seed, start_ms)`` of ``agents`` in one world: one virtual clock
+    and, when ``config["budget"]`` is set (a BudgetConfig), one retry budget they all share
+    (a machine asks it only when ``config["machine"]["retry_budget"]`` is set). The Rust
+    twin of a fleet of asyncio agents sharing a :class:`rebound_agent.SharedBudget`."""
+    d = _native.simulate_fleet(scenario, list(agents), config)
+    return SimFleet([FleetRun(**r) for r in d["runs"]], d["budget"])
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,13 @@ create_exception!(
 );
 create_exception!(
     _native,
+    BudgetError,
+    ReboundError,
+    "A permit ask, budget note or ticket a retry budget cannot take: malformed, or a ticket \
+     whose answer is still to come. The budget is unchanged."
+);
+create_exception!(
+    _native,
     SimulationError,
     PyRuntimeError,
     "The simulator could not complete a run: the machine livelocked or stalled. A bug in \

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod budget;
 mod errors;
 mod json;
 mod machine;
@@ -33,11 +34,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("StreamError", py.get_type::<errors::StreamError>())?;
     m.add("TraceError", py.get_type::<errors::TraceError>())?;
     m.add("RequestError", py.get_type::<errors::RequestError>())?;
+    m.add("BudgetError", py.get_type::<errors::BudgetError>())?;
     m.add("SimulationError", py.get_type::<errors::SimulationError>())?;
     m.add_class::<machine::PyMachine>()?;
     m.add_class::<machine::PySnapshot>()?;
     m.add_function(wrap_pyfunction!(machine::describe, m)?)?;
     m.add_function(wrap_pyfunction!(machine::normalize_event, m)?)?;
+    m.add_class::<budget::PyRetryBudget>()?;
     m.add_class::<wire::PyStreamDecoder>()?;
     m.add_function(wrap_pyfunction!(wire::request_body, m)?)?;
     m.add_function(wrap_pyfunction!(wire::request_path, m)?)?;
@@ -48,6 +51,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sim::builtin_scenarios, m)?)?;
     m.add_function(wrap_pyfunction!(sim::simulate, m)?)?;
     m.add_function(wrap_pyfunction!(sim::simulate_many, m)?)?;
+    m.add_function(wrap_pyfunction!(sim::simulate_fleet, m)?)?;
     m.add_function(wrap_pyfunction!(sim::outage_report, m)?)?;
     m.add_function(wrap_pyfunction!(sim::replay, m)?)?;
     m.add_function(wrap_pyfunction!(sim::read_trace, m)?)?;

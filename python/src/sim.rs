@@ -1,14 +1,18 @@
-//! rebound-sim for Python: simulated runs of a scenario, the outage experiment's report, and
-//! trace replay with the first divergence as `rebound replay` prints it.
+//! rebound-sim for Python: simulated runs of a scenario (one agent, or a fleet sharing a
+//! retry budget), the outage experiment's report, and trace replay with the first
+//! divergence as `rebound replay` prints it.
 
 use crate::errors::{ConfigError, SimulationError, TraceError};
 use crate::json::{from_py, to_py};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
+use rebound_core::RetryBudget;
 use rebound_sim::compare::{run_experiment, ExperimentConfig};
 use rebound_sim::stats::percentile;
 use rebound_sim::{
-    replay as replay_trace, run_many, simulate as simulate_one, Scenario, SimConfig, Trace,
+    replay as replay_trace, run_many, simulate as simulate_one,
+    simulate_fleet as simulate_fleet_of, simulate_fleet_with, FleetAgent, Scenario, SimConfig,
+    Trace,
 };
 
 /// A scenario from a built-in name, its JSON text, or a dict of its JSON shape.
@@ -78,6 +82,56 @@ pub fn simulate<'py>(
     }
     d.set_item("retries", retries)?;
     d.set_item("trace", outcome.trace().to_jsonl())?;
+    Ok(d)
+}
+
+/// Agents running `scenario` in one simulated world: one virtual clock and, when
+/// `config["budget"]` is set, one retry budget they share (machines ask it only when
+/// `config["machine"]["retry_budget"]` is set). `agents` is a list of `(seed, start_ms)`.
+/// A dict: `runs`, one dict per agent in the order given (`seed`, `succeeded`, `result`,
+/// `requests`, `started_ms`, `ended_ms`), and `budget`, the shared budget's stats (None
+/// without one). Raises `SimulationError` when a machine livelocks or stalls.
+#[pyfunction]
+#[pyo3(signature = (scenario, agents, config=None))]
+pub fn simulate_fleet<'py>(
+    py: Python<'py>,
+    scenario: &Bound<'py, PyAny>,
+    agents: Vec<(u64, u64)>,
+    config: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let scenario = self::scenario(scenario)?;
+    let config = sim_config(config)?;
+    let fleet: Vec<FleetAgent<'_>> = agents
+        .iter()
+        .map(|&(seed, start_ms)| FleetAgent {
+            scenario: &scenario,
+            seed,
+            start_ms,
+        })
+        .collect();
+    let (outcomes, stats) = py
+        .detach(|| match &config.budget {
+            Some(budget) => {
+                let mut budget = RetryBudget::new(budget.clone());
+                simulate_fleet_with(&fleet, &config, &mut budget).map(|o| (o, Some(budget.stats())))
+            }
+            None => simulate_fleet_of(&fleet, &config).map(|o| (o, None)),
+        })
+        .map_err(|e| SimulationError::new_err(format!("{e} (scenario {:?})", scenario.name)))?;
+    let runs = PyList::empty(py);
+    for outcome in &outcomes {
+        let run = PyDict::new(py);
+        run.set_item("seed", outcome.seed)?;
+        run.set_item("succeeded", outcome.succeeded())?;
+        run.set_item("result", to_py(py, &outcome.result)?)?;
+        run.set_item("requests", outcome.requests())?;
+        run.set_item("started_ms", outcome.started.0)?;
+        run.set_item("ended_ms", outcome.elapsed.0)?;
+        runs.append(run)?;
+    }
+    let d = PyDict::new(py);
+    d.set_item("runs", runs)?;
+    d.set_item("budget", stats.map(|s| to_py(py, &s)).transpose()?)?;
     Ok(d)
 }
 

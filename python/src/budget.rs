@@ -1,0 +1,216 @@
+//! core's `RetryBudget` for Python: one token bucket of retries shared by every machine of a
+//! process. Asks, notes and decisions cross in their JSON shape; core decides everything.
+//!
+//! The only thing kept here besides the budget is the set of tickets whose answer is still
+//! to come, so that a ticket given twice is refused (core names a waiting request by its
+//! ticket alone: a second request with the same ticket would make its answers ambiguous).
+
+use crate::errors::{BudgetError, ConfigError};
+use crate::json::{from_py, to_py, to_u64};
+use pyo3::prelude::*;
+use rebound_core::{
+    BudgetConfig, BudgetNote, Millis, PermitAsk, PermitDecision, RetryBudget, Ticket,
+};
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+/// The native retry budget. `rebound_agent.RetryBudget` is this class; for an asyncio fleet,
+/// `rebound_agent.SharedBudget` drives it.
+#[pyclass(module = "rebound_agent._native", name = "RetryBudget")]
+pub struct PyRetryBudget {
+    budget: RetryBudget,
+    config: BudgetConfig,
+    /// Tickets queued by `request` whose answer `poll_decision` has not handed out yet.
+    pending: BTreeSet<u64>,
+}
+
+/// The fields a budget config may have: those of `BudgetConfig::default()`'s JSON shape.
+fn known_fields() -> Vec<String> {
+    match serde_json::to_value(BudgetConfig::default()) {
+        Ok(Value::Object(map)) => map.keys().cloned().collect(),
+        other => panic!("a BudgetConfig serializes to a JSON object, not {other:?}"),
+    }
+}
+
+/// The JSON object of a Python dict (or of a JSON text holding one), for `T` to read. Only
+/// an object: serde would also read a struct from a list, by position (`[1, 2]` as a
+/// config of capacity 1 and initial 2), which is no JSON shape of these types.
+fn object(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<serde_json::Map<String, Value>> {
+    match from_py::<Value>(obj, what) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(BudgetError::new_err(format!(
+            "invalid {what}: expected a dict (a JSON object), got {}",
+            kind(&other)
+        ))),
+        Err(e) => Err(BudgetError::new_err(message(obj.py(), &e))),
+    }
+}
+
+fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "None",
+        Value::Bool(_) => "a bool",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a dict",
+    }
+}
+
+/// A `T` read from a JSON object; a malformed one is a [`BudgetError`].
+fn read<T: serde::de::DeserializeOwned>(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<T> {
+    serde_json::from_value(Value::Object(object(obj, what)?))
+        .map_err(|e| BudgetError::new_err(format!("invalid {what}: {e}")))
+}
+
+/// A budget config from its JSON shape; a field core does not know is refused (core would
+/// ignore it, and a misspelt `capacity` would silently leave the default).
+fn budget_config(obj: &Bound<'_, PyAny>) -> PyResult<BudgetConfig> {
+    let config_error = |e: PyErr| ConfigError::new_err(message(obj.py(), &e));
+    let map = object(obj, "budget config").map_err(config_error)?;
+    let known = known_fields();
+    if let Some(unknown) = map.keys().find(|k| !known.contains(k)) {
+        return Err(ConfigError::new_err(format!(
+            "invalid budget config: unknown field {unknown:?}; the fields are {}",
+            known.join(", ")
+        )));
+    }
+    serde_json::from_value(Value::Object(map))
+        .map_err(|e| ConfigError::new_err(format!("invalid budget config: {e}")))
+}
+
+/// The message of a Python exception, without its type's name.
+fn message(py: Python<'_>, err: &PyErr) -> String {
+    err.value(py).to_string()
+}
+
+fn millis(obj: &Bound<'_, PyAny>) -> PyResult<Millis> {
+    to_u64(obj, "now_ms").map(Millis)
+}
+
+/// A permit decision in its JSON shape: `"granted"`, `"denied"` or `{"wait_until": ms}`.
+fn decision<'py>(py: Python<'py>, decision: &PermitDecision) -> PyResult<Bound<'py, PyAny>> {
+    to_py(py, decision)
+}
+
+#[pymethods]
+impl PyRetryBudget {
+    #[new]
+    #[pyo3(signature = (config=None))]
+    fn new(config: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let config = match config.filter(|c| !c.is_none()) {
+            Some(c) => budget_config(c)?,
+            None => BudgetConfig::default(),
+        };
+        Ok(PyRetryBudget {
+            budget: RetryBudget::new(config.clone()),
+            config,
+            pending: BTreeSet::new(),
+        })
+    }
+
+    /// Asks for a permit at `now_ms` under `ticket` (an AcquirePermit's `ask`, JSON shape).
+    /// Returns the decision when it is known at once, or None when the request waits: its
+    /// answer comes from `poll_decision`. Drain `poll_decision` after every call.
+    fn request<'py>(
+        &mut self,
+        py: Python<'py>,
+        now_ms: &Bound<'py, PyAny>,
+        ticket: &Bound<'py, PyAny>,
+        ask: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let now = millis(now_ms)?;
+        let ticket = to_u64(ticket, "ticket")?;
+        let ask: PermitAsk = read(ask, "permit ask")?;
+        if self.pending.contains(&ticket) {
+            return Err(BudgetError::new_err(format!(
+                "ticket {ticket} already names a request whose answer poll_decision has not \
+                 handed out; give each waiting request its own ticket"
+            )));
+        }
+        match self.budget.request(now, Ticket(ticket), ask) {
+            Some(d) => decision(py, &d).map(Some),
+            None => {
+                self.pending.insert(ticket);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Takes what a machine noted (a NoteBudget's `note`, JSON shape) at `now_ms`. Drain
+    /// `poll_decision` afterwards.
+    fn record(&mut self, now_ms: &Bound<'_, PyAny>, note: &Bound<'_, PyAny>) -> PyResult<()> {
+        let now = millis(now_ms)?;
+        let note: BudgetNote = read(note, "budget note")?;
+        self.budget.record(now, note);
+        Ok(())
+    }
+
+    /// Lets time pass to `now_ms`: refill, the grants it pays for, denials at deadlines.
+    /// Drain `poll_decision` afterwards.
+    fn tick(&mut self, now_ms: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.budget.tick(millis(now_ms)?);
+        Ok(())
+    }
+
+    /// Withdraws a waiting request; returns whether it was waiting.
+    fn cancel(&mut self, ticket: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let ticket = to_u64(ticket, "ticket")?;
+        let was_waiting = self.budget.cancel(Ticket(ticket));
+        if was_waiting {
+            self.pending.remove(&ticket);
+        }
+        Ok(was_waiting)
+    }
+
+    /// The next answer decided for a waiting request, `(ticket, decision)`, or None.
+    fn poll_decision<'py>(
+        &mut self,
+        py: Python<'py>,
+    ) -> PyResult<Option<(u64, Bound<'py, PyAny>)>> {
+        let Some((ticket, d)) = self.budget.poll_decision() else {
+            return Ok(None);
+        };
+        self.pending.remove(&ticket.0);
+        Ok(Some((ticket.0, decision(py, &d)?)))
+    }
+
+    /// When `tick` next changes something without other input (ms), or None when nobody
+    /// waits.
+    fn next_wakeup(&self) -> Option<u64> {
+        self.budget.next_wakeup().map(|t| t.0)
+    }
+
+    /// Tokens available at `now_ms` (after refilling up to it, which may decide waiters:
+    /// drain `poll_decision` afterwards).
+    fn balance(&mut self, now_ms: &Bound<'_, PyAny>) -> PyResult<f64> {
+        Ok(self.budget.balance(millis(now_ms)?))
+    }
+
+    /// Charged permits waiting in the queue.
+    #[getter]
+    fn waiting(&self) -> usize {
+        self.budget.waiting()
+    }
+
+    /// What the budget did so far: `{"granted", "denied", "queued", "deposited_milli"}`.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &self.budget.stats())
+    }
+
+    /// The configuration, in its JSON shape, every default filled in.
+    fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &self.config)
+    }
+
+    fn __repr__(&self) -> String {
+        let stats = self.budget.stats();
+        format!(
+            "RetryBudget(capacity={}, waiting={}, granted={}, denied={})",
+            self.config.capacity,
+            self.budget.waiting(),
+            stats.granted,
+            stats.denied
+        )
+    }
+}
