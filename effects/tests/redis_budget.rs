@@ -1034,6 +1034,55 @@ async fn an_old_waiter_never_takes_or_cancels_a_newcomers_place_after_redis_forg
     table::check("redis-forgotten-requests", cases);
 }
 
+#[tokio::test]
+async fn a_run_canceled_while_its_ask_is_on_the_way_leaves_no_request_in_the_queue() {
+    let Some(server) = RedisServer::start("a_run_canceled_while_its_ask") else {
+        return;
+    };
+    let proxy = LossyProxy::start(server.port()).await;
+    let url = format!("redis://127.0.0.1:{}/in-flight", proxy.port);
+    let direct = budget(&server.budget_url("in-flight"), tokens(0.0, 1.0), patient());
+    let a = budget(&url, tokens(0.0, 1.0), patient());
+    a.check().await.expect("redis answers");
+    // Redis queues the ask (no token), but its reply never comes back: the run is canceled
+    // while it still waits for it.
+    proxy.lose_replies(false);
+    let asking = {
+        let a = a.clone();
+        let ask = charged(&a, 60_000, 0);
+        tokio::spawn(async move { a.acquire(ask).await })
+    };
+    queued(&direct, 1).await;
+    asking.abort();
+    // The withdrawal reaches Redis (its reply is lost too, which changes nothing).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stats = direct.stats().await.expect("redis answers");
+        if stats.waiting == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the canceled request kept its place: {stats:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A newcomer is first in line: the next success pays it.
+    proxy.deliver();
+    let newcomer = {
+        let direct = direct.clone();
+        let ask = charged(&direct, 20_000, 0);
+        tokio::spawn(async move { direct.acquire(ask).await })
+    };
+    queued(&direct, 2).await;
+    direct.record(BudgetNote::Succeeded { target: 0 }).await;
+    let decision = tokio::time::timeout(Duration::from_secs(5), newcomer)
+        .await
+        .expect("granted")
+        .expect("joins");
+    assert_eq!(decision, PermitDecision::Granted);
+}
+
 /// A server that answers `INFO` as a Redis 4 would, and `+OK` to anything else.
 async fn redis_four() -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -1021,7 +1021,18 @@ impl RedisBudget {
                 wait_ms: ask.deadline.since(now),
                 age_ms: now.since(ask.since),
             };
-            let reply = match self.call_idempotent(op).await {
+            // Dropped while the ask is on its way (the run was canceled): Redis may have
+            // queued the request, which would hold its place until its deadline, or granted
+            // it a token nobody uses; either goes back.
+            let mut in_flight = Registered {
+                budget: self,
+                request,
+                armed: ask.kind == PermitKind::Charged,
+            };
+            let reply = self.call_idempotent(op).await;
+            in_flight.armed = false;
+            drop(in_flight);
+            let reply = match reply {
                 Ok(reply) => reply,
                 Err(e) => {
                     if ask.kind == PermitKind::Charged {
@@ -1280,8 +1291,8 @@ async fn listen(
     wake.notify_one();
 }
 
-/// A request waiting in Redis's queue: withdrawn when its wait ends without an answer
-/// (canceled run, deadline passed), paying back a token granted to it too late.
+/// A request asked of Redis or waiting in its queue: withdrawn when its wait ends without
+/// an answer (canceled run, deadline passed), paying back a token granted to it too late.
 struct Registered<'a> {
     budget: &'a RedisBudget,
     request: u64,
