@@ -268,6 +268,11 @@ impl Countdown {
                     shown = now;
                     let left = total.saturating_sub(now.duration_since(started));
                     draw(u64::try_from(left.as_millis()).unwrap_or(u64::MAX));
+                    // At zero the line says all there is until the retry starts (a busy
+                    // machine may start it late): no redraw of the same "0.0s".
+                    if left.is_zero() {
+                        break;
+                    }
                 }
             }
         });
