@@ -82,3 +82,41 @@ fn each_field_of_the_time_of_day_is_checked_on_its_own() {
         assert_eq!(reset(timestamp, 0), None, "{timestamp}");
     }
 }
+
+#[test]
+fn the_three_http_date_forms_name_the_same_instant() {
+    // RFC 9110's example, 7 s after the time read.
+    let now = 784_111_770_000;
+    for date in [
+        "Sun, 06 Nov 1994 08:49:37 GMT",
+        "Sunday, 06-Nov-94 08:49:37 GMT",
+        "Sun Nov  6 08:49:37 1994",
+    ] {
+        let headers = Headers::new().with("retry-after", date);
+        assert_eq!(
+            delay_hints(&headers, Some(now)).retry_after_ms,
+            Some(7_000),
+            "{date}"
+        );
+    }
+    // Two-digit years below 70 are this century's.
+    let headers = Headers::new().with("retry-after", "Monday, 01-Jan-24 00:00:05 GMT");
+    assert_eq!(
+        delay_hints(&headers, Some(1_704_067_200_000)).retry_after_ms,
+        Some(5_000)
+    );
+    // Anything else is no hint: other letters, a long tail, a date in other words.
+    for date in [
+        "Sün, 06 Nov 1994 08:49:37 GMT",
+        "Sun, 06 Növ 1994 08:49:37 GMT",
+        "Sun, 06 Nov 1994 08:49:37 GMT                                                  x",
+        "Sun Nov  6 08:49:37 1994 GMT",
+    ] {
+        let headers = Headers::new().with("retry-after", date);
+        assert_eq!(
+            delay_hints(&headers, Some(now)).retry_after_ms,
+            None,
+            "{date}"
+        );
+    }
+}

@@ -23,10 +23,10 @@ const MONTHS: [&str; 12] = [
 
 /// Parses an HTTP-date into Unix milliseconds.
 pub(crate) fn parse_http_date(value: &str) -> Option<i64> {
+    // Every form below is matched piece by piece against ASCII names and digits, with
+    // checked slicing: anything else (non-ASCII, absurdly long) is `None` without a
+    // separate guard.
     let value = value.trim();
-    if !value.is_ascii() || value.len() > 64 {
-        return None;
-    }
     if let Some((day_name, rest)) = value.split_once(", ") {
         if SHORT_DAYS.contains(&day_name) {
             return imf_fixdate(rest);
