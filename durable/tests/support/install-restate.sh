@@ -8,7 +8,8 @@
 #
 # DIR defaults to $REBOUND_RESTATE_DIR, else target/restate. Idempotent and safe to run
 # concurrently (one run installs under a lock, the others wait and find it installed). Needs
-# node and npm (the npm registry); about 30 s and 220 MB fresh. Prints the binary's path last.
+# node and npm (the npm registry); about 30 s and 220 MB fresh. Prints the native binary's path
+# last.
 # Exit 3: npm could not install it.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -35,4 +36,8 @@ if ! ready; then
   fi
   ready || { echo "restate-server $VERSION did not install into $DIR" >&2; exit 3; }
 fi
-echo "$(cd "$DIR" && pwd)/node_modules/.bin/restate-server"
+# The native binary, not npm's `.bin` launcher: the launcher is a node process that spawns
+# the server, so a SIGKILL of it (a test's crash, a drop) left the server running, orphaned.
+native=( "$(cd "$DIR" && pwd)"/node_modules/@restatedev/restate-server-*/bin/restate-server )
+[ -x "${native[0]}" ] || { echo "no native restate-server binary under $DIR" >&2; exit 3; }
+echo "${native[0]}"
