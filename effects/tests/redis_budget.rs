@@ -33,13 +33,18 @@ fn patient() -> RedisOptions {
         .with_waiter_stale_after(Duration::from_secs(3_600))
 }
 
-/// Collects a budget's events.
+/// Collects a budget's events. Its calls may take a loaded machine's time (5 s, not the
+/// 50 ms default): a test about a script error or a refused connection must not see a
+/// timeout instead because the test process was starved (`redis_budget` failed so once in
+/// 200 runs under load). Tests about timeouts set their own.
 fn recorder() -> (Arc<Mutex<Vec<BudgetEvent>>>, RedisOptions) {
     let events = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&events);
-    let options = RedisOptions::default().with_on_event(Arc::new(move |e: &BudgetEvent| {
-        seen.lock().expect("not poisoned").push(e.clone());
-    }));
+    let options = RedisOptions::default()
+        .with_call_timeout(Duration::from_secs(5))
+        .with_on_event(Arc::new(move |e: &BudgetEvent| {
+            seen.lock().expect("not poisoned").push(e.clone());
+        }));
     (events, options)
 }
 
@@ -553,7 +558,7 @@ async fn a_silent_redis_costs_one_bounded_call() {
     let b = budget(
         &format!("redis://127.0.0.1:{port}/silent"),
         tokens(1.0, 1.0),
-        options,
+        options.with_call_timeout(Duration::from_millis(50)),
     );
     let started = Instant::now();
     assert_eq!(b.acquire(charged(&b, 0, 0)).await, PermitDecision::Granted);
