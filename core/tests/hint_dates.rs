@@ -29,6 +29,8 @@ fn leap_days_exist_in_leap_years_by_the_century_rule() {
     // Divisible by 400: leap.
     assert_eq!(retry_after("29 Feb 2000", 951_782_400_000), Some(5_000));
     assert_eq!(reset("2000-02-29T00:00:05Z", 951_782_400_000), Some(5_000));
+    // February of any other year has 28 days.
+    assert_eq!(retry_after("28 Feb 2023", 1_677_542_400_000), Some(5_000));
     // Divisible by 100, not by 400: not leap; nor a year not divisible by 4.
     for date in ["29 Feb 1900", "29 Feb 2100", "29 Feb 2023"] {
         assert_eq!(retry_after(date, 0), None, "{date}");

@@ -67,7 +67,9 @@ pub(crate) fn unix_ms(
 
 /// Parses exactly `s.len()` ASCII digits (no sign, no spaces) into a number.
 pub(crate) fn digits(s: &str) -> Option<u32> {
-    if s.is_empty() || s.len() > 9 || !s.bytes().all(|b| b.is_ascii_digit()) {
+    // Only digits (`parse` alone would take a leading `+`); empty or too large for a `u32`,
+    // `parse` refuses.
+    if !s.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     s.parse().ok()
