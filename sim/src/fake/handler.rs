@@ -164,6 +164,27 @@ struct Plan {
     interrupted: AssistantResponse,
 }
 
+impl Plan {
+    /// Puts the reasoning `add` mints in front of every answer this plan may send, each
+    /// named by the script step it comes from (`t0`, `t0_alt`, `summary`, `interrupted`), so
+    /// a retried turn gets the same reasoning.
+    fn reason(&mut self, add: impl Fn(AssistantResponse, &str) -> AssistantResponse) {
+        match &mut self.act {
+            Act::Answer {
+                turn,
+                alternate,
+                response,
+            } => {
+                let step = format!("t{turn}{}", if *alternate { "_alt" } else { "" });
+                *response = add(response.clone(), &step);
+            }
+            Act::Summary { response } => *response = add(response.clone(), "summary"),
+            _ => {}
+        }
+        self.interrupted = add(self.interrupted.clone(), "interrupted");
+    }
+}
+
 impl Shared {
     fn plan(&self, at_ms: u64, conversation: &Conversation) -> Plan {
         let scenario = &self.scenario;
@@ -557,40 +578,10 @@ impl Reply {
         let model = request.model.as_str();
         let message_id = message_id(provider, &self.request_id);
         if provider == ProviderKind::OpenAiResponses {
-            match &mut plan.act {
-                Act::Answer {
-                    turn,
-                    alternate,
-                    response,
-                } => {
-                    let step = format!("t{turn}{}", if *alternate { "_alt" } else { "" });
-                    *response = reasoning::with_reasoning(response.clone(), &step, &self.owner);
-                }
-                Act::Summary { response } => {
-                    *response = reasoning::with_reasoning(response.clone(), "summary", &self.owner);
-                }
-                _ => {}
-            }
-            plan.interrupted =
-                reasoning::with_reasoning(plan.interrupted.clone(), "interrupted", &self.owner);
+            plan.reason(|r, step| reasoning::with_reasoning(r, step, &self.owner));
         }
         if let Some(redact) = self.thinking {
-            let think = |r: &AssistantResponse, step: &str| {
-                thinking::with_thinking(r.clone(), step, &self.owner, redact)
-            };
-            match &mut plan.act {
-                Act::Answer {
-                    turn,
-                    alternate,
-                    response,
-                } => {
-                    let step = format!("t{turn}{}", if *alternate { "_alt" } else { "" });
-                    *response = think(response, &step);
-                }
-                Act::Summary { response } => *response = think(response, "summary"),
-                _ => {}
-            }
-            plan.interrupted = think(&plan.interrupted, "interrupted");
+            plan.reason(|r, step| thinking::with_thinking(r, step, &self.owner, redact));
         }
         let stream = request.stream && !shared.ignore_stream;
         let events = |r: &AssistantResponse| wire::encode_stream(provider, r, model, &message_id);

@@ -193,23 +193,11 @@ mod tests {
             "org\0key-a",
             true,
         );
-        let blocks: Vec<Value> = response
-            .message
-            .content
-            .iter()
-            .take(2)
-            .map(|b| match b {
-                ContentBlock::Thinking {
-                    thinking,
-                    signature,
-                    ..
-                } => json!({"type": "thinking", "thinking": thinking, "signature": signature}),
-                ContentBlock::RedactedThinking { data, .. } => {
-                    json!({"type": "redacted_thinking", "data": data})
-                }
-                other => panic!("thinking first: {other:?}"),
-            })
-            .collect();
+        // The blocks as the API sends them.
+        let content = wire::encode_response_json(ProviderKind::Anthropic, &response, "m", "id")
+            ["content"]
+            .clone();
+        let blocks = content.as_array().expect("content blocks");
         let body = json!({"messages": [
             {"role": "user", "content": "hi"},
             {"role": "assistant", "content": [blocks[0], blocks[1], {"type": "text", "text": "hi"}]},
