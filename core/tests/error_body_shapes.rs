@@ -2,7 +2,9 @@
 //! read through the public classifiers: every field that is there is used, and a field that
 //! says nothing (blank) never hides one that says something.
 
-use rebound_core::classify::{classify_http, classify_transport_error, TransportError};
+use rebound_core::classify::{
+    classify_error_body, classify_http, classify_transport_error, TransportError,
+};
 use rebound_core::{FailureKind, Headers, ProviderKind, TransportFault};
 
 fn classify(provider: ProviderKind, status: u16, body: &str) -> rebound_core::ProviderFailure {
@@ -93,4 +95,96 @@ fn the_delay_written_in_a_rate_limit_message_is_read_only_without_a_status() {
     let failure = classify_error_body(ProviderKind::OpenAi, None, server);
     assert_ne!(failure.kind, FailureKind::RateLimited);
     assert_eq!(failure.retry_after_ms, None);
+}
+
+/// A Responses `response.failed` event, as it arrives inside a 200 stream.
+fn failed_response(code: &str) -> String {
+    format!(
+        r#"{{"type":"response.failed","sequence_number":3,"response":{{"id":"resp_1","status":"failed","error":{{"code":"{code}","message":"m"}}}}}}"#
+    )
+}
+
+#[test]
+fn a_failed_response_that_blames_the_request_is_a_bad_request_not_a_retry() {
+    // The codes of OpenAI's `ResponseError.code` enum that say the request itself is wrong: the
+    // same request would fail again, so it is not retried.
+    for code in [
+        "invalid_prompt",
+        "invalid_image",
+        "invalid_image_format",
+        "invalid_base64_image",
+        "invalid_image_url",
+        "image_too_large",
+        "image_too_small",
+        "image_parse_error",
+        "image_content_policy_violation",
+        "invalid_image_mode",
+        "image_file_too_large",
+        "unsupported_image_media_type",
+        "empty_image_file",
+        "failed_to_download_image",
+        "image_file_not_found",
+    ] {
+        let failure =
+            classify_error_body(ProviderKind::OpenAi, None, failed_response(code).as_bytes());
+        assert_eq!(failure.kind, FailureKind::BadRequest, "{code}");
+        assert_eq!(failure.error_type.as_deref(), Some(code));
+    }
+    // The server's own slowness or failure is retried.
+    for code in [
+        "vector_store_timeout",
+        "server_error",
+        "rate_limit_exceeded",
+    ] {
+        let failure =
+            classify_error_body(ProviderKind::OpenAi, None, failed_response(code).as_bytes());
+        assert_ne!(failure.kind, FailureKind::BadRequest, "{code}");
+    }
+}
+
+#[test]
+fn without_a_status_the_code_decides_before_the_type() {
+    // The code is the specific reason, the type only its family: a generic type beside it
+    // (as gateways add) does not turn a server-side failure into a refused request, nor the
+    // reverse.
+    for (code, error_type, kind) in [
+        (
+            "server_error",
+            "invalid_request_error",
+            FailureKind::ServerError,
+        ),
+        (
+            "api_error",
+            "invalid_request_error",
+            FailureKind::ServerError,
+        ),
+        (
+            "internal_error",
+            "invalid_request_error",
+            FailureKind::ServerError,
+        ),
+        (
+            "internal_server_error",
+            "invalid_request_error",
+            FailureKind::ServerError,
+        ),
+        (
+            "timeout_error",
+            "invalid_request_error",
+            FailureKind::ServerError,
+        ),
+        (
+            "vector_store_timeout",
+            "invalid_request_error",
+            FailureKind::ServerError,
+        ),
+        ("invalid_prompt", "server_error", FailureKind::BadRequest),
+        ("image_too_large", "server_error", FailureKind::BadRequest),
+    ] {
+        let body =
+            format!(r#"{{"error":{{"type":"{error_type}","code":"{code}","message":"m"}}}}"#);
+        let failure = classify_error_body(ProviderKind::OpenAi, None, body.as_bytes());
+        assert_eq!(failure.kind, kind, "{code} beside {error_type}");
+        assert_eq!(failure.error_type.as_deref(), Some(code));
+    }
 }
