@@ -2,7 +2,8 @@
 # The Python package's CI step (#39): a fresh virtualenv, `pip install ./python` (maturin from
 # PyPI builds the abi3 wheel, release profile, into python/target), then pytest: the machine's
 # typed API and its hypothesis properties, the wire helpers, the simulator and replay against
-# traces the Rust CLI records, and the example agent against `rebound serve`.
+# traces the Rust CLI records, and the example agents (httpx; the official SDKs) against
+# `rebound serve`.
 #
 #   bash python/ci.sh
 set -euo pipefail
@@ -17,11 +18,16 @@ VENV="target/rebound-agent-venv"
 
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
-timeout 600 "$VENV/bin/pip" install --quiet --disable-pip-version-check pytest hypothesis httpx mypy
+# The official SDKs of examples/agent_sdk.py, pinned (the versions tests/python/requirements.txt
+# checks the fake server with): their exceptions and streaming responses are its contract.
+SDKS="anthropic==2.14.0 openai==3.57.0"
+# shellcheck disable=SC2086
+timeout 600 "$VENV/bin/pip" install --quiet --disable-pip-version-check pytest hypothesis httpx mypy $SDKS
 timeout 1800 "$VENV/bin/pip" install --quiet --disable-pip-version-check ./python
 
-# The stubs and annotations hold: the installed package, the example agent and the bench.
-(cd python && "../$VENV/bin/python" -m mypy --no-incremental rebound_agent examples/agent.py bench/machine_overhead.py)
+# The stubs and annotations hold: the installed package, the example agents and the bench.
+(cd python && "../$VENV/bin/python" -m mypy --no-incremental rebound_agent examples/agent.py \
+    examples/agent_sdk.py bench/machine_overhead.py)
 
 # The CLI the tests run (`rebound serve`, `rebound sim --trace-out`, `rebound run`, `rebound
 # replay`): required, not skipped.

@@ -50,7 +50,7 @@ TOOLS = [
         "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
     },
 ]
-DEFAULT_MODEL = {"anthropic": "claude-sonnet-4-5", "openai": "gpt-4o", "openai_responses": "gpt-5"}
+DEFAULT_MODEL = {"anthropic": "claude-sonnet-4-6", "openai": "gpt-4o", "openai_responses": "gpt-5"}
 MAX_FILE_BYTES = 64 * 1024
 
 
@@ -88,26 +88,14 @@ class ToolFailure(Exception):
 
 
 class Agent:
-    """Drives one AgentMachine: executes its commands and feeds it what happened."""
+    """Drives one AgentMachine: executes its commands and feeds it what happened. How one
+    request is sent is :meth:`send`'s business (httpx here, :class:`HttpxAgent`; an official
+    SDK in agent_sdk.py); everything else is the same loop."""
 
     def __init__(
-        self,
-        client: httpx.AsyncClient,
-        base_url: str,
-        provider: str,
-        model: str,
-        api_key: str,
-        tools: Tools,
-        seed: int,
-        say: Callable[..., None],
-        record: bool = False,
+        self, provider: str, model: str, tools: Tools, seed: int, say: Callable[..., None], record: bool = False
     ) -> None:
-        self.client, self.provider, self.model, self.tools, self.say = client, provider, model, tools, say
-        self.url = base_url.rstrip("/") + request_path(provider)
-        if provider == "anthropic":
-            self.headers = {"x-api-key": api_key, "anthropic-version": "2023-06-01"}
-        else:
-            self.headers = {"authorization": f"Bearer {api_key}"}
+        self.provider, self.model, self.tools, self.say = provider, model, tools, say
         self.machine = AgentMachine(config={"tools": TOOLS}, seed=seed, record=record)
         self.started = time.monotonic()
 
@@ -159,6 +147,35 @@ class Agent:
             return e.tool_error(call["id"], str(failure))
         except OSError as error:
             return e.tool_error(call["id"], f"{type(error).__name__}: {error.strerror or error}")
+
+    async def send(self, command: c.SendRequest) -> e.Event:
+        """One attempt of `command`: the event that answers it (ProviderSucceeded or
+        ProviderFailed, never an exception)."""
+        raise NotImplementedError
+
+
+class HttpxAgent(Agent):
+    """The agent on httpx: rebound builds the body, decodes the stream, classifies failures."""
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        base_url: str,
+        provider: str,
+        model: str,
+        api_key: str,
+        tools: Tools,
+        seed: int,
+        say: Callable[..., None],
+        record: bool = False,
+    ) -> None:
+        super().__init__(provider, model, tools, seed, say, record)
+        self.client = client
+        self.url = base_url.rstrip("/") + request_path(provider)
+        if provider == "anthropic":
+            self.headers = {"x-api-key": api_key, "anthropic-version": "2023-06-01"}
+        else:
+            self.headers = {"authorization": f"Bearer {api_key}"}
 
     async def send(self, command: c.SendRequest) -> e.Event:
         """One attempt: the request rebound built, streamed, decoded and classified."""
@@ -216,7 +233,7 @@ async def run_agent(
     seed = seed if seed is not None else int.from_bytes(os.urandom(8), "little")
     # httpx itself never retries a request; rebound decides.
     async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(retries=0)) as client:
-        agent = Agent(
+        agent = HttpxAgent(
             client, base_url, provider, model or DEFAULT_MODEL[provider], api_key, Tools(root), seed, say,
             record=trace is not None,
         )

@@ -100,6 +100,7 @@ def drive(
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -127,10 +128,12 @@ class Server:
     """`rebound serve` on a free port, stopped when the test ends."""
 
     def __init__(self, scenario: str, seed: int = 0) -> None:
+        # Its request log goes to stderr: a file, so that a long run never fills a pipe.
+        self.log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(
             [rebound_bin(), "serve", "--scenario", scenario, "--seed", str(seed)],
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=self.log,
             text=True,
         )
         assert self.process.stdout is not None
@@ -138,20 +141,42 @@ class Server:
         assert self.url.startswith("http://"), f"rebound serve printed {self.url!r}"
 
     def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=10)
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+    def requests(self) -> list[str]:
+        """Stops the server and returns its request log: one line per request it received
+        (`#0 +2881ms POST /v1/messages [anthropic] -> fault: …`)."""
+        self.stop()
+        self.log.seek(0)
+        lines = self.log.read().decode("utf-8", errors="replace").splitlines()
+        return [line for line in lines if line.startswith("#")]
+
+
+class Serve:
+    """The `serve` fixture: `serve(NAME, seed=0)` starts `rebound serve --scenario NAME` and
+    returns its base URL; `serve.last` is the last server started."""
+
+    def __init__(self) -> None:
+        self.servers: list[Server] = []
+
+    def __call__(self, scenario: str, seed: int = 0) -> str:
+        server = Server(scenario, seed)
+        self.servers.append(server)
+        return server.url
+
+    @property
+    def last(self) -> Server:
+        return self.servers[-1]
 
 
 @pytest.fixture
 def serve():
     """Starts `rebound serve --scenario NAME`; returns its base URL."""
-    servers: list[Server] = []
-
-    def start(scenario: str, seed: int = 0) -> str:
-        server = Server(scenario, seed)
-        servers.append(server)
-        return server.url
-
+    start = Serve()
     yield start
-    for s in servers:
+    for s in start.servers:
         s.stop()

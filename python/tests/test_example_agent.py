@@ -1,38 +1,51 @@
-"""The example agent (examples/agent.py: asyncio, httpx, file tools) against `rebound serve`
-and its fault scenarios, in every wire format."""
+"""The example agents against `rebound serve` and its fault scenarios, in every wire format:
+examples/agent.py (asyncio, httpx) and examples/agent_sdk.py (the official `anthropic` and
+`openai` SDKs with max_retries=0), both with file tools and the same loop."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from conftest import REPO, rebound_bin
 from rebound_agent import replay
 
-EXAMPLE = REPO / "python" / "examples" / "agent.py"
-spec = importlib.util.spec_from_file_location("example_agent", EXAMPLE)
-assert spec and spec.loader
-example = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(example)
+EXAMPLES = REPO / "python" / "examples"
+# agent_sdk.py imports agent.py's loop and tools, as it does when run as a script.
+sys.path.insert(0, str(EXAMPLES))
+
+
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+AGENTS = {"httpx": load("agent"), "sdk": load("agent_sdk")}
+both = pytest.mark.parametrize("agent", sorted(AGENTS))
 
 
 def base_url(url: str, provider: str) -> str:
     return url if provider == "anthropic" else url + "/v1"
 
 
-def run(url, provider, tmp_path, seed=1):
+def run(url, provider, tmp_path, seed=1, agent="httpx"):
     lines: list[str] = []
     trace = tmp_path / f"{provider}.jsonl"
     (tmp_path / "src").mkdir(exist_ok=True)
     (tmp_path / "src" / "parse.rs").write_text("fn parse(input: &str) -> Ast { todo!() }\n")
     code = asyncio.run(
-        example.run_agent(
+        AGENTS[agent].run_agent(
             "Fix the failing test.",
             base_url(url, provider),
             provider=provider,
@@ -58,8 +71,9 @@ def run(url, provider, tmp_path, seed=1):
         ("overflow", "openai_responses"),
     ],
 )
-def test_the_agent_survives_the_scripted_outage(serve, tmp_path, scenario, provider):
-    code, out, trace = run(serve(scenario, seed=1), provider, tmp_path)
+@both
+def test_the_agent_survives_the_scripted_outage(serve, tmp_path, scenario, provider, agent):
+    code, out, trace = run(serve(scenario, seed=1), provider, tmp_path, agent=agent)
     assert code == 0, out
     assert "done after" in out
     report = replay(trace)
@@ -67,40 +81,96 @@ def test_the_agent_survives_the_scripted_outage(serve, tmp_path, scenario, provi
     assert report.outcome and "Ok" in report.outcome
     if scenario in ("demo", "blip", "rate-limit-window"):
         assert "retrying in" in out
+    # The server took every request as its API would (the SDK's parameters and extra_body
+    # together sent the body rebound built).
+    log = serve.last.requests()
+    assert log and not any("rejected" in line for line in log), log
 
 
 @pytest.mark.parametrize("scenario", ["stream-cuts", "brownout"])
 @pytest.mark.parametrize("seed", [1, 2])
-def test_a_random_outage_ends_as_the_machine_decided(serve, tmp_path, scenario, seed):
-    code, out, trace = run(serve(scenario, seed=seed), "anthropic", tmp_path, seed=seed)
+@both
+def test_a_random_outage_ends_as_the_machine_decided(serve, tmp_path, scenario, seed, agent):
+    code, out, trace = run(serve(scenario, seed=seed), "anthropic", tmp_path, seed=seed, agent=agent)
     report = replay(trace)
     assert report.identical, report.text
     assert code == (0 if "Ok" in report.outcome else 1)
     assert "Traceback" not in out
 
 
-def test_a_total_outage_fails_cleanly_after_the_policys_attempts(serve, tmp_path):
-    code, out, trace = run(serve("total-outage"), "anthropic", tmp_path)
+@both
+def test_a_total_outage_fails_cleanly_after_the_policys_attempts(serve, tmp_path, agent):
+    code, out, trace = run(serve("total-outage"), "anthropic", tmp_path, agent=agent)
     assert code == 1
     assert "the run failed" in out
     assert out.count("retrying in") == 3  # four attempts, the default
     assert replay(trace).identical
+    # The server saw the machine's four attempts and no more: the client retried nothing.
+    assert len(serve.last.requests()) == 4
 
 
-def test_the_agent_reads_the_project_files_it_is_asked_for(tmp_path, serve):
-    code, out, trace = run(serve("demo"), "anthropic", tmp_path)
+@both
+def test_the_agent_reads_the_project_files_it_is_asked_for(tmp_path, serve, agent):
+    code, out, trace = run(serve("demo"), "anthropic", tmp_path, agent=agent)
     assert code == 0
     # The demo asks for src/parser.rs (missing: a tool error the model reads), then src/parse.rs.
     assert "file not found: src/parser.rs" in trace
     assert "todo!()" in trace
 
 
-def test_the_readme_commands_run_the_agent(serve, tmp_path):
+@pytest.mark.parametrize("script", ["agent.py", "agent_sdk.py"])
+def test_the_readme_commands_run_the_agent(serve, tmp_path, script):
     url = serve("demo")
     p = subprocess.run(
-        [sys.executable, str(EXAMPLE), "--base-url", url, "--root", str(tmp_path), "Fix the failing test."],
+        [sys.executable, str(EXAMPLES / script), "--base-url", url, "--root", str(tmp_path), "Fix the failing test."],
         capture_output=True, text=True, timeout=120,
         env={**os.environ, "ANTHROPIC_API_KEY": "x"},
     )
     assert p.returncode == 0, p.stdout + p.stderr
     assert "retrying in" in p.stdout and "done after" in p.stdout
+
+
+# One of each failure the wire can carry, none of which a 4-attempt turn cannot outlast: a
+# reset before any response (the SDK's APIConnectionError), an overloaded event inside a 200
+# stream (the SDK would raise it as a status error with the 200), a body cut inside an event,
+# invalid JSON in the stream, a 429 with a retry-after-ms hint and x-should-retry.
+EVERY_FAILURE = {
+    "name": "every-failure",
+    "turns": [
+        {
+            "faults": [
+                {"type": "transport", "fault": "reset"},
+                {"type": "stream_error"},
+                {"type": "stream_cut_bytes", "after_bytes": 300},
+            ],
+            "answer": {"text": "Reading it.", "tool_calls": [{"id": "toolu_01", "name": "read", "input": {"path": "src/parse.rs"}}]},
+        },
+        {
+            "faults": [
+                {"type": "malformed_stream"},
+                {"type": "http", "status": 429, "headers": {"retry-after-ms": "150", "x-should-retry": "true"}},
+            ],
+            "answer": {"text": "Fixed."},
+        },
+    ],
+}
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai", "openai_responses"])
+def test_both_agents_tell_the_machine_the_same_failures(serve, tmp_path, provider):
+    scenario = tmp_path / "every-failure.json"
+    scenario.write_text(json.dumps(dict(EVERY_FAILURE, provider="openai" if provider != "anthropic" else provider)))
+    told = {}
+    for agent in sorted(AGENTS):
+        code, out, trace = run(serve(str(scenario)), provider, tmp_path, agent=agent)
+        assert code == 0, out
+        assert replay(trace).identical
+        steps = [json.loads(line) for line in trace.splitlines()[1:]]
+        told[agent] = [
+            (f["kind"], f.get("status"), f.get("transport"), f.get("retry_after_ms"))
+            for f in (s["event"]["failure"] for s in steps if s["event"]["type"] == "provider_failed")
+        ]
+    assert told["sdk"] == told["httpx"]
+    kinds = [k for k, *_ in told["sdk"]]
+    assert kinds == ["transport", "unavailable", "stream_malformed", "stream_malformed", "rate_limited"], told
+    assert told["sdk"][-1][1:] == (429, None, 150)
