@@ -44,13 +44,35 @@
 //!   Redis comes back empty (no persistence, as the fleet experiment runs it): the requests
 //!   it held are gone, and a process that still waits for one asks again (lines
 //!   1044–1047).
+//! - **Slow calls** ([`CallStalls`], none by default): with a chance drawn per call from
+//!   the store's seeded RNG, a call's reply comes back late; past
+//!   [`call_timeout_ms`](RedisTiming::call_timeout_ms) (50 ms) the process hears a timeout
+//!   instead (`call`, lines 766–797) and does what the real store does. An ask or an inbox
+//!   read is made once more under the same request (`call_idempotent`, lines 805–815), and
+//!   Redis reads the answer it already decided or the place already taken instead of
+//!   deciding twice (`redis.lua` lines 415–432). A second timeout, or a note's first (a note
+//!   is not repeated: `record`, lines 1508–1519), sends the process to its local budget
+//!   with a [`StoreEvent::FellBack`], for `retry_redis_after`, exactly as a refused call
+//!   does: the ask is decided locally, a deposit is made locally. A charged ask given up so
+//!   may hold a token or a place in Redis: it is an orphan (lines 1036–1043), withdrawn by
+//!   its process's next call that Redis answers (`succeeded` and `release`, lines
+//!   964–1005), and a token granted to it goes back to the bucket (`redis.lua` lines
+//!   536–560) while Redis still remembers the answer (`waiter_stale_after`). A poll loop
+//!   whose read times out twice ends, and each of its waiters is withdrawn from Redis and
+//!   asks the local budget (`poll_failed`, lines 1247–1258; each waiter's drop, lines
+//!   1090–1100 and 1302–1311).
 //!
-//! What it leaves out: the round trip is the same for every call (no queueing in Redis, no
-//! busy machine), so a call never misses the 50 ms `call_timeout` and a process falls back
-//! only while Redis is down; an outage is Redis stopped (calls refused at once), not a Redis
-//! that stops answering (a timeout of 50 ms, twice for an idempotent call); a note's round
+//! What it leaves out: a call takes the round trip, or a stall more, drawn for each call
+//! on its own (on a loaded machine a process that waits for a CPU stalls all its calls at
+//! once, and a retry after a timeout goes on a fresh connection, which also costs a connect
+//! and an `INFO`); a stall delays the reply, never the call's arrival in Redis; the
+//! subscription never stalls, and the check a process makes at its start (`check`, which
+//! connects) is no call here; an outage is Redis stopped (calls refused at once, an idempotent one not
+//! repeated), not a Redis that stops answering (that is every call stalling); a note's round
 //! trip does not hold its agent (the runner awaits `record`); a withdrawal reaches the server
-//! at once; an owner that stops polling is never dropped from the queue as stale (the
+//! at once, except an orphan's and a failed poll loop's waiters', which are calls, and a
+//! withdrawal of a request whose machine stopped waiting pays back no grant (the real one
+//! does); an owner that stops polling is never dropped from the queue as stale (the
 //! simulated processes never die); a denial reaches its agent at its process's next poll,
 //! never later through the local `deadline + 1 s` limit; and when tokens wait for the pace,
 //! `retry_in` is core's next wake-up, which also counts the earliest deadline of any
@@ -111,6 +133,11 @@ pub struct RedisTiming {
     /// How long a process that fell back decides locally before trying Redis again, and
     /// how often it tries to subscribe (`RedisOptions::retry_redis_after`, default 1,000 ms).
     pub retry_redis_after_ms: u64,
+    /// The longest a process waits for a call's reply (`RedisOptions::call_timeout`,
+    /// default 50 ms): a reply later than this is a timeout.
+    pub call_timeout_ms: u64,
+    /// Calls whose reply comes back late (default [`CallStalls::NONE`]: none).
+    pub stalls: CallStalls,
 }
 
 impl Default for RedisTiming {
@@ -121,6 +148,8 @@ impl Default for RedisTiming {
             poll_interval_ms: 50,
             waiter_stale_after_ms: 2_000,
             retry_redis_after_ms: 1_000,
+            call_timeout_ms: 50,
+            stalls: CallStalls::NONE,
         }
     }
 }
@@ -164,6 +193,21 @@ impl RedisTiming {
         self
     }
 
+    /// Sets [`call_timeout_ms`](Self::call_timeout_ms), the longest a process waits for a
+    /// reply.
+    #[must_use]
+    pub fn with_call_timeout_ms(mut self, ms: u64) -> Self {
+        self.call_timeout_ms = ms;
+        self
+    }
+
+    /// Sets [`stalls`](Self::stalls), the calls whose reply comes back late.
+    #[must_use]
+    pub fn with_stalls(mut self, stalls: CallStalls) -> Self {
+        self.stalls = stalls;
+        self
+    }
+
     /// The way there (a call reaches Redis after it).
     fn there(&self) -> u64 {
         self.round_trip_ms / 2
@@ -179,6 +223,57 @@ impl RedisTiming {
         let half_stale = self.waiter_stale_after_ms / 2;
         let fast = self.poll_interval_ms.min(half_stale).max(1);
         (fast, half_stale.max(fast))
+    }
+}
+
+/// Calls to Redis that take longer than the round trip: each call, with a chance drawn
+/// from the store's seeded RNG, stalls — its reply comes back [`ms`](Self::ms) late. A
+/// reply later than [`RedisTiming::call_timeout_ms`] is lost to the process, which then does
+/// what the real store does on a timeout (see the [module documentation](self)).
+///
+/// A stall delays the way back: Redis ran the call in time (a script runs in
+/// microseconds), and the process, or its connection's task, heard the reply late — on a
+/// loaded machine, the part of a call that waits for a CPU. So a call that timed out may
+/// still have taken a token, queued a request or made a deposit in Redis, which is what
+/// the real store's idempotent retry and its orphans are for.
+///
+/// ```
+/// use rebound_sim::redis_store::{CallStalls, RedisTiming};
+///
+/// // One call in a hundred comes back 60 ms late: past the 50 ms call timeout.
+/// let timing = RedisTiming::default().with_stalls(CallStalls::new(10_000, 60));
+/// assert_eq!(timing.stalls.chance(), 0.01);
+/// assert!(timing.round_trip_ms + timing.stalls.ms > timing.call_timeout_ms);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct CallStalls {
+    /// How many calls in a million stall (at most a million).
+    pub per_million: u32,
+    /// How much later a stalled call's reply comes back, in ms.
+    pub ms: u64,
+}
+
+impl CallStalls {
+    /// No call stalls: every call takes the round trip.
+    pub const NONE: CallStalls = CallStalls {
+        per_million: 0,
+        ms: 0,
+    };
+
+    /// `per_million` calls in a million (at most all) come back `ms` late.
+    #[must_use]
+    pub fn new(per_million: u32, ms: u64) -> CallStalls {
+        CallStalls {
+            per_million: per_million.min(1_000_000),
+            ms,
+        }
+    }
+
+    /// The chance that a call stalls, between 0 and 1.
+    #[must_use]
+    pub fn chance(&self) -> f64 {
+        f64::from(self.per_million) / 1e6
     }
 }
 
@@ -243,7 +338,8 @@ pub struct Notification {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StoreCounts {
-    /// Calls made to Redis (asks, notes and inbox reads), refused ones included.
+    /// Calls made to Redis (asks, notes, inbox reads and withdrawals), refused and timed
+    /// out ones included, each retry counted.
     pub calls: u64,
     /// Of those, the inbox reads of the processes' poll loops.
     pub polls: u64,
@@ -255,6 +351,14 @@ pub struct StoreCounts {
     pub fell_back: u64,
     /// [`StoreEvent::Restored`] notifications.
     pub restored: u64,
+    /// Calls whose reply came back later than the call timeout ([`CallStalls`]).
+    pub timed_out: u64,
+    /// Charged asks given up after their second timeout, which Redis may have granted or
+    /// queued: withdrawn once Redis answers their process again.
+    pub orphaned: u64,
+    /// Tokens paid back by a withdrawal: granted in Redis to a request whose process never
+    /// heard the grant.
+    pub repaid: u64,
 }
 
 /// A decision as it crosses the wire: a wait is a duration, read on the receiver's clock.
@@ -284,16 +388,36 @@ impl Heard {
     }
 }
 
+/// A request as Redis knows it, named by the store when its ticket is first sent to Redis
+/// (the real process names each ask, `acquire_shared`, line 1017), so an answer or a
+/// withdrawal of an old request never meets a later one under a reused ticket. A request
+/// asked again after Redis restarted keeps its name: the new Redis knows nothing of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Req(u64);
+
+impl Req {
+    /// Its name in the budget's queue.
+    fn ticket(self) -> Ticket {
+        Ticket(self.0)
+    }
+}
+
 /// Redis did not answer (it is stopped).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Refused;
 
 /// A call from a process to Redis.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 enum Call {
-    Ask { ticket: Ticket, ask: PermitAsk },
+    Ask {
+        req: Req,
+        ask: PermitAsk,
+    },
     Note(BudgetNote),
     Inbox,
+    /// Withdraw requests the process no longer waits for in Redis (`release`, lines
+    /// 991–1005).
+    Cancel(Vec<Req>),
 }
 
 /// What Redis said to an ask.
@@ -311,7 +435,7 @@ enum AskAnswer {
 #[derive(Debug, Clone)]
 enum Reply {
     Ask {
-        ticket: Ticket,
+        req: Req,
         ask: PermitAsk,
         answer: Result<AskAnswer, Refused>,
     },
@@ -320,13 +444,17 @@ enum Reply {
         answer: Result<(), Refused>,
     },
     Inbox(Result<Inbox, Refused>),
+    Cancel {
+        reqs: Vec<Req>,
+        answer: Result<(), Refused>,
+    },
 }
 
 /// What an inbox read returns: the process's answers (`None`: Redis does not know the
 /// request) and `retry_in`.
 #[derive(Debug, Clone)]
 struct Inbox {
-    answers: Vec<(Ticket, Option<Heard>)>,
+    answers: Vec<(Req, Option<Heard>)>,
     retry_in: u64,
 }
 
@@ -339,10 +467,21 @@ enum Due {
         process: ProcessId,
         sent: Millis,
         call: Call,
+        /// How much later than the round trip its reply comes back.
+        late: u64,
+        /// Whether its reply comes back within the call timeout (else it is never heard).
+        heard: bool,
     },
     Reply {
         process: ProcessId,
         reply: Reply,
+    },
+    /// A call's reply did not come within the call timeout.
+    TimedOut {
+        process: ProcessId,
+        call: Call,
+        /// Whether it was already the second try of an idempotent call.
+        retried: bool,
     },
     Wake {
         process: ProcessId,
@@ -389,6 +528,8 @@ enum Subscription {
 /// A request of a process waiting in Redis's queue.
 #[derive(Debug, Clone, Copy)]
 struct Waiter {
+    /// The caller's name for it.
+    ticket: Ticket,
     /// As the machine asked, on the process's clock.
     ask: PermitAsk,
     /// The Redis that queued it.
@@ -400,32 +541,49 @@ struct Process {
     health: Health,
     /// The budget it falls back to.
     local: RetryBudget,
-    waiters: BTreeMap<Ticket, Waiter>,
+    waiters: BTreeMap<Req, Waiter>,
     poll: Poll,
     /// A wake-up rang that no pause has taken yet.
     woken: bool,
     subscription: Subscription,
     /// Not before this may it subscribe again.
     subscribe_again: Millis,
+    /// Requests to withdraw once Redis answers this process again (`orphans`: lines
+    /// 1036–1043, 964–985, 991–1005).
+    orphans: Vec<Req>,
 }
 
 /// Where a permit request is until its answer reaches its process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Place {
-    Asking(ProcessId),
-    InRedis(ProcessId),
+    Asking { process: ProcessId, req: Req },
+    InRedis { process: ProcessId, req: Req },
     Local(ProcessId),
 }
 
-/// What Redis holds: the budget, and for each queued request its process and the answers
-/// not yet read.
+/// An answer Redis decided, as the script keeps it (`decided`): whether it took a token.
+#[derive(Debug, Clone, Copy)]
+struct Answer {
+    decision: PermitDecision,
+    /// A charged permit granted: a token left the bucket.
+    took_token: bool,
+}
+
+/// What Redis holds: the budget, for each queued request its process, the answers not yet
+/// read, and every answer decided for `waiter_stale_after`.
 #[derive(Debug, Clone)]
 struct Server {
     budget: RetryBudget,
     up: bool,
     generation: u64,
-    owner_of: BTreeMap<Ticket, ProcessId>,
-    inbox: BTreeMap<ProcessId, Vec<(Ticket, PermitDecision)>>,
+    owner_of: BTreeMap<Req, ProcessId>,
+    inbox: BTreeMap<ProcessId, Vec<(Req, PermitDecision)>>,
+    /// Read again by an ask under the same request, and looked up by a withdrawal that
+    /// pays back a grant nobody heard (the script's `decided` and `answered`, `redis.lua`
+    /// lines 193–232 and 337–343).
+    answers: BTreeMap<Req, Answer>,
+    /// When each answer was decided, oldest first: forgotten `waiter_stale_after` later.
+    answered: VecDeque<(Millis, Req)>,
 }
 
 impl Server {
@@ -436,6 +594,30 @@ impl Server {
             generation,
             owner_of: BTreeMap::new(),
             inbox: BTreeMap::new(),
+            answers: BTreeMap::new(),
+            answered: VecDeque::new(),
+        }
+    }
+
+    fn remember(&mut self, now: Millis, req: Req, decision: PermitDecision, took_token: bool) {
+        self.answers.insert(
+            req,
+            Answer {
+                decision,
+                took_token,
+            },
+        );
+        self.answered.push_back((now, req));
+    }
+
+    /// Forgets the answers decided more than `stale_ms` ago (the script's `forget`).
+    fn forget(&mut self, now: Millis, stale_ms: u64) {
+        while let Some(&(at, req)) = self.answered.front() {
+            if at.plus(stale_ms) >= now {
+                break;
+            }
+            self.answered.pop_front();
+            self.answers.remove(&req);
         }
     }
 }
@@ -444,7 +626,9 @@ impl Server {
 /// [module documentation](self) for what it models. Fed with `now` like core's
 /// [`RetryBudget`], which it holds (one in "Redis", one local per process); time must not
 /// go backwards (an earlier `now` counts as the latest one seen). Tickets are the caller's,
-/// unique among the requests it has waiting, as for `RetryBudget`.
+/// unique among the requests it has waiting, as for `RetryBudget`. Slow calls
+/// ([`CallStalls`]) are drawn from an RNG seeded with [`with_seed`](Self::with_seed): one
+/// seed, one run.
 #[derive(Debug, Clone)]
 pub struct RedisStore {
     config: BudgetConfig,
@@ -454,6 +638,9 @@ pub struct RedisStore {
     server: Server,
     processes: BTreeMap<ProcessId, Process>,
     tickets: BTreeMap<Ticket, Place>,
+    /// The caller's ticket of each request asked of Redis and not yet answered.
+    asks: BTreeMap<Req, Ticket>,
+    next_req: u64,
     due: BTreeMap<(Millis, u64), Due>,
     seq: u64,
     /// Names each subscription attempt and each pause, so a superseded one is skipped.
@@ -461,10 +648,14 @@ pub struct RedisStore {
     decided: VecDeque<(Ticket, PermitDecision)>,
     counts: StoreCounts,
     notifications: Vec<Notification>,
+    seed: u64,
+    /// Draws which calls stall; used only when some do.
+    rng: fastrand::Rng,
 }
 
 impl RedisStore {
-    /// A budget with `config` in a Redis that never fails, reached with `timing`.
+    /// A budget with `config` in a Redis that never fails, reached with `timing`, its slow
+    /// calls (if any) drawn with seed 0.
     #[must_use]
     pub fn new(config: BudgetConfig, timing: RedisTiming) -> RedisStore {
         RedisStore {
@@ -475,12 +666,16 @@ impl RedisStore {
             now: Millis::ZERO,
             processes: BTreeMap::new(),
             tickets: BTreeMap::new(),
+            asks: BTreeMap::new(),
+            next_req: 0,
             due: BTreeMap::new(),
             seq: 0,
             ids: 0,
             decided: VecDeque::new(),
             counts: StoreCounts::default(),
             notifications: Vec::new(),
+            seed: 0,
+            rng: fastrand::Rng::with_seed(0),
         }
     }
 
@@ -495,6 +690,15 @@ impl RedisStore {
         self
     }
 
+    /// The same store drawing its slow calls ([`RedisTiming::stalls`]) from `seed`. Call it
+    /// before the first request: the draws start again from the seed.
+    #[must_use]
+    pub fn with_seed(mut self, seed: u64) -> RedisStore {
+        self.seed = seed;
+        self.rng = fastrand::Rng::with_seed(seed);
+        self
+    }
+
     /// The budget's configuration (Redis's, and each local one's).
     #[must_use]
     pub fn config(&self) -> &BudgetConfig {
@@ -505,6 +709,12 @@ impl RedisStore {
     #[must_use]
     pub fn timing(&self) -> RedisTiming {
         self.timing
+    }
+
+    /// The seed slow calls are drawn from.
+    #[must_use]
+    pub fn seed(&self) -> u64 {
+        self.seed
     }
 
     /// When Redis is stopped, if ever.
@@ -531,6 +741,14 @@ impl RedisStore {
         self.server.budget.stats()
     }
 
+    /// Tokens in the budget in Redis at `now` (after refill), as Redis's `stats` reads
+    /// them; lets time pass to `now` like [`tick`](Self::tick).
+    pub fn shared_balance(&mut self, now: Millis) -> f64 {
+        self.advance(now);
+        let now = self.now;
+        self.server.budget.balance(now)
+    }
+
     /// Whether `process` decides with the budget in Redis (a process that never called
     /// does).
     #[must_use]
@@ -554,8 +772,11 @@ impl RedisStore {
         self.advance(now);
         self.process(process);
         if self.try_redis(process) {
-            self.tickets.insert(ticket, Place::Asking(process));
-            self.send(process, Call::Ask { ticket, ask });
+            self.next_req += 1;
+            let req = Req(self.next_req);
+            self.tickets.insert(ticket, Place::Asking { process, req });
+            self.asks.insert(req, ticket);
+            self.send(process, Call::Ask { req, ask });
             // Without latency the answer is already back.
             self.advance(now);
             return None;
@@ -586,11 +807,13 @@ impl RedisStore {
             return false;
         };
         match place {
-            // Its reply is dropped when it comes, and a place it took withdrawn.
-            Place::Asking(_) => {}
-            Place::InRedis(process) => {
-                self.process(process).waiters.remove(&ticket);
-                self.withdraw(ticket);
+            // Its reply (or timeout) is dropped when it comes, and a place it took
+            // withdrawn.
+            Place::Asking { .. } => {}
+            Place::InRedis { process, req } => {
+                self.process(process).waiters.remove(&req);
+                self.asks.remove(&req);
+                self.withdraw(req);
             }
             Place::Local(process) => {
                 self.process(process).local.cancel(ticket);
@@ -611,8 +834,8 @@ impl RedisStore {
     }
 
     /// When [`tick`](Self::tick) next has something to do: a call, reply or wake-up
-    /// arriving, a poll, a local budget's refill or deadline. `None` when nothing is on its
-    /// way and nobody waits locally.
+    /// arriving, a timeout, a poll, a local budget's refill or deadline. `None` when
+    /// nothing is on its way and nobody waits locally.
     #[must_use]
     pub fn next_wakeup(&self) -> Option<Millis> {
         let due = self.due.keys().next().map(|(at, _)| *at);
@@ -634,6 +857,7 @@ impl RedisStore {
             woken: false,
             subscription: Subscription::Off,
             subscribe_again: Millis::ZERO,
+            orphans: Vec::new(),
         })
     }
 
@@ -689,8 +913,15 @@ impl RedisStore {
                 process,
                 sent,
                 call,
-            } => self.arrive(process, sent, call),
+                late,
+                heard,
+            } => self.arrive(process, sent, call, late, heard),
             Due::Reply { process, reply } => self.on_reply(process, reply),
+            Due::TimedOut {
+                process,
+                call,
+                retried,
+            } => self.timed_out(process, call, retried),
             Due::Wake { process } => {
                 if self.process(process).subscription == Subscription::Live {
                     self.counts.wakes += 1;
@@ -717,28 +948,58 @@ impl RedisStore {
         }
     }
 
-    /// Sends `call` to Redis from `process`, now.
+    /// Sends `call` to Redis from `process`, now, for the first time.
     fn send(&mut self, process: ProcessId, call: Call) {
+        self.send_try(process, call, false);
+    }
+
+    /// Sends `call` from `process` (`retried`: the second try of an idempotent call). It
+    /// reaches Redis half a round trip later; its reply comes back after the rest of the
+    /// round trip and its stall, if one is drawn — or, past the call timeout, never: the
+    /// process hears a timeout at the call timeout instead (`call`, lines 766–797).
+    fn send_try(&mut self, process: ProcessId, call: Call, retried: bool) {
         self.counts.calls += 1;
-        let at = self.now.plus(self.timing.there());
+        let stalls = self.timing.stalls;
+        let late = if stalls.per_million > 0 && self.rng.u32(..1_000_000) < stalls.per_million {
+            stalls.ms
+        } else {
+            0
+        };
+        let heard = self.timing.round_trip_ms.saturating_add(late) <= self.timing.call_timeout_ms;
+        let now = self.now;
+        if !heard {
+            let at = now.plus(self.timing.call_timeout_ms);
+            self.schedule(
+                at,
+                Due::TimedOut {
+                    process,
+                    call: call.clone(),
+                    retried,
+                },
+            );
+        }
+        let at = now.plus(self.timing.there());
         self.schedule(
             at,
             Due::Arrive {
                 process,
-                sent: self.now,
+                sent: now,
                 call,
+                late,
+                heard,
             },
         );
     }
 
-    /// What Redis does with a call that reaches it now.
-    fn arrive(&mut self, process: ProcessId, sent: Millis, call: Call) {
+    /// What Redis does with a call that reaches it now (and the reply it sends, if its
+    /// process will hear it).
+    fn arrive(&mut self, process: ProcessId, sent: Millis, call: Call, late: u64, heard: bool) {
         let now = self.now;
-        let back = now.plus(self.timing.back());
+        let back = now.plus(self.timing.back()).plus(late);
         let reply = if !self.server.up {
             match call {
-                Call::Ask { ticket, ask } => Reply::Ask {
-                    ticket,
+                Call::Ask { req, ask } => Reply::Ask {
+                    req,
                     ask,
                     answer: Err(Refused),
                 },
@@ -747,35 +1008,19 @@ impl RedisStore {
                     answer: Err(Refused),
                 },
                 Call::Inbox => Reply::Inbox(Err(Refused)),
+                Call::Cancel(reqs) => Reply::Cancel {
+                    reqs,
+                    answer: Err(Refused),
+                },
             }
         } else {
+            self.server.forget(now, self.timing.waiter_stale_after_ms);
             match call {
-                Call::Ask { ticket, ask } => {
-                    // Durations read on the process's clock when it sent the call.
-                    let wait_ms = ask.deadline.since(sent);
-                    let age_ms = sent.since(ask.since);
-                    let seen = PermitAsk {
-                        deadline: now.plus(wait_ms),
-                        since: Millis(now.0.saturating_sub(age_ms)),
-                        ..ask
-                    };
-                    let answer = match self.server.budget.request(now, ticket, seen) {
-                        Some(decision) => AskAnswer::Decided(Heard::of(decision, now)),
-                        None => {
-                            self.server.owner_of.insert(ticket, process);
-                            AskAnswer::Queued {
-                                retry_in: self.retry_in(),
-                                generation: self.server.generation,
-                            }
-                        }
-                    };
-                    self.settle(None);
-                    Reply::Ask {
-                        ticket,
-                        ask,
-                        answer: Ok(answer),
-                    }
-                }
+                Call::Ask { req, ask } => Reply::Ask {
+                    req,
+                    ask,
+                    answer: Ok(self.ask_in_redis(process, sent, req, ask)),
+                },
                 Call::Note(note) => {
                     let seen = match note {
                         BudgetNote::RateLimited { target, until } => BudgetNote::RateLimited {
@@ -791,60 +1036,165 @@ impl RedisStore {
                         answer: Ok(()),
                     }
                 }
-                Call::Inbox => {
-                    self.server.budget.tick(now);
-                    self.settle(Some(process));
-                    let retry_in = self.retry_in();
-                    self.settle(Some(process));
-                    // An answer stays in the inbox until its process knows the request
-                    // (its ask's reply may still be on its way): the real process
-                    // acknowledges only the answers it could deliver.
-                    let inbox = self.server.inbox.remove(&process).unwrap_or_default();
-                    let tickets = &self.tickets;
-                    let (known, unknown): (Vec<_>, Vec<_>) = inbox
-                        .into_iter()
-                        .filter(|(ticket, _)| tickets.contains_key(ticket))
-                        .partition(|(ticket, _)| {
-                            tickets.get(ticket) == Some(&Place::InRedis(process))
-                        });
-                    if !unknown.is_empty() {
-                        self.server.inbox.insert(process, unknown);
+                Call::Inbox => Reply::Inbox(Ok(self.inbox_in_redis(process, heard))),
+                Call::Cancel(reqs) => {
+                    self.cancel_in_redis(&reqs);
+                    Reply::Cancel {
+                        reqs,
+                        answer: Ok(()),
                     }
-                    let mut answers: Vec<(Ticket, Option<Heard>)> = known
-                        .into_iter()
-                        .map(|(ticket, decision)| (ticket, Some(Heard::of(decision, now))))
-                        .collect();
-                    // Requests of an earlier Redis are unknown here (the real process
-                    // finds them with a `poll` of each).
-                    let generation = self.server.generation;
-                    answers.extend(
-                        self.process(process)
-                            .waiters
-                            .iter()
-                            .filter(|(_, w)| w.generation != generation)
-                            .map(|(ticket, _)| (*ticket, None)),
-                    );
-                    Reply::Inbox(Ok(Inbox { answers, retry_in }))
                 }
             }
         };
-        self.schedule(back, Due::Reply { process, reply });
+        if heard {
+            self.schedule(back, Due::Reply { process, reply });
+        }
+    }
+
+    /// The script's `ask` (`redis.lua` lines 415–476): an ask under a request Redis already
+    /// answered or queued reads that (a second try after a lost reply); else Redis decides.
+    fn ask_in_redis(
+        &mut self,
+        process: ProcessId,
+        sent: Millis,
+        req: Req,
+        ask: PermitAsk,
+    ) -> AskAnswer {
+        let now = self.now;
+        let known = |server: &Server| {
+            server
+                .answers
+                .get(&req)
+                .map(|a| AskAnswer::Decided(Heard::of(a.decision, now)))
+        };
+        if let Some(answer) = known(&self.server) {
+            self.server.budget.tick(now);
+            self.settle(None);
+            return answer;
+        }
+        if self.server.owner_of.contains_key(&req) {
+            self.server.budget.tick(now);
+            self.settle(None);
+            return known(&self.server).unwrap_or(AskAnswer::Queued {
+                retry_in: self.retry_in(),
+                generation: self.server.generation,
+            });
+        }
+        // Durations read on the process's clock when it sent the call.
+        let wait_ms = ask.deadline.since(sent);
+        let age_ms = sent.since(ask.since);
+        let seen = PermitAsk {
+            deadline: now.plus(wait_ms),
+            since: Millis(now.0.saturating_sub(age_ms)),
+            ..ask
+        };
+        let answer = match self.server.budget.request(now, req.ticket(), seen) {
+            Some(decision) => {
+                let took_token =
+                    ask.kind == PermitKind::Charged && decision == PermitDecision::Granted;
+                self.server.remember(now, req, decision, took_token);
+                AskAnswer::Decided(Heard::of(decision, now))
+            }
+            None => {
+                self.server.owner_of.insert(req, process);
+                AskAnswer::Queued {
+                    retry_in: self.retry_in(),
+                    generation: self.server.generation,
+                }
+            }
+        };
+        self.settle(None);
+        answer
+    }
+
+    /// The script's `inbox` (lines 478–505): the answers of `process` that it knows to
+    /// wait for. They stay in Redis until the process has them (`heard`): the real process
+    /// acknowledges only the answers it could deliver, at its next read.
+    fn inbox_in_redis(&mut self, process: ProcessId, heard: bool) -> Inbox {
+        let now = self.now;
+        self.server.budget.tick(now);
+        self.settle(Some(process));
+        let retry_in = self.retry_in();
+        self.settle(Some(process));
+        // An answer stays in the inbox until its process knows the request (its ask's
+        // reply may still be on its way).
+        let inbox = self.server.inbox.remove(&process).unwrap_or_default();
+        let (asks, tickets) = (&self.asks, &self.tickets);
+        let (known, unknown): (Vec<_>, Vec<_>) = inbox
+            .into_iter()
+            .filter(|(req, _)| asks.contains_key(req))
+            .partition(|(req, _)| {
+                asks.get(req).and_then(|t| tickets.get(t))
+                    == Some(&Place::InRedis { process, req: *req })
+            });
+        let mut answers: Vec<(Req, Option<Heard>)> = known
+            .iter()
+            .map(|(req, decision)| (*req, Some(Heard::of(*decision, now))))
+            .collect();
+        let kept: Vec<(Req, PermitDecision)> = if heard {
+            unknown
+        } else {
+            // The reply is lost: nothing is acknowledged.
+            known.into_iter().chain(unknown).collect()
+        };
+        if !kept.is_empty() {
+            self.server.inbox.insert(process, kept);
+        }
+        // Requests of an earlier Redis are unknown here (the real process finds them with
+        // a `poll` of each).
+        let generation = self.server.generation;
+        answers.extend(
+            self.process(process)
+                .waiters
+                .iter()
+                .filter(|(_, w)| w.generation != generation)
+                .map(|(req, _)| (*req, None)),
+        );
+        Inbox { answers, retry_in }
+    }
+
+    /// The script's `cancel` (lines 536–560): a queued request leaves the queue; a charged
+    /// permit granted but never heard pays its token back, which may grant the next waiter.
+    fn cancel_in_redis(&mut self, reqs: &[Req]) {
+        let mut repaid = false;
+        for req in reqs {
+            if self.server.owner_of.remove(req).is_some() {
+                self.server.budget.cancel(req.ticket());
+            } else if self.server.answers.get(req).is_some_and(|a| a.took_token) {
+                repay(&mut self.server.budget);
+                self.counts.repaid += 1;
+                repaid = true;
+            }
+            self.server.answers.remove(req);
+            for entries in self.server.inbox.values_mut() {
+                entries.retain(|(r, _)| r != req);
+            }
+        }
+        if repaid {
+            let now = self.now;
+            self.server.budget.tick(now);
+            self.settle(None);
+        }
     }
 
     /// Takes the decisions Redis made for queued requests into their processes' inboxes,
     /// and wakes each process with a grant or a wait (not `reader`, whose inbox read is
     /// the reply).
     fn settle(&mut self, reader: Option<ProcessId>) {
+        let now = self.now;
         let mut wake = BTreeSet::new();
         while let Some((ticket, decision)) = self.server.budget.poll_decision() {
-            let Some(owner) = self.server.owner_of.remove(&ticket) else {
+            let req = Req(ticket.0);
+            let Some(owner) = self.server.owner_of.remove(&req) else {
                 continue;
             };
+            let took_token = decision == PermitDecision::Granted;
+            self.server.remember(now, req, decision, took_token);
             self.server
                 .inbox
                 .entry(owner)
                 .or_default()
-                .push((ticket, decision));
+                .push((req, decision));
             if decision != PermitDecision::Denied && reader != Some(owner) {
                 wake.insert(owner);
             }
@@ -880,33 +1230,38 @@ impl RedisStore {
         ((1_000 - balance) * 1_000).div_ceil(refill).max(1)
     }
 
-    /// A request of `process` leaves Redis's queue.
-    fn withdraw(&mut self, ticket: Ticket) {
-        if self.server.owner_of.remove(&ticket).is_some() {
-            self.server.budget.cancel(ticket);
+    /// A request leaves Redis's queue (a withdrawal the model lets reach Redis at once).
+    fn withdraw(&mut self, req: Req) {
+        if self.server.owner_of.remove(&req).is_some() {
+            self.server.budget.cancel(req.ticket());
         }
+    }
+
+    /// The ticket of `req` if `process` still waits for the answer to its ask.
+    fn asking(&self, process: ProcessId, req: Req) -> Option<Ticket> {
+        let ticket = *self.asks.get(&req)?;
+        (self.tickets.get(&ticket) == Some(&Place::Asking { process, req })).then_some(ticket)
     }
 
     fn on_reply(&mut self, process: ProcessId, reply: Reply) {
         match reply {
-            Reply::Ask {
-                ticket,
-                ask,
-                answer,
-            } => {
-                if self.tickets.get(&ticket) != Some(&Place::Asking(process)) {
+            Reply::Ask { req, ask, answer } => {
+                let Some(ticket) = self.asking(process, req) else {
                     // Withdrawn while asking.
-                    self.withdraw(ticket);
+                    self.asks.remove(&req);
+                    self.withdraw(req);
                     return;
-                }
+                };
                 match answer {
                     Err(Refused) => {
+                        self.asks.remove(&req);
                         self.failed(process);
                         if let Some(decision) = self.ask_locally(process, ticket, ask) {
                             self.decided.push_back((ticket, decision));
                         }
                     }
                     Ok(AskAnswer::Decided(heard)) => {
+                        self.asks.remove(&req);
                         self.succeeded(process);
                         self.tickets.remove(&ticket);
                         self.decided.push_back((ticket, heard.at(self.now)));
@@ -916,10 +1271,17 @@ impl RedisStore {
                         generation,
                     }) => {
                         self.succeeded(process);
-                        self.tickets.insert(ticket, Place::InRedis(process));
+                        self.tickets.insert(ticket, Place::InRedis { process, req });
                         let (fast, _) = self.timing.pauses();
                         let p = self.process(process);
-                        p.waiters.insert(ticket, Waiter { ask, generation });
+                        p.waiters.insert(
+                            req,
+                            Waiter {
+                                ticket,
+                                ask,
+                                generation,
+                            },
+                        );
                         if p.poll == Poll::Idle {
                             self.pause(process, retry_in.clamp(1, fast));
                         }
@@ -928,35 +1290,20 @@ impl RedisStore {
             }
             Reply::Note { note, answer } => match answer {
                 Ok(()) => self.succeeded(process),
-                Err(Refused) => {
-                    self.failed(process);
-                    if !matches!(note, BudgetNote::RateLimited { .. }) {
-                        let now = self.now;
-                        self.process(process).local.record(now, note);
-                        self.drain_local(process);
-                    }
-                }
+                Err(Refused) => self.note_failed(process, note),
             },
-            Reply::Inbox(Err(Refused)) => {
-                self.failed(process);
-                let p = self.process(process);
-                p.poll = Poll::Idle;
-                let waiters = std::mem::take(&mut p.waiters);
-                for (ticket, waiter) in waiters {
-                    if let Some(decision) = self.ask_locally(process, ticket, waiter.ask) {
-                        self.decided.push_back((ticket, decision));
-                    }
-                }
-            }
+            Reply::Inbox(Err(Refused)) => self.poll_failed(process, false),
             Reply::Inbox(Ok(Inbox { answers, retry_in })) => {
                 self.succeeded(process);
                 let now = self.now;
-                for (ticket, heard) in answers {
-                    let Some(waiter) = self.process(process).waiters.remove(&ticket) else {
+                for (req, heard) in answers {
+                    let Some(waiter) = self.process(process).waiters.remove(&req) else {
                         continue;
                     };
+                    let ticket = waiter.ticket;
                     match heard {
                         Some(heard) => {
+                            self.asks.remove(&req);
                             self.tickets.remove(&ticket);
                             self.decided.push_back((ticket, heard.at(now)));
                         }
@@ -964,15 +1311,16 @@ impl RedisStore {
                         None if waiter.ask.kind == PermitKind::Charged
                             && now > waiter.ask.deadline.plus(DEADLINE_GRACE_MS) =>
                         {
+                            self.asks.remove(&req);
                             self.tickets.remove(&ticket);
                             self.decided.push_back((ticket, PermitDecision::Denied));
                         }
                         None => {
-                            self.tickets.insert(ticket, Place::Asking(process));
+                            self.tickets.insert(ticket, Place::Asking { process, req });
                             self.send(
                                 process,
                                 Call::Ask {
-                                    ticket,
+                                    req,
                                     ask: waiter.ask,
                                 },
                             );
@@ -993,6 +1341,83 @@ impl RedisStore {
                     .min()
                     .map_or(u64::MAX, |d| d.since(now).max(DEADLINE_POLL_MS));
                 self.pause(process, most.min(retry_in.max(1)).min(deadline));
+            }
+            Reply::Cancel { reqs, answer } => {
+                if answer.is_err() {
+                    // Withdrawn once Redis answers again (`release`, lines 997–1003).
+                    self.process(process).orphans.extend(reqs);
+                }
+            }
+        }
+    }
+
+    /// A call's reply missed the call timeout. An ask or an inbox read is made once more,
+    /// under the same request (`call_idempotent`, lines 805–815); a second timeout, or a
+    /// note's first (`record`, lines 1508–1517), sends the process to its local budget as
+    /// a refused call does. An ask given up may have been granted or queued in Redis:
+    /// it is an orphan, withdrawn once Redis answers again (lines 1036–1043).
+    fn timed_out(&mut self, process: ProcessId, call: Call, retried: bool) {
+        self.counts.timed_out += 1;
+        match call {
+            Call::Ask { req, ask } => {
+                let Some(ticket) = self.asking(process, req) else {
+                    // Withdrawn while asking.
+                    self.asks.remove(&req);
+                    self.withdraw(req);
+                    return;
+                };
+                if !retried {
+                    self.send_try(process, Call::Ask { req, ask }, true);
+                    return;
+                }
+                self.asks.remove(&req);
+                if ask.kind == PermitKind::Charged {
+                    self.counts.orphaned += 1;
+                    self.process(process).orphans.push(req);
+                }
+                self.failed(process);
+                if let Some(decision) = self.ask_locally(process, ticket, ask) {
+                    self.decided.push_back((ticket, decision));
+                }
+            }
+            Call::Note(note) => self.note_failed(process, note),
+            Call::Inbox if !retried => {
+                self.counts.polls += 1;
+                self.send_try(process, Call::Inbox, true);
+            }
+            Call::Inbox => self.poll_failed(process, true),
+            Call::Cancel(reqs) => self.process(process).orphans.extend(reqs),
+        }
+    }
+
+    /// A note did not reach Redis: the process falls back, and a deposit is made locally
+    /// (a rate limit already was).
+    fn note_failed(&mut self, process: ProcessId, note: BudgetNote) {
+        self.failed(process);
+        if !matches!(note, BudgetNote::RateLimited { .. }) {
+            let now = self.now;
+            self.process(process).local.record(now, note);
+            self.drain_local(process);
+        }
+    }
+
+    /// The poll loop's read failed (`poll_failed`, lines 1247–1258): the process falls
+    /// back, its loop ends, and each of its waiters asks the local budget with the same
+    /// deadline. After a timeout Redis still holds those requests: each is withdrawn at
+    /// once, as each waiter's drop does (lines 1094–1100, 1302–1311); while Redis is down
+    /// (`withdraw_in_redis` false) nothing is sent: Redis comes back empty.
+    fn poll_failed(&mut self, process: ProcessId, withdraw_in_redis: bool) {
+        self.failed(process);
+        let p = self.process(process);
+        p.poll = Poll::Idle;
+        let waiters = std::mem::take(&mut p.waiters);
+        for (req, waiter) in waiters {
+            self.asks.remove(&req);
+            if withdraw_in_redis {
+                self.send(process, Call::Cancel(vec![req]));
+            }
+            if let Some(decision) = self.ask_locally(process, waiter.ticket, waiter.ask) {
+                self.decided.push_back((waiter.ticket, decision));
             }
         }
     }
@@ -1087,12 +1512,18 @@ impl RedisStore {
         }
     }
 
+    /// Redis answered `process`: it decides in Redis again, and withdraws its orphans
+    /// (`succeeded`, lines 964–985).
     fn succeeded(&mut self, process: ProcessId) {
         let p = self.process(process);
         let was = std::mem::replace(&mut p.health, Health::Shared);
+        let orphans = std::mem::take(&mut p.orphans);
         if was != Health::Shared {
             self.counts.restored += 1;
             self.notify(process, StoreEvent::Restored);
+        }
+        if !orphans.is_empty() {
+            self.send(process, Call::Cancel(orphans));
         }
     }
 
@@ -1136,6 +1567,34 @@ impl RedisStore {
             }
         }
     }
+}
+
+/// Puts back the token of a charged permit granted in Redis to a request whose process
+/// never heard the grant: the script's `cancel` (`redis.lua` lines 543–552) takes one off
+/// the granted count and adds one token, up to the capacity. Core's budget has no such
+/// operation (a machine in one process always hears its grant), so the model edits the
+/// budget's serialized state; a change of that form in core fails loudly here (and in the
+/// test that pays a token back).
+fn repay(budget: &mut RetryBudget) {
+    let mut state = match serde_json::to_value(&*budget) {
+        Ok(state) => state,
+        Err(e) => panic!("core's RetryBudget serializes: {e}"),
+    };
+    let field = |state: &serde_json::Value, pointer: &str| {
+        state
+            .pointer(pointer)
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or_else(|| panic!("core's RetryBudget serializes {pointer} as a number"))
+    };
+    let capacity = field(&state, "/capacity");
+    let balance = field(&state, "/balance");
+    let granted = field(&state, "/stats/granted");
+    state["balance"] = balance.saturating_add(1_000).min(capacity).into();
+    state["stats"]["granted"] = granted.saturating_sub(1).into();
+    *budget = match serde_json::from_value(state) {
+        Ok(budget) => budget,
+        Err(e) => panic!("core's RetryBudget reads back what it wrote: {e}"),
+    };
 }
 
 /// Tokens as exact milli-tokens, as core and the script count them (nothing for a negative

@@ -6,7 +6,10 @@ use rebound_core::{
     BudgetConfig, BudgetNote, BudgetUse, Millis, PermitAsk, PermitDecision, PermitKind,
     RetryBudget, Ticket,
 };
-use rebound_sim::redis_store::{ProcessId, RedisOutage, RedisStore, RedisTiming, StoreEvent};
+use rebound_sim::compare::OutageModel;
+use rebound_sim::redis_store::{
+    CallStalls, ProcessId, RedisOutage, RedisStore, RedisTiming, StoreCounts, StoreEvent,
+};
 use rebound_sim::{
     simulate_fleet, simulate_fleet_in_redis, FleetAgent, Scenario, SimConfig, SimOutcome,
 };
@@ -358,4 +361,243 @@ fn the_same_fleet_on_the_same_store_gives_the_same_runs() {
         (sent, store.counts(), store.notifications().to_vec())
     };
     assert_eq!(run(), run());
+}
+
+/// What a fleet in Redis did: every request's time (per agent), what the store counted,
+/// and what it said (when, which process, what).
+type Played = (
+    Vec<Vec<u64>>,
+    StoreCounts,
+    Vec<(Millis, ProcessId, StoreEvent)>,
+);
+
+/// A fleet of `processes` × 10 playing `model` in Redis with `timing` (and Redis down
+/// during `outage`), its slow calls drawn from `seed`.
+fn play_in_redis(
+    model: &str,
+    processes: u64,
+    timing: RedisTiming,
+    outage: Option<RedisOutage>,
+    seed: u64,
+) -> Played {
+    let models = OutageModel::standard();
+    let scenario = &models
+        .iter()
+        .find(|m| m.name == model)
+        .expect("a model of the outage experiment")
+        .scenario;
+    let fleet = total_outage_fleet(scenario, processes, 10);
+    let mut store = RedisStore::new(BudgetConfig::default(), timing).with_seed(seed);
+    if let Some(outage) = outage {
+        store = store.with_outage(outage);
+    }
+    let outcomes = simulate_fleet_in_redis(&fleet, &budgeted(), &mut store).expect("runs");
+    let sent = outcomes
+        .iter()
+        .flatten()
+        .map(|o| {
+            o.commands()
+                .filter(|(_, c)| matches!(c, rebound_core::Command::SendRequest { .. }))
+                .map(|(t, _)| t.0)
+                .collect()
+        })
+        .collect();
+    let events = store
+        .notifications()
+        .iter()
+        .map(|n| (n.at, n.process, n.event))
+        .collect();
+    (sent, store.counts(), events)
+}
+
+fn sum(sent: &[Vec<u64>]) -> (usize, u64) {
+    (sent.iter().map(Vec::len).sum(), sent.iter().flatten().sum())
+}
+
+#[test]
+fn without_slow_calls_a_fleet_runs_as_it_did_before_slow_calls_were_modelled() {
+    // Figures of the model at 43633c6, before slow calls: requests (how many, and the sum
+    // of their times), calls, polls, wake-ups, local decisions, fallbacks and returns.
+    let outage = RedisOutage::new(2_000, 6_000);
+    let before = [
+        (
+            "total-outage",
+            RedisTiming::default().with_round_trip_ms(3),
+            outage,
+            (155, 1_107_104),
+            [293, 141, 10, 82, 4, 4],
+        ),
+        (
+            "rate-limit-shared",
+            RedisTiming::default().with_round_trip_ms(2),
+            None,
+            (52, 728_209),
+            [230, 0, 0, 0, 0, 0],
+        ),
+    ];
+    for (model, timing, outage, requests, counts) in before {
+        // No stalls, or a chance of none: the seed draws nothing.
+        for (timing, seed) in [
+            (timing, 0),
+            (timing.with_stalls(CallStalls::new(0, 500)), 7),
+        ] {
+            let (sent, c, _) = play_in_redis(model, 4, timing, outage, seed);
+            assert_eq!(sum(&sent), requests, "{model}");
+            assert_eq!(
+                [
+                    c.calls,
+                    c.polls,
+                    c.wakes,
+                    c.local_decisions,
+                    c.fell_back,
+                    c.restored
+                ],
+                counts,
+                "{model}"
+            );
+            assert_eq!((c.timed_out, c.orphaned, c.repaid), (0, 0, 0), "{model}");
+        }
+    }
+}
+
+#[test]
+fn with_slow_calls_processes_fall_back_and_return_as_the_real_store_does_and_a_seed_replays() {
+    let timing = RedisTiming::default()
+        .with_round_trip_ms(2)
+        .with_stalls(CallStalls::new(50_000, 60));
+    let (sent, counts, events) = play_in_redis("rate-limit-shared", 4, timing, None, 3);
+    assert!(counts.timed_out > 0, "{counts:?}");
+    // An ask or an inbox read times out twice before its process falls back, a note once;
+    // a process already fallen back says nothing more.
+    assert!(
+        counts.fell_back > 0 && counts.fell_back <= counts.timed_out,
+        "{counts:?}"
+    );
+    assert!(counts.restored > 0, "{counts:?}");
+    assert!(counts.local_decisions > 0, "{counts:?}");
+    assert_eq!(
+        events.len() as u64,
+        counts.fell_back + counts.restored,
+        "{events:?}"
+    );
+    // Each process's notices alternate, a fallback first.
+    for p in 0..4 {
+        let mine: Vec<StoreEvent> = events
+            .iter()
+            .filter(|(_, process, _)| *process == ProcessId(p))
+            .map(|(_, _, e)| *e)
+            .collect();
+        for (i, event) in mine.iter().enumerate() {
+            let expected = if i % 2 == 0 {
+                StoreEvent::FellBack
+            } else {
+                StoreEvent::Restored
+            };
+            assert_eq!(*event, expected, "process {p}: {mine:?}");
+        }
+    }
+    // One seed, one run; another seed, other calls stall.
+    assert_eq!(
+        play_in_redis("rate-limit-shared", 4, timing, None, 3),
+        (sent.clone(), counts, events.clone())
+    );
+    assert!(
+        (4..8).any(|seed| play_in_redis("rate-limit-shared", 4, timing, None, seed).1 != counts),
+        "the seed draws the stalls"
+    );
+    // Stalls within the call timeout delay replies and fail nothing.
+    let in_time = timing.with_stalls(CallStalls::new(50_000, 40));
+    let (sent_in_time, counts, events) = play_in_redis("rate-limit-shared", 4, in_time, None, 3);
+    assert_eq!((counts.timed_out, counts.fell_back), (0, 0), "{counts:?}");
+    assert!(events.is_empty());
+    assert_ne!(sent_in_time, sent);
+}
+
+#[test]
+fn slow_calls_cost_a_total_outage_more_requests_but_never_more_than_the_budgets_that_pay_them() {
+    let scenario = Scenario::builtin("total-outage").expect("a built-in");
+    let fleet = total_outage_fleet(&scenario, 5, 10);
+    let config = budgeted();
+    let budget_each: u32 = fleet
+        .iter()
+        .map(|agents| {
+            simulate_fleet(agents, &config)
+                .expect("the fleet runs")
+                .iter()
+                .map(SimOutcome::requests)
+                .sum::<u32>()
+        })
+        .sum();
+    let in_redis = |stalls: CallStalls, seed: u64| {
+        let timing = RedisTiming::default().with_stalls(stalls);
+        let mut store = RedisStore::new(BudgetConfig::default(), timing).with_seed(seed);
+        let outcomes = simulate_fleet_in_redis(&fleet, &config, &mut store).expect("runs");
+        (requests(&outcomes), store.counts())
+    };
+    let (shared, _) = in_redis(CallStalls::NONE, 0);
+    for seed in 1..4 {
+        // One call in five misses the timeout: processes spend their local budgets for a
+        // second after each fallback, as the real ones do on a loaded machine.
+        let (slow, counts) = in_redis(CallStalls::new(200_000, 100), seed);
+        assert!(counts.fell_back > 0, "{counts:?}");
+        // Each retry is paid by Redis or by its process's local budget, never by both:
+        // at most the retries of a budget each and of the shared one (first attempts
+        // counted once).
+        let agents = 50;
+        assert!(
+            shared < slow && slow <= budget_each + shared - agents,
+            "seed {seed}: in Redis {shared}, with slow calls {slow}, a budget each {budget_each}"
+        );
+    }
+}
+
+#[test]
+fn an_ask_whose_replies_miss_the_timeout_twice_is_decided_locally_and_its_token_paid_back() {
+    // One token in Redis, one in each local budget; nothing else pays.
+    let config = paid_by_successes().with_initial(1.0);
+    let timing = RedisTiming::default()
+        .with_round_trip_ms(2)
+        .with_waiter_stale_after_ms(60_000)
+        .with_stalls(CallStalls::new(500_000, 100));
+    let timeout = timing.call_timeout_ms;
+    // A seed whose first ask misses the timeout twice: Redis granted it a token in time,
+    // and both replies were lost.
+    let (seed, mut store, answers) = (0..100)
+        .find_map(|seed| {
+            let mut store = RedisStore::new(config.clone(), timing).with_seed(seed);
+            store.request(Millis(0), A, Ticket(1), charged(30_000));
+            let answers = run_until(&mut store, 500);
+            (store.counts().orphaned == 1).then_some((seed, store, answers))
+        })
+        .expect("a seed among 100 with two stalls in a row");
+    let counts = store.counts();
+    assert_eq!((counts.timed_out, counts.fell_back), (2, 1), "seed {seed}");
+    // Asked once more under the same request, which read the same answer: one grant.
+    assert_eq!(store.shared_stats().granted, 1, "seed {seed}");
+    // After the second timeout the local budget decides, with its own token.
+    assert_eq!(
+        answer_of(&answers, Ticket(1)),
+        Some((Millis(2 * timeout), PermitDecision::Granted)),
+        "seed {seed}"
+    );
+    assert!(!store.is_shared(A));
+    // Once Redis answers A again, A withdraws the orphan: the token nobody used goes back.
+    let mut at = 2 * timeout + timing.retry_redis_after_ms;
+    for ticket in 2..40 {
+        store.request(Millis(at), A, Ticket(ticket), first_attempt());
+        run_until(&mut store, at + 500);
+        if store.counts().restored == 1 {
+            break;
+        }
+        at += timing.retry_redis_after_ms;
+    }
+    run_until(&mut store, at + 2_000);
+    let counts = store.counts();
+    assert_eq!(
+        (counts.restored, counts.repaid),
+        (1, 1),
+        "seed {seed}: {counts:?}"
+    );
+    assert_eq!(store.shared_stats().granted, 0, "seed {seed}");
+    assert_eq!(store.shared_balance(Millis(at + 2_000)), 1.0, "seed {seed}");
 }
