@@ -2425,3 +2425,56 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn the_getters_report_the_configuration_given_and_the_turns_as_they_are_appended() {
+    let given = MachineConfig {
+        max_turns: Some(7),
+        ..config()
+    };
+    let mut m = AgentMachine::new(given.clone(), 1);
+    assert_eq!(m.config(), &given);
+    assert_eq!(m.turns(), 0);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    // A failed attempt appends nothing, so it is no turn.
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: failure(FailureKind::Unavailable, 529),
+        },
+    );
+    assert_eq!(m.turns(), 0);
+    let (timer, _) = sleep(&out);
+    let (req, _, _) = sent(&m.step(Millis(5_000), Event::TimerFired { timer }));
+    let out = m.step(
+        Millis(5_001),
+        Event::ProviderSucceeded {
+            request: req,
+            response: tool_response(&[("a", "read", json!({"path": "a.rs"}))]),
+        },
+    );
+    assert_eq!(m.turns(), 1);
+    let (batch, _) = run_tools(&out);
+    let out = m.step(
+        Millis(5_002),
+        Event::ToolsFinished {
+            batch,
+            outcome: BatchOutcome::PerCall(vec![CallOutcome {
+                tool_use_id: "a".into(),
+                result: Ok(ToolOutput::text("a.rs")),
+            }]),
+        },
+    );
+    let (req, _, _) = sent(&out);
+    let out = m.step(
+        Millis(5_003),
+        Event::ProviderSucceeded {
+            request: req,
+            response: text_response("done"),
+        },
+    );
+    assert_eq!(m.turns(), 2);
+    assert!(matches!(out.last(), Some(Command::Finish { turns: 2, .. })));
+    assert_eq!(m.config(), &given);
+}
