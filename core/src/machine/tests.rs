@@ -2478,3 +2478,46 @@ fn the_getters_report_the_configuration_given_and_the_turns_as_they_are_appended
     assert!(matches!(out.last(), Some(Command::Finish { turns: 2, .. })));
     assert_eq!(m.config(), &given);
 }
+
+#[test]
+fn an_answer_naming_another_compaction_is_stale_while_one_runs() {
+    let mut m = AgentMachine::with_conversation(config(), 1, big_conversation());
+    let (req, _, _) = sent(&m.step(Millis(0), user("continue")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: overflow(),
+        },
+    );
+    let Command::Compact {
+        compaction,
+        conversation,
+    } = &out[1]
+    else {
+        panic!("{out:#?}")
+    };
+    let compacted = compact(conversation, &m.config().compaction).unwrap();
+    // A driver's late or mistaken answer (another id) changes nothing and sends nothing.
+    assert_eq!(
+        m.handle(
+            Millis(2),
+            Event::CompactionFinished {
+                compaction: CompactionId(compaction.0 + 1),
+                result: Ok(compacted.clone()),
+            }
+        ),
+        Handled::Ignored(IgnoreReason::Stale)
+    );
+    assert!(m.poll().is_none());
+    assert_eq!(m.conversation().len(), conversation.len());
+    // The answer it asked for is still taken.
+    let out = m.step(
+        Millis(3),
+        Event::CompactionFinished {
+            compaction: *compaction,
+            result: Ok(compacted),
+        },
+    );
+    sent(&out);
+}
