@@ -5,8 +5,8 @@
 //! to come, so that a ticket given twice is refused (core names a waiting request by its
 //! ticket alone: a second request with the same ticket would make its answers ambiguous).
 
+use crate::convert::{from_py, to_py, to_u64};
 use crate::errors::{BudgetError, ConfigError};
-use crate::json::{from_py, to_py, to_u64};
 use pyo3::prelude::*;
 use rebound_core::{
     BudgetConfig, BudgetNote, Millis, PermitAsk, PermitDecision, RetryBudget, Ticket,

@@ -8,8 +8,9 @@
 #![warn(missing_docs)]
 
 mod budget;
+mod convert;
 mod errors;
-mod json;
+
 mod machine;
 mod sim;
 mod wire;

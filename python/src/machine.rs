@@ -1,10 +1,11 @@
 //! `AgentMachine` for Python: events in as JSON-shaped objects, commands out as a tag and
 //! fields (the Python layer makes them typed objects), conversations as shared snapshots.
 
+use crate::convert::{from_py, to_py, to_u64};
 use crate::errors::{EventError, ReboundError, UnexpectedEventError, UnknownAnswerError};
-use crate::json::{from_py, to_py, to_u64};
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyString};
 use rebound_core::trace::{command_value, TraceHeader, TraceStep};
 use rebound_core::{
     AgentMachine, Command, Conversation, Event, FallbackInfo, Handled, IgnoreReason, MachineConfig,
@@ -327,7 +328,7 @@ impl PyMachine {
     fn poll<'py>(
         &mut self,
         py: Python<'py>,
-    ) -> PyResult<Option<(&'static str, Bound<'py, PyDict>)>> {
+    ) -> PyResult<Option<(Bound<'py, PyString>, Bound<'py, PyDict>)>> {
         let Some(command) = self.machine.poll() else {
             return Ok(None);
         };
@@ -400,12 +401,12 @@ fn snapshot<'py>(py: Python<'py>, s: &rebound_core::Snapshot) -> PyResult<Bound<
 fn command_fields<'py>(
     py: Python<'py>,
     command: &Command,
-) -> PyResult<(&'static str, Bound<'py, PyDict>)> {
+) -> PyResult<(Bound<'py, PyString>, Bound<'py, PyDict>)> {
     let d = PyDict::new(py);
     let tag = match command {
         Command::AppendMessage { message } => {
-            d.set_item("message", to_py(py, &**message)?)?;
-            "append_message"
+            d.set_item(intern!(py, "message"), to_py(py, &**message)?)?;
+            intern!(py, "append_message")
         }
         Command::SendRequest {
             request,
@@ -415,72 +416,72 @@ fn command_fields<'py>(
             purpose,
             deadlines,
         } => {
-            d.set_item("request", request.0)?;
-            d.set_item("target", *target)?;
-            d.set_item("attempt", *attempt)?;
-            d.set_item("conversation", snapshot(py, conversation)?)?;
-            d.set_item("purpose", to_py(py, purpose)?)?;
+            d.set_item(intern!(py, "request"), request.0)?;
+            d.set_item(intern!(py, "target"), *target)?;
+            d.set_item(intern!(py, "attempt"), *attempt)?;
+            d.set_item(intern!(py, "conversation"), snapshot(py, conversation)?)?;
+            d.set_item(intern!(py, "purpose"), to_py(py, purpose)?)?;
             if deadlines.is_default() {
-                d.set_item("deadlines", py.None())?;
+                d.set_item(intern!(py, "deadlines"), py.None())?;
             } else {
-                d.set_item("deadlines", to_py(py, deadlines)?)?;
+                d.set_item(intern!(py, "deadlines"), to_py(py, deadlines)?)?;
             }
-            "send_request"
+            intern!(py, "send_request")
         }
         Command::Sleep { timer, delay_ms } => {
-            d.set_item("timer", timer.0)?;
-            d.set_item("delay_ms", *delay_ms)?;
-            "sleep"
+            d.set_item(intern!(py, "timer"), timer.0)?;
+            d.set_item(intern!(py, "delay_ms"), *delay_ms)?;
+            intern!(py, "sleep")
         }
         Command::NotifyRetry { info } => {
-            d.set_item("info", to_py(py, info)?)?;
-            "notify_retry"
+            d.set_item(intern!(py, "info"), to_py(py, info)?)?;
+            intern!(py, "notify_retry")
         }
         Command::NotifyFallback { info } => {
-            d.set_item("info", to_py(py, info)?)?;
-            "notify_fallback"
+            d.set_item(intern!(py, "info"), to_py(py, info)?)?;
+            intern!(py, "notify_fallback")
         }
         Command::Compact {
             compaction,
             conversation,
         } => {
-            d.set_item("compaction", compaction.0)?;
-            d.set_item("conversation", snapshot(py, conversation)?)?;
-            "compact"
+            d.set_item(intern!(py, "compaction"), compaction.0)?;
+            d.set_item(intern!(py, "conversation"), snapshot(py, conversation)?)?;
+            intern!(py, "compact")
         }
         Command::ReplaceConversation {
             conversation,
             report,
         } => {
-            d.set_item("conversation", snapshot(py, conversation)?)?;
-            d.set_item("report", to_py(py, report)?)?;
-            "replace_conversation"
+            d.set_item(intern!(py, "conversation"), snapshot(py, conversation)?)?;
+            d.set_item(intern!(py, "report"), to_py(py, report)?)?;
+            intern!(py, "replace_conversation")
         }
         Command::RunTools { batch, calls } => {
-            d.set_item("batch", batch.0)?;
-            d.set_item("calls", to_py(py, calls)?)?;
-            "run_tools"
+            d.set_item(intern!(py, "batch"), batch.0)?;
+            d.set_item(intern!(py, "calls"), to_py(py, calls)?)?;
+            intern!(py, "run_tools")
         }
         Command::AcquirePermit { permit, ask } => {
-            d.set_item("permit", permit.0)?;
-            d.set_item("ask", to_py(py, ask)?)?;
-            "acquire_permit"
+            d.set_item(intern!(py, "permit"), permit.0)?;
+            d.set_item(intern!(py, "ask"), to_py(py, ask)?)?;
+            intern!(py, "acquire_permit")
         }
         Command::NoteBudget { note } => {
-            d.set_item("note", to_py(py, note)?)?;
-            "note_budget"
+            d.set_item(intern!(py, "note"), to_py(py, note)?)?;
+            intern!(py, "note_budget")
         }
         Command::Finish { reason, turns } => {
-            d.set_item("reason", to_py(py, reason)?)?;
-            d.set_item("turns", *turns)?;
-            "finish"
+            d.set_item(intern!(py, "reason"), to_py(py, reason)?)?;
+            d.set_item(intern!(py, "turns"), *turns)?;
+            intern!(py, "finish")
         }
         Command::Fail { error } => {
-            d.set_item("error", to_py(py, &**error)?)?;
-            "fail"
+            d.set_item(intern!(py, "error"), to_py(py, &**error)?)?;
+            intern!(py, "fail")
         }
     };
-    Ok((tag, d))
+    Ok((tag.clone(), d))
 }
 
 /// The one-line text a person reads for a retry notice (`"retry_info"`), a fallback notice

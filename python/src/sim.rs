@@ -2,8 +2,8 @@
 //! retry budget), the outage experiment's report, and trace replay with the first
 //! divergence as `rebound replay` prints it.
 
+use crate::convert::{from_py, to_py};
 use crate::errors::{ConfigError, SimulationError, TraceError};
-use crate::json::{from_py, to_py};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use rebound_core::RetryBudget;
@@ -78,7 +78,7 @@ pub fn simulate<'py>(
     d.set_item("duration_ms", outcome.duration_ms())?;
     let retries = PyList::empty(py);
     for (t, info) in outcome.retry_notifications() {
-        retries.append((t.0, info.to_string()))?;
+        retries.append(to_py(py, &(t.0, info.to_string()))?)?;
     }
     d.set_item("retries", retries)?;
     d.set_item("trace", outcome.trace().to_jsonl())?;

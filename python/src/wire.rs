@@ -1,9 +1,10 @@
 //! The wire helpers of rebound-core for drivers with their own HTTP client: request bodies,
 //! the incremental stream decoder, and the classification of HTTP and transport failures.
 
+use crate::convert::{from_py, to_py, to_u64};
 use crate::errors::{ConfigError, ReboundError, RequestError, StreamError};
-use crate::json::{from_py, to_py, to_u64};
 use crate::machine::PySnapshot;
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use rebound_core::classify::{
@@ -221,35 +222,35 @@ fn delta_dict<'py>(py: Python<'py>, delta: StreamDelta<&str>) -> PyResult<Bound<
     let d = PyDict::new(py);
     match delta {
         StreamDelta::Text { index, text } => {
-            d.set_item("type", "text")?;
-            d.set_item("index", index)?;
-            d.set_item("text", text)?;
+            d.set_item(intern!(py, "type"), intern!(py, "text"))?;
+            d.set_item(intern!(py, "index"), index)?;
+            d.set_item(intern!(py, "text"), text)?;
         }
         StreamDelta::Thinking { index, thinking } => {
-            d.set_item("type", "thinking")?;
-            d.set_item("index", index)?;
-            d.set_item("thinking", thinking)?;
+            d.set_item(intern!(py, "type"), intern!(py, "thinking"))?;
+            d.set_item(intern!(py, "index"), index)?;
+            d.set_item(intern!(py, "thinking"), thinking)?;
         }
         StreamDelta::ToolCallStart { index, id, name } => {
-            d.set_item("type", "tool_call_start")?;
-            d.set_item("index", index)?;
-            d.set_item("id", id)?;
-            d.set_item("name", name)?;
+            d.set_item(intern!(py, "type"), intern!(py, "tool_call_start"))?;
+            d.set_item(intern!(py, "index"), index)?;
+            d.set_item(intern!(py, "id"), id)?;
+            d.set_item(intern!(py, "name"), name)?;
         }
         StreamDelta::ToolInputJson {
             index,
             partial_json,
         } => {
-            d.set_item("type", "tool_input_json")?;
-            d.set_item("index", index)?;
-            d.set_item("partial_json", partial_json)?;
+            d.set_item(intern!(py, "type"), intern!(py, "tool_input_json"))?;
+            d.set_item(intern!(py, "index"), index)?;
+            d.set_item(intern!(py, "partial_json"), partial_json)?;
         }
         // A kind of delta added to core later: shown by its debug form, never dropped
         // silently.
         #[allow(unreachable_patterns)]
         other => {
-            d.set_item("type", "other")?;
-            d.set_item("debug", format!("{other:?}"))?;
+            d.set_item(intern!(py, "type"), intern!(py, "other"))?;
+            d.set_item(intern!(py, "debug"), format!("{other:?}"))?;
         }
     }
     Ok(d)
