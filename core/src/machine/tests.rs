@@ -2521,3 +2521,56 @@ fn an_answer_naming_another_compaction_is_stale_while_one_runs() {
     );
     sent(&out);
 }
+
+#[test]
+fn an_answer_to_an_earlier_attempt_is_stale_while_a_later_one_is_awaited() {
+    let mut m = AgentMachine::new(config(), 1);
+    let (req1, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req1,
+            failure: failure(FailureKind::Unavailable, 503),
+        },
+    );
+    let (timer1, _) = sleep(&out);
+    let (req2, _, _) = sent(&m.step(Millis(600), Event::TimerFired { timer: timer1 }));
+    assert_ne!(req1, req2, "every attempt is a new request id");
+    // The first attempt's answer arrives late (a driver that did not cancel it): the second
+    // attempt is still awaited, and nothing is appended.
+    assert_eq!(
+        m.handle(
+            Millis(601),
+            Event::ProviderSucceeded {
+                request: req1,
+                response: text_response("late"),
+            }
+        ),
+        Handled::Ignored(IgnoreReason::Stale)
+    );
+    assert!(m.poll().is_none());
+    assert_eq!(m.conversation().len(), 1);
+    let out = m.step(
+        Millis(602),
+        Event::ProviderFailed {
+            request: req2,
+            failure: failure(FailureKind::Unavailable, 503),
+        },
+    );
+    let (timer2, _) = sleep(&out);
+    assert_ne!(timer1, timer2, "every sleep is a new timer id");
+    assert_eq!(
+        m.handle(Millis(603), Event::TimerFired { timer: timer1 }),
+        Handled::Ignored(IgnoreReason::Stale)
+    );
+    let out = m.step(
+        Millis(604),
+        Event::ProviderSucceeded {
+            request: req2,
+            response: text_response("too late too"),
+        },
+    );
+    assert!(out.is_empty(), "{out:#?}");
+    let (req3, _, _) = sent(&m.step(Millis(2_000), Event::TimerFired { timer: timer2 }));
+    assert!(req3 != req1 && req3 != req2);
+}
