@@ -45,7 +45,10 @@
 //!   it held are gone, and a process that still waits for one asks again (lines
 //!   1044–1047).
 //! - **Slow calls** ([`CallStalls`], none by default): with a chance drawn per call from
-//!   the store's seeded RNG, a call's reply comes back late; past
+//!   the store's seeded RNG — one chance for a call on a new connection (a process's
+//!   first, the repeat of a call that timed out, the call after two timeouts in a row or a
+//!   refusal), which also connects, and one for the others — a call's reply comes back
+//!   late; past
 //!   [`call_timeout_ms`](RedisTiming::call_timeout_ms) (50 ms) the process hears a timeout
 //!   instead (`call`, lines 766–797) and does what the real store does. An ask or an inbox
 //!   read is made once more under the same request (`call_idempotent`, lines 805–815), and
@@ -61,23 +64,25 @@
 //!   whose read times out twice ends, and each of its waiters is withdrawn from Redis and
 //!   asks the local budget (`poll_failed`, lines 1247–1258; each waiter's drop, lines
 //!   1090–1100 and 1302–1311).
+//! - **The check at start** ([`check`](RedisStore::check)): a process that checks Redis at
+//!   its start, as `rebound run` does, makes its first call then, on a new connection; a
+//!   timeout falls back for `retry_redis_after` like any failed call.
 //!
-//! What it leaves out: a call takes the round trip, or a stall more, drawn for each call
-//! on its own (on a loaded machine a process that waits for a CPU stalls all its calls at
-//! once, and a retry after a timeout goes on a fresh connection, which also costs a connect
-//! and an `INFO`); a stall delays the reply, never the call's arrival in Redis; the
-//! subscription never stalls, and the check a process makes at its start (`check`, which
-//! connects) is no call here; an outage is Redis stopped (calls refused at once, an idempotent one not
-//! repeated), not a Redis that stops answering (that is every call stalling); a note's round
-//! trip does not hold its agent (the runner awaits `record`); a withdrawal reaches the server
-//! at once, except an orphan's and a failed poll loop's waiters', which are calls, and a
-//! withdrawal of a request whose machine stopped waiting pays back no grant (the real one
-//! does); an owner that stops polling is never dropped from the queue as stale (the
-//! simulated processes never die); a denial reaches its agent at its process's next poll,
-//! never later through the local `deadline + 1 s` limit; and when tokens wait for the pace,
-//! `retry_in` is core's next wake-up, which also counts the earliest deadline of any
-//! process's waiter (the script leaves deadlines to their processes), so processes poll a
-//! little more often than the real ones there.
+//! What it leaves out: a call takes the round trip, or a stall more, drawn for each call on
+//! its own (on a loaded machine a process that waits for a CPU stalls all its calls at
+//! once); a stall delays the reply, never the call's arrival in Redis; a call has a
+//! connection from the moment it is sent (the real one keeps a connection only once its
+//! `INFO` answered); the subscription never stalls; an outage is Redis stopped (calls
+//! refused at once, an idempotent one not repeated), not a Redis that stops answering (that
+//! is every call stalling); a note's round trip does not hold its agent (the runner awaits
+//! `record`); a withdrawal reaches the server at once, except an orphan's and a failed poll
+//! loop's waiters', which are calls, and a withdrawal of a request whose machine stopped
+//! waiting pays back no grant (the real one does); an owner that stops polling is never
+//! dropped from the queue as stale (the simulated processes never die); a denial reaches
+//! its agent at its process's next poll, never later through the local `deadline + 1 s`
+//! limit; and when tokens wait for the pace, `retry_in` is core's next wake-up, which also
+//! counts the earliest deadline of any process's waiter (the script leaves deadlines to
+//! their processes), so processes poll a little more often than the real ones there.
 //!
 //! ```
 //! use rebound_core::{BudgetConfig, Millis, PermitAsk, PermitDecision, PermitKind, Ticket};
@@ -231,6 +236,13 @@ impl RedisTiming {
 /// reply later than [`RedisTiming::call_timeout_ms`] is lost to the process, which then does
 /// what the real store does on a timeout (see the [module documentation](self)).
 ///
+/// A call on a new connection has a chance of its own
+/// ([`fresh_per_million`](Self::fresh_per_million)): it also connects and reads
+/// `INFO server` within the same timeout (`connection`, lines 850–878). A process connects
+/// at its first call, again for the repeat of a call that timed out (`call_idempotent`,
+/// lines 805–815), after two timeouts in a row (`call`, lines 784–795) and after a refused
+/// call.
+///
 /// A stall delays the way back: Redis ran the call in time (a script runs in
 /// microseconds), and the process, or its connection's task, heard the reply late — on a
 /// loaded machine, the part of a call that waits for a CPU. So a call that timed out may
@@ -244,12 +256,18 @@ impl RedisTiming {
 /// let timing = RedisTiming::default().with_stalls(CallStalls::new(10_000, 60));
 /// assert_eq!(timing.stalls.chance(), 0.01);
 /// assert!(timing.round_trip_ms + timing.stalls.ms > timing.call_timeout_ms);
+/// // And one in three on a new connection.
+/// let stalls = timing.stalls.with_fresh_per_million(333_333);
+/// assert_eq!(stalls.per_million, 10_000);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct CallStalls {
     /// How many calls in a million stall (at most a million).
     pub per_million: u32,
+    /// How many calls in a million stall among those on a new connection (at most a
+    /// million).
+    pub fresh_per_million: u32,
     /// How much later a stalled call's reply comes back, in ms.
     pub ms: u64,
 }
@@ -258,16 +276,28 @@ impl CallStalls {
     /// No call stalls: every call takes the round trip.
     pub const NONE: CallStalls = CallStalls {
         per_million: 0,
+        fresh_per_million: 0,
         ms: 0,
     };
 
-    /// `per_million` calls in a million (at most all) come back `ms` late.
+    /// `per_million` calls in a million (at most all), on a new connection or not, come
+    /// back `ms` late.
     #[must_use]
     pub fn new(per_million: u32, ms: u64) -> CallStalls {
+        let per_million = per_million.min(1_000_000);
         CallStalls {
-            per_million: per_million.min(1_000_000),
+            per_million,
+            fresh_per_million: per_million,
             ms,
         }
+    }
+
+    /// Sets [`fresh_per_million`](Self::fresh_per_million), the chance of a call on a new
+    /// connection (at most all).
+    #[must_use]
+    pub fn with_fresh_per_million(mut self, per_million: u32) -> CallStalls {
+        self.fresh_per_million = per_million.min(1_000_000);
+        self
     }
 
     /// The chance that a call stalls, between 0 and 1.
@@ -418,6 +448,8 @@ enum Call {
     /// Withdraw requests the process no longer waits for in Redis (`release`, lines
     /// 991–1005).
     Cancel(Vec<Req>),
+    /// Read the budget's figures, to see that Redis answers (`check`, lines 741–755).
+    Check,
 }
 
 /// What Redis said to an ask.
@@ -448,6 +480,19 @@ enum Reply {
         reqs: Vec<Req>,
         answer: Result<(), Refused>,
     },
+    Check(Result<(), Refused>),
+}
+
+impl Reply {
+    fn refused(&self) -> bool {
+        match self {
+            Reply::Ask { answer, .. } => answer.is_err(),
+            Reply::Note { answer, .. } | Reply::Cancel { answer, .. } | Reply::Check(answer) => {
+                answer.is_err()
+            }
+            Reply::Inbox(answer) => answer.is_err(),
+        }
+    }
 }
 
 /// What an inbox read returns: the process's answers (`None`: Redis does not know the
@@ -551,6 +596,11 @@ struct Process {
     /// Requests to withdraw once Redis answers this process again (`orphans`: lines
     /// 1036–1043, 964–985, 991–1005).
     orphans: Vec<Req>,
+    /// Whether it has a connection to Redis (its next call makes one if not).
+    connected: bool,
+    /// Calls that timed out since the last answer (the second in a row drops the
+    /// connection).
+    timeouts_in_row: u32,
 }
 
 /// Where a permit request is until its answer reaches its process.
@@ -801,6 +851,18 @@ impl RedisStore {
         self.drain_local(process);
     }
 
+    /// `process` checks at `now` that Redis answers, as a process sharing the budget does
+    /// at its start (`rebound run`, the fleet example: `RedisBudget::check`, lines
+    /// 736–755): one call, its first, so on a new connection. A timeout or a refusal sends
+    /// it to its local budget for `retry_redis_after`, with a [`StoreEvent::FellBack`];
+    /// an answer changes nothing.
+    pub fn check(&mut self, now: Millis, process: ProcessId) {
+        self.advance(now);
+        self.process(process);
+        self.send(process, Call::Check);
+        self.advance(now);
+    }
+
     /// Withdraws a request whose machine stopped waiting. Returns whether it was waiting.
     pub fn cancel(&mut self, ticket: Ticket) -> bool {
         let Some(place) = self.tickets.remove(&ticket) else {
@@ -858,6 +920,8 @@ impl RedisStore {
             subscription: Subscription::Off,
             subscribe_again: Millis::ZERO,
             orphans: Vec::new(),
+            connected: false,
+            timeouts_in_row: 0,
         })
     }
 
@@ -960,7 +1024,13 @@ impl RedisStore {
     fn send_try(&mut self, process: ProcessId, call: Call, retried: bool) {
         self.counts.calls += 1;
         let stalls = self.timing.stalls;
-        let late = if stalls.per_million > 0 && self.rng.u32(..1_000_000) < stalls.per_million {
+        let fresh = !std::mem::replace(&mut self.process(process).connected, true);
+        let chance = if fresh {
+            stalls.fresh_per_million
+        } else {
+            stalls.per_million
+        };
+        let late = if chance > 0 && self.rng.u32(..1_000_000) < chance {
             stalls.ms
         } else {
             0
@@ -1012,6 +1082,7 @@ impl RedisStore {
                     reqs,
                     answer: Err(Refused),
                 },
+                Call::Check => Reply::Check(Err(Refused)),
             }
         } else {
             self.server.forget(now, self.timing.waiter_stale_after_ms);
@@ -1044,6 +1115,7 @@ impl RedisStore {
                         answer: Ok(()),
                     }
                 }
+                Call::Check => Reply::Check(Ok(())),
             }
         };
         if heard {
@@ -1244,6 +1316,13 @@ impl RedisStore {
     }
 
     fn on_reply(&mut self, process: ProcessId, reply: Reply) {
+        let p = self.process(process);
+        if reply.refused() {
+            // A connection error drops the connection (`call`, lines 780–783).
+            p.connected = false;
+        } else {
+            p.timeouts_in_row = 0;
+        }
         match reply {
             Reply::Ask { req, ask, answer } => {
                 let Some(ticket) = self.asking(process, req) else {
@@ -1348,6 +1427,8 @@ impl RedisStore {
                     self.process(process).orphans.extend(reqs);
                 }
             }
+            Reply::Check(Ok(())) => self.succeeded(process),
+            Reply::Check(Err(Refused)) => self.failed(process),
         }
     }
 
@@ -1358,6 +1439,16 @@ impl RedisStore {
     /// it is an orphan, withdrawn once Redis answers again (lines 1036–1043).
     fn timed_out(&mut self, process: ProcessId, call: Call, retried: bool) {
         self.counts.timed_out += 1;
+        let repeat = !retried && matches!(call, Call::Ask { .. } | Call::Inbox);
+        let p = self.process(process);
+        if repeat || p.timeouts_in_row >= 1 {
+            // The repeat goes on a new connection; so does the call after a second
+            // timeout in a row (`call`, lines 784–795; `call_idempotent`, 805–815).
+            p.timeouts_in_row = 0;
+            p.connected = false;
+        } else {
+            p.timeouts_in_row += 1;
+        }
         match call {
             Call::Ask { req, ask } => {
                 let Some(ticket) = self.asking(process, req) else {
@@ -1387,6 +1478,7 @@ impl RedisStore {
             }
             Call::Inbox => self.poll_failed(process, true),
             Call::Cancel(reqs) => self.process(process).orphans.extend(reqs),
+            Call::Check => self.failed(process),
         }
     }
 
