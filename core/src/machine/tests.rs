@@ -2574,3 +2574,83 @@ fn an_answer_to_an_earlier_attempt_is_stale_while_a_later_one_is_awaited() {
     let (req3, _, _) = sent(&m.step(Millis(2_000), Event::TimerFired { timer: timer2 }));
     assert!(req3 != req1 && req3 != req2);
 }
+
+#[test]
+fn resume_answers_only_an_assistants_calls() {
+    // A session whose last message is the user's, holding a tool_use block (no API writes
+    // one; a hand-edited or foreign session can): nothing is answered for it, the request
+    // goes out with the conversation as it is.
+    let mut c = Conversation::new();
+    c.push(Message::user(vec![
+        ContentBlock::text("hi"),
+        ContentBlock::tool_use("u1", "read", json!({})),
+    ]));
+    let mut m = AgentMachine::with_conversation(config(), 1, c);
+    let out = m.step(Millis(0), Event::Resume);
+    assert!(appended(&out).is_empty(), "{out:#?}");
+    let (_, _, snap) = sent(&out);
+    assert_eq!(snap.len(), 1);
+}
+
+#[test]
+fn a_zero_threshold_or_a_zero_window_never_compacts_before_a_request() {
+    // 0 % turns the threshold off; a window of 0 tokens is no known window: either way only
+    // an overflow compacts.
+    for (percent, window) in [(0, Some(10_000)), (85, Some(0)), (0, Some(0))] {
+        let config = MachineConfig {
+            compact_threshold_percent: percent,
+            ..summary_config(window)
+        };
+        let mut m = AgentMachine::with_conversation(config, 1, big_conversation());
+        let (req, _, _) = sent(&m.step(Millis(0), user("continue")));
+        let out = m.step(
+            Millis(1),
+            Event::ProviderSucceeded {
+                request: req,
+                response: with_usage("a", 9_999),
+            },
+        );
+        let (batch, _) = run_tools(&out);
+        let out = m.step(
+            Millis(2),
+            Event::ToolsFinished {
+                batch,
+                outcome: ok_outcome("t1"),
+            },
+        );
+        let (_, purpose, _) = sent_for(&out);
+        assert_eq!(purpose, RequestPurpose::Turn, "{percent} % of {window:?}");
+        assert!(
+            !out.iter().any(|c| matches!(c, Command::Compact { .. })),
+            "{percent} % of {window:?}: {out:#?}"
+        );
+    }
+}
+
+#[test]
+fn every_permit_ask_of_a_turn_carries_the_time_the_turn_began() {
+    // The budget serves the oldest request first: its age is the turn's, not the attempt's.
+    let since = |commands: &[Command]| {
+        commands
+            .iter()
+            .find_map(|c| match c {
+                Command::AcquirePermit { ask, .. } => Some(ask.since),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no AcquirePermit in {commands:#?}"))
+    };
+    let mut m = AgentMachine::new(budgeted(5_000), 1);
+    let out = m.step(Millis(1_000), user("hi"));
+    assert_eq!(since(&out), Millis(1_000));
+    let (p, _, _, _) = permit(&out);
+    let (req, _, _) = sent(&m.step(Millis(1_001), granted(p)));
+    let (timer, d) = sleep(&m.step(
+        Millis(1_002),
+        Event::ProviderFailed {
+            request: req,
+            failure: failure(FailureKind::Unavailable, 529),
+        },
+    ));
+    let out = m.step(Millis(1_002 + d), Event::TimerFired { timer });
+    assert_eq!(since(&out), Millis(1_000));
+}
