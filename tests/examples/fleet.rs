@@ -12,7 +12,13 @@
 //! (a fleet on many machines), against the same processes simulated on the model of the
 //! Redis store (`rebound_sim::redis_store`: every decision a round trip, a grant reaching a
 //! waiting process when it reads its inbox, woken or polling, with `RedisOptions`'
-//! defaults; the round trip is the median of 20 calls to that Redis before the play). Time is
+//! defaults). The real processes time their budget's calls (see [`TimedBudget`]); the
+//! simulated ones run with what that play measured: the median call as the round trip, the
+//! calls that missed the 50 ms call timeout as stalls of that chance, and the calls on a new
+//! connection that missed (checks at start, repeats after a timeout) as the chance of those
+//! (`rebound_sim::redis_store::CallStalls`); each simulated process checks Redis at its
+//! start, as the real ones do. So the model falls back, repeats and withdraws orphaned asks
+//! about as often as the real store had to on this machine, loaded or not. Time is
 //! scaled by `--scale` on both sides — the scenario's windows, latencies and `retry-after`,
 //! the retry policy's delays, the budget's wait and refill — so a model that takes a minute
 //! of virtual time plays in twelve seconds. The server plays the scenario's latencies
@@ -20,7 +26,9 @@
 //! they compare with `docs/outages.md`. Exit status 1 when real and simulated runs differ
 //! beyond noise (see [`differs`]): one of the two has a bug.
 
-use rebound_core::{BudgetConfig, MachineConfig, ProviderKind};
+use rebound_core::{
+    BudgetConfig, BudgetNote, MachineConfig, PermitAsk, PermitDecision, PermitKind, ProviderKind,
+};
 use rebound_effects::budget::{
     BudgetEvent, BudgetStore, RedisBudget, RedisOptions, RedisUrl, SharedBudget,
 };
@@ -28,12 +36,14 @@ use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig};
 use rebound_effects::runner::{RunInput, Runner};
 use rebound_sim::compare::{ExperimentConfig, OutageModel};
 use rebound_sim::fake::{FakeServer, FakeServerConfig, Outcome};
-use rebound_sim::redis_store::{RedisStore, RedisTiming};
+use rebound_sim::redis_store::{CallStalls, ProcessId, RedisStore, RedisTiming};
 use rebound_sim::scenario::FaultKind;
 use rebound_sim::{simulate_fleet, simulate_fleet_in_redis, FleetAgent, Scenario, SimConfig};
+use std::future::Future;
+use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The shared outages played (models of the outage experiment).
@@ -146,11 +156,90 @@ struct Figures {
     redis_events: Option<RedisEvents>,
 }
 
-/// A Redis fleet's `BudgetEvent`s, summed over its processes.
+/// A Redis fleet's `BudgetEvent`s, summed over its processes (simulated: the store's
+/// counts).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct RedisEvents {
     fell_back: u64,
     restored: u64,
+    /// Real: of the fallbacks, those at a process's start (`RedisBudget::check`, which
+    /// connects); simulated: none (a simulated process is connected from the start).
+    at_start: u64,
+    /// Simulated only: calls whose reply missed the call timeout, charged asks given up
+    /// to Redis (orphans), and tokens those paid back.
+    timed_out: u64,
+    orphaned: u64,
+    repaid: u64,
+}
+
+/// The calls a Redis fleet's processes timed (see [`TimedBudget`]), over all of them,
+/// and the calls on a new connection whose outcome they saw: each process's check at its
+/// start (its first call), and the repeat of an ask whose first call missed.
+#[derive(Debug, Clone, Default)]
+struct CallTimes {
+    /// Calls answered within the call timeout, in µs.
+    in_time_us: Vec<u64>,
+    /// Calls that took longer than the call timeout.
+    missed: u64,
+    /// Checks at start, and those that failed.
+    checks: u64,
+    checks_missed: u64,
+    /// Repeats of a timed ask whose first call missed, and those that missed too (the
+    /// process fell back).
+    repeats: u64,
+    repeats_missed: u64,
+}
+
+impl CallTimes {
+    fn calls(&self) -> u64 {
+        self.in_time_us.len() as u64 + self.missed
+    }
+
+    /// The call taking `q` (0 to 1) of the calls answered in time, in ms.
+    fn quantile_ms(&self, q: f64) -> f64 {
+        let mut sorted = self.in_time_us.clone();
+        sorted.sort_unstable();
+        let Some(last) = sorted.len().checked_sub(1) else {
+            return 0.0;
+        };
+        let at = ((last as f64) * q).round() as usize;
+        sorted[at.min(last)] as f64 / 1e3
+    }
+
+    /// Calls on a new connection (checks and repeats), and those that missed.
+    fn fresh(&self) -> (u64, u64) {
+        (
+            self.checks + self.repeats,
+            self.checks_missed + self.repeats_missed,
+        )
+    }
+
+    /// The model's timing: the median call (whole ms, at least 1) as the round trip, the
+    /// calls that missed the timeout as stalls of that chance, and the calls on a new
+    /// connection that missed as the chance of those; each stall long enough to miss the
+    /// timeout (how much later the reply came does not change what the process does: it
+    /// gave up at the timeout). `None` when nothing was timed.
+    fn timing(&self) -> Option<RedisTiming> {
+        if self.calls() == 0 {
+            return None;
+        }
+        let timing = RedisTiming::default();
+        let round_trip_ms = if self.in_time_us.is_empty() {
+            timing.call_timeout_ms
+        } else {
+            (self.quantile_ms(0.5).ceil() as u64).max(1)
+        };
+        let per_million = |missed: u64, of: u64| {
+            u32::try_from(missed * 1_000_000 / of.max(1)).unwrap_or(u32::MAX)
+        };
+        let (fresh, fresh_missed) = self.fresh();
+        let stalls = CallStalls::new(
+            per_million(self.missed, self.calls()),
+            timing.call_timeout_ms,
+        )
+        .with_fresh_per_million(per_million(fresh_missed, fresh));
+        Some(timing.with_round_trip_ms(round_trip_ms).with_stalls(stalls))
+    }
 }
 
 impl Figures {
@@ -214,11 +303,11 @@ async fn parent(options: Options) -> ExitCode {
     );
     println!("| model | fleet | side | success | requests / agent | requests / completed turn | peak requests / s |");
     println!("|---|---|---|---:|---:|---:|---:|");
-    // The model's round trip: this Redis's, measured before the play.
+    // The model's round trip when a play timed no call: this Redis's, measured before.
     let timing = match &options.redis {
         Some(redis) => match round_trip_ms(redis).await {
             Ok(ms) => {
-                eprintln!("redis round trip (median of 20 calls): {ms} ms");
+                eprintln!("redis round trip (median of 20 calls before the plays): {ms} ms");
                 RedisTiming::default().with_round_trip_ms(ms)
             }
             Err(e) => {
@@ -248,13 +337,15 @@ async fn parent(options: Options) -> ExitCode {
                 Sharing::Redis(_) => format!("{processes} processes × {per}, one Redis budget"),
             };
             let started = std::time::Instant::now();
-            let real = match play_real(&options, &experiment, m, model, sharing).await {
+            let (real, calls) = match play_real(&options, &experiment, m, model, sharing).await {
                 Ok(f) => f,
                 Err(e) => {
                     eprintln!("{name}, {fleet}: {e}");
                     return ExitCode::from(3);
                 }
             };
+            // The simulated Redis fleet runs with the calls of this very play.
+            let timing = calls.as_ref().and_then(CallTimes::timing).unwrap_or(timing);
             let sim = match play_sim(&options, &experiment, m, model, sharing, timing) {
                 Ok(f) => f,
                 Err(e) => {
@@ -268,11 +359,38 @@ async fn parent(options: Options) -> ExitCode {
             );
             let differ = differs(&real, &sim);
             any_differs |= differ;
-            if let (Some(r), Some(s)) = (real.redis_events, sim.redis_events) {
+            if let (Some(r), Some(s), Some(calls)) = (real.redis_events, sim.redis_events, &calls) {
                 redis_notes.push(format!(
-                    "- {name}: real processes fell back {} times and came back {}; \
-                     simulated {} and {}.",
-                    r.fell_back, r.restored, s.fell_back, s.restored
+                    "- {name}: {} calls timed: in time p50 {:.1} ms, p90 {:.1}, p99 {:.1}, \
+                     max {:.1}; {} ({:.2} %) missed the {} ms timeout. On a new connection: \
+                     {} of {} checks at start and {} of {} repeats missed. Model: round \
+                     trip {} ms, stalls {} per million, {} per million on a new \
+                     connection. Real processes fell back {} times ({} at their start) and \
+                     came back {}; simulated {} and {} ({} calls timed out, {} asks \
+                     orphaned, {} tokens paid back).",
+                    calls.calls(),
+                    calls.quantile_ms(0.5),
+                    calls.quantile_ms(0.9),
+                    calls.quantile_ms(0.99),
+                    calls.quantile_ms(1.0),
+                    calls.missed,
+                    calls.missed as f64 * 100.0 / calls.calls().max(1) as f64,
+                    timing.call_timeout_ms,
+                    calls.checks_missed,
+                    calls.checks,
+                    calls.repeats_missed,
+                    calls.repeats,
+                    timing.round_trip_ms,
+                    timing.stalls.per_million,
+                    timing.stalls.fresh_per_million,
+                    r.fell_back,
+                    r.at_start,
+                    r.restored,
+                    s.fell_back,
+                    s.restored,
+                    s.timed_out,
+                    s.orphaned,
+                    s.repaid
                 ));
             }
             for (side, f) in [("real", &real), ("simulated", &sim)] {
@@ -302,7 +420,11 @@ async fn parent(options: Options) -> ExitCode {
         }
     );
     if !redis_notes.is_empty() {
-        println!("\nOne Redis budget: fallbacks to a local budget (`BudgetEvent`).\n");
+        println!(
+            "\nOne Redis budget: the calls the real processes timed (notes and first \
+             attempts' asks while shared), the model's timing from them, and fallbacks to a \
+             local budget (`BudgetEvent`).\n"
+        );
         for note in redis_notes {
             println!("{note}");
         }
@@ -418,12 +540,20 @@ fn play_sim(
             .map(|agents| simulate_fleet(agents, &config))
             .collect::<Result<Vec<_>, _>>()?,
         Sharing::Redis(_) => {
-            let mut store = RedisStore::new(budget, timing);
+            let mut store = RedisStore::new(budget, timing).with_seed(options.seed);
+            // Each process checks Redis at its start, as the real children do.
+            for p in 0..processes {
+                store.check(rebound_core::Millis::ZERO, ProcessId(p));
+            }
             let outcomes = simulate_fleet_in_redis(&groups, &config, &mut store)?;
             let counts = store.counts();
             redis_events = Some(RedisEvents {
                 fell_back: counts.fell_back,
                 restored: counts.restored,
+                at_start: 0,
+                timed_out: counts.timed_out,
+                orphaned: counts.orphaned,
+                repaid: counts.repaid,
             });
             outcomes
         }
@@ -488,7 +618,7 @@ async fn play_real(
     m: usize,
     model: &OutageModel,
     sharing: Sharing,
-) -> Result<Figures, String> {
+) -> Result<(Figures, Option<CallTimes>), String> {
     let processes = sharing.processes();
     let scenario = scaled_scenario(&model.scenario, options.scale);
     let mut server_config = FakeServerConfig::new(scenario, options.seed);
@@ -501,6 +631,7 @@ async fn play_real(
     let url = server.base_url();
     let mut completed = vec![false; options.agents];
     let mut redis_events = None;
+    let mut calls = None;
     if processes == 1 {
         let budget = SharedBudget::new(scaled_config(options.scale).1);
         for (i, done) in run_agents(
@@ -551,6 +682,7 @@ async fn play_real(
             children.push(child);
         }
         let mut events = RedisEvents::default();
+        let mut timed = CallTimes::default();
         for child in children {
             let out = child.wait_with_output().await.map_err(|e| e.to_string())?;
             if !out.status.success() {
@@ -559,11 +691,24 @@ async fn play_real(
             for line in String::from_utf8_lossy(&out.stdout).lines() {
                 if let Some(counts) = line.strip_prefix("events ") {
                     let mut counts = counts.split_whitespace().map(str::parse::<u64>);
-                    if let (Some(Ok(fell_back)), Some(Ok(restored))) =
-                        (counts.next(), counts.next())
+                    if let (Some(Ok(fell_back)), Some(Ok(restored)), Some(Ok(at_start))) =
+                        (counts.next(), counts.next(), counts.next())
                     {
                         events.fell_back += fell_back;
                         events.restored += restored;
+                        events.at_start += at_start;
+                    }
+                    continue;
+                }
+                if let Some(times) = line.strip_prefix("calls ") {
+                    let mut numbers = times.split_whitespace().map(str::parse::<u64>);
+                    if let (Some(Ok(missed)), Some(Ok(repeats)), Some(Ok(repeats_missed))) =
+                        (numbers.next(), numbers.next(), numbers.next())
+                    {
+                        timed.missed += missed;
+                        timed.repeats += repeats;
+                        timed.repeats_missed += repeats_missed;
+                        timed.in_time_us.extend(numbers.filter_map(Result::ok));
                     }
                     continue;
                 }
@@ -578,7 +723,10 @@ async fn play_real(
             }
         }
         if matches!(sharing, Sharing::Redis(_)) {
+            timed.checks = processes as u64;
+            timed.checks_missed = events.at_start;
             redis_events = Some(events);
+            calls = Some(timed);
         }
     }
     let requests: Vec<u64> = server
@@ -588,10 +736,11 @@ async fn play_real(
         .map(|r| unscale(r.at_ms, options.scale))
         .collect();
     server.shutdown().await;
-    Ok(Figures {
+    let figures = Figures {
         redis_events,
         ..Figures::of(&completed, &requests, model.window_ms)
-    })
+    };
+    Ok((figures, calls))
 }
 
 fn epoch_ms() -> u64 {
@@ -649,10 +798,93 @@ async fn run_agents(
     results
 }
 
+/// A process's `RedisBudget` with the calls the fleet can time from outside timed: a note
+/// (`record`, one call) and an uncharged ask (a first attempt's or a hinted retry's
+/// `acquire`, one call, made once more after a timeout), each while the budget is shared
+/// (so it goes to Redis). A charged ask is not timed: it may wait in Redis's queue. A call
+/// that took longer than the call timeout, as this process's task saw it, missed it; an
+/// ask that missed was repeated on a new connection, and the repeat missed too when the
+/// budget fell back.
+#[derive(Debug, Clone)]
+struct TimedBudget {
+    budget: RedisBudget,
+    timeout: Duration,
+    log: Arc<Mutex<CallTimes>>,
+}
+
+impl TimedBudget {
+    /// Times `call`, made once more after a timeout if `repeated`.
+    async fn timed<T>(&self, call: impl Future<Output = T>, repeated: bool) -> T {
+        if !self.budget.is_shared() {
+            return call.await;
+        }
+        let started = std::time::Instant::now();
+        let out = call.await;
+        let took = started.elapsed();
+        let mut log = self
+            .log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if took > self.timeout {
+            log.missed += 1;
+            if repeated {
+                log.repeats += 1;
+                log.repeats_missed += u64::from(!self.budget.is_shared());
+            }
+        } else {
+            log.in_time_us
+                .push(u64::try_from(took.as_micros()).unwrap_or(u64::MAX));
+        }
+        out
+    }
+}
+
+// `BudgetStore` is an `async_trait`: its methods, as that macro writes them.
+impl BudgetStore for TimedBudget {
+    fn origin(&self) -> tokio::time::Instant {
+        self.budget.origin()
+    }
+
+    fn acquire<'life0, 'async_trait>(
+        &'life0 self,
+        ask: PermitAsk,
+    ) -> Pin<Box<dyn Future<Output = PermitDecision> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(async move {
+            if ask.kind == PermitKind::Charged {
+                self.budget.acquire(ask).await
+            } else {
+                self.timed(self.budget.acquire(ask), true).await
+            }
+        })
+    }
+
+    fn record<'life0, 'async_trait>(
+        &'life0 self,
+        note: BudgetNote,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(self.timed(self.budget.record(note), false))
+    }
+
+    fn tokens(&self) -> Option<f64> {
+        self.budget.tokens()
+    }
+}
+
 /// `--child URL MODEL SEED AGENTS SCALE T0_EPOCH_MS FIRST END BUDGET`: runs agents
 /// FIRST..END with a budget of their own (BUDGET `-`) or the one in Redis that BUDGET names,
-/// printing `INDEX 1|0` per agent and, with Redis, `events FELL_BACK RESTORED` (how often
-/// the budget fell back to its local one, and came back).
+/// printing `INDEX 1|0` per agent and, with Redis, `events FELL_BACK RESTORED AT_START` (how
+/// often the budget fell back to its local one, and came back; whether its check at start
+/// failed) and `calls MISSED REPEATS REPEATS_MISSED US…` (see [`TimedBudget`]: how many timed
+/// calls missed the call timeout, how many of those were repeated and missed again, and how
+/// long each of the others took).
 fn child(args: &[String]) -> ExitCode {
     let parsed = (|| {
         let [url, model, seed, agents, scale, t0, first, end, budget] = args else {
@@ -701,6 +933,8 @@ fn child(args: &[String]) -> ExitCode {
     let config = scaled_config(scale).1;
     let fell_back = Arc::new(AtomicU64::new(0));
     let restored = Arc::new(AtomicU64::new(0));
+    let at_start = Arc::new(AtomicU64::new(0));
+    let log = Arc::new(Mutex::new(CallTimes::default()));
     let results = runtime.block_on(tokio::task::LocalSet::new().run_until(async {
         if budget == "-" {
             let budget = SharedBudget::new(config);
@@ -717,12 +951,10 @@ fn child(args: &[String]) -> ExitCode {
             };
             counter.fetch_add(1, Ordering::Relaxed);
         });
-        let budget = RedisBudget::new(
-            &redis_url,
-            config,
-            RedisOptions::default().with_on_event(on_event),
-        )
-        .map_err(|e| e.to_string())?;
+        let redis_options = RedisOptions::default().with_on_event(on_event);
+        let timeout = redis_options.call_timeout;
+        let budget =
+            RedisBudget::new(&redis_url, config, redis_options).map_err(|e| e.to_string())?;
         // At start, as `rebound run` does: a Redis that cannot keep the budget is an error,
         // not a fleet silently on local budgets (a slow first answer is not: the budget
         // tries again at its next decision).
@@ -730,7 +962,13 @@ fn child(args: &[String]) -> ExitCode {
             if e.is_permanent() {
                 return Err(e.to_string());
             }
+            at_start.store(1, Ordering::Relaxed);
         }
+        let budget = TimedBudget {
+            budget,
+            timeout,
+            log: Arc::clone(&log),
+        };
         Ok(run_agents(&url, &options, &experiment, m, first..end, t0, &budget).await)
     }));
     let results = match results {
@@ -745,9 +983,21 @@ fn child(args: &[String]) -> ExitCode {
     }
     if budget != "-" {
         println!(
-            "events {} {}",
+            "events {} {} {}",
             fell_back.load(Ordering::Relaxed),
-            restored.load(Ordering::Relaxed)
+            restored.load(Ordering::Relaxed),
+            at_start.load(Ordering::Relaxed)
+        );
+        let log = log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let times: Vec<String> = log.in_time_us.iter().map(u64::to_string).collect();
+        println!(
+            "calls {} {} {} {}",
+            log.missed,
+            log.repeats,
+            log.repeats_missed,
+            times.join(" ")
         );
     }
     ExitCode::SUCCESS
