@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The Python package's CI step (#39): a fresh virtualenv, `pip install ./python` (maturin from
-# PyPI builds the abi3 wheel, release profile, into python/target), then pytest: the machine's
+# The Python package's CI step (#39): a fresh virtualenv, the abi3 wheel built once from
+# ./python (maturin from PyPI, release profile, into python/target) and installed, then pytest
+# on the machine's CPython and on CPython 3.13 (python/debian-cpython.sh): the machine's
 # typed API and its hypothesis properties, the wire helpers, the simulator and replay against
 # traces the Rust CLI records, and the example agents (httpx; the official SDKs) against
 # `rebound serve`.
@@ -23,7 +24,13 @@ rm -rf "$VENV"
 SDKS="anthropic==2.14.0 openai==3.57.0"
 # shellcheck disable=SC2086
 timeout 600 "$VENV/bin/pip" install --quiet --disable-pip-version-check pytest hypothesis httpx mypy $SDKS
-timeout 1800 "$VENV/bin/pip" install --quiet --disable-pip-version-check ./python
+# The abi3 wheel, built once (maturin from PyPI, release profile, into python/target) and
+# installed in every interpreter's venv.
+WHEELS="target/rebound-agent-wheel"
+rm -rf "$WHEELS"
+timeout 1800 "$VENV/bin/pip" wheel --quiet --disable-pip-version-check --no-deps -w "$WHEELS" ./python
+WHEEL="$(ls "$WHEELS"/rebound_agent-*-abi3-*.whl)"
+"$VENV/bin/pip" install --quiet --disable-pip-version-check "$WHEEL"
 
 # The stubs and annotations hold: the installed package, the example agents and the bench.
 (cd python && "../$VENV/bin/python" -m mypy --no-incremental rebound_agent examples/agent.py \
@@ -38,8 +45,27 @@ export REBOUND_BIN="$TARGET_DIR/debug/rebound"
 export REBOUND_REQUIRE_CLI=1
 
 # Loopback only: no proxy, and no provider settings from the environment.
-cd python
-NO_PROXY="127.0.0.1,localhost" no_proxy="127.0.0.1,localhost" \
-    timeout 900 env -u HTTP_PROXY -u HTTPS_PROXY -u ALL_PROXY -u http_proxy -u https_proxy \
-    -u all_proxy -u ANTHROPIC_API_KEY -u ANTHROPIC_BASE_URL -u OPENAI_API_KEY -u OPENAI_BASE_URL \
-    "../$VENV/bin/pytest" -q -p no:cacheprovider tests
+run_pytest() {
+    local venv="$1"
+    shift
+    (cd python && NO_PROXY="127.0.0.1,localhost" no_proxy="127.0.0.1,localhost" \
+        timeout 900 env -u HTTP_PROXY -u HTTPS_PROXY -u ALL_PROXY -u http_proxy -u https_proxy \
+        -u all_proxy -u ANTHROPIC_API_KEY -u ANTHROPIC_BASE_URL -u OPENAI_API_KEY -u OPENAI_BASE_URL \
+        "../$venv/bin/pytest" -q -p no:cacheprovider "$@" tests)
+}
+echo "== pytest on $("$VENV/bin/python" -V)"
+run_pytest "$VENV"
+
+# The same wheel on another CPython: 3.13 from Debian 13's packages (the machine has 3.11; the
+# wheel is abi3 for 3.10 on). The whole suite but the example agents' scenario matrices,
+# which test the scenarios more than the interpreter (their agents still run here: the total
+# outage, the file tools, the README commands and the two agents' same failures).
+PYTHON_OTHER="$(bash python/debian-cpython.sh trixie 3.13)"
+VENV_OTHER="target/rebound-agent-venv-3.13"
+rm -rf "$VENV_OTHER"
+"$PYTHON_OTHER" -m venv --without-pip "$VENV_OTHER"
+# shellcheck disable=SC2086
+timeout 600 "$VENV/bin/pip" --python "$VENV_OTHER/bin/python" install --quiet \
+    --disable-pip-version-check pytest hypothesis httpx $SDKS "$WHEEL"
+echo "== pytest on $("$VENV_OTHER/bin/python" -V)"
+run_pytest "$VENV_OTHER" -k "not survives_the_scripted_outage and not random_outage"
