@@ -294,6 +294,31 @@ async fn a_server_that_exits_mid_batch_fails_every_unfinished_call_and_is_restar
 }
 
 #[tokio::test]
+async fn a_server_that_logs_much_and_exits_gives_its_last_words_to_every_unfinished_call() {
+    // The server's exit can be seen before the last of its stderr is read (found under load:
+    // "exited" came with the tail of an earlier line). Here it leaves a few hundred KiB of
+    // log in its stderr pipe and exits at once; the calls' error must still end with what it
+    // said last.
+    let source = server(McpConfig::default()).await;
+    let results = batch(
+        &source,
+        vec![
+            call("a", "sleep", json!({"seconds": 20})),
+            call("b", "die", json!({"code": 3, "noise": 4000})),
+        ],
+    )
+    .await;
+    for result in &results {
+        let message = error(result);
+        assert!(message.contains("exited (exit status: 3)"), "{message}");
+        assert!(
+            message.ends_with("dying with 3; it will be restarted for the next tool calls"),
+            "the stderr tail: {message}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_server_killed_from_outside_mid_batch_fails_the_batch_and_the_next_batch_works() {
     let source = server(McpConfig::default()).await;
     let pid = source.pid().await.expect("running");

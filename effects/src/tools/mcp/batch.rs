@@ -2,7 +2,7 @@
 //! deadline, and what every call is answered when the server times out, dies or is canceled.
 
 use super::content::call_result;
-use super::server::{start, Server};
+use super::server::{start, Server, LAST_WORDS};
 use super::{stderr_note, McpError, McpSource};
 use crate::tools::schema::bounded;
 use crate::tools::set::human_duration;
@@ -16,7 +16,6 @@ use rebound_core::{
 use rmcp::model::CallToolRequestParams;
 use rmcp::ServiceError;
 use serde_json::Value;
-use std::time::Duration;
 
 /// Why a batch could not finish on this server.
 enum Broken {
@@ -132,17 +131,21 @@ impl ToolSource for McpSource {
                     human_duration(self.config.call_timeout)
                 ),
                 Broken::Gone(error) => {
-                    // Give the process a moment to be reaped, for its exit status and last words.
-                    let status =
-                        tokio::time::timeout(Duration::from_millis(500), server.child.wait())
-                            .await
-                            .ok()
-                            .and_then(Result::ok);
+                    // Give the process a moment to be reaped, for its exit status, and then
+                    // for its last words to be read.
+                    let status = tokio::time::timeout(LAST_WORDS, server.child.wait())
+                        .await
+                        .ok()
+                        .and_then(Result::ok);
                     let how = match status {
                         Some(status) => format!("exited ({status})"),
                         None => format!("stopped answering ({error})"),
                     };
-                    let stderr = server.stderr.lock().map(|t| t.text()).unwrap_or_default();
+                    let stderr = if status.is_some() {
+                        server.stderr.last_words(LAST_WORDS).await
+                    } else {
+                        server.stderr.text()
+                    };
                     format!(
                         "the MCP server `{}` {how} before answering this call{}; it will be \
                          restarted for the next tool calls",

@@ -12,13 +12,14 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::{Child, ChildStderr, Command};
+use tokio::task::JoinHandle;
 
 /// A running server process and the MCP session on its stdio.
 pub(super) struct Server {
     pub(super) service: RunningService<RoleClient, ()>,
     pub(super) child: Child,
-    pub(super) stderr: Arc<StdMutex<StderrTail>>,
+    pub(super) stderr: Stderr,
 }
 
 impl Server {
@@ -51,9 +52,56 @@ impl Drop for Server {
     }
 }
 
-/// The last few KiB a server wrote to stderr (servers log there; the pipe must not fill up).
+/// A server's stderr: read to its end by a task of its own (servers log there; the pipe must
+/// not fill up), keeping the last few KiB.
+pub(super) struct Stderr {
+    tail: Arc<StdMutex<StderrTail>>,
+    reader: Option<JoinHandle<()>>,
+}
+
+impl Stderr {
+    fn read(pipe: Option<ChildStderr>) -> Stderr {
+        let tail = Arc::new(StdMutex::new(StderrTail::default()));
+        let reader = pipe.map(|pipe| {
+            let tail = tail.clone();
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(pipe).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    if let Ok(mut tail) = tail.lock() {
+                        tail.push(line);
+                    }
+                }
+            })
+        });
+        Stderr { tail, reader }
+    }
+
+    /// The tail as read so far.
+    pub(super) fn text(&self) -> String {
+        self.tail.lock().map(|t| t.text()).unwrap_or_default()
+    }
+
+    /// The tail with the server's last words: once its process has ended, waits for the
+    /// reader to reach the pipe's end (at once, unless a process the server started still
+    /// holds the pipe), at most `within`. An exit is seen before the lines written just
+    /// before it are read; without this wait, "exited" would come without its reason.
+    pub(super) async fn last_words(&mut self, within: Duration) -> String {
+        if let Some(reader) = self.reader.as_mut() {
+            if tokio::time::timeout(within, reader).await.is_ok() {
+                self.reader = None;
+            }
+        }
+        self.text()
+    }
+}
+
+/// How long a server that ended gets to be reaped, and then for its stderr to be read to the
+/// end: its exit status and last words go into the error the calls get.
+pub(super) const LAST_WORDS: Duration = Duration::from_millis(500);
+
+/// The last few KiB a server wrote to stderr.
 #[derive(Default)]
-pub(super) struct StderrTail {
+struct StderrTail {
     lines: VecDeque<String>,
     bytes: usize,
 }
@@ -73,7 +121,7 @@ impl StderrTail {
         }
     }
 
-    pub(super) fn text(&self) -> String {
+    fn text(&self) -> String {
         let lines: Vec<&str> = self.lines.iter().map(String::as_str).collect();
         lines.join(" | ")
     }
@@ -106,32 +154,18 @@ pub(super) async fn start(
         command: command.to_owned(),
         source,
     })?;
-    let stderr = Arc::new(StdMutex::new(StderrTail::default()));
-    if let Some(pipe) = child.stderr.take() {
-        let tail = stderr.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(pipe).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Ok(mut tail) = tail.lock() {
-                    tail.push(line);
-                }
-            }
-        });
-    }
-    let tail_text =
-        |stderr: &Arc<StdMutex<StderrTail>>| stderr.lock().map(|t| t.text()).unwrap_or_default();
-    let protocol =
-        |stage, message: String, stderr: &Arc<StdMutex<StderrTail>>| McpError::Protocol {
-            command: command.to_owned(),
-            stage,
-            message,
-            stderr: tail_text(stderr),
-        };
+    let mut stderr = Stderr::read(child.stderr.take());
+    let protocol = |stage, message: String, stderr: String| McpError::Protocol {
+        command: command.to_owned(),
+        stage,
+        message,
+        stderr,
+    };
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(protocol(
             "start",
             "its stdin or stdout could not be piped".into(),
-            &stderr,
+            stderr.text(),
         ));
     };
     let handshake = "complete the `initialize` handshake";
@@ -139,15 +173,21 @@ pub(super) async fn start(
     {
         Ok(Ok(service)) => service,
         Ok(Err(e)) => {
-            // Let the stderr reader catch up with what the dying server said.
-            let _ = tokio::time::timeout(Duration::from_millis(300), child.wait()).await;
-            return Err(protocol(handshake, bounded(&e.to_string(), 500), &stderr));
+            // The server most likely died: its exit and then its last words.
+            if tokio::time::timeout(LAST_WORDS, child.wait()).await.is_ok() {
+                stderr.last_words(LAST_WORDS).await;
+            }
+            return Err(protocol(
+                handshake,
+                bounded(&e.to_string(), 500),
+                stderr.text(),
+            ));
         }
         Err(_) => {
             return Err(protocol(
                 handshake,
                 format!("no answer within {}", human_duration(config.start_timeout)),
-                &stderr,
+                stderr.text(),
             ))
         }
     };
@@ -159,7 +199,7 @@ pub(super) async fn start(
     let mut server = Server {
         service,
         child,
-        stderr: stderr.clone(),
+        stderr,
     };
     let listing = "list its tools";
     let tools =
@@ -169,14 +209,16 @@ pub(super) async fn start(
             Ok(Ok(tools)) => tools,
             Ok(Err(e)) => {
                 server.kill();
-                return Err(protocol(listing, bounded(&e.to_string(), 500), &stderr));
+                let _ = tokio::time::timeout(LAST_WORDS, server.child.wait()).await;
+                let stderr = server.stderr.last_words(LAST_WORDS).await;
+                return Err(protocol(listing, bounded(&e.to_string(), 500), stderr));
             }
             Err(_) => {
                 server.kill();
                 return Err(protocol(
                     listing,
                     format!("no answer within {}", human_duration(config.start_timeout)),
-                    &stderr,
+                    server.stderr.text(),
                 ));
             }
         };
