@@ -517,6 +517,18 @@ impl RetryBudget {
         self.waiting.len() != before
     }
 
+    /// Takes back a charged permit that was granted but never used: its asker stopped waiting
+    /// before it heard the grant (a process whose call to a shared store timed out decides
+    /// locally instead). The token goes back, up to the capacity, to the next waiter if any,
+    /// and the grant is no longer counted; as the Redis store's `cancel` does (`redis.lua`).
+    /// Drain [`poll_decision`](Self::poll_decision) afterwards.
+    pub fn repay(&mut self, now: Millis) {
+        self.stats.granted = self.stats.granted.saturating_sub(1);
+        self.balance = self.balance.saturating_add(ONE).min(self.capacity);
+        self.advance(now);
+        self.settle();
+    }
+
     /// The next answer decided for a waiting request, in the order decided.
     pub fn poll_decision(&mut self) -> Option<(Ticket, PermitDecision)> {
         self.decided.pop_front()
@@ -956,6 +968,36 @@ mod tests {
         b.record(Millis(5), BudgetNote::Succeeded { target: 0 });
         assert!(drain(&mut b).is_empty());
         assert!((b.balance(Millis(5)) - 1.0).abs() < f64::EPSILON);
+    }
+
+    #[test]
+    fn a_grant_nobody_heard_is_repaid_to_the_next_waiter_and_then_up_to_the_capacity() {
+        let mut b = budget(2.0, 0.0, 1.0, 0.0);
+        assert_eq!(
+            b.request(Millis(0), Ticket(1), charged(10_000)),
+            Some(PermitDecision::Granted)
+        );
+        assert_eq!(
+            b.request(Millis(0), Ticket(2), charged(10_000)),
+            Some(PermitDecision::Granted)
+        );
+        assert_eq!(b.request(Millis(0), Ticket(3), charged(10_000)), None);
+        assert_eq!(b.stats().granted, 2);
+        // Ticket 1's asker never heard its grant: the token serves the waiter at once.
+        b.repay(Millis(1));
+        assert_eq!(drain(&mut b), vec![(Ticket(3), PermitDecision::Granted)]);
+        assert_eq!(b.stats().granted, 2);
+        assert_eq!(b.balance(Millis(1)), 0.0);
+        // With nobody waiting it stays in the bucket, never above the capacity.
+        b.repay(Millis(2));
+        assert_eq!(b.balance(Millis(2)), 1.0);
+        assert_eq!(b.stats().granted, 1);
+        b.repay(Millis(3));
+        b.repay(Millis(4));
+        b.repay(Millis(5));
+        assert_eq!(b.balance(Millis(5)), 2.0);
+        assert_eq!(b.stats().granted, 0);
+        assert!(drain(&mut b).is_empty());
     }
 
     #[test]

@@ -1233,7 +1233,8 @@ impl RedisStore {
             if self.server.owner_of.remove(req).is_some() {
                 self.server.budget.cancel(req.ticket());
             } else if self.server.answers.get(req).is_some_and(|a| a.took_token) {
-                repay(&mut self.server.budget);
+                let now = self.now;
+                self.server.budget.repay(now);
                 self.counts.repaid += 1;
                 repaid = true;
             }
@@ -1243,8 +1244,6 @@ impl RedisStore {
             }
         }
         if repaid {
-            let now = self.now;
-            self.server.budget.tick(now);
             self.settle(None);
         }
     }
@@ -1659,34 +1658,6 @@ impl RedisStore {
             }
         }
     }
-}
-
-/// Puts back the token of a charged permit granted in Redis to a request whose process
-/// never heard the grant: the script's `cancel` (`redis.lua` lines 543–552) takes one off
-/// the granted count and adds one token, up to the capacity. Core's budget has no such
-/// operation (a machine in one process always hears its grant), so the model edits the
-/// budget's serialized state; a change of that form in core fails loudly here (and in the
-/// test that pays a token back).
-fn repay(budget: &mut RetryBudget) {
-    let mut state = match serde_json::to_value(&*budget) {
-        Ok(state) => state,
-        Err(e) => panic!("core's RetryBudget serializes: {e}"),
-    };
-    let field = |state: &serde_json::Value, pointer: &str| {
-        state
-            .pointer(pointer)
-            .and_then(serde_json::Value::as_u64)
-            .unwrap_or_else(|| panic!("core's RetryBudget serializes {pointer} as a number"))
-    };
-    let capacity = field(&state, "/capacity");
-    let balance = field(&state, "/balance");
-    let granted = field(&state, "/stats/granted");
-    state["balance"] = balance.saturating_add(1_000).min(capacity).into();
-    state["stats"]["granted"] = granted.saturating_sub(1).into();
-    *budget = match serde_json::from_value(state) {
-        Ok(budget) => budget,
-        Err(e) => panic!("core's RetryBudget reads back what it wrote: {e}"),
-    };
 }
 
 /// Tokens as exact milli-tokens, as core and the script count them (nothing for a negative
