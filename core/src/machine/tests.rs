@@ -2654,3 +2654,84 @@ fn every_permit_ask_of_a_turn_carries_the_time_the_turn_began() {
     let out = m.step(Millis(1_002 + d), Event::TimerFired { timer });
     assert_eq!(since(&out), Millis(1_000));
 }
+
+/// A long conversation: a task and 400 exchanges of about 2 KB each (a few hundred bytes
+/// once elided).
+fn long_conversation() -> Conversation {
+    let mut c = Conversation::new();
+    c.push(Message::user_text("task"));
+    for i in 0..400 {
+        c.push(Message::assistant_text(format!(
+            "{i:02}{}",
+            "y".repeat(2_000)
+        )));
+        c.push(Message::user_text(format!("go on {i}")));
+    }
+    c
+}
+
+/// A machine with `config` on `long_conversation()` whose last request filled 85 % of a
+/// 10,000-token window, at the moment its next request starts (at `now`): the commands then.
+fn threshold_reached(config: MachineConfig, now: u64) -> (AgentMachine, Vec<Command>) {
+    let mut m = AgentMachine::with_conversation(config, 1, long_conversation());
+    let mut out = m.step(Millis(now - 3), user("continue"));
+    if let Some(Command::AcquirePermit { permit, .. }) = out
+        .iter()
+        .find(|c| matches!(c, Command::AcquirePermit { .. }))
+        .cloned()
+    {
+        out = m.step(Millis(now - 2), granted(permit));
+    }
+    let (req, _, _) = sent(&out);
+    let out = m.step(
+        Millis(now - 1),
+        Event::ProviderSucceeded {
+            request: req,
+            response: with_usage("a", 8_500),
+        },
+    );
+    let (batch, _) = run_tools(&out);
+    let out = m.step(
+        Millis(now),
+        Event::ToolsFinished {
+            batch,
+            outcome: ok_outcome("t1"),
+        },
+    );
+    (m, out)
+}
+
+#[test]
+fn a_summary_request_fills_seven_tenths_of_a_known_window() {
+    // 10,000 tokens at 4 bytes a token: 28,000 bytes for the turns to summarise, the rest
+    // left for the prompt and the answer. The oldest exchanges go until it fits, no more.
+    let (_, out) = threshold_reached(summary_config(Some(10_000)), 100);
+    let (_, purpose, snap) = sent_for(&out);
+    assert_eq!(purpose, RequestPurpose::Summary);
+    let prompt = snap.messages().last().map_or(0, |m| m.approx_bytes());
+    let summarised = snap.approx_bytes() - prompt;
+    assert!(
+        (27_000..=28_000).contains(&summarised),
+        "{summarised} bytes of turns in the summary request"
+    );
+}
+
+#[test]
+fn a_summary_request_asks_the_budget_as_a_request_starting_when_compaction_began() {
+    let config = MachineConfig {
+        retry_budget: Some(BudgetUse { max_wait_ms: 5_000 }),
+        ..summary_config(Some(10_000))
+    };
+    let (_, out) = threshold_reached(config, 2_000);
+    let ask = out
+        .iter()
+        .find_map(|c| match c {
+            Command::AcquirePermit { ask, .. } => Some(*ask),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no AcquirePermit in {out:#?}"));
+    assert_eq!(
+        (ask.kind, ask.since),
+        (PermitKind::FirstAttempt, Millis(2_000))
+    );
+}
