@@ -2735,3 +2735,36 @@ fn a_summary_request_asks_the_budget_as_a_request_starting_when_compaction_began
         (PermitKind::FirstAttempt, Millis(2_000))
     );
 }
+
+#[test]
+fn after_an_overflow_without_a_known_window_a_summary_request_is_half_the_conversation() {
+    // Short messages, which elision leaves as they are: the limit binds.
+    let mut c = Conversation::new();
+    c.push(Message::user_text("task"));
+    for i in 0..400 {
+        c.push(Message::assistant_text(format!(
+            "{i:03}{}",
+            "z".repeat(100)
+        )));
+        c.push(Message::user_text(format!("go on {i}")));
+    }
+    let mut m = AgentMachine::with_conversation(summary_config(None), 1, c);
+    let (req, _, _) = sent(&m.step(Millis(0), user("continue")));
+    let half = m.conversation().approx_bytes() / 2;
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: overflow(),
+        },
+    );
+    let (_, purpose, snap) = sent_for(&out);
+    assert_eq!(purpose, RequestPurpose::Summary);
+    let prompt = snap.messages().last().map_or(0, |m| m.approx_bytes());
+    let summarised = snap.approx_bytes() - prompt;
+    assert!(
+        // Give or take the note of what was dropped and the prompt's own message.
+        (half - 1_000..=half + 500).contains(&summarised),
+        "{summarised} bytes of turns in the summary request, half is {half}"
+    );
+}
