@@ -2768,3 +2768,127 @@ fn after_an_overflow_without_a_known_window_a_summary_request_is_half_the_conver
         "{summarised} bytes of turns in the summary request, half is {half}"
     );
 }
+
+#[test]
+fn a_shrunk_summary_request_costs_no_attempt() {
+    let (mut m, out) = threshold_reached(summary_config(Some(10_000)), 100);
+    let (req, attempt, first) = sent(&out);
+    let out = m.step(
+        Millis(101),
+        Event::ProviderFailed {
+            request: req,
+            failure: overflow(),
+        },
+    );
+    let (_, purpose, smaller) = sent_for(&out);
+    let (_, again, _) = sent(&out);
+    assert_eq!(purpose, RequestPurpose::Summary);
+    assert!(smaller.approx_bytes() < first.approx_bytes());
+    assert_eq!(
+        again, attempt,
+        "the summary request sent again at no attempt's cost"
+    );
+}
+
+#[test]
+fn after_a_fallback_the_request_keeps_its_one_compaction_and_its_start() {
+    let config = MachineConfig {
+        retry_budget: Some(BudgetUse { max_wait_ms: 5_000 }),
+        ..fallback_config()
+    };
+    let since = |commands: &[Command]| {
+        commands
+            .iter()
+            .find_map(|c| match c {
+                Command::AcquirePermit { ask, .. } => Some((ask.target, ask.since)),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no AcquirePermit in {commands:#?}"))
+    };
+    let mut m = AgentMachine::with_conversation(config, 1, big_conversation());
+    let out = m.step(Millis(1_000), user("continue"));
+    assert_eq!(since(&out), (0, Millis(1_000)));
+    let (p, _, _, _) = permit(&out);
+    let (req, _, _) = sent(&m.step(Millis(1_001), granted(p)));
+    let out = m.step(
+        Millis(1_002),
+        Event::ProviderFailed {
+            request: req,
+            failure: overflow(),
+        },
+    );
+    let Some(Command::Compact {
+        compaction,
+        conversation,
+    }) = out
+        .iter()
+        .find(|c| matches!(c, Command::Compact { .. }))
+        .cloned()
+    else {
+        panic!("{out:#?}")
+    };
+    let compacted = compact(&conversation, &m.config().compaction).unwrap();
+    let out = m.step(
+        Millis(1_003),
+        Event::CompactionFinished {
+            compaction,
+            result: Ok(compacted),
+        },
+    );
+    let (p, _, _, _) = permit(&out);
+    let (req, _, _) = sent(&m.step(Millis(1_004), granted(p)));
+    // A long rate limit moves the request to the other target: still the same turn.
+    let out = m.step(
+        Millis(1_005),
+        Event::ProviderFailed {
+            request: req,
+            failure: rate_limited_for(90_000),
+        },
+    );
+    assert!(
+        out.iter()
+            .any(|c| matches!(c, Command::NotifyFallback { .. })),
+        "{out:#?}"
+    );
+    assert_eq!(since(&out), (1, Millis(1_000)));
+    let (p, _, _, _) = permit(&out);
+    let (req, _, _) = sent(&m.step(Millis(1_006), granted(p)));
+    // It was compacted once already: an overflow now fails rather than compacting again.
+    let out = m.step(
+        Millis(1_007),
+        Event::ProviderFailed {
+            request: req,
+            failure: overflow(),
+        },
+    );
+    assert!(matches!(
+        fail_error(&out),
+        RunError::Provider {
+            reason: GiveUp::OverflowAfterCompaction,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_shared_rate_limit_at_the_cap_is_waited_and_the_fleet_spread_over_a_quarter_of_it() {
+    // The hint equal to the cap is still waited; the return is spread over a quarter of the
+    // wait, capped at the longest backoff (10 s here), not over the 2 s floor alone.
+    let mut longest = 0;
+    for seed in 1..=20 {
+        let mut m = AgentMachine::new(budgeted(5_000), seed);
+        let cap = m.config().retry.max_retry_after_ms;
+        let (p, _, _, _) = permit(&m.step(Millis(0), user("hi")));
+        let out = m.step(
+            Millis(0),
+            Event::PermitAnswered {
+                permit: p,
+                decision: PermitDecision::WaitUntil(Millis(cap)),
+            },
+        );
+        let (_, delay) = sleep(&out);
+        assert!((cap..=cap + 10_000).contains(&delay), "{delay}");
+        longest = longest.max(delay - cap);
+    }
+    assert!(longest > 2_000, "spread over {longest} ms at most");
+}
