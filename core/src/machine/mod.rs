@@ -1192,8 +1192,8 @@ impl AgentMachine {
             return self.on_summary(&message);
         }
         if let Some(provider) = self.config.targets.get(self.target).map(|t| t.provider) {
-            let tokens = usage.context_tokens(provider);
-            self.last_context_tokens = (tokens > 0).then_some(tokens);
+            // A response without usage says 0: never past a threshold (see `past_threshold`).
+            self.last_context_tokens = Some(usage.context_tokens(provider));
         }
         let input_problems = refuse_deep_inputs(&mut message, input_problems.into());
         let problems = unique_tool_ids(&mut message, input_problems, self.next_id);
