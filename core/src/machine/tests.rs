@@ -2892,3 +2892,45 @@ fn a_shared_rate_limit_at_the_cap_is_waited_and_the_fleet_spread_over_a_quarter_
     }
     assert!(longest > 2_000, "spread over {longest} ms at most");
 }
+
+#[test]
+fn a_refused_input_is_quoted_back_to_the_model_up_to_200_characters() {
+    let long = format!("{{\"path\": \"{}", "é".repeat(300));
+    let mut m = AgentMachine::new(config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let response = tool_response(&[("b", "read", json!({})), ("c", "read", json!({}))])
+        .with_input_problems(vec![
+            ToolInputProblem {
+                tool_use_id: "b".into(),
+                kind: InputProblemKind::InvalidJson,
+                raw: "{\"path\": ".into(),
+                detail: "EOF while parsing".into(),
+            },
+            ToolInputProblem {
+                tool_use_id: "c".into(),
+                kind: InputProblemKind::InvalidJson,
+                raw: long.clone(),
+                detail: "EOF while parsing".into(),
+            },
+        ]);
+    let out = m.step(
+        Millis(1),
+        Event::ProviderSucceeded {
+            request: req,
+            response,
+        },
+    );
+    let results = tool_results(appended(&out).last().expect("the results"));
+    assert!(
+        results[0].2.contains("(EOF while parsing): {\"path\": \n"),
+        "{}",
+        results[0].2
+    );
+    // Cut at a character, not a byte, with an ellipsis.
+    let first_200: String = long.chars().take(200).collect();
+    assert!(
+        results[1].2.contains(&format!(": {first_200}…\n")),
+        "{}",
+        results[1].2
+    );
+}
