@@ -2934,3 +2934,38 @@ fn a_refused_input_is_quoted_back_to_the_model_up_to_200_characters() {
         results[1].2
     );
 }
+
+#[test]
+fn an_input_too_deep_is_refused_beside_another_calls_problem() {
+    // The decoder reported a problem for another call only: this call's depth is still found.
+    let mut deep = json!("leaf");
+    for _ in 0..100 {
+        deep = json!({ "d": deep });
+    }
+    let mut m = AgentMachine::new(config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let response = tool_response(&[
+        ("a", "read", deep),
+        ("b", "read", json!({})),
+        ("c", "read", json!({"path": "c.rs"})),
+    ])
+    .with_input_problems(vec![ToolInputProblem {
+        tool_use_id: "b".into(),
+        kind: InputProblemKind::InvalidJson,
+        raw: "{".into(),
+        detail: "EOF while parsing".into(),
+    }]);
+    let out = m.step(
+        Millis(1),
+        Event::ProviderSucceeded {
+            request: req,
+            response,
+        },
+    );
+    let (_, calls) = run_tools(&out);
+    assert_eq!(
+        calls.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(),
+        ["c"],
+        "only the sound call runs"
+    );
+}
