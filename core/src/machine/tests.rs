@@ -2969,3 +2969,20 @@ fn an_input_too_deep_is_refused_beside_another_calls_problem() {
         "only the sound call runs"
     );
 }
+
+#[test]
+fn repeated_and_empty_tool_ids_are_renamed_in_order_from_one() {
+    let (_, out) = answered_with_tools(&[
+        ("a", "read", json!({})),
+        ("a", "list", json!({})),
+        ("", "read", json!({})),
+    ]);
+    let (_, calls) = run_tools(&out);
+    let ids: Vec<&str> = calls.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids[0], "a", "the first keeps its id");
+    for (id, n) in ids[1..].iter().zip(1..) {
+        let (prefix, number) = id.rsplit_once('_').expect("a numbered id");
+        assert!(prefix.starts_with("call_rebound_"), "{id}");
+        assert_eq!(number, n.to_string(), "{ids:?}");
+    }
+}
