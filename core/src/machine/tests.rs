@@ -2986,3 +2986,115 @@ fn repeated_and_empty_tool_ids_are_renamed_in_order_from_one() {
         assert_eq!(number, n.to_string(), "{ids:?}");
     }
 }
+
+#[test]
+fn a_repeated_id_is_renamed_without_an_empty_one_and_among_many_calls() {
+    // Two calls, the same id (the scan of a few calls).
+    let (_, out) = answered_with_tools(&[("a", "read", json!({})), ("a", "list", json!({}))]);
+    let (_, calls) = run_tools(&out);
+    assert_ne!(calls[0].id, calls[1].id);
+    // Forty calls, all the same id (the sorted check of many).
+    let same: Vec<(&str, &str, serde_json::Value)> =
+        (0..40).map(|_| ("x", "read", json!({}))).collect();
+    let (_, out) = answered_with_tools(&same);
+    let (_, calls) = run_tools(&out);
+    let ids: BTreeSet<_> = calls.iter().map(|c| c.id.clone()).collect();
+    assert_eq!(ids.len(), 40);
+}
+
+#[test]
+fn the_small_helpers_say_what_their_names_say() {
+    assert!(RequestPurpose::Turn.is_turn());
+    assert!(!RequestPurpose::Summary.is_turn());
+    assert!(StreamDeadlines::default().is_default());
+    assert!(!StreamDeadlines::new(1_000, 600_000).is_default());
+    // Silence fails at whichever deadline comes first.
+    assert_eq!(
+        StreamDeadlines::new(30_000, 600_000).silence_limit_ms(),
+        30_000
+    );
+    assert_eq!(
+        StreamDeadlines::new(900_000, 600_000).silence_limit_ms(),
+        600_000
+    );
+    assert_eq!(
+        BudgetUse::new(5_000).with_max_wait_ms(9_000).max_wait_ms,
+        9_000
+    );
+    let resilient = MachineConfig::resilient();
+    assert_eq!(resilient.retry.max_attempts, 12);
+    assert_eq!(resilient.retry_budget.map(|b| b.max_wait_ms), Some(15_000));
+    assert_eq!(FinishReason::MaxTurns.to_string(), "max_turns");
+    assert_eq!(FinishReason::NothingToDo.to_string(), "nothing_to_do");
+    assert_eq!(
+        FinishReason::Model(StopReason::EndTurn).to_string(),
+        "end_turn"
+    );
+}
+
+#[test]
+fn only_finish_and_fail_end_a_run_and_a_fallback_says_where_it_goes() {
+    let mut m = AgentMachine::new(fallback_config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let out = m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: rate_limited_for(90_000),
+        },
+    );
+    assert!(out.iter().all(|c| !c.is_terminal()), "{out:#?}");
+    let info = out
+        .iter()
+        .find_map(|c| match c {
+            Command::NotifyFallback { info } => Some(info.clone()),
+            _ => None,
+        })
+        .expect("a fallback");
+    let text = info.to_string();
+    assert!(
+        text.starts_with(&format!("{} (status 429): falling back from ", info.kind)),
+        "{text}"
+    );
+    assert!(
+        text.ends_with(&format!("{} to {}", info.from_label, info.to_label)),
+        "{text}"
+    );
+    let (req, _, _) = sent(&out);
+    let out = m.step(
+        Millis(2),
+        Event::ProviderSucceeded {
+            request: req,
+            response: text_response("done"),
+        },
+    );
+    assert!(out.last().is_some_and(Command::is_terminal), "{out:#?}");
+    assert_eq!(out.iter().filter(|c| c.is_terminal()).count(), 1);
+    let mut m = AgentMachine::new(config(), 1);
+    m.step(Millis(0), user("hi"));
+    let out = m.step(Millis(1), Event::Cancel);
+    assert!(out.last().is_some_and(Command::is_terminal), "{out:#?}");
+}
+
+#[test]
+fn a_snapshot_is_equal_to_another_of_the_same_conversation_and_its_digest_is_fnv_1a() {
+    // The trace format's digest: 64-bit FNV-1a of the conversation's JSON.
+    let fnv = |bytes: &[u8]| {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        h
+    };
+    let mut a = Conversation::new();
+    a.push(Message::user_text("hi"));
+    let mut b = Conversation::new();
+    b.push(Message::user_text("ho"));
+    let snap = |c: &Conversation| Snapshot(Arc::new(c.clone()));
+    assert_eq!(snap(&a), snap(&a));
+    assert_ne!(snap(&a), snap(&b));
+    let json = serde_json::to_vec(&a).unwrap();
+    assert_eq!(snap(&a).digest(), fnv(&json));
+    assert_ne!(snap(&a).digest(), snap(&b).digest());
+}
