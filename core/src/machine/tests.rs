@@ -3098,3 +3098,43 @@ fn a_snapshot_is_equal_to_another_of_the_same_conversation_and_its_digest_is_fnv
     assert_eq!(snap(&a).digest(), fnv(&json));
     assert_ne!(snap(&a).digest(), snap(&b).digest());
 }
+
+#[test]
+fn each_builder_sets_its_own_setting_and_keeps_the_others() {
+    let retry = RetryConfig {
+        max_attempts: 3,
+        ..RetryConfig::default()
+    };
+    let targets = vec![
+        TargetSpec::new(crate::ProviderKind::OpenAi, "llama3").with_context_window(Some(8_192))
+    ];
+    let compaction = crate::CompactionPolicy {
+        max_tail_result_bytes: 1_024,
+        ..crate::CompactionPolicy::default()
+    };
+    let built = MachineConfig::default()
+        .with_retry(retry.clone())
+        .with_tools(vec![tool("read")])
+        .with_targets(targets.clone())
+        .with_max_turns(7)
+        .with_auto_compact(false)
+        .with_compaction(compaction.clone())
+        .with_compact_with(CompactionMethod::Summary)
+        .with_compact_threshold_percent(60)
+        .with_retry_budget(BudgetUse::new(2_000))
+        .with_stream(StreamDeadlines::new(5_000, 60_000));
+    let expected = MachineConfig {
+        retry,
+        tools: vec![tool("read")],
+        targets,
+        max_turns: Some(7),
+        auto_compact: false,
+        compaction,
+        compact_with: CompactionMethod::Summary,
+        compact_threshold_percent: 60,
+        retry_budget: Some(BudgetUse::new(2_000)),
+        stream: StreamDeadlines::new(5_000, 60_000),
+        ..MachineConfig::default()
+    };
+    assert_eq!(built, expected);
+}
