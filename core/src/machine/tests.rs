@@ -3138,3 +3138,31 @@ fn each_builder_sets_its_own_setting_and_keeps_the_others() {
     };
     assert_eq!(built, expected);
 }
+
+#[test]
+fn a_cancel_the_host_reports_is_the_runs_cancel_and_only_a_providers_failure_is_one() {
+    assert_eq!(
+        RunError::from(HostFailure::new(
+            HostFailureKind::Canceled,
+            "batch saw the cancel"
+        )),
+        RunError::Canceled
+    );
+    let host = RunError::from(HostFailure::new(HostFailureKind::Internal, "bug"));
+    assert!(matches!(host, RunError::Host { .. }), "{host:?}");
+    assert!(host.provider_failure().is_none());
+    // A provider's failure, when the run gives up on it, is there to read.
+    let mut m = AgentMachine::new(config(), 1);
+    let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
+    let error = fail_error(&m.step(
+        Millis(1),
+        Event::ProviderFailed {
+            request: req,
+            failure: failure(FailureKind::BadRequest, 400),
+        },
+    ));
+    assert_eq!(
+        error.provider_failure().map(|f| (f.kind, f.status)),
+        Some((FailureKind::BadRequest, Some(400)))
+    );
+}
