@@ -522,6 +522,17 @@ impl RetryBudget {
     /// locally instead). The token goes back, up to the capacity, to the next waiter if any,
     /// and the grant is no longer counted; as the Redis store's `cancel` does (`redis.lua`).
     /// Drain [`poll_decision`](Self::poll_decision) afterwards.
+    ///
+    /// ```
+    /// use rebound_core::{BudgetConfig, Millis, PermitAsk, PermitDecision, PermitKind, RetryBudget, Ticket};
+    ///
+    /// let mut budget = RetryBudget::new(BudgetConfig::default().with_capacity(1.0).with_initial(1.0));
+    /// let ask = PermitAsk { kind: PermitKind::Charged, target: 0, deadline: Millis(5_000), since: Millis(0) };
+    /// assert_eq!(budget.request(Millis(0), Ticket(1), ask), Some(PermitDecision::Granted));
+    /// assert_eq!(budget.request(Millis(0), Ticket(2), ask), None); // waits for a token
+    /// budget.repay(Millis(10)); // ticket 1's asker never heard its grant
+    /// assert_eq!(budget.poll_decision(), Some((Ticket(2), PermitDecision::Granted)));
+    /// ```
     pub fn repay(&mut self, now: Millis) {
         self.stats.granted = self.stats.granted.saturating_sub(1);
         self.balance = self.balance.saturating_add(ONE).min(self.capacity);
