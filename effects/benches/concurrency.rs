@@ -26,6 +26,11 @@
 //! agent in each), whose CPU and resident-set growth are added to the row's, so the columns
 //! keep their meaning; the threads column stays the runners' process's.
 //!
+//! `-- --shared-client` sends every agent of a row through one reqwest client (a connection
+//! per concurrent stream still, from its pool), as an embedder running thousands of agents
+//! would with `HttpProvider::with_client`; by default each agent builds its own, as
+//! `HttpProvider::new` does.
+//!
 //! `-- --repeat N` runs the two runner rows N times, alternating, for a side-by-side
 //! comparison on one machine in one run.
 //!
@@ -98,6 +103,11 @@ struct Options {
     server_process: bool,
     /// The port of the OTLP receiver the parent runs (telemetry row only).
     otlp_port: u16,
+    /// Every agent of a row sends through one reqwest client (`--shared-client`), as an
+    /// embedder starting thousands of agents would (`HttpProvider::with_client`): its pool
+    /// still opens a connection per concurrent stream, but the client (rustls' root store and
+    /// session cache, the pool) is built once rather than once per agent.
+    shared_client: bool,
 }
 
 impl Options {
@@ -110,6 +120,7 @@ impl Options {
             repeat: 1,
             server_process: false,
             otlp_port: 0,
+            shared_client: false,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
@@ -123,6 +134,7 @@ impl Options {
                 "--repeat" => o.repeat = usize::try_from(value()).unwrap_or(1).max(1),
                 "--otlp-port" => o.otlp_port = u16::try_from(value()).unwrap_or(0),
                 "--server-process" => o.server_process = true,
+                "--shared-client" => o.shared_client = true,
                 "--row" => {
                     value();
                 }
@@ -358,6 +370,8 @@ struct Row {
     delays: Vec<u64>,
     failed: usize,
     streaming: u64,
+    /// The server process's share of `cpu` (`--server-process`).
+    server_cpu: Option<f64>,
 }
 
 fn percentile(sorted: &[u64], p: f64) -> f64 {
@@ -376,8 +390,21 @@ enum Client {
     RunnerExported,
 }
 
+/// The reqwest client an agent sends through: the row's shared one (`--shared-client`), or a
+/// new one of its own as `HttpProvider::new` builds it.
+fn agent_http(shared: Option<&reqwest::Client>) -> Option<reqwest::Client> {
+    match shared {
+        Some(http) => Some(http.clone()),
+        None => reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .ok(),
+    }
+}
+
 async fn one_agent(
     client: Client,
+    shared: Option<reqwest::Client>,
     url: String,
     all: Arc<Mutex<Vec<u64>>>,
     permit: tokio::sync::OwnedSemaphorePermit,
@@ -385,7 +412,9 @@ async fn one_agent(
     let started = Started::new(permit);
     match client {
         Client::Bytes | Client::Decoder => {
-            let http = reqwest::Client::new();
+            let Some(http) = agent_http(shared.as_ref()) else {
+                return false;
+            };
             let Ok(mut response) = http
                 .post(format!("{url}/v1/messages"))
                 .body("{}")
@@ -417,7 +446,9 @@ async fn one_agent(
             let mut http =
                 HttpProviderConfig::new(ProviderKind::Anthropic, "bench", ApiKey::new("sk-bench"));
             http.base_url = url;
-            let Ok(provider) = HttpProvider::new(http) else {
+            let Some(provider) =
+                agent_http(shared.as_ref()).and_then(|c| HttpProvider::with_client(http, c).ok())
+            else {
                 return false;
             };
             let config = MachineConfig::default()
@@ -476,8 +507,14 @@ async fn row(
         })
     };
     let server_cpu = || server_pid.map_or(0.0, |pid| cpu_seconds(Some(pid)));
-    let cpu_before = cpu_seconds(None) + server_cpu();
+    let server_cpu_before = server_cpu();
+    let cpu_before = cpu_seconds(None) + server_cpu_before;
     let started = Instant::now();
+    let shared = if options.shared_client {
+        agent_http(None)
+    } else {
+        None
+    };
     let connecting = Arc::new(tokio::sync::Semaphore::new(CONNECTING));
     let mut tasks = Vec::with_capacity(options.agents);
     for _ in 0..options.agents {
@@ -487,6 +524,7 @@ async fn row(
             .expect("the semaphore is never closed");
         tasks.push(tokio::spawn(one_agent(
             client,
+            shared.clone(),
             url.clone(),
             Arc::clone(&all),
             permit,
@@ -503,7 +541,8 @@ async fn row(
     if let Some(export) = export {
         export.shutdown();
     }
-    let cpu = cpu_seconds(None) + server_cpu() - cpu_before;
+    let server_cpu = server_pid.map(|_| server_cpu() - server_cpu_before);
+    let cpu = cpu_seconds(None) + server_cpu.unwrap_or(0.0) - cpu_before;
     done.store(true, Ordering::Relaxed);
     let _ = sampler.await;
     if let Some(server) = server {
@@ -524,6 +563,7 @@ async fn row(
         delays,
         failed,
         streaming: PEAK_STREAMING.load(Ordering::Relaxed),
+        server_cpu,
     }
 }
 
@@ -729,6 +769,13 @@ fn run_row(i: usize, options: Options) {
         r.failed,
         r.streaming
     );
+    if let Some(server) = r.server_cpu {
+        eprintln!(
+            "  of the CPU, the server process's: {server:.2} s; the runners' process's: {:.2} s ({:.3} s / MB)",
+            r.cpu - server,
+            (r.cpu - server) / mb.max(1e-9)
+        );
+    }
 }
 
 /// The telemetry row's export, as the `rebound` binary sets it up (`cli/src/telemetry.rs`):

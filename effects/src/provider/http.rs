@@ -215,6 +215,11 @@ impl HttpProvider {
     /// idle timeout). A total `timeout` on the client also cuts a long but healthy stream,
     /// so leave it unset, or longer than your longest response.
     ///
+    /// A process running many agents should give them all one client (clones share it):
+    /// [`HttpProvider::new`] builds a client per provider, TLS roots and pool included, which
+    /// at 10,000 agents costs about 19 KiB of memory each and slows their start
+    /// (docs/performance.md, "Ten thousand agents in one process").
+    ///
     /// Refuses, as a [`ConfigError`]: an empty API key, or one that cannot be a header; no
     /// model; a base URL that is not http(s); request options the API would refuse
     /// ([`RequestOptions::check`]); an extra header that rebound sets itself
