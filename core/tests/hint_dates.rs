@@ -122,3 +122,26 @@ fn the_three_http_date_forms_name_the_same_instant() {
         );
     }
 }
+
+#[test]
+fn each_obsolete_form_is_read_only_with_its_own_separators_and_zone() {
+    // RFC 9110's example, as in the test above, 7 s after the time read.
+    let now = 784_111_770_000;
+    let read = |date: &str| {
+        delay_hints(&Headers::new().with("retry-after", date), Some(now)).retry_after_ms
+    };
+    assert_eq!(read("Sunday, 06-Nov-94 08:49:37 GMT"), Some(7_000));
+    assert_eq!(read("Sun Nov  6 08:49:37 1994"), Some(7_000));
+    for date in [
+        // RFC 850: the zone is GMT and nothing follows it.
+        "Sunday, 06-Nov-94 08:49:37 UTC",
+        "Sunday, 06-Nov-94 08:49:37 GMT extra",
+        // asctime: a space after the weekday, after the month and after the day, each
+        // checked on its own (the fields between them would still read).
+        "SunXNov  6 08:49:37 1994",
+        "Sun NovX 6 08:49:37 1994",
+        "Sun Nov  6X08:49:37 1994",
+    ] {
+        assert_eq!(read(date), None, "{date}");
+    }
+}
