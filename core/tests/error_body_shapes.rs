@@ -188,3 +188,44 @@ fn without_a_status_the_code_decides_before_the_type() {
         assert_eq!(failure.error_type.as_deref(), Some(code));
     }
 }
+
+#[test]
+fn reasoning_is_rejected_by_its_code_alone_and_only_by_the_whole_phrase() {
+    // OpenAI's code says it whatever the message's words.
+    let failure = classify(
+        ProviderKind::OpenAi,
+        400,
+        r#"{"error":{"message":"Bad request.","type":"invalid_request_error","code":"invalid_encrypted_content"}}"#,
+    );
+    assert_eq!(failure.kind, FailureKind::ReasoningRejected);
+    // The phrase needs both halves: "the encrypted content" and "could not be verified". Other
+    // things that could not be verified, or encrypted content with another complaint, are the
+    // request's other faults.
+    for message in [
+        "The webhook signature could not be verified.",
+        "The encrypted content is missing its id.",
+    ] {
+        let body =
+            format!(r#"{{"error":{{"message":"{message}","type":"invalid_request_error"}}}}"#);
+        let failure = classify(ProviderKind::OpenAi, 400, &body);
+        assert_eq!(failure.kind, FailureKind::BadRequest, "{message}");
+    }
+    let failure = classify(
+        ProviderKind::OpenAi,
+        400,
+        r#"{"error":{"message":"The encrypted content gAAA==Rg could not be verified.","type":"invalid_request_error"}}"#,
+    );
+    assert_eq!(failure.kind, FailureKind::ReasoningRejected);
+}
+
+#[test]
+fn an_error_event_typed_request_too_large_is_an_overflow_whatever_its_words() {
+    // Anthropic's `request_too_large` (its 413), as an error event in a stream: no status, and
+    // a message that names no context window; the type says the request must shrink.
+    let failure = classify_error_body(
+        ProviderKind::Anthropic,
+        None,
+        br#"{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum allowed number of bytes."}}"#,
+    );
+    assert_eq!(failure.kind, FailureKind::ContextOverflow);
+}
