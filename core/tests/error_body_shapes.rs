@@ -229,3 +229,45 @@ fn an_error_event_typed_request_too_large_is_an_overflow_whatever_its_words() {
     );
     assert_eq!(failure.kind, FailureKind::ContextOverflow);
 }
+
+#[test]
+fn a_body_that_is_no_error_object_is_scanned_for_its_words_up_to_64_kib() {
+    // A proxy's plain-text or HTML refusal still says what went wrong.
+    let failure = classify(
+        ProviderKind::OpenAi,
+        400,
+        "prompt is too long: 300000 tokens > 200000 maximum",
+    );
+    assert_eq!(failure.kind, FailureKind::ContextOverflow);
+    // Far into the body, but within the first 64 KiB, the words count; past them, not.
+    let padding = "x".repeat(60 * 1024);
+    let within = format!("{padding} prompt is too long");
+    assert_eq!(
+        classify(ProviderKind::OpenAi, 400, &within).kind,
+        FailureKind::ContextOverflow
+    );
+    let beyond = format!("{padding}{padding} prompt is too long");
+    assert_eq!(
+        classify(ProviderKind::OpenAi, 400, &beyond).kind,
+        FailureKind::BadRequest
+    );
+}
+
+#[test]
+fn a_long_message_is_cut_at_2000_characters_spaces_included() {
+    let message = "ab ".repeat(1000);
+    let body = format!(r#"{{"error":{{"message":"{message}","type":"invalid_request_error"}}}}"#);
+    let failure = classify(ProviderKind::OpenAi, 400, &body);
+    assert_eq!(failure.message.chars().count(), 2001, "{}", failure.message);
+    assert!(failure.message.ends_with("ab…"), "{}", failure.message);
+}
+
+#[test]
+fn an_html_page_keeps_the_greater_than_signs_of_its_text() {
+    let failure = classify(
+        ProviderKind::OpenAi,
+        502,
+        "<html><body><p>upstream latency > 30 s</p></body></html>",
+    );
+    assert_eq!(&*failure.message, "upstream latency > 30 s");
+}

@@ -145,3 +145,34 @@ fn each_obsolete_form_is_read_only_with_its_own_separators_and_zone() {
         assert_eq!(read(date), None, "{date}");
     }
 }
+
+#[test]
+fn a_reset_timestamp_is_read_only_in_its_exact_shape_and_length() {
+    // Each separator is checked on its own; the digits around a wrong one would still read.
+    assert_eq!(reset("1970-01-01T00:00:05Z", 0), Some(5_000));
+    assert_eq!(reset("1970-01-01 00:00:05Z", 0), Some(5_000));
+    for timestamp in [
+        "1970x01-01T00:00:05Z",
+        "1970-01x01T00:00:05Z",
+        "1970-01-01X00:00:05Z",
+        "1970-01-01T00x00:05Z",
+        "1970-01-01T00:00x05Z",
+    ] {
+        assert_eq!(reset(timestamp, 0), None, "{timestamp}");
+    }
+    // At most 64 characters, however long a fraction a server writes.
+    let longest = format!("1970-01-01T00:00:05.{}Z", "0".repeat(43));
+    assert_eq!(longest.len(), 64);
+    assert_eq!(reset(&longest, 0), Some(5_000));
+    let too_long = format!("1970-01-01T00:00:05.{}Z", "0".repeat(44));
+    assert_eq!(reset(&too_long, 0), None);
+}
+
+#[test]
+fn a_reset_offset_is_any_real_time_zone_up_to_23_59() {
+    assert_eq!(reset("1970-01-01T23:00:05+23:00", 0), Some(5_000));
+    assert_eq!(reset("1970-01-01T00:59:05+00:59", 0), Some(5_000));
+    for timestamp in ["1970-01-02T00:00:05+24:00", "1970-01-01T01:00:05+00:60"] {
+        assert_eq!(reset(timestamp, 0), None, "{timestamp}");
+    }
+}
