@@ -108,6 +108,11 @@ fn answered_with_tools(calls: &[(&str, &str, serde_json::Value)]) -> (AgentMachi
     (m, out)
 }
 
+/// The provider's answer to `request`: it failed with `failure`.
+fn failed(request: RequestId, failure: ProviderFailure) -> Event {
+    Event::ProviderFailed { request, failure }
+}
+
 fn fail_error(commands: &[Command]) -> RunError {
     match commands.last() {
         Some(Command::Fail { error }) => (**error).clone(),
@@ -139,10 +144,7 @@ fn rate_limited_request_is_retried_without_duplicate_messages() {
     assert_eq!(attempt, 1);
     let out = m.step(
         Millis(10),
-        Event::ProviderFailed {
-            request: req,
-            failure: failure(FailureKind::RateLimited, 429),
-        },
+        failed(req, failure(FailureKind::RateLimited, 429)),
     );
     assert!(appended(&out).is_empty());
     let (timer, delay) = sleep(&out);
@@ -177,10 +179,7 @@ fn server_error_notifies_before_the_delay() {
     let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
     let out = m.step(
         Millis(5),
-        Event::ProviderFailed {
-            request: req,
-            failure: failure(FailureKind::ServerError, 500),
-        },
+        failed(req, failure(FailureKind::ServerError, 500)),
     );
     assert_eq!(out.len(), 2, "{out:#?}");
     let Command::NotifyRetry { info } = &out[0] else {
@@ -204,26 +203,14 @@ fn backoff_grows_and_attempts_are_capped_with_the_last_failure_returned() {
     let mut now = Millis(0);
     let mut delays = Vec::new();
     for i in 0..3 {
-        let out = m.step(
-            now,
-            Event::ProviderFailed {
-                request: req,
-                failure: failure(FailureKind::Unavailable, 529 + i),
-            },
-        );
+        let out = m.step(now, failed(req, failure(FailureKind::Unavailable, 529 + i)));
         let (timer, delay) = sleep(&out);
         delays.push(delay);
         now = now.plus(delay);
         req = sent(&m.step(now, Event::TimerFired { timer })).0;
     }
     assert_eq!(delays, [500, 1000, 2000]);
-    let out = m.step(
-        now,
-        Event::ProviderFailed {
-            request: req,
-            failure: failure(FailureKind::Unavailable, 599),
-        },
-    );
+    let out = m.step(now, failed(req, failure(FailureKind::Unavailable, 599)));
     match fail_error(&out) {
         RunError::Provider {
             failure, reason, ..
@@ -247,13 +234,7 @@ fn auth_failure_is_not_retried() {
     ] {
         let mut m = AgentMachine::new(config(), 1);
         let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
-        let out = m.step(
-            Millis(1),
-            Event::ProviderFailed {
-                request: req,
-                failure: failure(kind, status),
-            },
-        );
+        let out = m.step(Millis(1), failed(req, failure(kind, status)));
         assert_eq!(out.len(), 1, "{kind:?}: {out:#?}");
         assert!(matches!(
             fail_error(&out),
@@ -271,26 +252,14 @@ fn server_retry_after_wins_and_above_the_cap_fails_at_once() {
     let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
     let mut f = failure(FailureKind::RateLimited, 429);
     f.retry_after_ms = Some(5_000);
-    let out = m.step(
-        Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: f,
-        },
-    );
+    let out = m.step(Millis(1), failed(req, f));
     assert_eq!(sleep(&out).1, 5_000);
 
     let mut m = AgentMachine::new(config(), 1);
     let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
     let mut f = failure(FailureKind::RateLimited, 429);
     f.retry_after_ms = Some(600_001);
-    let out = m.step(
-        Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: f,
-        },
-    );
+    let out = m.step(Millis(1), failed(req, f));
     assert!(matches!(
         fail_error(&out),
         RunError::Provider {
@@ -324,13 +293,7 @@ fn big_conversation() -> Conversation {
 fn context_overflow_compacts_once_and_retries_once() {
     let mut m = AgentMachine::with_conversation(config(), 1, big_conversation());
     let (req, attempt, _) = sent(&m.step(Millis(0), user("continue")));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: overflow(),
-        },
-    );
+    let out = m.step(Millis(1), failed(req, overflow()));
     let Command::NotifyRetry { info } = &out[0] else {
         panic!("{out:#?}")
     };
@@ -367,13 +330,7 @@ fn context_overflow_compacts_once_and_retries_once() {
     assert_eq!(attempt2, attempt, "compaction must not consume an attempt");
     assert_eq!(snap.len(), expected_len);
     // Overflowing again fails: one compaction per request.
-    let out = m.step(
-        Millis(3),
-        Event::ProviderFailed {
-            request: req2,
-            failure: overflow(),
-        },
-    );
+    let out = m.step(Millis(3), failed(req2, overflow()));
     assert!(matches!(
         fail_error(&out),
         RunError::Provider {
@@ -387,13 +344,7 @@ fn context_overflow_compacts_once_and_retries_once() {
 fn compaction_that_does_not_shrink_fails() {
     let mut m = AgentMachine::with_conversation(config(), 1, big_conversation());
     let (req, _, snapshot) = sent(&m.step(Millis(0), user("continue")));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: overflow(),
-        },
-    );
+    let out = m.step(Millis(1), failed(req, overflow()));
     let Command::Compact { compaction, .. } = &out[1] else {
         panic!("{out:#?}")
     };
@@ -420,13 +371,7 @@ fn overflow_with_compaction_off_fails() {
         1,
     );
     let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: overflow(),
-        },
-    );
+    let out = m.step(Millis(1), failed(req, overflow()));
     assert!(matches!(
         fail_error(&out),
         RunError::Provider {
@@ -610,10 +555,7 @@ fn cancellation_and_host_failures_fail_the_run() {
     let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
     let out = m.step(
         Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: failure(FailureKind::Unavailable, 529),
-        },
+        failed(req, failure(FailureKind::Unavailable, 529)),
     );
     let (timer, _) = sleep(&out);
     assert_eq!(
@@ -633,10 +575,7 @@ fn stale_and_duplicate_answers_are_ignored() {
     let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
     let out = m.step(
         Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: failure(FailureKind::Unavailable, 503),
-        },
+        failed(req, failure(FailureKind::Unavailable, 503)),
     );
     let (timer, _) = sleep(&out);
     // A late success for the failed request must not append anything.
@@ -901,13 +840,7 @@ fn fallback_happens_only_after_the_primary_attempts_are_spent() {
     let (mut req, _, first) = sent(&m.step(Millis(0), user("hi")));
     let mut now = Millis(0);
     for _ in 0..3 {
-        let out = m.step(
-            now,
-            Event::ProviderFailed {
-                request: req,
-                failure: failure(FailureKind::Unavailable, 529),
-            },
-        );
+        let out = m.step(now, failed(req, failure(FailureKind::Unavailable, 529)));
         assert!(!out
             .iter()
             .any(|c| matches!(c, Command::NotifyFallback { .. })));
@@ -915,13 +848,7 @@ fn fallback_happens_only_after_the_primary_attempts_are_spent() {
         now = now.plus(delay);
         req = sent(&m.step(now, Event::TimerFired { timer })).0;
     }
-    let out = m.step(
-        now,
-        Event::ProviderFailed {
-            request: req,
-            failure: failure(FailureKind::Unavailable, 529),
-        },
-    );
+    let out = m.step(now, failed(req, failure(FailureKind::Unavailable, 529)));
     let Command::NotifyFallback { info } = &out[0] else {
         panic!("{out:#?}")
     };
@@ -952,13 +879,7 @@ fn rate_limited_for(retry_after_ms: u64) -> ProviderFailure {
 fn a_90_s_retry_after_with_nowhere_else_to_go_is_waited_out_and_shown_first() {
     let mut m = AgentMachine::new(config(), 1);
     let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: rate_limited_for(90_000),
-        },
-    );
+    let out = m.step(Millis(1), failed(req, rate_limited_for(90_000)));
     let Some(Command::NotifyRetry { info }) = out.first() else {
         panic!("the wait is told before it starts: {out:#?}")
     };
@@ -973,13 +894,7 @@ fn a_90_s_retry_after_with_nowhere_else_to_go_is_waited_out_and_shown_first() {
 fn a_90_s_retry_after_with_a_fallback_target_moves_to_it_at_once() {
     let mut m = AgentMachine::new(fallback_config(), 1);
     let (req, _, first) = sent(&m.step(Millis(0), user("hi")));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: rate_limited_for(90_000),
-        },
-    );
+    let out = m.step(Millis(1), failed(req, rate_limited_for(90_000)));
     assert!(!out.iter().any(|c| matches!(c, Command::Sleep { .. })));
     let Command::NotifyFallback { info } = &out[0] else {
         panic!("{out:#?}")
@@ -997,10 +912,7 @@ fn a_90_s_retry_after_with_a_fallback_target_moves_to_it_at_once() {
     // The first target's reason is kept for the final error.
     let out = m.step(
         Millis(2),
-        Event::ProviderFailed {
-            request: sent(&out).0,
-            failure: failure(FailureKind::AuthFailed, 401),
-        },
+        failed(sent(&out).0, failure(FailureKind::AuthFailed, 401)),
     );
     let RunError::Provider { earlier, .. } = fail_error(&out) else {
         panic!("{out:#?}")
@@ -1018,13 +930,7 @@ fn a_90_s_retry_after_with_a_fallback_target_moves_to_it_at_once() {
 fn a_retry_after_within_the_fallback_threshold_is_waited_even_with_a_fallback() {
     let mut m = AgentMachine::new(fallback_config(), 1);
     let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: rate_limited_for(30_000),
-        },
-    );
+    let out = m.step(Millis(1), failed(req, rate_limited_for(30_000)));
     assert_eq!(sleep(&out).1, 30_000);
 }
 
@@ -1032,13 +938,7 @@ fn a_retry_after_within_the_fallback_threshold_is_waited_even_with_a_fallback() 
 fn a_retry_after_above_the_cap_with_nowhere_else_to_go_fails_the_run() {
     let mut m = AgentMachine::new(config(), 1);
     let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: rate_limited_for(3_600_000),
-        },
-    );
+    let out = m.step(Millis(1), failed(req, rate_limited_for(3_600_000)));
     assert!(!out.iter().any(|c| matches!(c, Command::Sleep { .. })));
     assert!(matches!(
         fail_error(&out),
@@ -1057,13 +957,7 @@ fn a_retry_after_above_the_cap_with_nowhere_else_to_go_fails_the_run() {
 fn cancel_ends_a_long_server_wait_at_once() {
     let mut m = AgentMachine::new(config(), 1);
     let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: rate_limited_for(90_000),
-        },
-    );
+    let out = m.step(Millis(1), failed(req, rate_limited_for(90_000)));
     let (timer, _) = sleep(&out);
     assert_eq!(
         fail_error(&m.step(Millis(2), Event::Cancel)),
@@ -1080,18 +974,12 @@ fn quota_exhaustion_falls_back_at_once_and_the_final_error_lists_every_target() 
     let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
     let out = m.step(
         Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: failure(FailureKind::QuotaExhausted, 429),
-        },
+        failed(req, failure(FailureKind::QuotaExhausted, 429)),
     );
     let (req, _, _) = sent(&out);
     let out = m.step(
         Millis(2),
-        Event::ProviderFailed {
-            request: req,
-            failure: failure(FailureKind::AuthFailed, 401),
-        },
+        failed(req, failure(FailureKind::AuthFailed, 401)),
     );
     let error = fail_error(&out);
     let RunError::Provider {
@@ -1120,13 +1008,7 @@ fn overflow_and_bad_requests_never_fall_back() {
         1,
     );
     let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: overflow(),
-        },
-    );
+    let out = m.step(Millis(1), failed(req, overflow()));
     assert!(matches!(
         fail_error(&out),
         RunError::Provider { target: 0, .. }
@@ -1135,10 +1017,7 @@ fn overflow_and_bad_requests_never_fall_back() {
     let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
     let out = m.step(
         Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: failure(FailureKind::BadRequest, 400),
-        },
+        failed(req, failure(FailureKind::BadRequest, 400)),
     );
     assert!(matches!(
         fail_error(&out),
@@ -1192,10 +1071,7 @@ fn with_a_budget_every_attempt_asks_first_and_a_denied_retry_fails() {
     assert_eq!(attempt, 1);
     let (timer, d) = sleep(&m.step(
         Millis(0),
-        Event::ProviderFailed {
-            request: req,
-            failure: failure(FailureKind::Unavailable, 529),
-        },
+        failed(req, failure(FailureKind::Unavailable, 529)),
     ));
     let (p, kind, _, deadline) = permit(&m.step(Millis(d), Event::TimerFired { timer }));
     assert_eq!(kind, PermitKind::Charged);
@@ -1203,13 +1079,7 @@ fn with_a_budget_every_attempt_asks_first_and_a_denied_retry_fails() {
     let (req, attempt, _) = sent(&m.step(Millis(d + 100), granted(p)));
     assert_eq!(attempt, 2);
     let now = Millis(d + 200);
-    let (timer, d2) = sleep(&m.step(
-        now,
-        Event::ProviderFailed {
-            request: req,
-            failure: failure(FailureKind::Unavailable, 529),
-        },
-    ));
+    let (timer, d2) = sleep(&m.step(now, failed(req, failure(FailureKind::Unavailable, 529))));
     let now = now.plus(d2);
     let (p, _, _, _) = permit(&m.step(now, Event::TimerFired { timer }));
     let out = m.step(
@@ -1256,13 +1126,7 @@ fn a_rate_limited_retry_tells_the_budget_and_costs_no_token() {
     let (req, _, _) = sent(&m.step(Millis(0), granted(p)));
     let mut f = failure(FailureKind::RateLimited, 429);
     f.retry_after_ms = Some(2_000);
-    let out = m.step(
-        Millis(300),
-        Event::ProviderFailed {
-            request: req,
-            failure: f,
-        },
-    );
+    let out = m.step(Millis(300), failed(req, f));
     assert_eq!(
         notes(&out),
         [BudgetNote::RateLimited {
@@ -1376,13 +1240,7 @@ fn a_90_s_retry_after_is_noted_to_the_fleet_whether_the_agent_waits_or_moves_on(
         let mut m = AgentMachine::new(config, 1);
         let (p, _, _, _) = permit(&m.step(Millis(0), user("hi")));
         let (req, _, _) = sent(&m.step(Millis(0), granted(p)));
-        let out = m.step(
-            Millis(10),
-            Event::ProviderFailed {
-                request: req,
-                failure: rate_limited_for(90_000),
-            },
-        );
+        let out = m.step(Millis(10), failed(req, rate_limited_for(90_000)));
         assert!(
             out.contains(&Command::NoteBudget {
                 note: BudgetNote::RateLimited {
@@ -1517,13 +1375,7 @@ fn same_seed_and_events_give_identical_commands() {
         let (mut req, _, _) = sent(&m.step(Millis(0), user("hi")));
         let mut now = Millis(0);
         for _ in 0..3 {
-            let cmds = m.step(
-                now,
-                Event::ProviderFailed {
-                    request: req,
-                    failure: failure(FailureKind::Unavailable, 503),
-                },
-            );
+            let cmds = m.step(now, failed(req, failure(FailureKind::Unavailable, 503)));
             let (timer, delay) = sleep(&cmds);
             out.push(delay);
             now = now.plus(delay);
@@ -1541,10 +1393,7 @@ fn after_a_fallback_later_turns_stay_on_the_fallback_target() {
     let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
     let out = m.step(
         Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: failure(FailureKind::QuotaExhausted, 429),
-        },
+        failed(req, failure(FailureKind::QuotaExhausted, 429)),
     );
     let (req, _, _) = sent(&out);
     let out = m.step(
@@ -1624,13 +1473,7 @@ fn overflow_asks_the_model_for_a_summary_and_retries_with_it_and_the_latest_exch
     let original = big_conversation();
     let mut m = AgentMachine::with_conversation(summary_config(None), 1, original.clone());
     let (req, _, _) = sent(&m.step(Millis(0), user("continue")));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: overflow(),
-        },
-    );
+    let out = m.step(Millis(1), failed(req, overflow()));
     assert!(
         matches!(&out[0], Command::NotifyRetry { info } if info.kind == FailureKind::ContextOverflow)
     );
@@ -1676,20 +1519,11 @@ fn overflow_asks_the_model_for_a_summary_and_retries_with_it_and_the_latest_exch
 fn a_failed_summary_request_falls_back_to_elision_and_says_why() {
     let mut m = AgentMachine::with_conversation(summary_config(None), 1, big_conversation());
     let (req, _, _) = sent(&m.step(Millis(0), user("continue")));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: overflow(),
-        },
-    );
+    let out = m.step(Millis(1), failed(req, overflow()));
     let (summary_req, _, _) = sent_for(&out);
     let out = m.step(
         Millis(2),
-        Event::ProviderFailed {
-            request: summary_req,
-            failure: failure(FailureKind::BadRequest, 400),
-        },
+        failed(summary_req, failure(FailureKind::BadRequest, 400)),
     );
     let Some(Command::Compact {
         compaction,
@@ -1726,20 +1560,11 @@ fn a_failed_summary_request_falls_back_to_elision_and_says_why() {
 fn a_summary_request_is_retried_under_the_retry_policy() {
     let mut m = AgentMachine::with_conversation(summary_config(None), 1, big_conversation());
     let (req, _, _) = sent(&m.step(Millis(0), user("continue")));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: overflow(),
-        },
-    );
+    let out = m.step(Millis(1), failed(req, overflow()));
     let (summary_req, _, first) = sent_for(&out);
     let out = m.step(
         Millis(2),
-        Event::ProviderFailed {
-            request: summary_req,
-            failure: failure(FailureKind::Unavailable, 529),
-        },
+        failed(summary_req, failure(FailureKind::Unavailable, 529)),
     );
     assert!(matches!(&out[0], Command::NotifyRetry { info } if info.attempt == 2));
     let (timer, _) = sleep(&out);
@@ -1763,24 +1588,12 @@ fn a_summary_request_that_overflows_too_drops_its_oldest_turns_and_is_sent_again
     c.push(Message::assistant_text("ok"));
     let mut m = AgentMachine::with_conversation(summary_config(None), 1, c);
     let (req, _, _) = sent(&m.step(Millis(0), user("continue")));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: overflow(),
-        },
-    );
+    let out = m.step(Millis(1), failed(req, overflow()));
     let (mut summary_req, _, mut asked) = sent_for(&out);
     let mut sizes = vec![asked.approx_bytes()];
     // Keep refusing: it shrinks each time, then gives up on the summary and elides.
     loop {
-        let out = m.step(
-            Millis(2),
-            Event::ProviderFailed {
-                request: summary_req,
-                failure: overflow(),
-            },
-        );
+        let out = m.step(Millis(2), failed(summary_req, overflow()));
         if let Some(Command::Compact { .. }) = out.last() {
             break;
         }
@@ -1868,13 +1681,7 @@ fn input_tokens_past_the_threshold_compact_before_the_next_request() {
         (RequestPurpose::Turn, m.conversation().len())
     );
     // The compacted request overflows anyway: no second compaction for it.
-    let out = m.step(
-        Millis(6),
-        Event::ProviderFailed {
-            request: req,
-            failure: overflow(),
-        },
-    );
+    let out = m.step(Millis(6), failed(req, overflow()));
     assert!(matches!(
         fail_error(&out),
         RunError::Provider {
@@ -2217,10 +2024,7 @@ fn reasoning_of_unknown_owner_goes_to_the_primary_but_not_to_a_fallback() {
     // The primary is down for good (a quota): the fallback gets the conversation without it.
     let out = m.step(
         Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: failure(FailureKind::QuotaExhausted, 429),
-        },
+        failed(req, failure(FailureKind::QuotaExhausted, 429)),
     );
     assert!(matches!(out[0], Command::NotifyFallback { .. }));
     let (_, _, second) = sent(&out);
@@ -2239,13 +2043,7 @@ fn rejected_reasoning_is_retried_once_at_once_without_any_reasoning_and_announce
     let mut m = AgentMachine::with_conversation(two_owners_config(), 1, old_session());
     let (req, attempt, first) = sent(&m.step(Millis(0), user("and then?")));
     assert_eq!((attempt, reasoning_blocks(&first)), (1, 1));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: rejected(),
-        },
-    );
+    let out = m.step(Millis(1), failed(req, rejected()));
     let Some(Command::NotifyRetry { info }) = out.first() else {
         panic!("the retry is announced first: {out:#?}")
     };
@@ -2307,21 +2105,9 @@ fn the_same_session_resumed_on_the_same_target_keeps_sending_its_reasoning() {
 fn reasoning_rejected_again_without_reasoning_fails_the_run_with_a_typed_error() {
     let mut m = AgentMachine::with_conversation(two_owners_config(), 1, old_session());
     let (req, _, _) = sent(&m.step(Millis(0), user("and then?")));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: rejected(),
-        },
-    );
+    let out = m.step(Millis(1), failed(req, rejected()));
     let (req, _, _) = sent(&out);
-    let out = m.step(
-        Millis(2),
-        Event::ProviderFailed {
-            request: req,
-            failure: rejected(),
-        },
-    );
+    let out = m.step(Millis(2), failed(req, rejected()));
     // No second retry, no fallback: the run fails.
     assert!(!out.iter().any(|c| matches!(
         c,
@@ -2346,13 +2132,7 @@ fn reasoning_rejected_again_without_reasoning_fails_the_run_with_a_typed_error()
 fn x_should_retry_does_not_turn_rejected_reasoning_into_a_plain_retry() {
     let mut m = AgentMachine::with_conversation(config(), 1, old_session());
     let (req, _, _) = sent(&m.step(Millis(0), user("and then?")));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: rejected().with_should_retry(true),
-        },
-    );
+    let out = m.step(Millis(1), failed(req, rejected().with_should_retry(true)));
     let (_, _, retry) = sent(&out);
     assert_eq!(reasoning_blocks(&retry), 0);
 }
@@ -2439,10 +2219,7 @@ fn the_getters_report_the_configuration_given_and_the_turns_as_they_are_appended
     // A failed attempt appends nothing, so it is no turn.
     let out = m.step(
         Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: failure(FailureKind::Unavailable, 529),
-        },
+        failed(req, failure(FailureKind::Unavailable, 529)),
     );
     assert_eq!(m.turns(), 0);
     let (timer, _) = sleep(&out);
@@ -2483,13 +2260,7 @@ fn the_getters_report_the_configuration_given_and_the_turns_as_they_are_appended
 fn an_answer_naming_another_compaction_is_stale_while_one_runs() {
     let mut m = AgentMachine::with_conversation(config(), 1, big_conversation());
     let (req, _, _) = sent(&m.step(Millis(0), user("continue")));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: overflow(),
-        },
-    );
+    let out = m.step(Millis(1), failed(req, overflow()));
     let Command::Compact {
         compaction,
         conversation,
@@ -2528,10 +2299,7 @@ fn an_answer_to_an_earlier_attempt_is_stale_while_a_later_one_is_awaited() {
     let (req1, _, _) = sent(&m.step(Millis(0), user("hi")));
     let out = m.step(
         Millis(1),
-        Event::ProviderFailed {
-            request: req1,
-            failure: failure(FailureKind::Unavailable, 503),
-        },
+        failed(req1, failure(FailureKind::Unavailable, 503)),
     );
     let (timer1, _) = sleep(&out);
     let (req2, _, _) = sent(&m.step(Millis(600), Event::TimerFired { timer: timer1 }));
@@ -2552,10 +2320,7 @@ fn an_answer_to_an_earlier_attempt_is_stale_while_a_later_one_is_awaited() {
     assert_eq!(m.conversation().len(), 1);
     let out = m.step(
         Millis(602),
-        Event::ProviderFailed {
-            request: req2,
-            failure: failure(FailureKind::Unavailable, 503),
-        },
+        failed(req2, failure(FailureKind::Unavailable, 503)),
     );
     let (timer2, _) = sleep(&out);
     assert_ne!(timer1, timer2, "every sleep is a new timer id");
@@ -2646,10 +2411,7 @@ fn every_permit_ask_of_a_turn_carries_the_time_the_turn_began() {
     let (req, _, _) = sent(&m.step(Millis(1_001), granted(p)));
     let (timer, d) = sleep(&m.step(
         Millis(1_002),
-        Event::ProviderFailed {
-            request: req,
-            failure: failure(FailureKind::Unavailable, 529),
-        },
+        failed(req, failure(FailureKind::Unavailable, 529)),
     ));
     let out = m.step(Millis(1_002 + d), Event::TimerFired { timer });
     assert_eq!(since(&out), Millis(1_000));
@@ -2751,13 +2513,7 @@ fn after_an_overflow_without_a_known_window_a_summary_request_is_half_the_conver
     let mut m = AgentMachine::with_conversation(summary_config(None), 1, c);
     let (req, _, _) = sent(&m.step(Millis(0), user("continue")));
     let half = m.conversation().approx_bytes() / 2;
-    let out = m.step(
-        Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: overflow(),
-        },
-    );
+    let out = m.step(Millis(1), failed(req, overflow()));
     let (_, purpose, snap) = sent_for(&out);
     assert_eq!(purpose, RequestPurpose::Summary);
     let prompt = snap.messages().last().map_or(0, |m| m.approx_bytes());
@@ -2773,13 +2529,7 @@ fn after_an_overflow_without_a_known_window_a_summary_request_is_half_the_conver
 fn a_shrunk_summary_request_costs_no_attempt() {
     let (mut m, out) = threshold_reached(summary_config(Some(10_000)), 100);
     let (req, attempt, first) = sent(&out);
-    let out = m.step(
-        Millis(101),
-        Event::ProviderFailed {
-            request: req,
-            failure: overflow(),
-        },
-    );
+    let out = m.step(Millis(101), failed(req, overflow()));
     let (_, purpose, smaller) = sent_for(&out);
     let (_, again, _) = sent(&out);
     assert_eq!(purpose, RequestPurpose::Summary);
@@ -2810,13 +2560,7 @@ fn after_a_fallback_the_request_keeps_its_one_compaction_and_its_start() {
     assert_eq!(since(&out), (0, Millis(1_000)));
     let (p, _, _, _) = permit(&out);
     let (req, _, _) = sent(&m.step(Millis(1_001), granted(p)));
-    let out = m.step(
-        Millis(1_002),
-        Event::ProviderFailed {
-            request: req,
-            failure: overflow(),
-        },
-    );
+    let out = m.step(Millis(1_002), failed(req, overflow()));
     let Some(Command::Compact {
         compaction,
         conversation,
@@ -2838,13 +2582,7 @@ fn after_a_fallback_the_request_keeps_its_one_compaction_and_its_start() {
     let (p, _, _, _) = permit(&out);
     let (req, _, _) = sent(&m.step(Millis(1_004), granted(p)));
     // A long rate limit moves the request to the other target: still the same turn.
-    let out = m.step(
-        Millis(1_005),
-        Event::ProviderFailed {
-            request: req,
-            failure: rate_limited_for(90_000),
-        },
-    );
+    let out = m.step(Millis(1_005), failed(req, rate_limited_for(90_000)));
     assert!(
         out.iter()
             .any(|c| matches!(c, Command::NotifyFallback { .. })),
@@ -2854,13 +2592,7 @@ fn after_a_fallback_the_request_keeps_its_one_compaction_and_its_start() {
     let (p, _, _, _) = permit(&out);
     let (req, _, _) = sent(&m.step(Millis(1_006), granted(p)));
     // It was compacted once already: an overflow now fails rather than compacting again.
-    let out = m.step(
-        Millis(1_007),
-        Event::ProviderFailed {
-            request: req,
-            failure: overflow(),
-        },
-    );
+    let out = m.step(Millis(1_007), failed(req, overflow()));
     assert!(matches!(
         fail_error(&out),
         RunError::Provider {
@@ -3036,13 +2768,7 @@ fn the_small_helpers_say_what_their_names_say() {
 fn only_finish_and_fail_end_a_run_and_a_fallback_says_where_it_goes() {
     let mut m = AgentMachine::new(fallback_config(), 1);
     let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
-    let out = m.step(
-        Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: rate_limited_for(90_000),
-        },
-    );
+    let out = m.step(Millis(1), failed(req, rate_limited_for(90_000)));
     assert!(out.iter().all(|c| !c.is_terminal()), "{out:#?}");
     let info = out
         .iter()
@@ -3156,10 +2882,7 @@ fn a_cancel_the_host_reports_is_the_runs_cancel_and_only_a_providers_failure_is_
     let (req, _, _) = sent(&m.step(Millis(0), user("hi")));
     let error = fail_error(&m.step(
         Millis(1),
-        Event::ProviderFailed {
-            request: req,
-            failure: failure(FailureKind::BadRequest, 400),
-        },
+        failed(req, failure(FailureKind::BadRequest, 400)),
     ));
     assert_eq!(
         error.provider_failure().map(|f| (f.kind, f.status)),
