@@ -39,9 +39,12 @@ use std::collections::{BTreeMap, VecDeque};
 ///   funds retries during a long total outage: keep it small.
 ///
 /// Whatever the tokens, the budget paces charged retries: in any one second it grants no
-/// more permits than the fleet asked for in its busiest second of the last ten (or than
-/// `capacity`, for a small fleet), so a queue of retries drains at the pace it was asked
-/// for and never leaves as one burst.
+/// more permits than the fleet asked for in its busiest second of the last ten, or than the
+/// provider served in its busiest second of the last ten seconds in which it served anything
+/// (or than `capacity`, for a small fleet). So a queue of retries never leaves as one burst,
+/// and after an outage of any length it drains at least at the rate the provider was serving
+/// before it: the seconds of an outage, in which nothing succeeds, do not push the rate it
+/// served out of memory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 #[non_exhaustive]
@@ -283,15 +286,25 @@ pub struct RetryBudget {
 
 /// How fast the budget lets requests go: a charged retry is granted only while the permits
 /// granted in the last second (first attempts and retries alike) are fewer than the most
-/// permits asked for in one second of the last ten (or than the bucket holds, for a small
-/// fleet). First attempts and hinted retries are never held back by it. A queue of retries
-/// that formed while tokens were short therefore drains at the pace the fleet asked for
-/// requests, never in one burst, and a fleet recovering from an outage sends no more per
-/// second than it would without a budget.
+/// permits asked for in one second of the last ten, or than the most successes in one of
+/// the last ten seconds that had any (or than the bucket holds, for a small fleet). First
+/// attempts and hinted retries are never held back by it. A queue of retries that formed
+/// while tokens were short therefore drains at the pace the fleet asked for requests or the
+/// provider last served them, never in one burst, and a fleet recovering from an outage
+/// sends no more per second than it would without a budget.
+///
+/// The successes are remembered by the seconds that had one, not by the clock: an outage
+/// longer than ten seconds, in which the fleet's waiting retries ask little and nothing
+/// succeeds, would otherwise leave the pace at the bucket's capacity when the provider
+/// recovers, and a large queue would drain too slowly for its waiters' deadlines.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 struct Pace {
     /// Permits asked for in each of the last seconds: (second, count), oldest first.
     per_second: VecDeque<(u64, u64)>,
+    /// Successes in each of the last seconds that had one: (second, count), oldest first,
+    /// at most [`MEMORY_S`](Self::MEMORY_S) of them.
+    #[serde(default)]
+    served: VecDeque<(u64, u64)>,
     /// When each permit of the last second was asked for, oldest first.
     asked: VecDeque<Millis>,
     /// When each permit of the last second was granted, oldest first.
@@ -319,8 +332,22 @@ impl Pace {
         self.granted.push_back(now);
     }
 
+    /// A request succeeded at `now`.
+    fn serve(&mut self, now: Millis) {
+        let second = now.0 / 1_000;
+        match self.served.back_mut() {
+            Some((s, count)) if *s == second => *count += 1,
+            _ => {
+                self.served.push_back((second, 1));
+                if self.served.len() as u64 > Self::MEMORY_S {
+                    self.served.pop_front();
+                }
+            }
+        }
+    }
+
     /// Whether one more grant at `now` keeps the last second's grants within the busiest
-    /// second of asks (or within `floor`).
+    /// second of asks or of successes (or within `floor`).
     fn may_grant(&mut self, now: Millis, floor: u64) -> bool {
         for times in [&mut self.asked, &mut self.granted] {
             while times
@@ -345,7 +372,13 @@ impl Pace {
             .max()
             .unwrap_or(0)
             .max(self.asked.len() as u64);
-        (self.granted.len() as u64) < busiest.max(floor)
+        let served = self
+            .served
+            .iter()
+            .map(|(_, count)| *count)
+            .max()
+            .unwrap_or(0);
+        (self.granted.len() as u64) < busiest.max(served).max(floor)
     }
 
     /// When the oldest grant of the window leaves it.
@@ -481,7 +514,10 @@ impl RetryBudget {
     pub fn record(&mut self, now: Millis, note: BudgetNote) {
         self.advance(now);
         match note {
-            BudgetNote::Succeeded { .. } => self.deposit(self.deposit_success),
+            BudgetNote::Succeeded { .. } => {
+                self.pace.serve(self.now);
+                self.deposit(self.deposit_success);
+            }
             BudgetNote::RetryAnswered { .. } => self.deposit(self.deposit_answered_retry),
             BudgetNote::RateLimited { target, until } => {
                 if until > self.now {
@@ -571,7 +607,7 @@ impl RetryBudget {
     }
 
     /// Whether one more charged permit may be granted now without granting more in the
-    /// last second than were asked for in it (or than the bucket holds, for a small fleet).
+    /// last second than the pace allows (see [`Pace`]).
     fn may_grant(&mut self) -> bool {
         self.pace.may_grant(self.now, self.capacity / ONE)
     }
@@ -1185,15 +1221,16 @@ mod tests {
                 None
             );
         }
-        b.record(Millis(4_500), BudgetNote::Succeeded { target: 0 });
+        // One success in each of two seconds: the provider served one a second too.
+        b.record(Millis(3_900), BudgetNote::Succeeded { target: 0 });
         assert_eq!(drain(&mut b), [(Ticket(0), PermitDecision::Granted)]);
         // A token, but no room in this second.
-        b.record(Millis(4_600), BudgetNote::Succeeded { target: 0 });
+        b.record(Millis(4_500), BudgetNote::Succeeded { target: 0 });
         assert_eq!(drain(&mut b), []);
-        assert_eq!(b.next_wakeup(), Some(Millis(5_500)));
-        b.tick(Millis(5_499));
+        assert_eq!(b.next_wakeup(), Some(Millis(4_900)));
+        b.tick(Millis(4_899));
         assert_eq!(drain(&mut b), []);
-        b.tick(Millis(5_500));
+        b.tick(Millis(4_900));
         assert_eq!(drain(&mut b), [(Ticket(1), PermitDecision::Granted)]);
     }
 

@@ -1,7 +1,7 @@
 //! The outage experiment: rebound against today's retry policies on the same seeded outages.
 //!
 //! ```text
-//! cargo run --release -p rebound-sim --features charts --example outages [-- --seed N --agents N --sweep --charts DIR]
+//! cargo run --release -p rebound-sim --features charts --example outages [-- --seed N --agents N --sweep --lengths --charts DIR]
 //! ```
 //!
 //! Prints a Markdown table (the one in `docs/outages.md`) and whether the bar is met, with
@@ -9,11 +9,14 @@
 //! SVG charts of [`rebound_sim::charts::write_experiment_charts`] into `DIR` (those in
 //! `docs/charts/` are `--charts docs/charts`). `--sweep` instead prints one
 //! line per candidate configuration of rebound (attempt cap, budget parameters), the search
-//! behind [`MachineConfig::resilient`] and [`BudgetConfig::default`].
+//! behind [`MachineConfig::resilient`] and [`BudgetConfig::default`]. `--lengths` instead
+//! prints the outage-length sweep ([`run_length_sweep`]: a fleet busy in its tool loops
+//! through total outages of 1 to 60 s), exit status 1 when a run alive at a recovery failed.
 
 use rebound_core::{BudgetConfig, BudgetUse, MachineConfig};
 use rebound_sim::compare::{
-    run_experiment, run_experiment_with_timelines, ExperimentConfig, Policy, Report,
+    run_experiment, run_experiment_with_timelines, run_length_sweep, ExperimentConfig,
+    LengthSweepConfig, Policy, Report, Sharing,
 };
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,11 +24,16 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let mut config = ExperimentConfig::default();
     let mut sweep = false;
+    let mut lengths = false;
     let mut charts: Option<PathBuf> = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         if arg == "--sweep" {
             sweep = true;
+            continue;
+        }
+        if arg == "--lengths" {
+            lengths = true;
             continue;
         }
         if arg == "--charts" {
@@ -39,13 +47,18 @@ fn main() -> ExitCode {
             ("--seed", Some(v)) => config.seed = v,
             ("--agents", Some(v)) => config.agents = usize::try_from(v).unwrap_or(usize::MAX),
             _ => {
-                eprintln!("usage: outages [--seed N] [--agents N] [--sweep] [--charts DIR]");
+                eprintln!(
+                    "usage: outages [--seed N] [--agents N] [--sweep] [--lengths] [--charts DIR]"
+                );
                 return ExitCode::from(2);
             }
         }
     }
     if sweep {
         return run_sweep(config);
+    }
+    if lengths {
+        return run_lengths(config.seed);
     }
     match run_experiment_with_timelines(&config) {
         Ok((report, timelines)) => {
@@ -65,6 +78,28 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("the simulator failed (a bug): {e}");
+            ExitCode::from(3)
+        }
+    }
+}
+
+fn run_lengths(seed: u64) -> ExitCode {
+    match run_length_sweep(&LengthSweepConfig::default().with_seed(seed)) {
+        Ok(sweep) => {
+            print!("{sweep}");
+            let lost = sweep
+                .rows
+                .iter()
+                .filter(|r| r.sharing != Sharing::NoBudget)
+                .any(|r| r.lost_after_recovery > 0);
+            if lost {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
             }
         }
         Err(e) => {

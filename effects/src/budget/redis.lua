@@ -62,6 +62,8 @@
 --  10 paced     sorted set: request -> when its permit was asked for (the last second's)
 --  11 sent      sorted set: request -> when its permit was granted (the last second's)
 --  12 seconds   hash: second -> permits asked for in it (the last ten seconds')
+--  13 served    hash: second -> requests that succeeded in it (the last ten seconds that
+--               had one)
 --   9 mine      sorted set, every score 0, read by range of member: OWNER q COUNTER for
 --               each waiting request, OWNER a COUNTER for each answer from the queue its
 --               process has not yet acknowledged (a process's inbox)
@@ -89,7 +91,7 @@
 
 local STATE, RL, QUEUE, DEADLINES, WAITERS, DECIDED, ANSWERED, OWNERS, MINE =
     KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local PACED, SENT, SECONDS = KEYS[10], KEYS[11], KEYS[12]
+local PACED, SENT, SECONDS, SERVED = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local ONE = 1000
 
 local function int(value)
@@ -243,9 +245,12 @@ local function can_ever_pay()
 end
 
 -- The pace (core's `Pace`): a charged permit is granted only while the permits granted in
--- the last second are fewer than the most asked for in one second of the last ten (or than
--- the bucket holds). `paced` and `sent` keep the last second's asks and grants by request,
--- `seconds` the count of asks in each of the last ten seconds.
+-- the last second are fewer than the most asked for in one second of the last ten, or than
+-- the most successes in one of the last ten seconds that had any (or than the bucket
+-- holds). `paced` and `sent` keep the last second's asks and grants by request, `seconds`
+-- the count of asks in each of the last ten seconds, `served` the count of successes in
+-- each of the last ten seconds that had one (an outage, in which nothing succeeds, does not
+-- push them out).
 local PACE_WINDOW_MS, PACE_MEMORY_S = 1000, 10
 
 local function pace_ask(request)
@@ -257,6 +262,26 @@ end
 local function pace_grant(request)
     redis.call('ZADD', SENT, now, request)
     written[SENT] = true
+end
+
+local function pace_serve()
+    local second = math.floor(now / 1000)
+    written[SERVED] = true
+    if redis.call('HINCRBY', SERVED, second, 1) ~= 1 then
+        return
+    end
+    -- A new second (the clock never goes back, so the newest): keep the ten newest.
+    local seconds = redis.call('HKEYS', SERVED)
+    if #seconds > PACE_MEMORY_S then
+        local oldest, field
+        for _, s in ipairs(seconds) do
+            local n = tonumber(s)
+            if not n or not oldest or n < oldest then
+                oldest, field = n, s
+            end
+        end
+        redis.call('HDEL', SERVED, field)
+    end
 end
 
 local function may_grant()
@@ -271,6 +296,9 @@ local function may_grant()
         else
             busiest = math.max(busiest, int(counts[i + 1]))
         end
+    end
+    for _, count in ipairs(redis.call('HVALS', SERVED)) do
+        busiest = math.max(busiest, int(count))
     end
     return redis.call('ZCARD', SENT) < math.max(busiest, math.floor(capacity / ONE))
 end
@@ -561,6 +589,7 @@ elseif op == 'cancel' then
     reply = { 'ok' }
 elseif op == 'success' then
     advance(clock)
+    pace_serve()
     deposit(deposit_success)
     settle()
     reply = { 'ok' }

@@ -513,7 +513,7 @@ struct Inner {
     url: RedisUrl,
     client: redis::Client,
     script: redis::Script,
-    keys: [String; 12],
+    keys: [String; 13],
     /// capacity, initial, deposit per request, per success, refill per second, per answered
     /// retry: milli-tokens.
     config: [u64; 6],
@@ -684,6 +684,7 @@ impl RedisBudget {
             "paced",
             "sent",
             "seconds",
+            "served",
         ]
         .map(|part| format!("rebound:budget:{{{name}}}:{part}"));
         Ok(RedisBudget {

@@ -31,10 +31,12 @@
 
 mod budgets;
 mod fleet;
+mod lengths;
 pub mod peers;
 mod report;
 mod timeline;
 
+pub use lengths::{run_length_sweep, LengthRow, LengthSweep, LengthSweepConfig, Sharing};
 pub use peers::Peer;
 pub use report::{Miss, RecoveryLimits, Report, Row, Verdict};
 pub use timeline::{run_experiment_with_timelines, Timeline};
