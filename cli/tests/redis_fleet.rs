@@ -581,3 +581,105 @@ async fn a_run_naming_a_budget_kept_with_other_settings_stops_at_start_naming_bo
     assert_eq!(provider.requests().len(), 1, "only the first run's request");
     provider.shutdown().await;
 }
+
+/// Twenty tool rounds, then a final answer; every answer takes 300 ms (played on the wire);
+/// every request from 3 s to 15 s of the server's life gets 503.
+const BUSY_THROUGH_A_TWELVE_SECOND_OUTAGE: &str = r#"{
+    "timing": {"answer_ms": 300, "error_ms": 50},
+    "turns": [
+        {"answer": {"tool_calls": [{"name": "read", "input": {"path": "a"}}]}},
+        {"answer": {"tool_calls": [{"name": "read", "input": {"path": "b"}}]}},
+        {"answer": {"tool_calls": [{"name": "read", "input": {"path": "c"}}]}},
+        {"answer": {"tool_calls": [{"name": "read", "input": {"path": "d"}}]}},
+        {"answer": {"tool_calls": [{"name": "read", "input": {"path": "e"}}]}},
+        {"answer": {"tool_calls": [{"name": "read", "input": {"path": "f"}}]}},
+        {"answer": {"tool_calls": [{"name": "read", "input": {"path": "g"}}]}},
+        {"answer": {"tool_calls": [{"name": "read", "input": {"path": "h"}}]}},
+        {"answer": {"tool_calls": [{"name": "read", "input": {"path": "i"}}]}},
+        {"answer": {"tool_calls": [{"name": "read", "input": {"path": "j"}}]}},
+        {"answer": {"tool_calls": [{"name": "read", "input": {"path": "k"}}]}},
+        {"answer": {"tool_calls": [{"name": "read", "input": {"path": "l"}}]}},
+        {"answer": {"tool_calls": [{"name": "read", "input": {"path": "m"}}]}},
+        {"answer": {"tool_calls": [{"name": "read", "input": {"path": "n"}}]}},
+        {"answer": {"tool_calls": [{"name": "read", "input": {"path": "o"}}]}},
+        {"answer": {"tool_calls": [{"name": "read", "input": {"path": "p"}}]}},
+        {"answer": {"tool_calls": [{"name": "read", "input": {"path": "q"}}]}},
+        {"answer": {"tool_calls": [{"name": "read", "input": {"path": "r"}}]}},
+        {"answer": {"tool_calls": [{"name": "read", "input": {"path": "s"}}]}},
+        {"answer": {"tool_calls": [{"name": "read", "input": {"path": "t"}}]}},
+        {"answer": {"text": "Done."}}
+    ],
+    "random": {"outages": [
+        {"from_ms": 3000, "until_ms": 15000, "fault": {"type": "http", "status": 503}}]}}"#;
+
+/// A fleet busy in its tool loops when an outage longer than the budget's ten seconds of
+/// memory hits all of it: at the recovery every process has a retry waiting in Redis with
+/// about 3.5 s of its 15 s wait left, and the queue must drain at the rate the provider
+/// served before the outage (here about 80 requests a second), not at the bucket's 10 a
+/// second, or runs fail with the provider healthy. One long case on purpose: the property
+/// depends on the outage outlasting ten seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_stuck_in_a_twelve_second_outage_finishes_every_run_once_the_provider_recovers() {
+    const PROCESSES: usize = 30;
+    let Some(redis) = RedisServer::start("a_fleet_stuck_in_a_twelve_second_outage") else {
+        return;
+    };
+    let _fleet = ONE_FLEET_AT_A_TIME.lock().await;
+    let budget = redis.budget_url("long-outage");
+    // A server per process, so that each walks its own script; all started together, so
+    // their outage windows agree.
+    let scenario = Scenario::from_json(BUSY_THROUGH_A_TWELVE_SECOND_OUTAGE).expect("a scenario");
+    let mut servers = Vec::with_capacity(PROCESSES);
+    for _ in 0..PROCESSES {
+        let mut config = FakeServerConfig::new(scenario.clone(), 1);
+        config.play_latency = true;
+        servers.push(FakeServer::start(config).await.expect("fake server starts"));
+    }
+    // The budget's defaults (10 tokens, 15 s of wait) and `MachineConfig::resilient`'s
+    // twelve attempts, so that what ends a run in the outage is the budget, not the attempt
+    // cap; calls generous, as above: a fallback to a budget per process would hide what
+    // this test is about.
+    let args = [
+        "--budget",
+        &budget,
+        "--budget-timeout-ms",
+        "1000",
+        "--max-attempts",
+        "12",
+    ];
+    let children: Vec<Child> = servers
+        .iter()
+        .map(|s| agent(s, &args).spawn().expect("rebound runs"))
+        .collect();
+    let outputs = finish(children).await;
+    assert!(
+        outputs.iter().all(|o| !has_event(o, "budget_fallback")),
+        "Redis answered throughout:\n{}",
+        stderr(&outputs)
+    );
+    let failed: Vec<usize> = outputs
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.status.code() != Some(0))
+        .map(|(i, _)| i)
+        .collect();
+    let told: Vec<String> = failed
+        .iter()
+        .map(|&i| String::from_utf8_lossy(&outputs[i].stdout).into_owned())
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "runs {failed:?} of {PROCESSES} failed after the provider recovered: {:?}\n{}\n{}",
+        codes(&outputs),
+        stderr(&outputs),
+        told.join("\n")
+    );
+    // Each run met the outage: the fleet was busy through it.
+    assert!(
+        servers.iter().all(|s| faults(s) > 0),
+        "every process met the outage"
+    );
+    for server in servers {
+        server.shutdown().await;
+    }
+}
