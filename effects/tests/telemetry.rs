@@ -1,13 +1,20 @@
 //! The runner's spans and events, as a `tracing` subscriber sees them: the runner against
 //! the fake provider on loopback, with retries (backoff and a server hint), tool calls (one
 //! failing), the retry budget, a fallback, and a run that fails; content only when asked.
+//! And their times, as an OpenTelemetry exporter gets them through `tracing-opentelemetry`:
+//! every span within its parent.
 
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+use rebound_core::wire::StreamDelta;
 use rebound_core::{
     BudgetConfig, BudgetUse, MachineConfig, ProviderKind, RetryConfig, TargetSpec, ToolOutput,
     ToolSpec,
 };
 use rebound_effects::budget::SharedBudget;
 use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider};
+use rebound_effects::receiver::{Receiver, ReceiverError};
 use rebound_effects::runner::{RunInput, Runner};
 use rebound_effects::telemetry::{names, Telemetry};
 use rebound_effects::tools::{FnTool, ToolError, ToolSet};
@@ -15,6 +22,7 @@ use rebound_sim::fake::{FakeServer, FakeServerConfig};
 use rebound_sim::Scenario;
 use serde_json::{json, Map, Value};
 use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Subscriber};
@@ -507,4 +515,193 @@ async fn an_overflow_ends_its_chat_span_and_the_compaction_is_an_event_with_its_
     assert_eq!(errors[0], "context_overflow");
     assert_eq!(errors[1], &Value::Null);
     assert_eq!(errors[2], &Value::Null);
+}
+
+/// An OpenTelemetry exporter that keeps what it is given.
+#[derive(Debug, Clone, Default)]
+struct Exported(Arc<Mutex<Vec<SpanData>>>);
+
+impl SpanExporter for Exported {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        self.0.lock().unwrap().extend(batch);
+        Ok(())
+    }
+}
+
+/// When each streamed piece reached the receiver (wall time, as OpenTelemetry dates spans).
+#[derive(Clone, Default)]
+struct PieceTimes(Arc<Mutex<Vec<SystemTime>>>);
+
+impl Receiver for PieceTimes {
+    fn delta(&mut self, _: &StreamDelta<&str>) -> Result<(), ReceiverError> {
+        self.0.lock().unwrap().push(SystemTime::now());
+        Ok(())
+    }
+}
+
+/// Every exported span but the run's has its parent among `spans` and lies within it in
+/// time.
+fn assert_each_span_within_its_parent(spans: &[SpanData]) {
+    // Times from the first start, as a tracing UI shows them.
+    let t0 = spans.iter().map(|s| s.start_time).min();
+    let ms = |t: SystemTime| {
+        t.duration_since(t0.unwrap_or(t))
+            .unwrap_or_default()
+            .as_secs_f64()
+            * 1e3
+    };
+    for span in spans {
+        if span.parent_span_id == opentelemetry::trace::SpanId::INVALID {
+            continue;
+        }
+        let parent = spans
+            .iter()
+            .find(|p| p.span_context.span_id() == span.parent_span_id)
+            .unwrap_or_else(|| panic!("`{}` has no exported parent", span.name));
+        assert!(
+            span.start_time >= parent.start_time && span.end_time <= parent.end_time,
+            "`{}` ({:.2} -> {:.2} ms) is not within its parent `{}` ({:.2} -> {:.2} ms)",
+            span.name,
+            ms(span.start_time),
+            ms(span.end_time),
+            parent.name,
+            ms(parent.start_time),
+            ms(parent.end_time),
+        );
+    }
+}
+
+/// A retried attempt, a tool call, then an answer streamed one event every 10 ms.
+const RETRY_TOOL_THEN_A_PACED_ANSWER: &str = r#"{"turns": [
+    {"faults": [{"type": "http", "status": 529}],
+     "answer": {"text": "Looking.", "tool_calls": [
+        {"id": "toolu_read", "name": "read", "input": {"path": "src/main.rs"}}]}},
+    {"faults": [{"type": "slow_drip", "interval_ms": 10}],
+     "answer": {"text": "Done: the parser reads every input now, and its tests pass."}}
+]}"#;
+
+/// A subscriber that exports the runner's spans as the README installs the export, to
+/// `exported`; flush `provider` before reading them.
+fn otel_subscriber(exported: &Exported) -> (impl Subscriber + Send + Sync, SdkTracerProvider) {
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exported.clone())
+        .build();
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("telemetry-test"))
+        .with_tracked_inactivity(false)
+        .with_filter(tracing_subscriber::filter::filter_fn(|m| {
+            m.target() == names::TRACING_TARGET
+        }));
+    (tracing_subscriber::registry().with(layer), provider)
+}
+
+fn sorted_names(spans: &[SpanData]) -> Vec<&str> {
+    let mut names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
+    names.sort_unstable();
+    names
+}
+
+#[tokio::test]
+async fn exported_spans_each_lie_within_their_parent_and_the_run_covers_every_turn() {
+    let s = server(RETRY_TOOL_THEN_A_PACED_ANSWER).await;
+    let exported = Exported::default();
+    let (subscriber, provider) = otel_subscriber(&exported);
+    let pieces = PieceTimes::default();
+    let mut runner = Runner::new(config(&["claude-test"]), vec![http(&s, "claude-test")])
+        .seed(7)
+        .tools(tools())
+        .receiver(pieces.clone());
+    let result = {
+        let _default = tracing::subscriber::set_default(subscriber);
+        runner.run(RunInput::text("Fix the parser.")).await
+    };
+    s.shutdown().await;
+    assert!(result.is_ok(), "{result:?}");
+    provider.force_flush().expect("flushed");
+    let spans = exported.0.lock().unwrap().clone();
+
+    assert_eq!(
+        sorted_names(&spans),
+        [
+            "attempt",
+            "attempt",
+            "attempt",
+            "chat claude-test",
+            "chat claude-test",
+            "execute_tool read",
+            "invoke_agent",
+        ]
+    );
+    assert_each_span_within_its_parent(&spans);
+    let agent = spans.iter().find(|s| s.name == "invoke_agent").unwrap();
+    let last_chat = spans
+        .iter()
+        .filter(|s| s.name == "chat claude-test")
+        .max_by_key(|s| s.start_time)
+        .unwrap();
+    assert_eq!(last_chat.parent_span_id, agent.span_context.span_id());
+    // The answer's attempt lasts as long as its stream: past its last piece, not only its
+    // first.
+    let answer = spans
+        .iter()
+        .find(|s| s.name == "attempt" && s.parent_span_id == last_chat.span_context.span_id())
+        .unwrap();
+    let last_piece = *pieces.0.lock().unwrap().last().expect("streamed pieces");
+    assert!(
+        answer.end_time >= last_piece,
+        "the attempt ended {:?} before its last streamed piece",
+        last_piece
+            .duration_since(answer.end_time)
+            .unwrap_or_default()
+    );
+}
+
+#[tokio::test]
+async fn a_run_whose_future_is_dropped_mid_turn_still_covers_what_it_did() {
+    // A tool call, then a 529 whose server hint (a minute) the run is waiting out when its
+    // future is dropped.
+    let s = server(
+        r#"{"turns": [
+        {"answer": {"text": "Looking.", "tool_calls": [
+            {"id": "toolu_read", "name": "read", "input": {"path": "src/main.rs"}}]}},
+        {"faults": [{"type": "http", "status": 529, "headers": {"retry-after-ms": "60000"}}],
+         "answer": {"text": "Done."}}
+    ]}"#,
+    )
+    .await;
+    let exported = Exported::default();
+    let (subscriber, provider) = otel_subscriber(&exported);
+    let mut runner = Runner::new(config(&["claude-test"]), vec![http(&s, "claude-test")])
+        .seed(7)
+        .tools(tools());
+    {
+        let _default = tracing::subscriber::set_default(subscriber);
+        let run = runner.run(RunInput::text("Fix the parser."));
+        let waiting = async {
+            while s.requests().len() < 2 {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            // The 529 is read and the retry's wait begun.
+            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        };
+        tokio::select! {
+            result = run => panic!("the run waits a minute, yet ended: {result:?}"),
+            () = waiting => {}
+        }
+    }
+    s.shutdown().await;
+    provider.force_flush().expect("flushed");
+    let spans = exported.0.lock().unwrap().clone();
+    assert_eq!(
+        sorted_names(&spans),
+        [
+            "attempt",
+            "attempt",
+            "chat claude-test",
+            "chat claude-test",
+            "execute_tool read",
+            "invoke_agent",
+        ]
+    );
+    assert_each_span_within_its_parent(&spans);
 }

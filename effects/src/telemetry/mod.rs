@@ -21,6 +21,15 @@
 //! batch and a compactor run inside the run's span, a provider's request inside its attempt's
 //! span until the first streamed piece, so the spans they make themselves nest there.
 //!
+//! Every span lies within its parent in time: `invoke_agent` covers the whole run (every
+//! model call, attempt and tool call, and the run's own end, when
+//! [`Runner::run`](crate::runner::Runner::run) returns or its future is dropped), `chat`
+//! its attempts and the waits between them, an `attempt` its whole answer, streamed to the
+//! end. The runner ends each of its spans by entering it once more, children before their
+//! parent: an exporter that dates a span's end by its last exit rather than its close
+//! (`tracing-opentelemetry` does) would otherwise end the run's span with its last tool
+//! batch, and an attempt with its first streamed piece.
+//!
 //! Every span's OpenTelemetry name, kind and status are set through the fields
 //! `tracing-opentelemetry` reads (`otel.name`, `otel.kind`, `otel.status_code`,
 //! `otel.status_description`); [`names`] lists every span, attribute, event and metric name.

@@ -134,6 +134,21 @@ fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// Ends `span` now: enters and leaves it once, then lets it go (it closes once no child
+/// holds it). The runner enters its spans for part of their work only (the run's around a
+/// tool batch or a compactor, an attempt's until its first streamed piece), and an exporter
+/// may date a span's end by its last exit rather than by its close (`tracing-opentelemetry`
+/// does, so that a span held past its work ends with it): without this last entry the run's
+/// span would end with its last tool batch, before the turns after it, and an attempt with
+/// its first streamed piece. Every span the runner makes is ended here, children before
+/// their parent, so each lies within its parent whether a subscriber dates a span's end by
+/// its close or by its last exit.
+fn end_span(span: Span) {
+    if !span.is_disabled() {
+        span.in_scope(|| {});
+    }
+}
+
 /// Records `value` into `field` of `span` when there is one.
 fn record_some<V: tracing::Value>(span: &Span, field: &str, value: Option<V>) {
     if let Some(value) = value {
@@ -258,11 +273,18 @@ impl RunTelemetry {
         self.chat.as_ref().map_or(&self.agent, |c| &c.span)
     }
 
+    /// Ends the attempt being sent, if any.
+    fn end_attempt(&mut self) {
+        if let Some(attempt) = self.attempt.take() {
+            end_span(attempt);
+        }
+    }
+
     /// Takes an event the runner is about to hand the machine.
     pub(crate) fn event(&mut self, event: &Event) {
         match event {
             Event::ProviderSucceeded { response, .. } => {
-                self.attempt = None;
+                self.end_attempt();
                 let Some(chat) = self.chat.take() else {
                     return;
                 };
@@ -315,10 +337,12 @@ impl RunTelemetry {
                     );
                     m.tokens(provider, request_model, response_model, input, output);
                 }
+                end_span(chat.span);
             }
             Event::ProviderFailed { failure, .. } => {
                 if let Some(attempt) = self.attempt.take() {
                     record_failure(&attempt, failure);
+                    end_span(attempt);
                 }
                 if let Some(chat) = &mut self.chat {
                     chat.failure = Some(failure.kind.name());
@@ -338,6 +362,9 @@ impl RunTelemetry {
                     }
                     if let Some(m) = &self.metrics {
                         m.tool_call(&tool, failure.map(tool_error_type));
+                    }
+                    if let Some(span) = span {
+                        end_span(span);
                     }
                 }
             }
@@ -581,7 +608,7 @@ impl RunTelemetry {
 
     /// Ends the open `chat` span, as failed if its last attempt failed (or with `error`).
     fn end_chat(&mut self, error: Option<&'static str>) {
-        self.attempt = None;
+        self.end_attempt();
         let Some(chat) = self.chat.take() else {
             return;
         };
@@ -597,6 +624,7 @@ impl RunTelemetry {
             let (provider, model) = self.target(chat.target);
             m.chat_finished(provider, model, None, error, chat.started.elapsed());
         }
+        end_span(chat.span);
     }
 
     /// Ends the run's spans: `result` is how it ended.
@@ -614,12 +642,15 @@ impl RunTelemetry {
                 attempt.record(n::ERROR_TYPE, error);
                 attempt.record("otel.status_code", "error");
             }
+            end_span(attempt);
         }
         for (_, _, span) in std::mem::take(&mut self.tools) {
-            if let (Some(span), Some(error)) = (span, error) {
+            let Some(span) = span else { continue };
+            if let Some(error) = error {
                 span.record(n::ERROR_TYPE, error);
                 span.record("otel.status_code", "error");
             }
+            end_span(span);
         }
         self.end_chat(error);
         let agent = &self.agent;
@@ -653,6 +684,19 @@ impl Drop for RunTelemetry {
         if self.permit.take().is_some() {
             self.permit_left();
         }
+        // The run ends here, as `Runner::run` returns or its future is dropped: its open
+        // spans end first (none is left after `finish`), then the run's, so that the run's
+        // span covers everything it did.
+        self.end_attempt();
+        if let Some(chat) = self.chat.take() {
+            end_span(chat.span);
+        }
+        for (_, _, span) in std::mem::take(&mut self.tools) {
+            if let Some(span) = span {
+                end_span(span);
+            }
+        }
+        end_span(std::mem::replace(&mut self.agent, Span::none()));
     }
 }
 
