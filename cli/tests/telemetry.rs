@@ -1,7 +1,8 @@
 //! The `rebound` binary exports its telemetry over OTLP when the standard environment asks
 //! for it, to a real receiver on loopback that decodes the official OTLP messages
-//! (protobuf and JSON); and a collector that is down, answers 500 or hangs never fails,
-//! slows or hangs a run, and earns one warning line.
+//! (protobuf and JSON), every span within its parent in time, with either provider; and a
+//! collector that is down, answers 500 or hangs never fails, slows or hangs a run, and earns
+//! one warning line.
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -165,9 +166,43 @@ fn run_cmd_with_delay(
     endpoint: Option<&str>,
     delay_ms: u64,
 ) -> Command {
+    run_cmd_as(Api::Anthropic, server, root, endpoint, delay_ms)
+}
+
+/// The API `rebound run` speaks to the fake provider.
+#[derive(Debug, Clone, Copy)]
+enum Api {
+    Anthropic,
+    OpenAi,
+}
+
+/// `rebound run` against `server` in `api`'s wire format, exporting to `endpoint` (if any),
+/// the first retry after `delay_ms`.
+fn run_cmd_as(
+    api: Api,
+    server: &FakeServer,
+    root: &std::path::Path,
+    endpoint: Option<&str>,
+    delay_ms: u64,
+) -> Command {
+    let (provider, base_url, model, key_var) = match api {
+        Api::Anthropic => (
+            "anthropic",
+            server.base_url(),
+            "claude-test",
+            "ANTHROPIC_API_KEY",
+        ),
+        Api::OpenAi => (
+            "openai",
+            server.openai_base_url(),
+            "gpt-test",
+            "OPENAI_API_KEY",
+        ),
+    };
     let mut cmd = Command::new(BIN);
-    cmd.args(["run", "Fix the parser.", "--base-url", &server.base_url()])
-        .args(["--model", "claude-test", "--no-jitter", "--seed", "5"])
+    cmd.args(["run", "Fix the parser.", "--provider", provider])
+        .args(["--base-url", &base_url])
+        .args(["--model", model, "--no-jitter", "--seed", "5"])
         .args([
             "--initial-delay-ms",
             &delay_ms.to_string(),
@@ -176,7 +211,7 @@ fn run_cmd_with_delay(
         ])
         .arg("--tools-root")
         .arg(root)
-        .env("ANTHROPIC_API_KEY", KEY)
+        .env(key_var, KEY)
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
@@ -255,6 +290,34 @@ fn int(span: &Span, key: &str) -> Option<i64> {
     match attr(&span.attributes, key)? {
         Any::IntValue(i) => Some(*i),
         _ => None,
+    }
+}
+
+/// Every span but the root has its parent among `spans` and lies within it in time, as the
+/// conventions' `invoke_agent` covers the whole invocation.
+fn assert_each_span_within_its_parent(spans: &[Span]) {
+    let t0 = spans
+        .iter()
+        .map(|s| s.start_time_unix_nano)
+        .min()
+        .unwrap_or(0);
+    let ms = |t: u64| t.saturating_sub(t0) as f64 / 1e6;
+    for span in spans.iter().filter(|s| !s.parent_span_id.is_empty()) {
+        let parent = spans
+            .iter()
+            .find(|p| p.span_id == span.parent_span_id)
+            .unwrap_or_else(|| panic!("`{}` has no exported parent", span.name));
+        assert!(
+            span.start_time_unix_nano >= parent.start_time_unix_nano
+                && span.end_time_unix_nano <= parent.end_time_unix_nano,
+            "`{}` ({:.2} -> {:.2} ms) is not within its parent `{}` ({:.2} -> {:.2} ms)",
+            span.name,
+            ms(span.start_time_unix_nano),
+            ms(span.end_time_unix_nano),
+            parent.name,
+            ms(parent.start_time_unix_nano),
+            ms(parent.end_time_unix_nano),
+        );
     }
 }
 
@@ -352,6 +415,8 @@ async fn exported_run_is_a_span_tree_with_its_retries_tools_and_metrics(protocol
         ],
         "{top:#?}"
     );
+    // The run's span covers its retries, its tool calls and the turn after them.
+    assert_each_span_within_its_parent(&spans);
     let chat = top[0];
     assert_eq!(chat.kind, SpanKind::Client as i32);
     assert_eq!(
@@ -525,6 +590,50 @@ async fn a_run_exports_its_spans_and_metrics_over_otlp_json() {
     exported_run_is_a_span_tree_with_its_retries_tools_and_metrics("http/json").await;
 }
 
+/// Over OpenAI's wire format the run's span covers everything too: the 529, the 429 and
+/// their retries, both tool calls and the final turn.
+#[tokio::test]
+async fn an_openai_runs_exported_spans_each_lie_within_their_parent() {
+    let receiver = Receiver::start(Answer::Ok);
+    let server = provider(RETRIES_AND_TOOLS).await;
+    let root = tools_root();
+    let cmd = run_cmd_as(
+        Api::OpenAi,
+        &server,
+        root.path(),
+        Some(&receiver.endpoint()),
+        10,
+    );
+    let (out, _) = output(cmd).await;
+    server.shutdown().await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let spans = exported_spans(&receiver);
+    let roots: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.parent_span_id.is_empty())
+        .collect();
+    assert_eq!(roots.len(), 1, "{spans:#?}");
+    assert_eq!(
+        string(roots[0], "gen_ai.provider.name").as_deref(),
+        Some("openai")
+    );
+    let top = children(&spans, roots[0]);
+    let names: Vec<&str> = top.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "chat gpt-test",
+            "execute_tool read",
+            "execute_tool read",
+            "chat gpt-test"
+        ],
+        "{top:#?}"
+    );
+    assert_eq!(children(&spans, top[0]).len(), 3, "three attempts");
+    assert_each_span_within_its_parent(&spans);
+}
+
 #[tokio::test]
 async fn a_failed_run_exports_its_error_and_no_key() {
     let receiver = Receiver::start(Answer::Ok);
@@ -545,6 +654,7 @@ async fn a_failed_run_exports_its_error_and_no_key() {
         .collect();
     let agent = spans.iter().find(|s| s.parent_span_id.is_empty()).unwrap();
     assert_eq!(string(agent, "error.type").as_deref(), Some("auth_failed"));
+    assert_each_span_within_its_parent(&spans);
     let status = agent.status.as_ref().expect("status");
     assert_eq!(status.code, StatusCode::Error as i32);
     assert!(!status.message.is_empty());
@@ -767,6 +877,7 @@ async fn a_real_runs_exported_spans_draw_as_a_waterfall() {
         .flat_map(|r| &r.scope_spans)
         .flat_map(|s| s.spans.clone())
         .collect();
+    assert_each_span_within_its_parent(&spans);
     let svg = waterfall_svg(&spans);
     assert_eq!(svg.matches("<rect x=").count(), spans.len());
     assert!(svg.contains("chat claude-test"));
@@ -820,6 +931,7 @@ async fn a_run_canceled_by_ctrl_c_still_exports_its_spans() {
         .find(|s| s.parent_span_id.is_empty())
         .expect("the run's span was flushed at the cancel");
     assert_eq!(string(agent, "error.type").as_deref(), Some("canceled"));
+    assert_each_span_within_its_parent(&spans);
     let chat = children(&spans, agent)[0];
     assert_eq!(string(chat, "error.type").as_deref(), Some("canceled"));
     assert_eq!(chat.events.iter().filter(|e| e.name == "retry").count(), 1);
