@@ -1202,6 +1202,64 @@ mod tests {
         assert_eq!(b.waiting(), 0);
     }
 
+    /// A budget whose tokens come only from answered retries (one each) and whose successes
+    /// pay nothing, so that what it grants shows the pace alone: three successes in second
+    /// 0, one in each of seconds 1 to `last_second`, then three retries waiting from 9.5 s.
+    fn served_then_silent(last_second: u64) -> RetryBudget {
+        let mut b = RetryBudget::new(
+            BudgetConfig::default()
+                .with_capacity(1.0)
+                .with_initial(0.0)
+                .with_deposit_per_request(0.0)
+                .with_deposit_per_success(0.0)
+                .with_refill_per_sec(0.0)
+                .with_deposit_per_answered_retry(1.0),
+        );
+        for _ in 0..3 {
+            b.record(Millis(0), BudgetNote::Succeeded { target: 0 });
+        }
+        for second in 1..=last_second {
+            b.record(Millis(second * 1_000), BudgetNote::Succeeded { target: 0 });
+        }
+        for t in 0..3 {
+            assert_eq!(b.request(Millis(9_500), Ticket(t), charged(100_000)), None);
+        }
+        b
+    }
+
+    /// Tokens one at a time from 20 s, a tenth of a second apart: what the pace grants.
+    fn granted_within_a_second(b: &mut RetryBudget) -> usize {
+        (0..3)
+            .map(|k| {
+                b.record(
+                    Millis(20_000 + k * 100),
+                    BudgetNote::RetryAnswered { target: 0 },
+                );
+                drain(b).len()
+            })
+            .sum()
+    }
+
+    #[test]
+    fn the_busiest_second_of_successes_is_remembered_through_any_silence() {
+        // Ten seconds with successes (0 to 9), the busiest with three; then ten silent
+        // seconds: the asks are forgotten, the three served a second are not.
+        let mut b = served_then_silent(9);
+        assert_eq!(granted_within_a_second(&mut b), 3);
+        assert_eq!(b.waiting(), 0);
+    }
+
+    #[test]
+    fn a_second_of_successes_is_forgotten_after_ten_later_seconds_with_successes() {
+        // An eleventh second with a success pushes out second 0 and its three: one grant a
+        // second (the bucket's floor), the next when the first is a second old.
+        let mut b = served_then_silent(10);
+        assert_eq!(granted_within_a_second(&mut b), 1);
+        assert_eq!(b.waiting(), 2);
+        b.tick(Millis(21_000));
+        assert_eq!(drain(&mut b).len(), 1);
+    }
+
     #[test]
     fn a_grant_leaves_the_pace_window_exactly_one_second_later() {
         // One ask a second (the busiest second holds one) and a one-token bucket (a floor of
