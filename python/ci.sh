@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The Python package's CI step (#39): a fresh virtualenv, the abi3 wheel built once from
-# ./python (maturin from PyPI, release profile, into python/target) and installed, then pytest
+# The Python package's CI step: a fresh virtualenv, the abi3 wheel built once from ./python
+# (maturin from PyPI, in the dev profile and the workspace's target directory, so CI builds no
+# second, optimised copy of core and sim; a user's `pip install ./python` builds the release
+# profile that pyproject.toml names) and installed, then pytest
 # on the machine's CPython and on CPython 3.13 (python/debian-cpython.sh): the machine's
 # typed API and its hypothesis properties, the wire helpers, the simulator and replay against
 # traces the Rust CLI records, and the example agents (httpx; the official SDKs) against
@@ -12,8 +14,15 @@ cd "$(dirname "$0")/.."
 
 PYTHON="${PYTHON:-python3}"
 
-# The binding's own Rust (its own Cargo workspace, so the root's fmt and clippy skip it).
-(cd python && cargo fmt --check && cargo clippy --release --quiet -- -D warnings)
+# One target directory for the binding and the workspace: the binding is a Cargo workspace of
+# its own (so the root's fmt and clippy skip it), but what it shares with the root's build
+# (core, sim, serde...) is built once.
+TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$PWD/$TARGET_DIR" ;; esac
+export CARGO_TARGET_DIR="$TARGET_DIR"
+
+# The binding's own Rust.
+(cd python && cargo fmt --check && cargo clippy --quiet -- -D warnings)
 
 VENV="target/rebound-agent-venv"
 
@@ -24,11 +33,12 @@ rm -rf "$VENV"
 SDKS="anthropic==2.14.0 openai==3.57.0"
 # shellcheck disable=SC2086
 timeout 600 "$VENV/bin/pip" install --quiet --disable-pip-version-check pytest hypothesis httpx mypy $SDKS
-# The abi3 wheel, built once (maturin from PyPI, release profile, into python/target) and
-# installed in every interpreter's venv.
+# The abi3 wheel, built once (maturin from PyPI, dev profile, in the shared target directory)
+# and installed in every interpreter's venv.
 WHEELS="target/rebound-agent-wheel"
 rm -rf "$WHEELS"
-timeout 1800 "$VENV/bin/pip" wheel --quiet --disable-pip-version-check --no-deps -w "$WHEELS" ./python
+MATURIN_PEP517_ARGS="--profile dev" timeout 1800 "$VENV/bin/pip" wheel --quiet \
+    --disable-pip-version-check --no-deps -w "$WHEELS" ./python
 WHEEL="$(ls "$WHEELS"/rebound_agent-*-abi3-*.whl)"
 "$VENV/bin/pip" install --quiet --disable-pip-version-check "$WHEEL"
 
@@ -38,9 +48,9 @@ WHEEL="$(ls "$WHEELS"/rebound_agent-*-abi3-*.whl)"
 
 # The CLI the tests run (`rebound serve`, `rebound sim --trace-out`, `rebound run`, `rebound
 # replay`): required, not skipped.
-cargo build --quiet -p rebound-cli
-TARGET_DIR="${CARGO_TARGET_DIR:-target}"
-case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$PWD/$TARGET_DIR" ;; esac
+# The binary of the workspace's test build (in CI, the build the tests already made: a
+# `cargo build -p rebound-cli` would build it again with other features).
+cargo test --workspace --no-run --quiet
 export REBOUND_BIN="$TARGET_DIR/debug/rebound"
 export REBOUND_REQUIRE_CLI=1
 

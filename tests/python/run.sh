@@ -4,7 +4,9 @@
 #
 #   bash tests/python/run.sh
 #
-# Builds the `fake_server` example once, then runs test_fake_server.py with unittest.
+# Uses the `fake_server` example of the workspace's test build (`cargo test --workspace` builds
+# the examples; in CI this is the build the tests already made), then runs test_fake_server.py
+# with unittest.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -19,7 +21,7 @@ if [ ! -x "$VENV/bin/python" ] || ! cmp -s "$REQ" "$VENV/requirements.txt"; then
     cp "$REQ" "$VENV/requirements.txt"
 fi
 
-cargo build --quiet -p rebound-sim --features server --example fake_server
+cargo test --workspace --no-run --quiet
 TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$PWD/$TARGET_DIR" ;; esac
 export REBOUND_FAKE_SERVER="$TARGET_DIR/debug/examples/fake_server"
