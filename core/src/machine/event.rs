@@ -49,7 +49,11 @@ pub enum Event {
         /// The classified failure.
         failure: ProviderFailure,
     },
-    /// A tool batch finished.
+    /// A tool batch finished. A batch stopped part way (the run was canceled while some of
+    /// its calls ran) answers per call: an outcome for each call that finished, a `Canceled`
+    /// host failure for the others (or no outcome at all). The run then fails with the
+    /// cancel, and the calls that finished keep their results in the conversation; the
+    /// others are answered as interrupted. [`Event::Cancel`] instead forgets the whole batch.
     ToolsFinished {
         /// The batch this answers.
         batch: BatchId,

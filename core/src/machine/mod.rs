@@ -25,7 +25,8 @@ use crate::response::{AssistantResponse, InputProblemKind, StopReason, ToolInput
 use crate::retry::RetryDelay;
 use crate::time::Millis;
 use crate::tool::{
-    nests_deeper_than, tool_error_text, BatchOutcome, ToolCall, ToolFailure, MAX_TOOL_INPUT_DEPTH,
+    nests_deeper_than, tool_error_text, BatchOutcome, HostFailure, ToolCall, ToolFailure,
+    MAX_TOOL_INPUT_DEPTH,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -590,13 +591,7 @@ impl AgentMachine {
         match self.conversation.last() {
             Some(m) if m.role == Role::Assistant => m
                 .tool_uses()
-                .map(|(id, name, _)| {
-                    error_result(
-                        id,
-                        name,
-                        "the run was interrupted before this call finished",
-                    )
-                })
+                .map(|(id, name, _)| error_result(id, name, INTERRUPTED))
                 .collect(),
             _ => Vec::new(),
         }
@@ -1300,10 +1295,14 @@ impl AgentMachine {
             }
             BatchOutcome::PerCall(outcomes) => {
                 let calls = CallIndex::new(message);
+                // The first host failure (a cancel, most often) ends the run once every
+                // outcome of the batch is read: the calls that finished keep theirs.
+                let mut stopped: Option<HostFailure> = None;
                 for outcome in outcomes {
                     let answer = match outcome.result {
                         Err(ToolFailure::Host(failure)) => {
-                            return self.fail(RunError::from(failure));
+                            stopped.get_or_insert(failure);
+                            continue;
                         }
                         Err(ToolFailure::Model { message }) => Answer::Failed(message),
                         Ok(output) => Answer::Ran(output.parts),
@@ -1317,6 +1316,9 @@ impl AgentMachine {
                     {
                         *slot = answer;
                     }
+                }
+                if let Some(failure) = stopped {
+                    return self.stop_tools(message, answers, failure);
                 }
             }
         }
@@ -1335,6 +1337,33 @@ impl AgentMachine {
     /// Appends one result per tool use of `message`, in order, from its answer (none is
     /// pending by then), then continues the loop.
     fn answer_tools(&mut self, message: &Message, answers: Vec<Answer>) {
+        self.append_results(message, answers);
+        self.continue_or_stop();
+    }
+
+    /// A batch stopped by a host failure (the run's cancel, most often) ends the run with
+    /// it, keeping what finished: when any call has its answer (it ran, failed for the
+    /// model, or was refused), the results are appended in the calls' order, each call that
+    /// never finished answered as interrupted, so that no later run tells the model that a
+    /// call which finished, and had its effect, did not. When none has, nothing is appended
+    /// (the next run answers them all as interrupted, as after a crash).
+    fn stop_tools(&mut self, message: &Message, answers: Vec<Answer>, failure: HostFailure) {
+        if answers.iter().any(|a| !matches!(a, Answer::Pending)) {
+            let answers = answers
+                .into_iter()
+                .map(|a| match a {
+                    Answer::Pending => Answer::Failed(INTERRUPTED.to_owned()),
+                    answered => answered,
+                })
+                .collect();
+            self.append_results(message, answers);
+        }
+        self.fail(RunError::from(failure));
+    }
+
+    /// Appends one result per tool use of `message`, in order, from its answer (none is
+    /// pending by then).
+    fn append_results(&mut self, message: &Message, answers: Vec<Answer>) {
         let content = message
             .tool_uses()
             .zip(answers)
@@ -1348,7 +1377,6 @@ impl AgentMachine {
             role: Role::User,
             content,
         });
-        self.continue_or_stop();
     }
 
     fn continue_or_stop(&mut self) {
@@ -1358,6 +1386,10 @@ impl AgentMachine {
         }
     }
 }
+
+/// The model's answer for a tool call that never finished: its run ended first (a cancel,
+/// a host failure, a crash).
+const INTERRUPTED: &str = "the run was interrupted before this call finished";
 
 fn error_result(id: &str, name: &str, reason: &str) -> ContentBlock {
     ContentBlock::tool_result(

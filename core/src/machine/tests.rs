@@ -688,6 +688,58 @@ fn max_turns_stops_after_answering_open_tool_calls() {
 }
 
 #[test]
+fn a_batch_stopped_by_a_cancel_keeps_the_results_of_the_calls_that_finished() {
+    let canceled = HostFailure::new(HostFailureKind::Canceled, "canceled during `list`");
+    let oom = HostFailure::new(HostFailureKind::OutOfMemory, "allocation of 8 GiB failed");
+    for (stop, error) in [
+        (canceled.clone(), RunError::Canceled),
+        (oom.clone(), RunError::Host { failure: oom }),
+    ] {
+        let (mut m, out) = answered_with_tools(&[
+            ("a", "read", json!({})),
+            ("b", "list", json!({})),
+            ("c", "read", json!({})),
+        ]);
+        let (batch, _) = run_tools(&out);
+        // `a` finished, `b` was stopped, `c` never started (no outcome at all).
+        let outcome = BatchOutcome::PerCall(vec![
+            CallOutcome::ok("a", ToolOutput::text("a's contents")),
+            CallOutcome::new("b", Err(ToolFailure::Host(stop))),
+        ]);
+        let out = m.step(Millis(2), Event::ToolsFinished { batch, outcome });
+        assert_eq!(out.len(), 2, "{out:#?}");
+        let results = tool_results(&appended(&out)[0]);
+        assert_eq!(results[0], ("a".into(), false, "a's contents".into()));
+        for (result, name) in results[1..].iter().zip(["list", "read"]) {
+            assert!(result.1, "{results:?}");
+            assert!(result.2.contains("interrupted"), "{results:?}");
+            assert!(result.2.contains(name), "{results:?}");
+        }
+        assert_eq!(fail_error(&out), error);
+        assert_eq!(m.conversation().len(), 3);
+        assert_eq!(m.conversation().check_tool_pairing(false), Ok(()));
+        // The next run goes on from the results: nothing is answered twice.
+        let mut next = AgentMachine::with_conversation(config(), 1, m.conversation().clone());
+        let out = next.step(Millis(0), user("go on"));
+        assert!(tool_results(&appended(&out)[0]).is_empty());
+        let (_, _, snap) = sent(&out);
+        assert_eq!(snap.check_tool_pairing(false), Ok(()));
+    }
+    // A refused call has its answer too: it is kept beside the interrupted one.
+    let (mut m, out) = answered_with_tools(&[("a", "read", json!({})), ("b", "nope", json!({}))]);
+    let (batch, _) = run_tools(&out);
+    let outcome = BatchOutcome::PerCall(vec![CallOutcome::new(
+        "a",
+        Err(ToolFailure::Host(canceled)),
+    )]);
+    let out = m.step(Millis(2), Event::ToolsFinished { batch, outcome });
+    let results = tool_results(&appended(&out)[0]);
+    assert!(results[0].2.contains("interrupted"), "{results:?}");
+    assert!(results[1].2.contains("unknown tool"), "{results:?}");
+    assert_eq!(fail_error(&out), RunError::Canceled);
+}
+
+#[test]
 fn resume_answers_interrupted_tool_calls_and_continues() {
     let mut c = Conversation::new();
     c.push(Message::user_text("hi"));
