@@ -33,11 +33,12 @@ use serde::{Deserialize, Serialize};
 pub struct RunTally {
     /// Provider requests sent (every attempt, summaries for compaction included).
     pub requests: u32,
-    /// Retries announced with a delay or after a provider failure: every
-    /// [`Command::NotifyRetry`] except the one before a compaction's retry (that one is
-    /// counted in [`compactions`](Self::compactions)).
+    /// Retries sent: requests announced by a [`Command::NotifyRetry`] (except the one
+    /// before a compaction's retry, counted in [`compactions`](Self::compactions)), counted
+    /// when the request is sent. A retry announced and never sent (the run was canceled or
+    /// failed during its backoff) is not one.
     pub retries: u32,
-    /// The delays of those retries, summed, in ms.
+    /// The announced delays of those retries, summed, in ms.
     pub retry_wait_ms: u64,
     /// Tool calls in appended assistant messages.
     pub tool_calls: u32,
@@ -66,6 +67,9 @@ pub struct RunTally {
     /// The request awaiting its answer, to attribute its usage.
     #[serde(skip)]
     pending: Option<PendingRequest>,
+    /// The delay of the retry announced and not sent yet.
+    #[serde(skip)]
+    announced: Option<u64>,
     /// When the first event was handled.
     #[serde(skip)]
     started: Option<Millis>,
@@ -125,6 +129,10 @@ impl RunTally {
                 ..
             } => {
                 self.requests = self.requests.saturating_add(1);
+                if let Some(delay_ms) = self.announced.take() {
+                    self.retries = self.retries.saturating_add(1);
+                    self.retry_wait_ms = self.retry_wait_ms.saturating_add(delay_ms);
+                }
                 self.pending = Some(PendingRequest {
                     request: *request,
                     target: *target,
@@ -133,10 +141,14 @@ impl RunTally {
                 });
             }
             Command::NotifyRetry { info } if !info.is_compaction() => {
-                self.retries = self.retries.saturating_add(1);
-                self.retry_wait_ms = self.retry_wait_ms.saturating_add(info.delay_ms);
+                self.announced = Some(info.delay_ms);
             }
-            Command::NotifyFallback { .. } => self.fallbacks = self.fallbacks.saturating_add(1),
+            Command::NotifyFallback { .. } => {
+                // The request goes to the next target as its first attempt there: whatever
+                // retry was announced before was not sent.
+                self.announced = None;
+                self.fallbacks = self.fallbacks.saturating_add(1);
+            }
             Command::ReplaceConversation { .. } => {
                 self.compactions = self.compactions.saturating_add(1);
             }
@@ -228,11 +240,119 @@ mod tests {
     #[test]
     fn a_compactions_retry_is_not_counted_as_a_retry() {
         let mut tally = RunTally::default();
+        tally.command(&send(1, 1));
         tally.command(&retry(FailureKind::Unavailable, 500));
+        tally.command(&send(2, 2));
         tally.command(&retry(FailureKind::ContextOverflow, 0));
+        tally.command(&send(3, 2));
         tally.command(&retry(FailureKind::RateLimited, 0));
+        tally.command(&send(4, 3));
         assert_eq!(tally.retries, 2);
         assert_eq!(tally.retry_wait_ms, 500);
+    }
+
+    /// The event that answers a step's commands.
+    type Answer = dyn Fn(&[Command]) -> Event;
+
+    /// Drives a machine through `events` (its first request answered by the first one, and
+    /// so on), counting everything.
+    fn tally_of(config: crate::MachineConfig, events: &[&Answer]) -> RunTally {
+        let mut machine = crate::AgentMachine::new(config, 1);
+        let mut tally = RunTally::default();
+        let mut event = Event::user_text("hi");
+        for (i, next) in events.iter().enumerate() {
+            let now = Millis(u64::try_from(i).unwrap() * 100);
+            tally.event(now, &event);
+            let commands = machine.step(now, event);
+            for command in &commands {
+                tally.command(command);
+            }
+            event = next(&commands);
+        }
+        tally.event(Millis(10_000), &event);
+        for command in machine.step(Millis(10_000), event) {
+            tally.command(&command);
+        }
+        assert!(machine.is_terminal(), "{:?}", machine.outcome());
+        tally
+    }
+
+    fn last_request(commands: &[Command]) -> RequestId {
+        commands
+            .iter()
+            .find_map(|c| match c {
+                Command::SendRequest { request, .. } => Some(*request),
+                _ => None,
+            })
+            .expect("a request")
+    }
+
+    fn overloaded(commands: &[Command]) -> Event {
+        Event::ProviderFailed {
+            request: last_request(commands),
+            failure: crate::ProviderFailure::new(FailureKind::Unavailable, "overloaded")
+                .with_status(529),
+        }
+    }
+
+    fn timer(commands: &[Command]) -> Event {
+        let timer = commands
+            .iter()
+            .find_map(|c| match c {
+                Command::Sleep { timer, .. } => Some(*timer),
+                _ => None,
+            })
+            .expect("a sleep");
+        Event::TimerFired { timer }
+    }
+
+    #[test]
+    fn a_retry_counts_when_it_is_sent_not_when_it_is_announced() {
+        let config = crate::MachineConfig::default()
+            .with_retry(crate::RetryConfig::default().with_jitter(false));
+        // Canceled during the backoff: announced, never sent.
+        let canceled = tally_of(config.clone(), &[&overloaded, &|_| Event::Cancel]);
+        assert_eq!((canceled.requests, canceled.retries), (1, 0));
+        assert_eq!(canceled.retry_wait_ms, 0);
+        // The backoff ran out and the retry went: one.
+        let sent = tally_of(config.clone(), &[&overloaded, &timer, &|_| Event::Cancel]);
+        assert_eq!((sent.requests, sent.retries), (2, 1));
+        assert_eq!(sent.retry_wait_ms, 500);
+        // Every attempt spent: three retries sent, the fourth failure announces none.
+        let spent = tally_of(
+            config,
+            &[
+                &overloaded,
+                &timer,
+                &overloaded,
+                &timer,
+                &overloaded,
+                &timer,
+                &overloaded,
+            ],
+        );
+        assert_eq!((spent.requests, spent.retries), (4, 3));
+        assert_eq!(spent.retry_wait_ms, 500 + 1_000 + 2_000);
+    }
+
+    #[test]
+    fn a_retry_announced_before_a_fallback_is_not_counted() {
+        let mut tally = RunTally::default();
+        tally.command(&send(1, 1));
+        tally.command(&retry(FailureKind::Unavailable, 500));
+        tally.command(&Command::NotifyFallback {
+            info: crate::machine::FallbackInfo {
+                from: 0,
+                to: 1,
+                from_label: "a".into(),
+                to_label: "b".into(),
+                kind: FailureKind::Unavailable,
+                message: Arc::from("x"),
+            },
+        });
+        tally.command(&send(2, 1));
+        assert_eq!((tally.requests, tally.retries, tally.fallbacks), (2, 0, 1));
+        assert_eq!(tally.retry_wait_ms, 0);
     }
 
     #[test]
