@@ -25,8 +25,10 @@ pub trait ToolExecutor: Send + Sync {
     /// The tools offered to the model.
     fn specs(&self) -> Vec<ToolSpec>;
 
-    /// Runs a batch of calls (known tools, object inputs). Must return promptly with a
-    /// `Canceled` host failure when `cancel` fires.
+    /// Runs a batch of calls (known tools, object inputs). Must return promptly when
+    /// `cancel` fires: with a `Canceled` host failure for the calls it stopped and the
+    /// outcomes of those that had finished ([`BatchOutcome::PerCall`]), so that the run keeps
+    /// them, or with the failure for the whole batch.
     fn run_batch<'a>(
         &'a self,
         calls: Vec<ToolCall>,
@@ -180,6 +182,9 @@ impl CancelHandle {
 
     /// Cancels the run: it fails with `RunError::Canceled` within milliseconds, even during
     /// a backoff sleep, a stalled stream or a tool call, and sends no request after this.
+    /// What finished before is kept in the conversation: an answer that was complete, the
+    /// results of a batch's calls that had finished (the others are answered as
+    /// interrupted); a stream or a call still under way is dropped.
     pub fn cancel(&self) {
         self.0.cancel();
     }
@@ -658,17 +663,26 @@ impl Runner {
                         Ok(()) => {
                             let tools = Arc::clone(&self.tools);
                             let cancel = self.cancel.0.clone();
-                            // A batch that saw the cancel answers with a `Canceled` host
-                            // failure, which the machine also takes as the cancel.
+                            // A batch that saw the cancel answers at once with a `Canceled`
+                            // host failure for the calls it stopped (the machine takes it as
+                            // the cancel) and the outcomes of those that finished (the
+                            // machine keeps them): it is asked once more when the cancel
+                            // comes, and one that does not answer then is dropped.
                             let batch_run = crate::telemetry::with_capture(
                                 telemetry.captures_content(),
                                 tools.run_batch(calls, &cancel),
                             )
                             .instrument(telemetry.agent_span().clone());
+                            tokio::pin!(batch_run);
                             let outcome = tokio::select! {
                                 biased;
-                                () = self.cancel.0.cancelled() => Event::Cancel,
-                                outcome = batch_run => Event::ToolsFinished { batch, outcome },
+                                () = self.cancel.0.cancelled() => {
+                                    match futures_util::FutureExt::now_or_never(batch_run.as_mut()) {
+                                        Some(outcome) => Event::ToolsFinished { batch, outcome },
+                                        None => Event::Cancel,
+                                    }
+                                }
+                                outcome = &mut batch_run => Event::ToolsFinished { batch, outcome },
                             };
                             Ok(Some(outcome))
                         }
@@ -807,7 +821,11 @@ impl Runner {
             loop {
                 tokio::select! {
                     biased;
-                    () = self.cancel.0.cancelled() => break None,
+                    // An answer that is complete when the cancel comes is kept (the machine
+                    // appends it before it hears the cancel); one still streaming is dropped.
+                    () = self.cancel.0.cancelled() => {
+                        break futures_util::FutureExt::now_or_never(answer.as_mut());
+                    }
                     // The answer began: the machine hears it while the stream goes on (a retry
                     // being answered tells the shared budget that retries work again).
                     () = first_piece.notified(), if !responding => {

@@ -118,6 +118,65 @@ async fn a_cancel_while_tools_run_always_ends_the_run_as_canceled() {
     s.shutdown().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_while_tools_run_keeps_the_results_of_the_calls_that_finished() {
+    use rebound_effects::tools::{FnTool, ToolSet};
+    let s = server(
+        r#"{"turns": [{"answer": {"tool_calls": [
+            {"id": "toolu_quick", "name": "quick", "input": {}},
+            {"id": "toolu_stuck", "name": "stuck", "input": {}}
+        ]}}]}"#,
+    )
+    .await;
+    let spec = |name: &str| ToolSpec {
+        name: name.into(),
+        description: format!("The {name} tool."),
+        input_schema: serde_json::json!({"type": "object"}),
+    };
+    let started = Arc::new(Notify::new());
+    let stuck = {
+        let started = Arc::clone(&started);
+        FnTool::new(spec("stuck"), move |_, _| {
+            let started = Arc::clone(&started);
+            async move {
+                started.notify_one();
+                std::future::pending::<()>().await;
+                Ok(rebound_core::ToolOutput::text("never"))
+            }
+        })
+    };
+    let quick = FnTool::new(spec("quick"), |_, _| async {
+        Ok(rebound_core::ToolOutput::text("quick is done"))
+    });
+    let tools = ToolSet::builder()
+        .tool(quick)
+        .tool(stuck)
+        .build()
+        .expect("the tools");
+    let mut runner = runner(&s).tools(Arc::new(tools));
+    let cancel = runner.canceler();
+    let (result, ()) = tokio::join!(runner.run(RunInput::text("run both")), async {
+        started.notified().await;
+        // `quick` answers at once: let its task end before the cancel.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        cancel.cancel();
+    });
+    assert_eq!(result.err(), Some(RunError::Canceled));
+    let conversation = runner.current_conversation();
+    assert_eq!(conversation.len(), 3, "{conversation:?}");
+    let results: Vec<_> = conversation.messages()[2].tool_results().collect();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert_eq!(
+        (results[0].tool_use_id.as_str(), results[0].is_error),
+        ("toolu_quick", false)
+    );
+    assert_eq!(results[0].text(), "quick is done");
+    assert!(results[1].is_error, "{results:?}");
+    assert!(results[1].text().contains("interrupted"), "{results:?}");
+    assert_eq!(s.requests().len(), 1, "nothing is sent after the cancel");
+    s.shutdown().await;
+}
+
 /// Fails `finished`; records every `error` call.
 struct FailsWhenFinished {
     errors: Arc<Mutex<Vec<RunError>>>,

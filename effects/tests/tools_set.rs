@@ -500,6 +500,84 @@ async fn cancel_returns_a_canceled_host_failure_and_stops_running_calls() {
         .expect("signal sent");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_keeps_the_outcomes_of_the_calls_that_finished() {
+    let (started_tx, started_rx) = oneshot::channel::<()>();
+    let started = Arc::new(Mutex::new(Some(started_tx)));
+    let stuck = FnTool::new(spec("stuck"), move |_, _| {
+        let started = started.lock().expect("lock").take();
+        async move {
+            if let Some(started) = started {
+                let _ = started.send(());
+            }
+            std::future::pending::<()>().await;
+            Ok(ToolOutput::text("never"))
+        }
+    });
+    let forever = FnTool::new(spec("forever"), |_, _| async {
+        std::future::pending::<()>().await;
+        Ok(ToolOutput::text("never"))
+    });
+    let count = Arc::new(AtomicUsize::new(0));
+    // Two at a time: `quick` and `stuck` start, `forever` takes `quick`'s place when it
+    // ends, and `later` waits for a place it never gets.
+    let tools = Arc::new(
+        ToolSet::builder()
+            .tool(echo("quick"))
+            .tool(stuck)
+            .tool(forever)
+            .tool(counting_tool("later", count.clone()))
+            .concurrency(2)
+            .build()
+            .expect("build"),
+    );
+    let cancel = CancellationToken::new();
+    let batch = tokio::spawn({
+        let tools = tools.clone();
+        let cancel = cancel.clone();
+        async move {
+            let calls = vec![
+                call("a", "quick", json!({"n": 1})),
+                call("b", "stuck", json!({})),
+                call("c", "forever", json!({})),
+                call("d", "later", json!({"path": "x"})),
+            ];
+            tools.run_batch(calls, &cancel).await
+        }
+    });
+    started_rx.await.expect("the stuck call started");
+    // `quick` answers at once; give its task the time to end before the cancel.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    cancel.cancel();
+    let outcome = tokio::time::timeout(Duration::from_secs(5), batch)
+        .await
+        .expect("run_batch returns promptly after cancel")
+        .expect("no panic");
+    let BatchOutcome::PerCall(outcomes) = outcome else {
+        panic!("the finished call was forgotten: {outcome:?}");
+    };
+    let ids: Vec<&str> = outcomes.iter().map(|o| o.tool_use_id.as_str()).collect();
+    assert_eq!(ids, ["a", "b", "c", "d"]);
+    assert_eq!(text(&outcomes[0]), r#"quick:{"n":1}"#);
+    for stopped in &outcomes[1..] {
+        assert!(
+            matches!(
+                &stopped.result,
+                Err(ToolFailure::Host(HostFailure {
+                    kind: HostFailureKind::Canceled,
+                    ..
+                }))
+            ),
+            "{stopped:?}"
+        );
+    }
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        0,
+        "nothing starts after a cancel"
+    );
+}
+
 #[tokio::test]
 async fn a_batch_canceled_before_it_starts_runs_nothing() {
     let count = Arc::new(AtomicUsize::new(0));

@@ -294,7 +294,7 @@ fn valid_name(name: &str) -> bool {
 /// | a source failed the whole batch | that failure for each of the calls it was given |
 /// | a source left a call unanswered | error result naming the source |
 /// | the tool returned `ToolError::Host` | the host failure (the machine fails the run) |
-/// | `cancel` fired | the whole batch fails with a `Canceled` host failure, at once |
+/// | `cancel` fired | the calls that finished keep their outcomes; the others fail with a `Canceled` host failure, at once (the whole batch does when none finished) |
 ///
 /// A panicking tool still prints the panic message through the process's panic hook (to
 /// stderr by default), like any tokio task that panics.
@@ -358,10 +358,12 @@ impl ToolSet {
 
     /// Runs a batch of calls and answers each of them.
     ///
-    /// Returns [`BatchOutcome::PerCall`] with one outcome per call (in call order), or
-    /// [`BatchOutcome::WholeBatch`] with a [`HostFailureKind::Canceled`] host failure as soon as
-    /// `cancel` fires (running calls are dropped, their tasks aborted). See the
-    /// [type docs](ToolSet) for how each failure is answered.
+    /// Returns [`BatchOutcome::PerCall`] with one outcome per call (in call order). As soon
+    /// as `cancel` fires, running calls are dropped (their tasks aborted) and no other call
+    /// starts: the calls that finished keep their outcomes and the others answer with a
+    /// [`HostFailureKind::Canceled`] host failure, or, when none had finished,
+    /// [`BatchOutcome::WholeBatch`] with that failure. See the [type docs](ToolSet) for how
+    /// each failure is answered.
     ///
     /// Calls run as tokio tasks, at most [`ToolSetConfig::concurrency`] at a time, started in
     /// call order; all calls for one [`ToolSource`] go to it as one batch, which counts as one
@@ -425,7 +427,8 @@ impl ToolSet {
         // calls' `execute_tool` spans, each open while its job runs.
         let mut owners: HashMap<tokio::task::Id, (Vec<usize>, String, Vec<Span>)> = HashMap::new();
         loop {
-            while running.len() < self.config.concurrency {
+            // After a cancel, no call starts.
+            while !cancel.is_cancelled() && running.len() < self.config.concurrency {
                 let Some(job) = pending.next() else { break };
                 let (indices, label, spans) = match &job {
                     Job::Native { index, call, .. } => (
@@ -457,17 +460,12 @@ impl ToolSet {
             }
             let joined = tokio::select! {
                 biased;
-                () = cancel.cancelled() => {
-                    let canceled = canceled();
-                    if let BatchOutcome::WholeBatch(failure) = &canceled {
-                        for (_, _, spans) in owners.values() {
-                            for span in spans {
-                                crate::telemetry::record_tool_result(span, &Err(failure.clone()));
-                            }
-                        }
-                    }
-                    return canceled;
-                }
+                // Canceled: the calls whose tasks already ended are still read, so that what
+                // finished keeps its outcome; then the batch stops.
+                () = cancel.cancelled() => match running.try_join_next_with_id() {
+                    Some(joined) => Some(joined),
+                    None => break,
+                },
                 joined = running.join_next_with_id() => joined,
             };
             match joined {
@@ -521,6 +519,9 @@ impl ToolSet {
                     }
                 }
             }
+        }
+        if results.iter().any(Option::is_none) {
+            return stopped(ids, results, &owners);
         }
         BatchOutcome::PerCall(
             ids.into_iter()
@@ -679,10 +680,43 @@ fn cap_output(mut output: ToolOutput, max: usize) -> ToolOutput {
 }
 
 fn canceled() -> BatchOutcome {
-    BatchOutcome::WholeBatch(ToolFailure::Host(HostFailure::new(
+    BatchOutcome::WholeBatch(canceled_failure())
+}
+
+fn canceled_failure() -> ToolFailure {
+    ToolFailure::Host(HostFailure::new(
         HostFailureKind::Canceled,
         "the tool batch was canceled",
-    )))
+    ))
+}
+
+/// The outcome of a batch the cancel stopped with some calls unanswered: the calls that
+/// finished keep their outcomes, the others (running, dropped with their tasks, or not
+/// started) fail with a `Canceled` host failure. The whole batch fails so when none had
+/// an answer.
+fn stopped(
+    ids: Vec<String>,
+    results: Vec<Option<Result<ToolOutput, ToolFailure>>>,
+    running: &HashMap<tokio::task::Id, (Vec<usize>, String, Vec<Span>)>,
+) -> BatchOutcome {
+    let failure = canceled_failure();
+    for (_, _, spans) in running.values() {
+        for span in spans {
+            crate::telemetry::record_tool_result(span, &Err(failure.clone()));
+        }
+    }
+    if results.iter().all(Option::is_none) {
+        return BatchOutcome::WholeBatch(failure);
+    }
+    BatchOutcome::PerCall(
+        ids.into_iter()
+            .zip(results)
+            .map(|(tool_use_id, result)| CallOutcome {
+                result: result.unwrap_or_else(|| Err(failure.clone())),
+                tool_use_id,
+            })
+            .collect(),
+    )
 }
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
