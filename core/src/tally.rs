@@ -169,6 +169,15 @@ impl RunTally {
         }
     }
 
+    /// The attempt number of the last request sent, while no success has answered it:
+    /// after a run that failed on a provider failure, the attempts made at the request that
+    /// failed, on its last target (a fallback starts counting again at 1). `None` when every
+    /// request sent was answered.
+    #[must_use]
+    pub fn unanswered_attempts(&self) -> Option<u32> {
+        self.pending.map(|p| p.attempt)
+    }
+
     /// Counts a stream whose partial text the driver had shown and then discarded because
     /// the attempt failed.
     pub fn stream_reset(&mut self) {
@@ -333,6 +342,8 @@ mod tests {
         );
         assert_eq!((spent.requests, spent.retries), (4, 3));
         assert_eq!(spent.retry_wait_ms, 500 + 1_000 + 2_000);
+        assert_eq!(spent.unanswered_attempts(), Some(4));
+        assert_eq!(canceled.unanswered_attempts(), Some(1));
     }
 
     #[test]
@@ -369,5 +380,10 @@ mod tests {
         assert_eq!(tally.usage.len(), 1);
         assert_eq!((tally.usage[0].target, tally.usage[0].attempt), (1, 2));
         assert_eq!(tally.elapsed_ms, 30);
+        assert_eq!(
+            tally.unanswered_attempts(),
+            None,
+            "the last request was answered"
+        );
     }
 }

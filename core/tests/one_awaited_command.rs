@@ -238,6 +238,14 @@ fn check(choice: u8, seed: u64, actions: &[u32]) -> Result<(), TestCaseError> {
         let handled = machine.handle(now, event.clone());
         let commands: Vec<Command> = std::iter::from_fn(|| machine.poll()).collect();
         let new: Vec<Awaited> = commands.iter().filter_map(awaited).collect();
+        for command in &commands {
+            prop_assert_eq!(
+                command.awaits_answer(),
+                awaited(command).is_some(),
+                "{:?}",
+                command
+            );
+        }
         match handled {
             Handled::Accepted => {
                 if is_answer(&event) {

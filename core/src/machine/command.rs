@@ -333,4 +333,25 @@ impl Command {
     pub fn is_terminal(&self) -> bool {
         matches!(self, Command::Finish { .. } | Command::Fail { .. })
     }
+
+    /// Whether the machine awaits an answer to this command: `SendRequest`, `Sleep`,
+    /// `RunTools`, `Compact` and `AcquirePermit`, the work a driver starts and a cancel
+    /// stops. At most one is awaited at a time (see [`AgentMachine`](crate::AgentMachine)).
+    #[must_use]
+    pub fn awaits_answer(&self) -> bool {
+        match self {
+            Command::SendRequest { .. }
+            | Command::Sleep { .. }
+            | Command::RunTools { .. }
+            | Command::Compact { .. }
+            | Command::AcquirePermit { .. } => true,
+            Command::AppendMessage { .. }
+            | Command::NotifyRetry { .. }
+            | Command::NotifyFallback { .. }
+            | Command::ReplaceConversation { .. }
+            | Command::NoteBudget { .. }
+            | Command::Finish { .. }
+            | Command::Fail { .. } => false,
+        }
+    }
 }

@@ -142,7 +142,7 @@ pub const REBOUND_FINISH_REASON: &str = "rebound.finish_reason";
 pub const REBOUND_TURNS: &str = "rebound.turns";
 /// Provider requests sent by the run (every attempt).
 pub const REBOUND_REQUESTS: &str = "rebound.requests";
-/// Retries announced by the run.
+/// Retries sent by the run (`RunTally::retries`).
 pub const REBOUND_RETRIES: &str = "rebound.retries";
 
 // Events (span events: a `tracing` event whose message is the name).
