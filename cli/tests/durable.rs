@@ -8,8 +8,10 @@ mod restate;
 use rebound_core::Conversation;
 use rebound_sim::fake::{FakeServer, FakeServerConfig};
 use rebound_sim::scenario::Scenario;
-use restate::{free_port, Client, RestateServer};
+use restate::{free_port, run_failure, Client, RestateServer};
+use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_rebound");
@@ -78,12 +80,28 @@ async fn a_conversation_runs_continues_and_cancels_through_restate() {
     )
     .await;
     let port = free_port();
-    let child = durable_serve(&server, port, &restate.admin_url())
-        .stdout(Stdio::null())
+    let mut child = durable_serve(&server, port, &restate.admin_url())
+        .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
         .expect("rebound durable serve starts");
-    let _serve = Killed(child);
+    // The side channel's JSON events, line by line, as they come.
+    let events = Arc::new(Mutex::new(Vec::<serde_json::Value>::new()));
+    let stdout = child.stdout.take().expect("stdout");
+    let reader = {
+        let events = Arc::clone(&events);
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Ok(event) = serde_json::from_str(&line) {
+                    events.lock().expect("lock").push(event);
+                }
+            }
+        })
+    };
+    let serve = Killed(child);
     let client = Client::new(&restate);
     // The registration is done once the service is known to Restate.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -112,14 +130,15 @@ async fn a_conversation_runs_continues_and_cancels_through_restate() {
     let conversation: Conversation = serde_json::from_str(&body).expect("a conversation");
     assert_eq!(conversation.len(), 4, "{conversation:?}");
 
-    // A run waiting out a 60 s server delay is canceled: it ends at once with 409, and
-    // the conversation keeps what it had (the user message, no answer).
+    // A run waiting out a 60 s server delay is canceled a second into it: it ends at once
+    // with 409, and the conversation keeps what it had (the user message, no answer).
     let invocation = client.send_run("readme", "Once more.").await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while server.requests().len() < 3 {
         assert!(Instant::now() < deadline, "the third request never came");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let canceled_at = Instant::now();
     client.cancel(&invocation).await;
     let (status, body) = client.attach(&invocation, Duration::from_secs(30)).await;
@@ -128,6 +147,19 @@ async fn a_conversation_runs_continues_and_cancels_through_restate() {
         canceled_at.elapsed() < Duration::from_secs(20),
         "the cancel waited for the backoff"
     );
+    // The caller and the `error` event both count the one request sent, no retry (it was
+    // announced, never sent), and the second the run lasted, to the cancel.
+    let error = wait_for_event(&events, "error");
+    assert_eq!(error["kind"], "canceled", "{error}");
+    assert_eq!(error["requests"], 1, "{error}");
+    assert_eq!(error["retries"], 0, "{error}");
+    let elapsed = error["duration_ms"].as_u64().unwrap_or_default();
+    assert!((1_000..20_000).contains(&elapsed), "{error}");
+    let failure = run_failure(&body).unwrap_or_else(|| panic!("not a run's failure: {body}"));
+    assert_eq!(failure["kind"], "canceled", "{failure}");
+    assert_eq!(failure["stats"]["requests"], 1, "{failure}");
+    assert_eq!(failure["stats"]["retries"], 0, "{failure}");
+    assert_eq!(failure["stats"]["elapsed_ms"], elapsed, "{failure}");
     assert_eq!(
         server.requests().len(),
         3,
@@ -142,4 +174,27 @@ async fn a_conversation_runs_continues_and_cancels_through_restate() {
         .call("Agent/readme/run", Some(r#"{"message": " "}"#))
         .await;
     assert_eq!(status, 400, "{body}");
+    drop(serve);
+    reader.join().expect("the reader ends with the endpoint");
+}
+
+/// The first side-channel event of type `kind`, waiting for it a few seconds.
+fn wait_for_event(events: &Mutex<Vec<serde_json::Value>>, kind: &str) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(event) = events
+            .lock()
+            .expect("lock")
+            .iter()
+            .find(|e| e["type"] == kind)
+        {
+            return event.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {kind} event: {:?}",
+            events.lock().expect("lock")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

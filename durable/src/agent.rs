@@ -2,19 +2,22 @@
 //! `run` handler drives an [`AgentMachine`] through Restate's journal.
 
 use crate::clock::{BudgetOffset, RunClock};
+use crate::failure::RunFailure;
 use crate::idempotency::with_key;
-use crate::journal::{CallStep, Step};
+use crate::journal::{CallStep, CancelStep, Step};
 use rebound_core::{
     compact, AgentMachine, BatchOutcome, CallOutcome, Command, CompactionError, ContentBlock,
-    Conversation, Event, FinishReason, MachineConfig, Millis, Role, RunError, RunTally, ToolCall,
-    ToolFailure,
+    Conversation, Event, FinishReason, HostFailure, HostFailureKind, MachineConfig, Millis, Role,
+    RunError, RunTally, ToolCall, ToolFailure,
 };
 use rebound_effects::budget::BudgetStore;
 use rebound_effects::provider::{Provider, ProviderRequest, SendError};
 use rebound_effects::receiver::{NullReceiver, Receiver};
 use rebound_effects::runner::{Compactor, NoTools, ToolExecutor};
 use restate_sdk::prelude::*;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -64,11 +67,21 @@ struct Effects {
 /// Handlers:
 /// - `run` (exclusive): `{"message": "…"}` appends the user message to the object's
 ///   conversation and runs the agent until it finishes its turn; answers a [`TurnReply`],
-///   or fails with the run's error (code 409 when canceled). Every provider attempt, tool
-///   call, compaction and budget decision is a journaled step, every backoff a durable
-///   timer; after a crash Restate replays the journal into a fresh machine, which makes the
-///   same decisions, so no request that completed is sent again and no tool whose result
-///   is journaled runs again.
+///   or fails with a terminal error whose code says why (409 canceled, 502 the provider
+///   refused, 503 the provider stayed unavailable, …) and whose message is a
+///   [`RunFailure`] in JSON: see [`RunFailure`]. Every provider attempt, tool call,
+///   compaction and budget decision is a journaled step, every backoff a durable timer;
+///   after a crash Restate replays the journal into a fresh machine, which makes the same
+///   decisions, so no request that completed is sent again and no tool whose result is
+///   journaled runs again.
+///
+/// A cancel (`PATCH /invocations/{id}/cancel` on Restate's admin API) takes effect at the
+/// end of the step under way: Restate lets a step (a tool call, a streamed answer) run to
+/// its end. What finished before the cancel took effect is kept: the answer of a request
+/// that completed, the results of the tool calls that finished, in the order they
+/// happened; a tool call that never started is answered as interrupted in the saved
+/// conversation, and nothing is sent after the cancel. A run whose last answer completed
+/// before the cancel took effect has finished: it answers its [`TurnReply`].
 /// - `conversation` (shared): the conversation so far.
 /// - `reset` (exclusive): forgets the conversation.
 ///
@@ -229,11 +242,24 @@ struct Run<'a, 'ctx> {
     live: Arc<AtomicBool>,
     receiver: Arc<Mutex<Box<dyn Receiver>>>,
     tally: RunTally,
+    /// Whether the invocation's cancel took effect: no work starts after it, and the
+    /// machine hears the cancel at the first command that would start some.
+    canceled: bool,
+    /// When it took effect (Unix ms, journaled).
+    canceled_at: Option<u64>,
 }
 
 enum Flow {
     Next(Event),
     Done(Result<(FinishReason, u32), RunError>),
+}
+
+/// What a journaled step gave.
+enum Stepped<T> {
+    /// Its outcome (run now, or read from the journal).
+    Done(T),
+    /// The invocation was canceled while it ran: its outcome when it had finished.
+    Canceled(Option<T>),
 }
 
 async fn drive(
@@ -242,28 +268,30 @@ async fn drive(
     conversation: Conversation,
     message: String,
 ) -> Result<Json<TurnReply>, HandlerError> {
-    let live = Arc::new(AtomicBool::new(false));
-    let started = {
-        let live = Arc::clone(&live);
-        ctx.run(move || async move {
-            live.store(true, Ordering::SeqCst);
-            Ok(unix_ms())
-        })
-        .name("start")
-        .await?
+    let mut run = Run {
+        effects,
+        ctx,
+        clock: RunClock::new(0),
+        live: Arc::new(AtomicBool::new(false)),
+        receiver: Arc::new(Mutex::new((effects.receivers)(ctx.key()))),
+        tally: RunTally::default(),
+        canceled: false,
+        canceled_at: None,
     };
+    let started = match run
+        .journaled("start".into(), || async { unix_ms() })
+        .await?
+    {
+        Stepped::Done(at) | Stepped::Canceled(Some(at)) => at,
+        // Canceled before the run started: it starts, and ends, then (or, canceled twice
+        // so quickly that no time was journaled, at the clock's origin).
+        Stepped::Canceled(None) => run.canceled_at.unwrap_or(0),
+    };
+    run.clock = RunClock::new(started);
     // The engine's deterministic seed: the same on every replay of this invocation, and
     // below 2^53 so that JSON readers keep it exact.
     let seed = ctx.random_seed() >> 11;
     let mut machine = AgentMachine::with_conversation(effects.config.clone(), seed, conversation);
-    let mut run = Run {
-        effects,
-        ctx,
-        clock: RunClock::new(started),
-        live,
-        receiver: Arc::new(Mutex::new((effects.receivers)(ctx.key()))),
-        tally: RunTally::default(),
-    };
     let mut event = Event::UserMessage {
         content: vec![ContentBlock::text(message)],
     };
@@ -318,12 +346,7 @@ async fn drive(
                 let _ = receiver.totals(&run.tally);
                 receiver.error(&error);
             }
-            let code = if matches!(error, RunError::Canceled) {
-                409
-            } else {
-                500
-            };
-            Err(TerminalError::new_with_code(code, error.to_string()).into())
+            Err(RunFailure::new(error, run.tally).into_terminal().into())
         }
     }
 }
@@ -341,27 +364,118 @@ impl Run<'_, '_> {
         }
     }
 
-    /// Reads a journaled step's result into the clock; a cancel becomes the machine's.
-    fn stepped(&mut self, step: Result<Json<Step>, TerminalError>) -> Result<Flow, HandlerError> {
+    /// Runs `work` as the journaled step `name` (or reads its outcome from the journal).
+    ///
+    /// A cancel that arrives while it runs takes effect when it ends: Restate runs a step to
+    /// its end, journals its outcome, and answers the await with the cancel instead. The
+    /// outcome `work` gave is kept here for that case and journaled again with the moment
+    /// the cancel took effect ([`CancelStep`]), so that the machine hears what finished
+    /// before the cancel, on every replay alike.
+    async fn journaled<T, F, Fut>(
+        &mut self,
+        name: String,
+        work: F,
+    ) -> Result<Stepped<T>, HandlerError>
+    where
+        T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: Future<Output = T> + Send,
+    {
+        let live = Arc::clone(&self.live);
+        let finished: Arc<Mutex<Option<T>>> = Arc::new(Mutex::new(None));
+        let kept = Arc::clone(&finished);
+        let step = self
+            .ctx
+            .run(move || async move {
+                live.store(true, Ordering::SeqCst);
+                let outcome = work().await;
+                *kept
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(outcome.clone());
+                Ok(Json(outcome))
+            })
+            .name(name)
+            .await;
+        match step {
+            Ok(outcome) => Ok(Stepped::Done(outcome.into_inner())),
+            Err(e) if canceled(&e) => {
+                let finished = finished
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take();
+                self.cancel_took_effect(finished)
+                    .await
+                    .map(Stepped::Canceled)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Journals the cancel ([`CancelStep`]) with `finished`, the outcome of the step it
+    /// interrupted when that step had finished; returns that outcome as the journal holds
+    /// it. From now on no work starts.
+    async fn cancel_took_effect<T>(
+        &mut self,
+        finished: Option<T>,
+    ) -> Result<Option<T>, HandlerError>
+    where
+        T: Serialize + DeserializeOwned + Send + Sync + 'static,
+    {
+        let live = Arc::clone(&self.live);
+        let step = self
+            .ctx
+            .run(move || async move {
+                live.store(true, Ordering::SeqCst);
+                Ok(Json(CancelStep {
+                    at_ms: unix_ms(),
+                    finished,
+                }))
+            })
+            .name("cancel")
+            .await;
+        self.canceled = true;
         match step {
             Ok(step) => {
                 let step = step.into_inner();
-                self.clock.finished_at(step.at_ms);
-                if step.streamed && matches!(step.event, Ok(Event::ProviderFailed { .. })) {
-                    self.tally.stream_reset();
-                }
-                Ok(match step.event {
-                    Ok(event) => Flow::Next(event),
-                    Err(message) => Flow::Done(Err(RunError::Invariant { message })),
-                })
+                self.canceled_at = Some(step.at_ms);
+                Ok(step.finished)
             }
-            Err(e) if canceled(&e) => Ok(Flow::Next(Event::Cancel)),
+            // Canceled again while journaling the first: the run stops here, as it was.
+            Err(e) if canceled(&e) => Ok(None),
             Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The machine hears the cancel, at the time it took effect.
+    fn cancel(&mut self) -> Flow {
+        if let Some(at_ms) = self.canceled_at {
+            self.clock.finished_at(at_ms);
+        }
+        Flow::Next(Event::Cancel)
+    }
+
+    /// Reads a journaled step's outcome into the clock; a cancel becomes the machine's,
+    /// after the outcome of the step when it had finished.
+    fn stepped(&mut self, step: Stepped<Step>) -> Flow {
+        let step = match step {
+            Stepped::Done(step) | Stepped::Canceled(Some(step)) => step,
+            Stepped::Canceled(None) => return self.cancel(),
+        };
+        self.clock.finished_at(step.at_ms);
+        if step.streamed && matches!(step.event, Ok(Event::ProviderFailed { .. })) {
+            self.tally.stream_reset();
+        }
+        match step.event {
+            Ok(event) => Flow::Next(event),
+            Err(message) => Flow::Done(Err(RunError::Invariant { message })),
         }
     }
 
     async fn execute(&mut self, commands: Vec<Command>) -> Result<Flow, HandlerError> {
         for command in commands {
+            if self.canceled && command.awaits_answer() {
+                return Ok(self.cancel());
+            }
             match command {
                 Command::AppendMessage { message } => self.show(|r| {
                     let _ = r.message(&message);
@@ -388,11 +502,9 @@ impl Run<'_, '_> {
                 } => {
                     let effects = Arc::clone(self.effects);
                     let receiver = Arc::clone(&self.receiver);
-                    let live = Arc::clone(&self.live);
+                    let name = format!("{request} attempt {attempt}");
                     let step = self
-                        .ctx
-                        .run(move || async move {
-                            live.store(true, Ordering::SeqCst);
+                        .journaled(name, move || async move {
                             let streamed = AtomicBool::new(false);
                             let event = send(
                                 &effects,
@@ -411,15 +523,14 @@ impl Run<'_, '_> {
                             if streamed && matches!(event, Ok(Event::ProviderFailed { .. })) {
                                 let _ = lock(&receiver).stream_reset(attempt);
                             }
-                            Ok(Json(Step {
+                            Step {
                                 at_ms: unix_ms(),
                                 streamed,
                                 event,
-                            }))
+                            }
                         })
-                        .name(format!("{request} attempt {attempt}"))
-                        .await;
-                    return self.stepped(step);
+                        .await?;
+                    return Ok(self.stepped(step));
                 }
                 Command::Sleep { timer, delay_ms } => {
                     // A durable timer: after a crash it still ends at the time it was set
@@ -429,7 +540,10 @@ impl Run<'_, '_> {
                             self.clock.slept(delay_ms);
                             Ok(Flow::Next(Event::TimerFired { timer }))
                         }
-                        Err(e) if canceled(&e) => Ok(Flow::Next(Event::Cancel)),
+                        Err(e) if canceled(&e) => {
+                            self.cancel_took_effect(None::<()>).await?;
+                            Ok(self.cancel())
+                        }
                         Err(e) => Err(e.into()),
                     };
                 }
@@ -446,11 +560,8 @@ impl Run<'_, '_> {
                     conversation,
                 } => {
                     let effects = Arc::clone(self.effects);
-                    let live = Arc::clone(&self.live);
                     let step = self
-                        .ctx
-                        .run(move || async move {
-                            live.store(true, Ordering::SeqCst);
+                        .journaled(compaction.to_string(), move || async move {
                             let result = match &effects.compactor {
                                 Some(c) => c
                                     .compact(&conversation)
@@ -458,14 +569,10 @@ impl Run<'_, '_> {
                                     .map_err(CompactionError::from),
                                 None => compact(&conversation, &effects.config.compaction),
                             };
-                            Ok(Json(Step::event(Event::CompactionFinished {
-                                compaction,
-                                result,
-                            })))
+                            Step::event(Event::CompactionFinished { compaction, result })
                         })
-                        .name(compaction.to_string())
-                        .await;
-                    return self.stepped(step);
+                        .await?;
+                    return Ok(self.stepped(step));
                 }
                 Command::AcquirePermit { permit, ask } => {
                     let Some(budget) = self.effects.budget.clone() else {
@@ -474,42 +581,32 @@ impl Run<'_, '_> {
                             decision: rebound_core::PermitDecision::Granted,
                         }));
                     };
-                    let live = Arc::clone(&self.live);
                     let clock = self.clock;
                     let step = self
-                        .ctx
-                        .run(move || async move {
-                            live.store(true, Ordering::SeqCst);
+                        .journaled(permit.to_string(), move || async move {
                             let offset = budget_offset(&clock, budget.as_ref());
                             let decision = offset.decision(budget.acquire(offset.ask(ask)).await);
-                            Ok(Json(Step::event(Event::PermitAnswered {
-                                permit,
-                                decision,
-                            })))
+                            Step::event(Event::PermitAnswered { permit, decision })
                         })
-                        .name(permit.to_string())
-                        .await;
-                    return self.stepped(step);
+                        .await?;
+                    return Ok(self.stepped(step));
                 }
                 Command::NoteBudget { note } => {
                     if let Some(budget) = self.effects.budget.clone() {
-                        let live = Arc::clone(&self.live);
                         let clock = self.clock;
                         // Journaled, so that a replay does not tell the budget twice.
                         let noted = self
-                            .ctx
-                            .run(move || async move {
-                                live.store(true, Ordering::SeqCst);
+                            .journaled("budget note".into(), move || async move {
                                 let offset = budget_offset(&clock, budget.as_ref());
                                 budget.record(offset.note(note)).await;
-                                Ok(unix_ms())
+                                unix_ms()
                             })
-                            .name("budget note")
-                            .await;
+                            .await?;
                         match noted {
-                            Ok(at_ms) => self.clock.finished_at(at_ms),
-                            Err(e) if canceled(&e) => return Ok(Flow::Next(Event::Cancel)),
-                            Err(e) => return Err(e.into()),
+                            Stepped::Done(at_ms) => self.clock.finished_at(at_ms),
+                            // The note was made (or not); the machine hears the cancel at
+                            // the next command that awaits an answer.
+                            Stepped::Canceled(_) => {}
                         }
                     }
                 }
@@ -531,15 +628,13 @@ impl Run<'_, '_> {
     ) -> Result<Flow, HandlerError> {
         let mut outcomes = Vec::with_capacity(calls.len());
         let invocation = self.ctx.invocation_id().to_owned();
+        let ids: Vec<String> = calls.iter().map(|c| c.id.clone()).collect();
         for call in calls {
             let effects = Arc::clone(self.effects);
-            let live = Arc::clone(&self.live);
             let key = format!("{invocation}/{batch}/{}", call.id);
             let name = format!("tool {} {}", call.name, call.id);
             let step = self
-                .ctx
-                .run(move || async move {
-                    live.store(true, Ordering::SeqCst);
+                .journaled(name, move || async move {
                     let id = call.id.clone();
                     let cancel = tokio_util::sync::CancellationToken::new();
                     let outcome = with_key(key, effects.tools.run_batch(vec![call], &cancel)).await;
@@ -554,32 +649,45 @@ impl Run<'_, '_> {
                         }
                         BatchOutcome::WholeBatch(failure) => Err(failure),
                     };
-                    Ok(Json(CallStep {
+                    CallStep {
                         at_ms: unix_ms(),
                         outcome,
-                    }))
+                    }
                 })
-                .name(name)
-                .await;
-            match step {
-                Ok(step) => {
-                    let step = step.into_inner();
-                    self.clock.finished_at(step.at_ms);
-                    match step.outcome {
-                        Ok(outcome) => outcomes.push(outcome),
-                        // The host failed (out of memory, canceled): the batch stops here
-                        // and the machine fails the run.
-                        Err(failure) => {
-                            return Ok(Flow::Next(Event::ToolsFinished {
-                                batch,
-                                outcome: BatchOutcome::WholeBatch(failure),
-                            }))
-                        }
+                .await?;
+            let id = &ids[outcomes.len()];
+            let finished = match step {
+                Stepped::Done(step) | Stepped::Canceled(Some(step)) => Some(step),
+                Stepped::Canceled(None) => None,
+            };
+            if let Some(step) = finished {
+                self.clock.finished_at(step.at_ms);
+                match step.outcome {
+                    Ok(outcome) => outcomes.push(outcome),
+                    // The host failed (out of memory, canceled): the batch stops here and
+                    // the machine fails the run, keeping the results of the calls before.
+                    Err(failure) => {
+                        outcomes.push(CallOutcome::new(id.clone(), Err(failure)));
+                        break;
                     }
                 }
-                Err(e) if canceled(&e) => return Ok(Flow::Next(Event::Cancel)),
-                Err(e) => return Err(e.into()),
             }
+            if self.canceled {
+                // The calls after the one the cancel interrupted never start; that one
+                // keeps its outcome when it finished. The machine keeps the results of
+                // the calls that finished and fails the run with the cancel.
+                let stopped = ToolFailure::Host(HostFailure::new(
+                    HostFailureKind::Canceled,
+                    "the run was canceled before this call finished",
+                ));
+                for id in &ids[outcomes.len()..] {
+                    outcomes.push(CallOutcome::new(id.clone(), Err(stopped.clone())));
+                }
+                break;
+            }
+        }
+        if let (true, Some(at_ms)) = (self.canceled, self.canceled_at) {
+            self.clock.finished_at(at_ms);
         }
         Ok(Flow::Next(Event::ToolsFinished {
             batch,

@@ -37,3 +37,17 @@ pub(crate) struct CallStep {
     /// The call's outcome, or the host failure that stops the whole batch.
     pub(crate) outcome: Result<CallOutcome, ToolFailure>,
 }
+
+/// The step that records a cancel once it took effect: when, and the outcome of the step it
+/// interrupted when that step had finished. Restate runs a step to its end and then answers
+/// its await with the cancel instead of its outcome, although the outcome is journaled: the
+/// endpoint keeps the outcome the step gave it and journals it again here, so that a replay
+/// reads the same.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct CancelStep<T> {
+    /// Unix milliseconds when the cancel took effect (the run's clock moves to it).
+    pub(crate) at_ms: u64,
+    /// The interrupted step's outcome, when it finished; `None` when it did not, or when the
+    /// process that ran it is gone (a crash between the cancel and this step).
+    pub(crate) finished: Option<T>,
+}

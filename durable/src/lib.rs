@@ -25,15 +25,23 @@
 //! text and retry notices go as they happen; a step read back from the journal is not shown
 //! again.
 //!
+//! A cancel of the invocation takes effect when the step under way ends (Restate runs a step
+//! to its end): the machine hears the step's outcome first when it finished, then the
+//! cancel, so the saved conversation keeps every answer and tool result that finished, and
+//! nothing starts after it. A failed run answers with a status that says which failure it was
+//! and its [`RunFailure`] as the error's message.
+//!
 //! `rebound durable serve` runs this endpoint with the options of `rebound run`; the
 //! README shows the commands to start Restate, register the endpoint and run a turn.
 
 mod agent;
 mod clock;
+mod failure;
 mod idempotency;
 mod journal;
 mod register;
 
 pub use agent::{serve, DurableAgent, ReceiverFactory, TurnInput, TurnReply, CONVERSATION_KEY};
+pub use failure::RunFailure;
 pub use idempotency::idempotency_key;
 pub use register::{register, RegisterError};

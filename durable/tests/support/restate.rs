@@ -172,6 +172,19 @@ impl Drop for RestateServer {
     }
 }
 
+/// Whether `body` is the ingress's answer for a run that failed: `{"code", "message"}`
+/// whose message is a `RunFailure` in JSON.
+pub fn is_run_failure(body: &str) -> bool {
+    run_failure(body).is_some()
+}
+
+/// The `RunFailure` (as JSON) of a failed run's answer, if `body` is one.
+pub fn run_failure(body: &str) -> Option<serde_json::Value> {
+    let envelope: serde_json::Value = serde_json::from_str(body).ok()?;
+    let failure: serde_json::Value = serde_json::from_str(envelope["message"].as_str()?).ok()?;
+    failure.get("kind").is_some().then_some(failure)
+}
+
 /// Whether `GET path` on the loopback `port` answers 200.
 fn get_ok(port: u16, path: &str) -> bool {
     let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
@@ -239,8 +252,9 @@ impl Client {
             if let Ok(response) = attempt {
                 let status = response.status().as_u16();
                 if let Ok(text) = response.text().await {
-                    // 5xx from an ingress still starting; anything else is the answer.
-                    if status < 500 || text.contains("\"message\"") && status == 500 {
+                    // 5xx from an ingress still starting; anything else is the answer, and
+                    // so is a run's failure (its message is a `RunFailure`).
+                    if status < 500 || is_run_failure(&text) {
                         return (status, text);
                     }
                 }
