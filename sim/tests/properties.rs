@@ -941,8 +941,29 @@ fn non_retryable_failures_are_never_retried(case: &Case) -> Result<(), String> {
             }
         }
         if fatal {
+            // A batch stopped by a host failure first keeps the results of the calls that
+            // finished (one message of tool results), then fails.
+            let kept = |m: &rebound_core::Message| {
+                m.role == rebound_core::Role::User
+                    && m.content
+                        .iter()
+                        .all(|b| matches!(b, rebound_core::ContentBlock::ToolResult(_)))
+            };
+            let per_call = matches!(
+                s.event,
+                Event::ToolsFinished {
+                    outcome: BatchOutcome::PerCall(_),
+                    ..
+                }
+            );
             ensure!(
-                matches!(s.commands.as_slice(), [Command::Fail { .. }]),
+                match s.commands.as_slice() {
+                    [Command::Fail { .. }] => true,
+                    [Command::AppendMessage { message }, Command::Fail { .. }] => {
+                        per_call && kept(message)
+                    }
+                    _ => false,
+                },
                 "step {i}: a non-retryable failure produced {:?}",
                 s.commands
             );
@@ -1098,10 +1119,21 @@ fn every_tool_use_gets_one_result_in_order(case: &Case) -> Result<(), String> {
             let host = runs
                 && (matches!(call.outcome, ToolOutcome::Host { .. }) && batch_error.is_none()
                     || matches!(batch_error, Some(ToolError::Host { .. })));
-            ensure!(
-                !host,
-                "message {i}: call {id} had a host failure but got a result"
-            );
+            if host {
+                // Its batch was stopped by it, keeping the results of the calls that
+                // finished: it is answered as interrupted, and the run ends there.
+                ensure!(
+                    r.is_error && r.text().contains("interrupted"),
+                    "message {i}: call {id} had a host failure but got {r:?}"
+                );
+                ensure!(
+                    i + 2 == messages.len()
+                        && matches!(o.result, Err(RunError::Host { .. } | RunError::Canceled)),
+                    "message {i}: the run went on after call {id}'s host failure: {:?}",
+                    o.result
+                );
+                continue;
+            }
             let failed = refused
                 || matches!(batch_error, Some(ToolError::Error { .. }))
                 || matches!(call.outcome, ToolOutcome::Error { .. });
