@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A CPython other than the machine's, from Debian's own packages, for testing the abi3 wheel
-# on it (#39): downloads the interpreter's packages of another Debian release (and that
+# on it: downloads the interpreter's packages of another Debian release (and that
 # release's C library and the libraries its modules load), unpacks them into a folder, and
 # points the interpreter at that C library (patchelf), so that it runs beside the system's
 # without installing anything into it. Prints the interpreter's path.
