@@ -703,7 +703,7 @@ async fn process_is_gone(pid: u32) -> bool {
 
 /// Against the reference server `@modelcontextprotocol/server-everything` (Node): opt-in,
 /// since the tests provision only the Python server. Run with
-/// `REBOUND_MCP_EVERYTHING='path/to/mcp-server-everything' cargo test -p rebound-effects
+/// `REBOUND_MCP_EVERYTHING='path/to/mcp-server-everything' cargo test -p rebound-cli
 /// --test mcp_source -- --ignored` after `npm install @modelcontextprotocol/server-everything`.
 #[tokio::test]
 #[ignore = "needs REBOUND_MCP_EVERYTHING: the reference Node server's command line"]

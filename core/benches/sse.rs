@@ -16,13 +16,14 @@
 //! - `responses_capture_repeated`: the openai-node Responses capture from the fixtures, its
 //!   `output_text.delta` events repeated until the body is a few MB.
 //!
-//! Run: `cargo bench -p rebound-core --bench sse -j2 -- --warm-up-time 1 --measurement-time 3`
+//! Run: `cargo bench -p rebound-core --features server --bench sse -j2 -- --warm-up-time 1 --measurement-time 3`
 //!
 //! Profile one pass instead (instruction counts do not depend on the machine's load): build
-//! with `cargo bench -p rebound-core --bench sse --no-run`, then run the binary it names with
-//! `REBOUND_SSE_PROFILE=<what>:<input>` (`what` is `decode`, `owned` or `sse`, `input` one of
-//! the names above) under `valgrind --tool=callgrind --toggle-collect='*profile_pass*'`,
-//! which counts the decoding only, not the building of the input.
+//! with `cargo bench -p rebound-core --features server --bench sse --no-run`, then run the
+//! binary it names with `REBOUND_SSE_PROFILE=<what>:<input>` (`what` is `decode`, `owned` or
+//! `sse`, `input` one of the names above) under `valgrind --tool=callgrind
+//! --toggle-collect='*profile_pass*'`, which counts the decoding only, not the building of
+//! the input.
 
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use eventsource_stream::Eventsource;
