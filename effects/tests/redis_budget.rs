@@ -985,6 +985,143 @@ async fn the_budget_clock_never_goes_back_when_redis_time_does() {
 }
 
 #[tokio::test]
+async fn the_budget_clock_does_not_jump_when_redis_time_steps_forward_while_retries_wait() {
+    let Some(server) = RedisServer::start("the_budget_clock_does_not_jump") else {
+        return;
+    };
+    let mut cases = 0;
+    // A waiter's process polls at least every second (half of `waiter_stale_after`).
+    let options = patient().with_waiter_stale_after(Duration::from_secs(2));
+
+    // 1. `TIME` steps 300 s forward while a retry allowed to wait 5 s waits (the budget's
+    // clock is `TIME` plus the stored offset: raising the offset is what the script sees
+    // of a step): the retry still waits, and is granted by a success.
+    let b = budget(
+        &server.budget_url("ahead"),
+        tokens(0.0, 1.0),
+        options.clone(),
+    );
+    let before = b.check().await.expect("redis answers").now_ms;
+    let ask = charged(&b, 5_000, 0);
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire(ask).await })
+    };
+    queued(&b, 1).await;
+    let stepped = server.command("HINCRBY rebound:budget:{ahead}:state offset 300000");
+    assert!(stepped.starts_with(':'), "{stepped}");
+    // Past the waiter's next poll, which sees the step.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the retry was decided at the step: {:?}",
+        waiting.await
+    );
+    b.record(BudgetNote::Succeeded { target: 0 }).await;
+    let decision = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("decided")
+        .expect("joins");
+    assert_eq!(decision, PermitDecision::Granted);
+    let after = b.stats().await.expect("redis answers").now_ms;
+    assert!(
+        after - before < 60_000,
+        "the budget's clock jumped {} ms",
+        after - before
+    );
+    cases += 1;
+
+    // 2. The same through the script's clock: queued at 0.1 s, polled at 1 s, polled again
+    // at 301 s: still queued, and the budget's time goes on from 1 s.
+    let b = budget(
+        &server.budget_url("scripted-ahead"),
+        tokens(0.0, 1.0),
+        options.clone(),
+    );
+    call(&b, ScriptOp::Stats, 0).await;
+    let ask = ScriptOp::Ask {
+        request: 1,
+        kind: PermitKind::Charged,
+        target: 0,
+        wait_ms: 15_000,
+        age_ms: 0,
+    };
+    assert!(matches!(
+        call(&b, ask, 100).await,
+        ScriptReply::Queued { .. }
+    ));
+    let inbox = || ScriptOp::Inbox { acks: vec![] };
+    assert!(matches!(
+        call(&b, inbox(), 1_000).await,
+        ScriptReply::Inbox { waiting: 1, ref answers, .. } if answers.is_empty()
+    ));
+    let got = call(&b, inbox(), 301_000).await;
+    assert!(
+        matches!(got, ScriptReply::Inbox { waiting: 1, ref answers, .. } if answers.is_empty()),
+        "{got:?}"
+    );
+    let ScriptReply::Stats(stats) = call(&b, ScriptOp::Stats, 301_200).await else {
+        panic!("stats");
+    };
+    assert_eq!(stats.now_ms, 1_200);
+    assert_eq!(stats.waiting, 1);
+    call(&b, ScriptOp::Succeeded { target: 0 }, 301_300).await;
+    assert_eq!(poll(&b, 1, 301_400).await, PollAnswer::Granted);
+    cases += 1;
+
+    // 3. A gap no live waiter could leave is not a step: shorter than `waiter_stale_after`,
+    // it is time, and a waiter whose deadline it passed is denied.
+    let b = budget(
+        &server.budget_url("short-gap"),
+        tokens(0.0, 1.0),
+        options.clone(),
+    );
+    call(&b, ScriptOp::Stats, 0).await;
+    let ask = ScriptOp::Ask {
+        request: 1,
+        kind: PermitKind::Charged,
+        target: 0,
+        wait_ms: 1_000,
+        age_ms: 0,
+    };
+    assert!(matches!(
+        call(&b, ask, 100).await,
+        ScriptReply::Queued { .. }
+    ));
+    call(&b, inbox(), 1_000).await;
+    assert_eq!(poll(&b, 1, 2_900).await, PollAnswer::Denied);
+    cases += 1;
+
+    // 4. Nobody waits: any gap is time. The bucket refills to capacity and a rate-limit
+    // window ends.
+    let config = BudgetConfig::default()
+        .with_capacity(5.0)
+        .with_initial(0.0)
+        .with_refill_per_sec(1.0);
+    let b = budget(&server.budget_url("idle"), config, options);
+    call(&b, ScriptOp::Stats, 0).await;
+    let limited = ScriptOp::RateLimited {
+        target: 0,
+        for_ms: 60_000,
+    };
+    assert_eq!(call(&b, limited, 0).await, ScriptReply::Ok);
+    let ScriptReply::Stats(stats) = call(&b, ScriptOp::Stats, 300_000).await else {
+        panic!("stats");
+    };
+    assert_eq!((stats.now_ms, stats.balance_milli), (300_000, 5_000));
+    let first = ScriptOp::Ask {
+        request: 1,
+        kind: PermitKind::FirstAttempt,
+        target: 0,
+        wait_ms: 0,
+        age_ms: 0,
+    };
+    assert_eq!(call(&b, first, 300_000).await, ScriptReply::Granted);
+    cases += 1;
+    table::check("redis-clock-forward", cases);
+}
+
+#[tokio::test]
 async fn an_old_waiter_never_takes_or_cancels_a_newcomers_place_after_redis_forgets() {
     let Some(server) = RedisServer::start("an_old_waiter_never_takes") else {
         return;

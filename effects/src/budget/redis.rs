@@ -25,7 +25,13 @@
 //! ([`BudgetStore::origin`]). The budget's clock never goes back: when `TIME` steps back
 //! (NTP, a failover to a host whose clock is behind), the script carries on from the last
 //! time it saw, at `TIME`'s pace, so a retry allowed to wait still waits and a shared rate
-//! limit still holds.
+//! limit still holds. Nor does it jump while retries wait: a process with a retry in the
+//! queue calls at least every `waiter_stale_after / 2`, so a gap longer than
+//! `waiter_stale_after` between two calls while one waits is `TIME` stepping forward, and
+//! the script carries on from the last time it saw too, instead of denying every waiter at
+//! once. A budget nobody waits on takes any gap as time (refill, the end of a rate-limit
+//! window). Each process still ends its waits at their deadlines on its own clock (and a
+//! grace of [`DEADLINE_GRACE_MS`]), whatever Redis's clock does.
 //!
 //! # Where it does not work
 //!
@@ -128,7 +134,8 @@ use tokio::time::Instant;
 pub const SCRIPT: &str = include_str!("redis.lua");
 
 /// A retry deadline the local clock has passed by this much is over whatever Redis says:
-/// a safety net for a Redis whose clock runs slow.
+/// a safety net for a Redis whose clock runs slow, or that took a real pause of the whole
+/// fleet for a step of its clock (see the module documentation).
 const DEADLINE_GRACE_MS: u64 = 1_000;
 
 /// The largest milli-token figure sent to the script: Lua counts in doubles, exact to 2^53.
