@@ -683,3 +683,138 @@ async fn a_fleet_stuck_in_a_twelve_second_outage_finishes_every_run_once_the_pro
         server.shutdown().await;
     }
 }
+
+/// A run with a Redis budget whose connection cannot be used, against a provider that
+/// answers 503 for its first 1.5 s: it retries every 400 ms, so it decides four times and
+/// tries Redis again (every second) after the check at its start.
+async fn refused_run(budget: &str) -> Output {
+    let provider = fake_server(
+        r#"{"turns": [{"answer": {"text": "ok"}}], "random": {"outages": [
+            {"from_ms": 0, "until_ms": 1500, "fault": {"type": "http", "status": 503}}]}}"#,
+    )
+    .await;
+    let mut cmd = agent(
+        &provider,
+        &[
+            "--budget",
+            budget,
+            "--budget-timeout-ms",
+            "1000",
+            "--max-attempts",
+            "10",
+            "--initial-delay-ms",
+            "400",
+            "--max-delay-ms",
+            "400",
+        ],
+    );
+    cmd.env_remove("REBOUND_REDIS_PASSWORD");
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("rebound runs"))
+        .await
+        .expect("joins");
+    assert!(provider.requests().len() >= 4, "the run retried");
+    provider.shutdown().await;
+    out
+}
+
+#[tokio::test]
+async fn a_refused_password_or_a_read_only_replica_is_told_once_as_such_and_shows_no_credential() {
+    const PASSWORD: &str = "s3cret-budget-pw";
+    let Some(locked) = RedisServer::start("a_refused_password_or_a_read_only_replica") else {
+        return;
+    };
+    assert!(locked
+        .command(&format!("CONFIG SET requirepass {PASSWORD}"))
+        .starts_with("+OK"));
+    let Some(replica) = RedisServer::start("a_refused_password_or_a_read_only_replica") else {
+        return;
+    };
+    let replicating = replica.command(&format!("REPLICAOF 127.0.0.1 {}", server::free_port()));
+    assert!(replicating.starts_with("+OK"), "{replicating}");
+    let mut cases = 0;
+    for (budget, says, kind) in [
+        // The password written without its colon: a user name, and no password.
+        (
+            format!("redis://{PASSWORD}@127.0.0.1:{}/authed", locked.port()),
+            "authentication failed",
+            "authentication",
+        ),
+        (
+            format!("redis://:not-it@127.0.0.1:{}/authed", locked.port()),
+            "authentication failed",
+            "authentication",
+        ),
+        (
+            replica.budget_url("replica"),
+            "read-only replica",
+            "read_only",
+        ),
+    ] {
+        let out = refused_run(&budget).await;
+        let errors = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{budget}: {errors}");
+        let all = format!("{}{errors}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            !all.contains(PASSWORD),
+            "{budget}: a credential was shown: {all}"
+        );
+        assert!(
+            !all.contains("not-it"),
+            "{budget}: a credential was shown: {all}"
+        );
+        let told: Vec<Value> = events(&out)
+            .into_iter()
+            .filter(|e| e["type"] == "budget_fallback")
+            .collect();
+        assert_eq!(told.len(), 1, "{budget}: told once: {told:?}");
+        let error = told[0]["error"].as_str().unwrap_or_default();
+        assert!(error.contains(says), "{budget}: {error}");
+        assert!(!error.contains("cannot reach"), "{budget}: {error}");
+        assert_eq!(told[0]["error_kind"], kind, "{budget}");
+        let lines: Vec<&str> = errors
+            .lines()
+            .filter(|l| l.starts_with("rebound: retry budget"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{budget}: one line for people: {errors}");
+        assert!(lines[0].contains(says), "{budget}: {}", lines[0]);
+        cases += 1;
+    }
+    table::check("redis-refused-runs", cases);
+}
+
+#[tokio::test]
+async fn a_retry_refused_by_a_redis_budget_does_not_blame_this_process() {
+    let Some(redis) = RedisServer::start("a_retry_refused_by_a_redis_budget") else {
+        return;
+    };
+    let provider = fake_server(TOTAL_OUTAGE).await;
+    // A budget that can never pay a retry: the first is refused at once.
+    let budget = redis.budget_url("empty");
+    let mut cmd = agent(
+        &provider,
+        &[
+            "--budget",
+            &budget,
+            "--budget-timeout-ms",
+            "1000",
+            "--budget-tokens",
+            "0",
+        ],
+    );
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("rebound runs"))
+        .await
+        .expect("joins");
+    let errors = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{errors}");
+    assert!(!has_event(&out, "budget_fallback"), "{errors}");
+    // The run's error event, for programs and people.
+    let failed = events(&out)
+        .into_iter()
+        .find(|e| e["type"] == "error")
+        .unwrap_or_else(|| panic!("no error event: {errors}"));
+    let told = failed.to_string();
+    assert!(told.contains("retry budget exhausted"), "{told}");
+    assert!(!told.contains("this process"), "the fleet's budget: {told}");
+    assert_eq!(provider.requests().len(), 1, "the retry was refused");
+    provider.shutdown().await;
+}

@@ -1648,7 +1648,8 @@ async fn every_redis_fault_falls_back_with_one_notice_and_returns_once_redis_ans
         .starts_with("+OK"));
     let heal = vec!["REPLICAOF NO ONE".to_owned()];
     let error = through_fault(&b, &events, Heal::Commands(&server, heal)).await;
-    assert!(error.to_string().contains("read only replica"), "{error}");
+    assert!(matches!(error, RedisBudgetError::ReadOnly), "{error}");
+    assert!(error.to_string().contains("read-only replica"), "{error}");
     cases += 1;
 
     // 6. Out of memory (`maxmemory` reached, no eviction): scripts that write are refused;
@@ -1716,4 +1717,68 @@ async fn a_process_with_other_settings_is_refused_naming_both_never_mixed_in() {
         PermitDecision::Granted
     );
     assert_eq!(first.stats().await.expect("redis answers").stats.granted, 2);
+}
+
+#[tokio::test]
+async fn a_refused_password_or_a_read_only_replica_is_told_as_such_once_never_as_unreachable() {
+    const PASSWORD: &str = "s3cret-budget-pw";
+    let Some(locked) = RedisServer::start("a_refused_password_or_a_read_only_replica") else {
+        return;
+    };
+    assert!(locked
+        .command(&format!("CONFIG SET requirepass {PASSWORD}"))
+        .starts_with("+OK"));
+    let Some(replica) = RedisServer::start("a_refused_password_or_a_read_only_replica") else {
+        return;
+    };
+    // A replica of a master that is not there: read-only all the same.
+    let replicating = replica.command(&format!("REPLICAOF 127.0.0.1 {}", server::free_port()));
+    assert!(replicating.starts_with("+OK"), "{replicating}");
+    let port = locked.port();
+    let mut cases = 0;
+    for (url, says) in [
+        // No password.
+        (
+            format!("redis://127.0.0.1:{port}/locked"),
+            "authentication failed",
+        ),
+        // A wrong one.
+        (
+            format!("redis://:not-it@127.0.0.1:{port}/locked"),
+            "authentication failed",
+        ),
+        // The password without its colon, which reads as a user name.
+        (
+            format!("redis://{PASSWORD}@127.0.0.1:{port}/locked"),
+            "authentication failed",
+        ),
+        (replica.budget_url("replica"), "read-only replica"),
+    ] {
+        let (events, options) = recorder();
+        let b = budget(
+            &url,
+            tokens(1.0, 1.0),
+            options.with_retry_redis_after(Duration::from_millis(50)),
+        );
+        let error = b.check().await.expect_err("refused").to_string();
+        assert!(error.contains(says), "{url}: {error}");
+        assert!(!error.contains("cannot reach"), "{url}: {error}");
+        // Tried again (and refused again) by later decisions: told once.
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            assert_eq!(
+                b.acquire(charged(&b, 0, 0)).await,
+                PermitDecision::Granted,
+                "{url}: the local budget decides"
+            );
+            b.fallback().record(BudgetNote::Succeeded { target: 0 });
+        }
+        assert!(!b.is_shared(), "{url}");
+        assert_eq!(kinds(&events), ["fell_back"], "{url}");
+        let told = events.lock().expect("not poisoned")[0].to_string();
+        assert!(told.contains(says), "{url}: {told}");
+        assert!(!told.contains(PASSWORD), "{url}: {told}");
+        cases += 1;
+    }
+    table::check("redis-refused", cases);
 }

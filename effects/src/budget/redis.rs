@@ -91,9 +91,10 @@
 //!
 //! # Keys
 //!
-//! Nine keys per budget name,
-//! `rebound:budget:{NAME}:state|limits|queue|deadlines|waiters|decided|answered|owners|mine`,
-//! one hash tag so they would live on one Redis Cluster slot. They hold counters,
+//! Thirteen keys per budget name, `rebound:budget:{NAME}:` then `state`, `limits`, `queue`,
+//! `deadlines`, `waiters`, `decided`, `answered`, `owners`, `mine`, `paced`, `sent`,
+//! `seconds` and `served` (what each holds: the top of `redis.lua`), one hash tag so they
+//! would live on one Redis Cluster slot. They hold counters,
 //! milli-tokens, Redis times, target indexes and request ids (random numbers): no prompt,
 //! key, URL or host name. All
 //! expire together after `idle_expiry` (10 minutes) without a call; the next call starts a
@@ -112,9 +113,12 @@
 //! the same clock as the machines): a [`BudgetEvent::FellBack`] is reported once, and
 //! decisions are local from then on. Every `retry_redis_after` (1 s) the next decision tries
 //! Redis again; when it answers, a [`BudgetEvent::Restored`] is reported and decisions are
-//! shared again. A retry waiting in the Redis queue when Redis fails asks the local budget
-//! instead, with the same deadline. Rate limits are also noted locally, so a process that
-//! falls back still honours the window it heard of.
+//! shared again. A Redis that answers but refuses this process — a password it does not
+//! take ([`RedisBudgetError::Authentication`]), a read-only replica
+//! ([`RedisBudgetError::ReadOnly`]) — is reported as what it is, once, since it will not end
+//! by itself, although it is tried again in the same way. A retry waiting in the Redis queue
+//! when Redis fails asks the local budget instead, with the same deadline. Rate limits are
+//! also noted locally, so a process that falls back still honours the window it heard of.
 
 use super::{BudgetStore, RedisUrl, SharedBudget};
 use async_trait::async_trait;
@@ -150,14 +154,14 @@ pub type BudgetEventHook = Arc<dyn Fn(&BudgetEvent) + Send + Sync>;
 pub enum BudgetEvent {
     /// Redis failed: this process decides with a local budget until Redis answers again.
     FellBack {
-        /// The budget (its URL, password masked).
+        /// The budget (its URL, credentials masked).
         budget: String,
         /// What failed.
         error: RedisBudgetError,
     },
     /// Redis answered again: the shared budget decides again.
     Restored {
-        /// The budget (its URL, password masked).
+        /// The budget (its URL, credentials masked).
         budget: String,
     },
 }
@@ -169,6 +173,11 @@ impl fmt::Display for BudgetEvent {
                 f,
                 "retry budget {budget} cannot be used ({error}): using a local budget for \
                  this process"
+            ),
+            BudgetEvent::FellBack { budget, error } if error.is_refusal() => write!(
+                f,
+                "retry budget {budget} cannot be used ({error}): using a local budget for \
+                 this process until that is fixed"
             ),
             BudgetEvent::FellBack { budget, error } => write!(
                 f,
@@ -202,6 +211,18 @@ pub enum RedisBudgetError {
         /// The client's reason.
         message: String,
     },
+    /// Redis refused this process's credentials: none where Redis asks for a password
+    /// (`NOAUTH`), or a wrong user name or password (`WRONGPASS`, a refused `AUTH`). Asked
+    /// again every `retry_redis_after`, in case the server's password changes.
+    #[error("authentication failed: {message}")]
+    Authentication {
+        /// What Redis refused (never the password).
+        message: String,
+    },
+    /// The Redis named is a read-only replica (`READONLY`): the budget's script writes.
+    /// Asked again every `retry_redis_after`, in case a failover promotes it.
+    #[error("read-only replica: this redis is a replica and the budget writes: name its master")]
+    ReadOnly,
     /// No answer within the call timeout.
     #[error("redis did not answer within {timeout_ms} ms")]
     Timeout {
@@ -251,6 +272,36 @@ impl RedisBudgetError {
             self,
             RedisBudgetError::Unsupported { .. } | RedisBudgetError::OtherSettings { .. }
         )
+    }
+
+    /// Whether Redis answered but refused this process (its credentials, or a read-only
+    /// replica): not an outage that ends by itself but a setting to fix, although Redis is
+    /// asked again every `retry_redis_after` in case it changes.
+    #[must_use]
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            RedisBudgetError::Authentication { .. } | RedisBudgetError::ReadOnly
+        )
+    }
+
+    /// A short stable name of what went wrong, for programs (the `error_kind` of
+    /// `rebound run`'s `budget_fallback` event): `address`, `unreachable`,
+    /// `authentication`, `read_only`, `timeout`, `script`,
+    /// `malformed_reply`, `unsupported`, `other_settings`.
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RedisBudgetError::Address { .. } => "address",
+            RedisBudgetError::Connection { .. } => "unreachable",
+            RedisBudgetError::Authentication { .. } => "authentication",
+            RedisBudgetError::ReadOnly => "read_only",
+            RedisBudgetError::Timeout { .. } => "timeout",
+            RedisBudgetError::Script { .. } => "script",
+            RedisBudgetError::MalformedReply { .. } => "malformed_reply",
+            RedisBudgetError::Unsupported { .. } => "unsupported",
+            RedisBudgetError::OtherSettings { .. } => "other_settings",
+        }
     }
 }
 
@@ -724,7 +775,7 @@ impl RedisBudget {
         })
     }
 
-    /// The budget's URL (password masked) and name.
+    /// The budget's URL (credentials masked) and name.
     #[must_use]
     pub fn url(&self) -> &RedisUrl {
         &self.inner.url
@@ -899,7 +950,23 @@ impl RedisBudget {
                 ours: settings_text(ours),
             };
         }
+        let refused = match e.code() {
+            Some("NOAUTH") => Some("redis asks for a password and got none"),
+            Some("WRONGPASS") => Some("redis refused the user name or password"),
+            _ if e.kind() == redis::ErrorKind::AuthenticationFailed => {
+                Some("redis refused the user name or password")
+            }
+            _ => None,
+        };
+        if let Some(message) = refused {
+            return RedisBudgetError::Authentication {
+                message: message.to_owned(),
+            };
+        }
         match e.kind() {
+            redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly) => {
+                RedisBudgetError::ReadOnly
+            }
             redis::ErrorKind::Server(
                 redis::ServerErrorKind::Moved
                 | redis::ServerErrorKind::Ask
