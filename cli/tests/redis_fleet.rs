@@ -284,6 +284,11 @@ impl Watched {
             .any(|l| l.replace(' ', "").contains(&needle))
     }
 
+    /// Whether the run has exited.
+    fn exited(&mut self) -> bool {
+        self.child.try_wait().expect("rebound runs").is_some()
+    }
+
     fn finish(mut self) -> Output {
         let status = self.child.wait().expect("rebound exits");
         Output {
@@ -817,4 +822,101 @@ async fn a_retry_refused_by_a_redis_budget_does_not_blame_this_process() {
     assert!(!told.contains("this process"), "the fleet's budget: {told}");
     assert_eq!(provider.requests().len(), 1, "the retry was refused");
     provider.shutdown().await;
+}
+
+/// The budget's clock as the script sees it is Redis's `TIME` plus the offset kept with the
+/// budget: raising the offset is what a step of `TIME` looks like to it.
+fn step_budget_clock(redis: &RedisServer, name: &str, ms: u64) {
+    let stepped = redis.command(&format!(
+        "HINCRBY rebound:budget:{{{name}}}:state offset {ms}"
+    ));
+    assert!(stepped.starts_with(':'), "{stepped}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_waiting_for_tokens_keeps_waiting_when_redis_time_steps_forward() {
+    const PROCESSES: usize = 6;
+    let Some(redis) = RedisServer::start("a_fleet_waiting_for_tokens_keeps_waiting") else {
+        return;
+    };
+    let _fleet = ONE_FLEET_AT_A_TIME.lock().await;
+    let budget = redis.budget_url("stepped");
+    let server = fake_server(TOTAL_OUTAGE).await;
+    // A total outage and a budget of one token that nothing refills: every run soon has a
+    // retry waiting in Redis, allowed to wait 5 s, that no token will pay.
+    let args = [
+        "--budget",
+        &budget,
+        "--budget-timeout-ms",
+        "1000",
+        "--max-attempts",
+        "10",
+        "--initial-delay-ms",
+        "20",
+        "--max-delay-ms",
+        "40",
+        "--budget-tokens",
+        "1",
+        "--budget-refill",
+        "0",
+        "--budget-max-wait-ms",
+        "5000",
+    ];
+    let mut runs: Vec<Watched> = (0..PROCESSES)
+        .map(|_| Watched::spawn(&server, &args))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting = redis.command("ZCARD rebound:budget:{stepped}:queue");
+        if waiting.trim() == format!(":{PROCESSES}") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never all waiting: {waiting}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Redis's clock steps 300 s forward while they wait.
+    step_budget_clock(&redis, "stepped", 300_000);
+    let stepped = Instant::now();
+    let mut ended = vec![None; PROCESSES];
+    while ended.iter().any(Option::is_none) {
+        for (run, end) in runs.iter_mut().zip(ended.iter_mut()) {
+            if end.is_none() && run.exited() {
+                *end = Some(stepped.elapsed());
+            }
+        }
+        assert!(
+            stepped.elapsed() < Duration::from_secs(30),
+            "runs never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let outputs = finish_watched(runs).await;
+    // Each wait ends at its own end, 5 s after it began, not at the next call after the
+    // step (within a second).
+    eprintln!("runs ended {ended:?} after the step");
+    let earliest = ended.iter().flatten().min().copied().unwrap_or_default();
+    assert!(
+        earliest >= Duration::from_millis(2_500),
+        "a run ended {earliest:?} after the step: {ended:?}\n{}",
+        stderr(&outputs)
+    );
+    assert!(
+        codes(&outputs).iter().all(|c| *c == Some(1)),
+        "refused when their waits ended: {:?}",
+        codes(&outputs)
+    );
+    assert!(
+        outputs.iter().all(|o| !has_event(o, "budget_fallback")),
+        "Redis answered throughout:\n{}",
+        stderr(&outputs)
+    );
+    for out in &outputs {
+        let failed = events(out)
+            .into_iter()
+            .find(|e| e["type"] == "error")
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(failed.contains("retry budget exhausted"), "{failed}");
+    }
+    server.shutdown().await;
 }

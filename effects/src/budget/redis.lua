@@ -25,9 +25,12 @@
 --   does not jump. Such a process calls at least every `stale_ms / 2` (its inbox read), so
 --   while it lives no two calls are that far apart in real time: a longer gap is a step, and
 --   taken as real it would deny every waiter at once and drop every live process as stale.
---   Each process still ends its own waits at its deadline on its own monotonic clock (and a
---   grace), so a gap that was real after all (every process stalled, or Redis paused) costs
---   waiting retries nothing either, only refill the budget did not get.
+--   The budget then counts no time for the gap: it falls behind real time by what passed
+--   between the two calls (at most `stale_ms / 2`), so its deadlines come that much late,
+--   its refill and rate-limit windows too. Each process ends its own waits at their
+--   deadlines on its own monotonic clock (and a grace of a second), so neither that nor a
+--   gap that was real after all (every process stalled, or Redis paused) makes a retry wait
+--   much longer than it was allowed to.
 --
 -- A budget nobody waits on takes any gap as time: a bucket refills to capacity and a
 -- rate-limit window ends however long the silence. Every time the script stores or compares
