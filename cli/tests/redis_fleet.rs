@@ -7,6 +7,8 @@
 
 #[path = "../../effects/tests/redis_support/server.rs"]
 mod server;
+#[path = "../../effects/tests/redis_support/slow_connects.rs"]
+mod slow_connects;
 #[path = "../../effects/tests/hostile_support/table.rs"]
 mod table;
 
@@ -918,5 +920,65 @@ async fn a_fleet_waiting_for_tokens_keeps_waiting_when_redis_time_steps_forward(
             .unwrap_or_default();
         assert!(failed.contains("retry budget exhausted"), "{failed}");
     }
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_started_at_once_whose_connections_open_slowly_shares_one_budget() {
+    const PROCESSES: usize = 16;
+    let Some(redis) = RedisServer::start("a_fleet_started_at_once") else {
+        return;
+    };
+    let _fleet = ONE_FLEET_AT_A_TIME.lock().await;
+    // Every connection to Redis opens 400 ms late, as on a busy machine that starts a fleet
+    // at once; a call on an open connection may take 300 ms; opening one has the default
+    // bound.
+    let proxy = slow_connects::SlowConnects::start(redis.port(), Duration::from_millis(400)).await;
+    let budget = proxy.budget_url("slow-start");
+    let args = [
+        "--budget",
+        &budget,
+        "--budget-timeout-ms",
+        "300",
+        "--max-attempts",
+        "4",
+        "--initial-delay-ms",
+        "20",
+        "--max-delay-ms",
+        "40",
+        "--budget-tokens",
+        "3",
+        "--budget-refill",
+        "1",
+        "--budget-max-wait-ms",
+        "300",
+    ];
+    let server = fake_server(TOTAL_OUTAGE).await;
+    let outputs = finish(spawn(&server, PROCESSES, &args)).await;
+    assert!(
+        outputs.iter().all(|o| !has_event(o, "budget_fallback")),
+        "a process fell back:\n{}",
+        stderr(&outputs)
+    );
+    assert!(
+        codes(&outputs).iter().all(|c| *c == Some(1)),
+        "every run fails in a total outage: {:?}",
+        codes(&outputs)
+    );
+    // Every retry the server saw was granted by the one budget in Redis.
+    let sent = server.requests().len();
+    let stats = RedisBudget::new(
+        &redis
+            .budget_url("slow-start")
+            .parse()
+            .expect("a budget url"),
+        settings(3.0, 1.0),
+        reader(),
+    )
+    .expect("a client")
+    .stats()
+    .await
+    .expect("redis answers");
+    assert_eq!(stats.stats.granted as usize, sent - PROCESSES, "{stats:?}");
     server.shutdown().await;
 }

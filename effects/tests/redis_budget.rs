@@ -6,6 +6,8 @@
 
 #[path = "redis_support/server.rs"]
 mod server;
+#[path = "redis_support/slow_connects.rs"]
+mod slow_connects;
 #[path = "hostile_support/table.rs"]
 mod table;
 
@@ -567,21 +569,25 @@ async fn a_silent_redis_costs_one_bounded_call() {
     let b = budget(
         &format!("redis://127.0.0.1:{port}/silent"),
         tokens(1.0, 1.0),
-        options.with_call_timeout(Duration::from_millis(50)),
+        options
+            .with_call_timeout(Duration::from_millis(50))
+            .with_connect_timeout(Duration::from_millis(100)),
     );
     let started = Instant::now();
     assert_eq!(b.acquire(charged(&b, 0, 0)).await, PermitDecision::Granted);
     let took = started.elapsed();
+    // Its handshake is never answered: one connect timeout, not tried again (the ask never
+    // reached Redis).
     assert!(
-        took < Duration::from_millis(250),
-        "bounded by the 50 ms call timeout: {took:?}"
+        took < Duration::from_millis(190),
+        "bounded by the 100 ms connect timeout: {took:?}"
     );
     let events = events.lock().expect("not poisoned").clone();
     assert!(
         matches!(
             events.as_slice(),
             [BudgetEvent::FellBack {
-                error: RedisBudgetError::Timeout { .. } | RedisBudgetError::Connection { .. },
+                error: RedisBudgetError::ConnectTimeout { timeout_ms: 100 },
                 ..
             }]
         ),
@@ -1781,4 +1787,52 @@ async fn a_refused_password_or_a_read_only_replica_is_told_as_such_once_never_as
         cases += 1;
     }
     table::check("redis-refused", cases);
+}
+
+#[tokio::test]
+async fn a_connection_slower_to_open_than_a_call_may_take_still_shares_the_budget() {
+    let Some(server) = RedisServer::start("a_connection_slower_to_open") else {
+        return;
+    };
+    // Opening a connection takes 300 ms (a loaded machine); a call may take 150 ms once
+    // connected; opening one has its own bound (the default, 1 s).
+    let proxy = slow_connects::SlowConnects::start(server.port(), Duration::from_millis(300)).await;
+    let (events, options) = recorder();
+    let options = options.with_call_timeout(Duration::from_millis(150));
+    let b = budget(&proxy.budget_url("slow-start"), tokens(1.0, 1.0), options);
+    // The check at start opens the connection: Redis's answer, not a fallback.
+    b.check().await.expect("redis answers");
+    assert!(b.is_shared());
+    // Later calls use the connection: decided in Redis.
+    assert_eq!(b.acquire(charged(&b, 0, 0)).await, PermitDecision::Granted);
+    assert_eq!(b.acquire(charged(&b, 0, 0)).await, PermitDecision::Denied);
+    assert_eq!(b.fallback().stats().granted, 0, "no local decision");
+    let direct = budget(
+        &server.budget_url("slow-start"),
+        tokens(1.0, 1.0),
+        patient(),
+    );
+    assert_eq!(
+        direct.stats().await.expect("redis answers").stats.granted,
+        1
+    );
+    assert!(kinds(&events).is_empty(), "{:?}", kinds(&events));
+
+    // A connection that cannot open within its bound is a failure of its own, told once.
+    let (events, options) = recorder();
+    let options = options
+        .with_call_timeout(Duration::from_millis(150))
+        .with_connect_timeout(Duration::from_millis(100));
+    let b = budget(&proxy.budget_url("slow-start"), tokens(1.0, 1.0), options);
+    let started = Instant::now();
+    let error = b.check().await.expect_err("too slow to connect");
+    assert!(
+        matches!(error, RedisBudgetError::ConnectTimeout { timeout_ms: 100 }),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(290),
+        "not waited out"
+    );
+    assert_eq!(kinds(&events), ["fell_back"]);
 }

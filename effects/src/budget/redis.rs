@@ -103,22 +103,25 @@
 //!
 //! # When Redis fails
 //!
-//! Agents never wait on Redis. Every call is bounded (`call_timeout`, 50 ms, connecting
-//! included); an ask, a poll or a withdrawal whose reply is lost is made once more (after a
-//! broken connection on a fresh one; after a timeout on the same one, since a new
-//! connection would only add its handshake to a busy Redis's delay, and on a fresh one
-//! after a second timeout in a row), so a decision waits at most twice the bound. A
-//! connection error, a timeout, a script error or a reply the budget does not
-//! understand sends this process to a local budget ([`SharedBudget`], same configuration, on
-//! the same clock as the machines): a [`BudgetEvent::FellBack`] is reported once, and
-//! decisions are local from then on. Every `retry_redis_after` (1 s) the next decision tries
-//! Redis again; when it answers, a [`BudgetEvent::Restored`] is reported and decisions are
-//! shared again. A Redis that answers but refuses this process — a password it does not
-//! take ([`RedisBudgetError::Authentication`]), a read-only replica
-//! ([`RedisBudgetError::ReadOnly`]) — is reported as what it is, once, since it will not end
-//! by itself, although it is tried again in the same way. A retry waiting in the Redis queue
-//! when Redis fails asks the local budget instead, with the same deadline. Rate limits are
-//! also noted locally, so a process that falls back still honours the window it heard of.
+//! Agents never wait on Redis. Every call is bounded (`call_timeout`, 50 ms), and so is
+//! opening a connection, separately (`connect_timeout`, 1 s: connecting, `AUTH`,
+//! `INFO server` and loading the script), so that a fleet started at once on a loaded
+//! machine, whose first connections take longer than a call, shares one budget instead of
+//! falling back at its first call. An ask, a poll or a withdrawal whose reply is lost (a
+//! timeout, a broken connection) is made once more on a fresh connection, so a decision
+//! waits at most twice the call bound and a connect. A connection error, a timeout, a
+//! script error or a reply the budget does not understand sends this process to a local
+//! budget ([`SharedBudget`], same configuration, on the same clock as the machines): a
+//! [`BudgetEvent::FellBack`] is reported once, and decisions are local from then on. Every
+//! `retry_redis_after` (1 s) the next decision tries Redis again; when it answers, a
+//! [`BudgetEvent::Restored`] is reported and decisions are shared again. A Redis that
+//! answers but refuses this process — a password it does not take
+//! ([`RedisBudgetError::Authentication`]), a read-only replica
+//! ([`RedisBudgetError::ReadOnly`]) — is reported as what it is, once, since it will not
+//! end by itself, although it is tried again in the same way. A retry waiting in the Redis
+//! queue when Redis fails asks the local budget instead, with the same deadline. Rate
+//! limits are also noted locally, so a process that falls back still honours the window it
+//! heard of.
 
 use super::{BudgetStore, RedisUrl, SharedBudget};
 use async_trait::async_trait;
@@ -223,6 +226,13 @@ pub enum RedisBudgetError {
     /// Asked again every `retry_redis_after`, in case a failover promotes it.
     #[error("read-only replica: this redis is a replica and the budget writes: name its master")]
     ReadOnly,
+    /// No connection opened within the connect timeout (connecting, the handshake and
+    /// reading what this Redis is).
+    #[error("no connection to redis within {timeout_ms} ms")]
+    ConnectTimeout {
+        /// The bound that passed.
+        timeout_ms: u64,
+    },
     /// No answer within the call timeout.
     #[error("redis did not answer within {timeout_ms} ms")]
     Timeout {
@@ -287,7 +297,7 @@ impl RedisBudgetError {
 
     /// A short stable name of what went wrong, for programs (the `error_kind` of
     /// `rebound run`'s `budget_fallback` event): `address`, `unreachable`,
-    /// `authentication`, `read_only`, `timeout`, `script`,
+    /// `authentication`, `read_only`, `connect_timeout`, `timeout`, `script`,
     /// `malformed_reply`, `unsupported`, `other_settings`.
     #[must_use]
     pub fn kind(&self) -> &'static str {
@@ -296,6 +306,7 @@ impl RedisBudgetError {
             RedisBudgetError::Connection { .. } => "unreachable",
             RedisBudgetError::Authentication { .. } => "authentication",
             RedisBudgetError::ReadOnly => "read_only",
+            RedisBudgetError::ConnectTimeout { .. } => "connect_timeout",
             RedisBudgetError::Timeout { .. } => "timeout",
             RedisBudgetError::Script { .. } => "script",
             RedisBudgetError::MalformedReply { .. } => "malformed_reply",
@@ -327,9 +338,17 @@ fn settings_text(milli: &str) -> String {
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct RedisOptions {
-    /// The longest one call may take, connecting included (default 50 ms). Past it the call
-    /// counts as a failure and the process decides locally.
+    /// The longest one call may take once its connection is open (default 50 ms). Past it
+    /// the call counts as a failure and the process decides locally.
     pub call_timeout: Duration,
+    /// The longest opening a connection may take (default 1 s): connecting, the
+    /// handshake (`AUTH`), reading what this Redis is (`INFO server`) and loading the
+    /// script, before a call's own `call_timeout` starts. A process's first call opens one,
+    /// and so does a call after a connection broke or went silent: on a loaded machine (a
+    /// fleet started at once) that takes longer than a call, and a first call must not send
+    /// the process to its local budget for it. A Redis that drops packets costs a decision
+    /// this long, once per `retry_redis_after`.
+    pub connect_timeout: Duration,
     /// How often a process with retries waiting in the queue asks whether they were
     /// decided when it cannot be woken by Redis (no live subscription to its channel;
     /// default 50 ms).
@@ -352,6 +371,7 @@ impl Default for RedisOptions {
     fn default() -> Self {
         RedisOptions {
             call_timeout: Duration::from_millis(50),
+            connect_timeout: Duration::from_secs(1),
             poll_interval: Duration::from_millis(50),
             retry_redis_after: Duration::from_secs(1),
             idle_expiry: Duration::from_secs(600),
@@ -366,6 +386,14 @@ impl RedisOptions {
     #[must_use]
     pub fn with_call_timeout(mut self, call_timeout: Duration) -> Self {
         self.call_timeout = call_timeout;
+        self
+    }
+
+    /// Sets [`connect_timeout`](Self::connect_timeout), the longest opening a connection
+    /// may take.
+    #[must_use]
+    pub fn with_connect_timeout(mut self, connect_timeout: Duration) -> Self {
+        self.connect_timeout = connect_timeout;
         self
     }
 
@@ -410,6 +438,7 @@ impl fmt::Debug for RedisOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisOptions")
             .field("call_timeout", &self.call_timeout)
+            .field("connect_timeout", &self.connect_timeout)
             .field("poll_interval", &self.poll_interval)
             .field("retry_redis_after", &self.retry_redis_after)
             .field("idle_expiry", &self.idle_expiry)
@@ -819,7 +848,8 @@ impl RedisBudget {
         }
     }
 
-    /// One raw call of the budget script, bounded by the call timeout, without fallback.
+    /// One raw call of the budget script, without fallback: on a connection opened first if
+    /// there is none (bounded by the connect timeout), then bounded by the call timeout.
     /// `now_ms` replaces Redis's clock (tests compare the script with core's budget at
     /// chosen times); `None` uses Redis's `TIME`, as every decision of the budget does.
     pub async fn call(
@@ -827,8 +857,10 @@ impl RedisBudget {
         op: ScriptOp,
         now_ms: Option<u64>,
     ) -> Result<ScriptReply, RedisBudgetError> {
+        let connection = self.connection().await?;
         let timeout = self.inner.options.call_timeout;
-        let result = tokio::time::timeout(timeout, self.call_unbounded(op, now_ms)).await;
+        let result =
+            tokio::time::timeout(timeout, self.call_unbounded(connection, op, now_ms)).await;
         match result {
             Ok(Ok(reply)) => {
                 self.inner.timeouts_in_row.store(0, Ordering::SeqCst);
@@ -860,7 +892,8 @@ impl RedisBudget {
     /// was lost (a timeout or a broken connection): what the first call decided is read, not
     /// decided again. The repeat always goes on a fresh connection: the one that lost a reply
     /// may have gone silent, and waiting on it again would turn one lost reply into a
-    /// fallback.
+    /// fallback. A connection that could not be opened in time is not tried again: the call
+    /// never reached Redis, and a second connect would double the wait.
     async fn call_idempotent(&self, op: ScriptOp) -> Result<ScriptReply, RedisBudgetError> {
         match self.call(op.clone(), None).await {
             Err(RedisBudgetError::Timeout { .. } | RedisBudgetError::Connection { .. }) => {
@@ -874,10 +907,10 @@ impl RedisBudget {
 
     async fn call_unbounded(
         &self,
+        mut connection: MultiplexedConnection,
         op: ScriptOp,
         now_ms: Option<u64>,
     ) -> Result<ScriptReply, RedisBudgetError> {
-        let mut connection = self.connection().await?;
         let inner = &self.inner;
         let mut invocation = inner.script.prepare_invoke();
         for key in &inner.keys {
@@ -904,16 +937,36 @@ impl RedisBudget {
         decode(&value)
     }
 
-    /// The shared connection, or a new one once `INFO server` says this Redis can keep the
-    /// budget.
+    /// The shared connection, or a new one (bounded by the connect timeout) once
+    /// `INFO server` says this Redis can keep the budget and the script is loaded.
     async fn connection(&self) -> Result<MultiplexedConnection, RedisBudgetError> {
         if let Some(c) = lock(&self.inner.connection).clone() {
             return Ok(c);
         }
-        let timeout = Some(self.inner.options.call_timeout);
+        let timeout = self.inner.options.connect_timeout;
+        match tokio::time::timeout(timeout, self.connect()).await {
+            Ok(Ok(c)) => {
+                *lock(&self.inner.connection) = Some(c.clone());
+                Ok(c)
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(RedisBudgetError::ConnectTimeout {
+                timeout_ms: millis_of(timeout),
+            }),
+        }
+    }
+
+    /// Opens a connection: connecting and its handshake, `INFO server`, and loading the
+    /// script, so a call's own bound does not pay for a first `EVALSHA` that misses.
+    async fn connect(&self) -> Result<MultiplexedConnection, RedisBudgetError> {
+        // While it opens, the bound is ours (`connect_timeout`, around this); the client's
+        // own is a backstop that must not fire first. Once open, the client's response
+        // timeout is the call timeout again (a reply it gives up on drops the connection).
+        let options = &self.inner.options;
+        let backstop = 2 * options.connect_timeout.max(options.call_timeout);
         let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(timeout)
-            .set_response_timeout(timeout);
+            .set_connection_timeout(Some(backstop))
+            .set_response_timeout(Some(backstop));
         let mut c = self
             .inner
             .client
@@ -932,7 +985,12 @@ impl RedisBudget {
             other => return Err(malformed(&format!("INFO server: {other:?}"))),
         };
         supported(&info)?;
-        *lock(&self.inner.connection) = Some(c.clone());
+        self.inner
+            .script
+            .load_async(&mut c)
+            .await
+            .map_err(|e| self.error_of(&e))?;
+        c.set_response_timeout(options.call_timeout);
         Ok(c)
     }
 
@@ -1281,7 +1339,7 @@ impl RedisBudget {
         let task = runtime.spawn(listen(
             self.inner.client.clone(),
             format!("{}wake:{:016x}", self.channel_prefix(), self.inner.owner),
-            self.inner.options.call_timeout,
+            self.inner.options.connect_timeout,
             Arc::clone(&self.inner.wake),
             Arc::clone(&self.inner.listening),
         ));
@@ -1339,7 +1397,8 @@ const DEADLINE_POLL_MS: u64 = 200;
 
 /// The subscription to a process's wake-up channel: rings `wake` on every message, and once
 /// when it starts or ends (so the polling task re-reads its inbox, and its pace). Needs its
-/// own connection (a subscribed connection runs no script).
+/// own connection (a subscribed connection runs no script), opened and subscribed within
+/// `timeout` (the connect timeout).
 async fn listen(
     client: redis::Client,
     channel: String,
