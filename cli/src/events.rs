@@ -97,7 +97,7 @@ impl JsonEvents {
 
 impl JsonEvents {
     /// Writes a change of a shared budget's health: `{"type": "budget_fallback", "budget",
-    /// "error"}` when Redis failed and this process decides locally, `{"type":
+    /// "error", "error_kind"}` when Redis failed and this process decides locally, `{"type":
     /// "budget_restored", "budget"}` when Redis answers again.
     pub fn budget(&mut self, event: &BudgetEvent) -> Result<(), ReceiverError> {
         self.emit(budget_event_json(event))
@@ -112,6 +112,7 @@ pub fn budget_event_json(event: &BudgetEvent) -> Value {
             "type": "budget_fallback",
             "budget": budget,
             "error": error.to_string(),
+            "error_kind": error.kind(),
             "message": event.to_string(),
         }),
         BudgetEvent::Restored { budget } => json!({

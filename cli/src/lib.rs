@@ -249,10 +249,15 @@ pub struct AgentArgs {
     /// With `--budget`: how long a retry may wait for a token, in ms, before it gives up.
     #[arg(long, default_value_t = 15_000, value_name = "MS")]
     pub budget_max_wait_ms: u64,
-    /// With `--budget redis://…`: the longest one call to Redis may take, connecting
-    /// included, in ms; past it this process decides with a local budget for a while.
+    /// With `--budget redis://…`: the longest one call to Redis may take once connected, in
+    /// ms; past it this process decides with a local budget for a while.
     #[arg(long, default_value_t = 50, value_name = "MS")]
     pub budget_timeout_ms: u64,
+    /// With `--budget redis://…`: the longest opening a connection to Redis may take
+    /// (connecting, the password, loading the budget's script), in ms: at start, and after
+    /// a connection broke. A fleet started at once on a busy machine connects slowly.
+    #[arg(long, default_value_t = 1_000, value_name = "MS")]
+    pub budget_connect_timeout_ms: u64,
     /// How to compact a conversation that overflows (or nearly fills) the context window:
     /// `summary` asks the model for a summary of the older turns (and elides when that
     /// fails); `elide` cuts old payloads and turns without asking.

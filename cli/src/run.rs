@@ -450,6 +450,9 @@ impl Agent {
                     .with_on_event(budget_event_hook(events))
                     .with_call_timeout(std::time::Duration::from_millis(
                         args.budget_timeout_ms.max(1),
+                    ))
+                    .with_connect_timeout(std::time::Duration::from_millis(
+                        args.budget_connect_timeout_ms.max(1),
                     ));
                 match RedisBudget::new(&url, budget_config, options) {
                     Ok(budget) => (Some(Arc::new(budget.clone())), Some(budget)),

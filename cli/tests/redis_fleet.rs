@@ -7,6 +7,8 @@
 
 #[path = "../../effects/tests/redis_support/server.rs"]
 mod server;
+#[path = "../../effects/tests/redis_support/slow_connects.rs"]
+mod slow_connects;
 #[path = "../../effects/tests/hostile_support/table.rs"]
 mod table;
 
@@ -282,6 +284,11 @@ impl Watched {
             .expect("not poisoned")
             .iter()
             .any(|l| l.replace(' ', "").contains(&needle))
+    }
+
+    /// Whether the run has exited.
+    fn exited(&mut self) -> bool {
+        self.child.try_wait().expect("rebound runs").is_some()
     }
 
     fn finish(mut self) -> Output {
@@ -682,4 +689,296 @@ async fn a_fleet_stuck_in_a_twelve_second_outage_finishes_every_run_once_the_pro
     for server in servers {
         server.shutdown().await;
     }
+}
+
+/// A run with a Redis budget whose connection cannot be used, against a provider that
+/// answers 503 for its first 1.5 s: it retries every 400 ms, so it decides four times and
+/// tries Redis again (every second) after the check at its start.
+async fn refused_run(budget: &str) -> Output {
+    let provider = fake_server(
+        r#"{"turns": [{"answer": {"text": "ok"}}], "random": {"outages": [
+            {"from_ms": 0, "until_ms": 1500, "fault": {"type": "http", "status": 503}}]}}"#,
+    )
+    .await;
+    let mut cmd = agent(
+        &provider,
+        &[
+            "--budget",
+            budget,
+            "--budget-timeout-ms",
+            "1000",
+            "--max-attempts",
+            "10",
+            "--initial-delay-ms",
+            "400",
+            "--max-delay-ms",
+            "400",
+        ],
+    );
+    cmd.env_remove("REBOUND_REDIS_PASSWORD");
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("rebound runs"))
+        .await
+        .expect("joins");
+    assert!(provider.requests().len() >= 4, "the run retried");
+    provider.shutdown().await;
+    out
+}
+
+#[tokio::test]
+async fn a_refused_password_or_a_read_only_replica_is_told_once_as_such_and_shows_no_credential() {
+    const PASSWORD: &str = "s3cret-budget-pw";
+    let Some(locked) = RedisServer::start("a_refused_password_or_a_read_only_replica") else {
+        return;
+    };
+    assert!(locked
+        .command(&format!("CONFIG SET requirepass {PASSWORD}"))
+        .starts_with("+OK"));
+    let Some(replica) = RedisServer::start("a_refused_password_or_a_read_only_replica") else {
+        return;
+    };
+    let replicating = replica.command(&format!("REPLICAOF 127.0.0.1 {}", server::free_port()));
+    assert!(replicating.starts_with("+OK"), "{replicating}");
+    let mut cases = 0;
+    for (budget, says, kind) in [
+        // The password written without its colon: a user name, and no password.
+        (
+            format!("redis://{PASSWORD}@127.0.0.1:{}/authed", locked.port()),
+            "authentication failed",
+            "authentication",
+        ),
+        (
+            format!("redis://:not-it@127.0.0.1:{}/authed", locked.port()),
+            "authentication failed",
+            "authentication",
+        ),
+        (
+            replica.budget_url("replica"),
+            "read-only replica",
+            "read_only",
+        ),
+    ] {
+        let out = refused_run(&budget).await;
+        let errors = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{budget}: {errors}");
+        let all = format!("{}{errors}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            !all.contains(PASSWORD),
+            "{budget}: a credential was shown: {all}"
+        );
+        assert!(
+            !all.contains("not-it"),
+            "{budget}: a credential was shown: {all}"
+        );
+        let told: Vec<Value> = events(&out)
+            .into_iter()
+            .filter(|e| e["type"] == "budget_fallback")
+            .collect();
+        assert_eq!(told.len(), 1, "{budget}: told once: {told:?}");
+        let error = told[0]["error"].as_str().unwrap_or_default();
+        assert!(error.contains(says), "{budget}: {error}");
+        assert!(!error.contains("cannot reach"), "{budget}: {error}");
+        assert_eq!(told[0]["error_kind"], kind, "{budget}");
+        let lines: Vec<&str> = errors
+            .lines()
+            .filter(|l| l.starts_with("rebound: retry budget"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{budget}: one line for people: {errors}");
+        assert!(lines[0].contains(says), "{budget}: {}", lines[0]);
+        cases += 1;
+    }
+    table::check("redis-refused-runs", cases);
+}
+
+#[tokio::test]
+async fn a_retry_refused_by_a_redis_budget_does_not_blame_this_process() {
+    let Some(redis) = RedisServer::start("a_retry_refused_by_a_redis_budget") else {
+        return;
+    };
+    let provider = fake_server(TOTAL_OUTAGE).await;
+    // A budget that can never pay a retry: the first is refused at once.
+    let budget = redis.budget_url("empty");
+    let mut cmd = agent(
+        &provider,
+        &[
+            "--budget",
+            &budget,
+            "--budget-timeout-ms",
+            "1000",
+            "--budget-tokens",
+            "0",
+        ],
+    );
+    let out = tokio::task::spawn_blocking(move || cmd.output().expect("rebound runs"))
+        .await
+        .expect("joins");
+    let errors = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{errors}");
+    assert!(!has_event(&out, "budget_fallback"), "{errors}");
+    // The run's error event, for programs and people.
+    let failed = events(&out)
+        .into_iter()
+        .find(|e| e["type"] == "error")
+        .unwrap_or_else(|| panic!("no error event: {errors}"));
+    let told = failed.to_string();
+    assert!(told.contains("retry budget exhausted"), "{told}");
+    assert!(!told.contains("this process"), "the fleet's budget: {told}");
+    assert_eq!(provider.requests().len(), 1, "the retry was refused");
+    provider.shutdown().await;
+}
+
+/// The budget's clock as the script sees it is Redis's `TIME` plus the offset kept with the
+/// budget: raising the offset is what a step of `TIME` looks like to it.
+fn step_budget_clock(redis: &RedisServer, name: &str, ms: u64) {
+    let stepped = redis.command(&format!(
+        "HINCRBY rebound:budget:{{{name}}}:state offset {ms}"
+    ));
+    assert!(stepped.starts_with(':'), "{stepped}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_waiting_for_tokens_keeps_waiting_when_redis_time_steps_forward() {
+    const PROCESSES: usize = 6;
+    let Some(redis) = RedisServer::start("a_fleet_waiting_for_tokens_keeps_waiting") else {
+        return;
+    };
+    let _fleet = ONE_FLEET_AT_A_TIME.lock().await;
+    let budget = redis.budget_url("stepped");
+    let server = fake_server(TOTAL_OUTAGE).await;
+    // A total outage and a budget of one token that nothing refills: every run soon has a
+    // retry waiting in Redis, allowed to wait 5 s, that no token will pay.
+    let args = [
+        "--budget",
+        &budget,
+        "--budget-timeout-ms",
+        "1000",
+        "--max-attempts",
+        "10",
+        "--initial-delay-ms",
+        "20",
+        "--max-delay-ms",
+        "40",
+        "--budget-tokens",
+        "1",
+        "--budget-refill",
+        "0",
+        "--budget-max-wait-ms",
+        "5000",
+    ];
+    let mut runs: Vec<Watched> = (0..PROCESSES)
+        .map(|_| Watched::spawn(&server, &args))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting = redis.command("ZCARD rebound:budget:{stepped}:queue");
+        if waiting.trim() == format!(":{PROCESSES}") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never all waiting: {waiting}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Redis's clock steps 300 s forward while they wait.
+    step_budget_clock(&redis, "stepped", 300_000);
+    let stepped = Instant::now();
+    let mut ended = vec![None; PROCESSES];
+    while ended.iter().any(Option::is_none) {
+        for (run, end) in runs.iter_mut().zip(ended.iter_mut()) {
+            if end.is_none() && run.exited() {
+                *end = Some(stepped.elapsed());
+            }
+        }
+        assert!(
+            stepped.elapsed() < Duration::from_secs(30),
+            "runs never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let outputs = finish_watched(runs).await;
+    // Each wait ends at its own end, 5 s after it began, not at the next call after the
+    // step (within a second).
+    eprintln!("runs ended {ended:?} after the step");
+    let earliest = ended.iter().flatten().min().copied().unwrap_or_default();
+    assert!(
+        earliest >= Duration::from_millis(2_500),
+        "a run ended {earliest:?} after the step: {ended:?}\n{}",
+        stderr(&outputs)
+    );
+    assert!(
+        codes(&outputs).iter().all(|c| *c == Some(1)),
+        "refused when their waits ended: {:?}",
+        codes(&outputs)
+    );
+    assert!(
+        outputs.iter().all(|o| !has_event(o, "budget_fallback")),
+        "Redis answered throughout:\n{}",
+        stderr(&outputs)
+    );
+    for out in &outputs {
+        let failed = events(out)
+            .into_iter()
+            .find(|e| e["type"] == "error")
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(failed.contains("retry budget exhausted"), "{failed}");
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_started_at_once_whose_connections_open_slowly_shares_one_budget() {
+    const PROCESSES: usize = 16;
+    let Some(redis) = RedisServer::start("a_fleet_started_at_once") else {
+        return;
+    };
+    let _fleet = ONE_FLEET_AT_A_TIME.lock().await;
+    // Every connection to Redis opens 400 ms late, as on a busy machine that starts a fleet
+    // at once; a call on an open connection may take 300 ms; opening one has the default
+    // bound.
+    let proxy = slow_connects::SlowConnects::start(redis.port(), Duration::from_millis(400)).await;
+    let budget = proxy.budget_url("slow-start");
+    let args = [
+        "--budget",
+        &budget,
+        "--budget-timeout-ms",
+        "300",
+        "--max-attempts",
+        "4",
+        "--initial-delay-ms",
+        "20",
+        "--max-delay-ms",
+        "40",
+        "--budget-tokens",
+        "3",
+        "--budget-refill",
+        "1",
+        "--budget-max-wait-ms",
+        "300",
+    ];
+    let server = fake_server(TOTAL_OUTAGE).await;
+    let outputs = finish(spawn(&server, PROCESSES, &args)).await;
+    assert!(
+        outputs.iter().all(|o| !has_event(o, "budget_fallback")),
+        "a process fell back:\n{}",
+        stderr(&outputs)
+    );
+    assert!(
+        codes(&outputs).iter().all(|c| *c == Some(1)),
+        "every run fails in a total outage: {:?}",
+        codes(&outputs)
+    );
+    // Every retry the server saw was granted by the one budget in Redis.
+    let sent = server.requests().len();
+    let stats = RedisBudget::new(
+        &redis
+            .budget_url("slow-start")
+            .parse()
+            .expect("a budget url"),
+        settings(3.0, 1.0),
+        reader(),
+    )
+    .expect("a client")
+    .stats()
+    .await
+    .expect("redis answers");
+    assert_eq!(stats.stats.granted as usize, sent - PROCESSES, "{stats:?}");
+    server.shutdown().await;
 }

@@ -935,6 +935,29 @@ async fn a_run_canceled_by_ctrl_c_still_exports_its_spans() {
     let chat = children(&spans, agent)[0];
     assert_eq!(string(chat, "error.type").as_deref(), Some("canceled"));
     assert_eq!(chat.events.iter().filter(|e| e.name == "retry").count(), 1);
+    // The retry was announced (the event above) but never sent: the counter of retries,
+    // like the run's `retries`, counts none.
+    use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point::Value};
+    let sent: i64 = decode_metrics(&receiver.received())
+        .iter()
+        .flat_map(|m| &m.resource_metrics)
+        .flat_map(|r| &r.scope_metrics)
+        .flat_map(|s| &s.metrics)
+        .filter(|m| m.name == "rebound.retries")
+        .filter_map(|m| match &m.data {
+            Some(Data::Sum(sum)) => Some(sum.data_points.clone()),
+            _ => None,
+        })
+        .flatten()
+        .map(|p| match p.value {
+            Some(Value::AsInt(n)) => n,
+            _ => 0,
+        })
+        .sum();
+    assert_eq!(
+        sent, 0,
+        "a retry canceled in its backoff was counted as sent"
+    );
 }
 
 /// Content goes out only when asked for, by the conventions' variable or the flag.

@@ -6,6 +6,8 @@
 
 #[path = "redis_support/server.rs"]
 mod server;
+#[path = "redis_support/slow_connects.rs"]
+mod slow_connects;
 #[path = "hostile_support/table.rs"]
 mod table;
 
@@ -567,21 +569,25 @@ async fn a_silent_redis_costs_one_bounded_call() {
     let b = budget(
         &format!("redis://127.0.0.1:{port}/silent"),
         tokens(1.0, 1.0),
-        options.with_call_timeout(Duration::from_millis(50)),
+        options
+            .with_call_timeout(Duration::from_millis(50))
+            .with_connect_timeout(Duration::from_millis(100)),
     );
     let started = Instant::now();
     assert_eq!(b.acquire(charged(&b, 0, 0)).await, PermitDecision::Granted);
     let took = started.elapsed();
+    // Its handshake is never answered: one connect timeout, not tried again (the ask never
+    // reached Redis).
     assert!(
-        took < Duration::from_millis(250),
-        "bounded by the 50 ms call timeout: {took:?}"
+        took < Duration::from_millis(190),
+        "bounded by the 100 ms connect timeout: {took:?}"
     );
     let events = events.lock().expect("not poisoned").clone();
     assert!(
         matches!(
             events.as_slice(),
             [BudgetEvent::FellBack {
-                error: RedisBudgetError::Timeout { .. } | RedisBudgetError::Connection { .. },
+                error: RedisBudgetError::ConnectTimeout { timeout_ms: 100 },
                 ..
             }]
         ),
@@ -982,6 +988,143 @@ async fn the_budget_clock_never_goes_back_when_redis_time_does() {
     assert_eq!(call(&b, first, 10_200).await, ScriptReply::Wait(1_900));
     cases += 1;
     table::check("redis-clock-back", cases);
+}
+
+#[tokio::test]
+async fn the_budget_clock_does_not_jump_when_redis_time_steps_forward_while_retries_wait() {
+    let Some(server) = RedisServer::start("the_budget_clock_does_not_jump") else {
+        return;
+    };
+    let mut cases = 0;
+    // A waiter's process polls at least every second (half of `waiter_stale_after`).
+    let options = patient().with_waiter_stale_after(Duration::from_secs(2));
+
+    // 1. `TIME` steps 300 s forward while a retry allowed to wait 5 s waits (the budget's
+    // clock is `TIME` plus the stored offset: raising the offset is what the script sees
+    // of a step): the retry still waits, and is granted by a success.
+    let b = budget(
+        &server.budget_url("ahead"),
+        tokens(0.0, 1.0),
+        options.clone(),
+    );
+    let before = b.check().await.expect("redis answers").now_ms;
+    let ask = charged(&b, 5_000, 0);
+    let waiting = {
+        let b = b.clone();
+        tokio::spawn(async move { b.acquire(ask).await })
+    };
+    queued(&b, 1).await;
+    let stepped = server.command("HINCRBY rebound:budget:{ahead}:state offset 300000");
+    assert!(stepped.starts_with(':'), "{stepped}");
+    // Past the waiter's next poll, which sees the step.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the retry was decided at the step: {:?}",
+        waiting.await
+    );
+    b.record(BudgetNote::Succeeded { target: 0 }).await;
+    let decision = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("decided")
+        .expect("joins");
+    assert_eq!(decision, PermitDecision::Granted);
+    let after = b.stats().await.expect("redis answers").now_ms;
+    assert!(
+        after - before < 60_000,
+        "the budget's clock jumped {} ms",
+        after - before
+    );
+    cases += 1;
+
+    // 2. The same through the script's clock: queued at 0.1 s, polled at 1 s, polled again
+    // at 301 s: still queued, and the budget's time goes on from 1 s.
+    let b = budget(
+        &server.budget_url("scripted-ahead"),
+        tokens(0.0, 1.0),
+        options.clone(),
+    );
+    call(&b, ScriptOp::Stats, 0).await;
+    let ask = ScriptOp::Ask {
+        request: 1,
+        kind: PermitKind::Charged,
+        target: 0,
+        wait_ms: 15_000,
+        age_ms: 0,
+    };
+    assert!(matches!(
+        call(&b, ask, 100).await,
+        ScriptReply::Queued { .. }
+    ));
+    let inbox = || ScriptOp::Inbox { acks: vec![] };
+    assert!(matches!(
+        call(&b, inbox(), 1_000).await,
+        ScriptReply::Inbox { waiting: 1, ref answers, .. } if answers.is_empty()
+    ));
+    let got = call(&b, inbox(), 301_000).await;
+    assert!(
+        matches!(got, ScriptReply::Inbox { waiting: 1, ref answers, .. } if answers.is_empty()),
+        "{got:?}"
+    );
+    let ScriptReply::Stats(stats) = call(&b, ScriptOp::Stats, 301_200).await else {
+        panic!("stats");
+    };
+    assert_eq!(stats.now_ms, 1_200);
+    assert_eq!(stats.waiting, 1);
+    call(&b, ScriptOp::Succeeded { target: 0 }, 301_300).await;
+    assert_eq!(poll(&b, 1, 301_400).await, PollAnswer::Granted);
+    cases += 1;
+
+    // 3. A gap no live waiter could leave is not a step: shorter than `waiter_stale_after`,
+    // it is time, and a waiter whose deadline it passed is denied.
+    let b = budget(
+        &server.budget_url("short-gap"),
+        tokens(0.0, 1.0),
+        options.clone(),
+    );
+    call(&b, ScriptOp::Stats, 0).await;
+    let ask = ScriptOp::Ask {
+        request: 1,
+        kind: PermitKind::Charged,
+        target: 0,
+        wait_ms: 1_000,
+        age_ms: 0,
+    };
+    assert!(matches!(
+        call(&b, ask, 100).await,
+        ScriptReply::Queued { .. }
+    ));
+    call(&b, inbox(), 1_000).await;
+    assert_eq!(poll(&b, 1, 2_900).await, PollAnswer::Denied);
+    cases += 1;
+
+    // 4. Nobody waits: any gap is time. The bucket refills to capacity and a rate-limit
+    // window ends.
+    let config = BudgetConfig::default()
+        .with_capacity(5.0)
+        .with_initial(0.0)
+        .with_refill_per_sec(1.0);
+    let b = budget(&server.budget_url("idle"), config, options);
+    call(&b, ScriptOp::Stats, 0).await;
+    let limited = ScriptOp::RateLimited {
+        target: 0,
+        for_ms: 60_000,
+    };
+    assert_eq!(call(&b, limited, 0).await, ScriptReply::Ok);
+    let ScriptReply::Stats(stats) = call(&b, ScriptOp::Stats, 300_000).await else {
+        panic!("stats");
+    };
+    assert_eq!((stats.now_ms, stats.balance_milli), (300_000, 5_000));
+    let first = ScriptOp::Ask {
+        request: 1,
+        kind: PermitKind::FirstAttempt,
+        target: 0,
+        wait_ms: 0,
+        age_ms: 0,
+    };
+    assert_eq!(call(&b, first, 300_000).await, ScriptReply::Granted);
+    cases += 1;
+    table::check("redis-clock-forward", cases);
 }
 
 #[tokio::test]
@@ -1511,7 +1654,8 @@ async fn every_redis_fault_falls_back_with_one_notice_and_returns_once_redis_ans
         .starts_with("+OK"));
     let heal = vec!["REPLICAOF NO ONE".to_owned()];
     let error = through_fault(&b, &events, Heal::Commands(&server, heal)).await;
-    assert!(error.to_string().contains("read only replica"), "{error}");
+    assert!(matches!(error, RedisBudgetError::ReadOnly), "{error}");
+    assert!(error.to_string().contains("read-only replica"), "{error}");
     cases += 1;
 
     // 6. Out of memory (`maxmemory` reached, no eviction): scripts that write are refused;
@@ -1579,4 +1723,116 @@ async fn a_process_with_other_settings_is_refused_naming_both_never_mixed_in() {
         PermitDecision::Granted
     );
     assert_eq!(first.stats().await.expect("redis answers").stats.granted, 2);
+}
+
+#[tokio::test]
+async fn a_refused_password_or_a_read_only_replica_is_told_as_such_once_never_as_unreachable() {
+    const PASSWORD: &str = "s3cret-budget-pw";
+    let Some(locked) = RedisServer::start("a_refused_password_or_a_read_only_replica") else {
+        return;
+    };
+    assert!(locked
+        .command(&format!("CONFIG SET requirepass {PASSWORD}"))
+        .starts_with("+OK"));
+    let Some(replica) = RedisServer::start("a_refused_password_or_a_read_only_replica") else {
+        return;
+    };
+    // A replica of a master that is not there: read-only all the same.
+    let replicating = replica.command(&format!("REPLICAOF 127.0.0.1 {}", server::free_port()));
+    assert!(replicating.starts_with("+OK"), "{replicating}");
+    let port = locked.port();
+    let mut cases = 0;
+    for (url, says) in [
+        // No password.
+        (
+            format!("redis://127.0.0.1:{port}/locked"),
+            "authentication failed",
+        ),
+        // A wrong one.
+        (
+            format!("redis://:not-it@127.0.0.1:{port}/locked"),
+            "authentication failed",
+        ),
+        // The password without its colon, which reads as a user name.
+        (
+            format!("redis://{PASSWORD}@127.0.0.1:{port}/locked"),
+            "authentication failed",
+        ),
+        (replica.budget_url("replica"), "read-only replica"),
+    ] {
+        let (events, options) = recorder();
+        let b = budget(
+            &url,
+            tokens(1.0, 1.0),
+            options.with_retry_redis_after(Duration::from_millis(50)),
+        );
+        let error = b.check().await.expect_err("refused").to_string();
+        assert!(error.contains(says), "{url}: {error}");
+        assert!(!error.contains("cannot reach"), "{url}: {error}");
+        // Tried again (and refused again) by later decisions: told once.
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            assert_eq!(
+                b.acquire(charged(&b, 0, 0)).await,
+                PermitDecision::Granted,
+                "{url}: the local budget decides"
+            );
+            b.fallback().record(BudgetNote::Succeeded { target: 0 });
+        }
+        assert!(!b.is_shared(), "{url}");
+        assert_eq!(kinds(&events), ["fell_back"], "{url}");
+        let told = events.lock().expect("not poisoned")[0].to_string();
+        assert!(told.contains(says), "{url}: {told}");
+        assert!(!told.contains(PASSWORD), "{url}: {told}");
+        cases += 1;
+    }
+    table::check("redis-refused", cases);
+}
+
+#[tokio::test]
+async fn a_connection_slower_to_open_than_a_call_may_take_still_shares_the_budget() {
+    let Some(server) = RedisServer::start("a_connection_slower_to_open") else {
+        return;
+    };
+    // Opening a connection takes 300 ms (a loaded machine); a call may take 150 ms once
+    // connected; opening one has its own bound (the default, 1 s).
+    let proxy = slow_connects::SlowConnects::start(server.port(), Duration::from_millis(300)).await;
+    let (events, options) = recorder();
+    let options = options.with_call_timeout(Duration::from_millis(150));
+    let b = budget(&proxy.budget_url("slow-start"), tokens(1.0, 1.0), options);
+    // The check at start opens the connection: Redis's answer, not a fallback.
+    b.check().await.expect("redis answers");
+    assert!(b.is_shared());
+    // Later calls use the connection: decided in Redis.
+    assert_eq!(b.acquire(charged(&b, 0, 0)).await, PermitDecision::Granted);
+    assert_eq!(b.acquire(charged(&b, 0, 0)).await, PermitDecision::Denied);
+    assert_eq!(b.fallback().stats().granted, 0, "no local decision");
+    let direct = budget(
+        &server.budget_url("slow-start"),
+        tokens(1.0, 1.0),
+        patient(),
+    );
+    assert_eq!(
+        direct.stats().await.expect("redis answers").stats.granted,
+        1
+    );
+    assert!(kinds(&events).is_empty(), "{:?}", kinds(&events));
+
+    // A connection that cannot open within its bound is a failure of its own, told once.
+    let (events, options) = recorder();
+    let options = options
+        .with_call_timeout(Duration::from_millis(150))
+        .with_connect_timeout(Duration::from_millis(100));
+    let b = budget(&proxy.budget_url("slow-start"), tokens(1.0, 1.0), options);
+    let started = Instant::now();
+    let error = b.check().await.expect_err("too slow to connect");
+    assert!(
+        matches!(error, RedisBudgetError::ConnectTimeout { timeout_ms: 100 }),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(290),
+        "not waited out"
+    );
+    assert_eq!(kinds(&events), ["fell_back"]);
 }

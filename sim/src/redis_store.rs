@@ -13,68 +13,73 @@
 //! - **Every decision is a call.** An ask or a note reaches the server half a
 //!   [`round_trip_ms`](RedisTiming::round_trip_ms) after it is made and its answer comes
 //!   back half a round trip later, even a grant that needed no wait (`acquire_shared`, lines
-//!   1010–1058; `record`, 1473–1509). A request's wait and age are read on its process's
-//!   clock before the call (lines 1016–1023), so the server sees it younger, and its
+//!   1143–1202; `record`, 1618–1654). A request's wait and age are read on its process's
+//!   clock before the call (lines 1145–1156), so the server sees it younger, and its
 //!   deadline later, by the way there.
 //! - **The server decides only when called.** Redis runs no timer: refill and deadlines take
 //!   effect at the next call of any process, and a reply tells the caller when refill could
-//!   pay the head of the queue (`retry_in`, `redis.lua` lines 371–393).
+//!   pay the head of the queue (`retry_in`, `redis.lua` lines 437–452).
 //! - **A grant reaches a queued waiter when its process reads its inbox.** One poll loop per
-//!   process with waiters (`poll_waiters`, lines 1094–1177): it reads the answers of all its
+//!   process with waiters (`poll_waiters`, lines 1249–1321): it reads the answers of all its
 //!   waiters in one call, at once when woken, else after a pause — the first at most
 //!   [`poll_interval_ms`](RedisTiming::poll_interval_ms), then the least of the script's
-//!   `retry_in`, the earliest own deadline (at least [`DEADLINE_POLL_MS`] away, line 1252)
+//!   `retry_in`, the earliest own deadline (at least [`DEADLINE_POLL_MS`] away, line 1396)
 //!   and `waiter_stale_after / 2` (or `poll_interval` while the subscription is not live).
 //!   A loop that found no waiter left ends only at the end of its pause, so a retry queued
 //!   meanwhile waits for that pause unless a wake-up comes.
 //! - **Wake-ups.** A call that grants a queued request (or sends it to wait out a rate
 //!   limit) publishes on its process's channel, except to the process whose own inbox read
-//!   decided it (`decide`, `redis.lua` lines 207–218 and 624–632); denials are not
+//!   decided it (`decide`, `redis.lua` lines 245–253 and 685–695); denials are not
 //!   published. A message reaches a process only while its subscription is live: it is
 //!   made when the loop first runs, [`subscribe_ms`](RedisTiming::subscribe_ms) later, and
 //!   tried again at most every `retry_redis_after` after it broke (`listen`, lines
-//!   1179–1203 and 1254–1281). A wake-up that comes while the process polls is kept for its
+//!   1326–1347 and 1402–1426). A wake-up that comes while the process polls is kept for its
 //!   next pause, as a tokio `Notify` keeps one.
 //! - **Redis down** ([`RedisOutage`]): every call fails, each subscription breaks, and the
 //!   process decides with its own local budget (same configuration): a first failure is a
 //!   [`StoreEvent::FellBack`]; every `retry_redis_after` the next decision tries Redis
-//!   again, and the first answer is a [`StoreEvent::Restored`] (lines 97–111, 921–981,
-//!   1451–1509). A retry queued in Redis asks the local budget with the same deadline when
-//!   its process's poll fails (lines 1235–1246). Rate limits are noted locally as well.
+//!   again, and the first answer is a [`StoreEvent::Restored`] (lines 104–124, 1056–1114,
+//!   1602–1654). A retry queued in Redis asks the local budget with the same deadline when
+//!   its process's poll fails (lines 1380–1390). Rate limits are noted locally as well.
 //!   Redis comes back empty (no persistence, as the fleet experiment runs it): the requests
-//!   it held are gone, and a process that still waits for one asks again (lines
-//!   1044–1047).
+//!   it held are gone, and a process that still waits for one asks again (line
+//!   1190).
 //! - **Slow calls** ([`CallStalls`], none by default): with a chance drawn per call from
-//!   the store's seeded RNG — one chance for a call on a new connection (a process's
-//!   first, the repeat of a call that timed out, the call after two timeouts in a row or a
-//!   refusal), which also connects, and one for the others — a call's reply comes back
-//!   late; past
-//!   [`call_timeout_ms`](RedisTiming::call_timeout_ms) (50 ms) the process hears a timeout
-//!   instead (`call`, lines 766–797) and does what the real store does. An ask or an inbox
-//!   read is made once more under the same request (`call_idempotent`, lines 805–815), and
+//!   the store's seeded RNG, a call stalls: its reply comes back late. A call on a new
+//!   connection (a process's first, the repeat of a call that timed out, the call after two
+//!   timeouts in a row, a refusal or a connection that did not open) connects first, and its
+//!   connecting stalls with a chance of its own, bounded on its own: past
+//!   [`connect_timeout_ms`](RedisTiming::connect_timeout_ms) (1 s) the process gives up
+//!   without the call reaching Redis and falls back, not trying again (`call_idempotent`);
+//!   within it the call leaves that much later. Past
+//!   [`call_timeout_ms`](RedisTiming::call_timeout_ms) (50 ms) from then without a reply,
+//!   the process hears a timeout instead (`call`, lines 855–888) and does what the real store does. An ask or an inbox
+//!   read is made once more under the same request (`call_idempotent`, lines 897–906), and
 //!   Redis reads the answer it already decided or the place already taken instead of
-//!   deciding twice (`redis.lua` lines 415–432). A second timeout, or a note's first (a note
-//!   is not repeated: `record`, lines 1508–1519), sends the process to its local budget
+//!   deciding twice (`redis.lua` lines 485–491). A second timeout, or a note's first (a note
+//!   is not repeated: `record`, lines 1642–1653), sends the process to its local budget
 //!   with a [`StoreEvent::FellBack`], for `retry_redis_after`, exactly as a refused call
 //!   does: the ask is decided locally, a deposit is made locally. A charged ask given up so
-//!   may hold a token or a place in Redis: it is an orphan (lines 1036–1043), withdrawn by
+//!   may hold a token or a place in Redis: it is an orphan (lines 1170–1177), withdrawn by
 //!   its process's next call that Redis answers (`succeeded` and `release`, lines
-//!   964–1005), and a token granted to it goes back to the bucket (`redis.lua` lines
-//!   536–560) while Redis still remembers the answer (`waiter_stale_after`). A poll loop
+//!   1097–1139), and a token granted to it goes back to the bucket (`redis.lua` lines
+//!   597–622) while Redis still remembers the answer (`waiter_stale_after`). A poll loop
 //!   whose read times out twice ends, and each of its waiters is withdrawn from Redis and
-//!   asks the local budget (`poll_failed`, lines 1247–1258; each waiter's drop, lines
-//!   1090–1100 and 1302–1311).
+//!   asks the local budget (`poll_failed`, lines 1380–1390; each waiter's drop, lines
+//!   1223–1235 and 1436–1445).
 //! - **The check at start** ([`check`](RedisStore::check)): a process that checks Redis at
-//!   its start, as `rebound run` does, makes its first call then, on a new connection; a
+//!   its start, as `rebound run` does, makes its first call then, on a new connection
+//!   (its connecting bounded by the connect timeout, its call by the call timeout); a
 //!   timeout falls back for `retry_redis_after` like any failed call.
 //!
 //! What it leaves out: a call takes the round trip, or a stall more, drawn for each call on
 //! its own (on a loaded machine a process that waits for a CPU stalls all its calls at
-//! once); a stall delays the reply, never the call's arrival in Redis; a call has a
-//! connection from the moment it is sent (the real one keeps a connection only once its
-//! `INFO` answered); the subscription never stalls; an outage is Redis stopped (calls
-//! refused at once, an idempotent one not repeated), not a Redis that stops answering (that
-//! is every call stalling); a note's round trip does not hold its agent (the runner awaits
+//! once); a stall on an open connection delays the reply, never the call's arrival in
+//! Redis; a connection takes no round trips of its own to open (the handshake, `INFO` and
+//! the script's load), only its stall; concurrent calls of a process share the connection
+//! its first one opens (the real ones each open one while none is kept); the subscription
+//! never stalls; an outage is Redis stopped (calls refused at once, an idempotent one not
+//! repeated), not a Redis that stops answering (that is every call stalling); a note's round trip does not hold its agent (the runner awaits
 //! `record`); a withdrawal reaches the server at once, except an orphan's and a failed poll
 //! loop's waiters', which are calls, and a withdrawal of a request whose machine stopped
 //! waiting pays back no grant (the real one does); an owner that stops polling is never
@@ -138,9 +143,13 @@ pub struct RedisTiming {
     /// How long a process that fell back decides locally before trying Redis again, and
     /// how often it tries to subscribe (`RedisOptions::retry_redis_after`, default 1,000 ms).
     pub retry_redis_after_ms: u64,
-    /// The longest a process waits for a call's reply (`RedisOptions::call_timeout`,
-    /// default 50 ms): a reply later than this is a timeout.
+    /// The longest a process waits for a call's reply once connected
+    /// (`RedisOptions::call_timeout`, default 50 ms): a reply later than this is a timeout.
     pub call_timeout_ms: u64,
+    /// The longest a process waits for a new connection to open
+    /// (`RedisOptions::connect_timeout`, default 1,000 ms): a call on a new connection
+    /// whose connecting stalls longer than this never reaches Redis.
+    pub connect_timeout_ms: u64,
     /// Calls whose reply comes back late (default [`CallStalls::NONE`]: none).
     pub stalls: CallStalls,
 }
@@ -154,6 +163,7 @@ impl Default for RedisTiming {
             waiter_stale_after_ms: 2_000,
             retry_redis_after_ms: 1_000,
             call_timeout_ms: 50,
+            connect_timeout_ms: 1_000,
             stalls: CallStalls::NONE,
         }
     }
@@ -206,6 +216,14 @@ impl RedisTiming {
         self
     }
 
+    /// Sets [`connect_timeout_ms`](Self::connect_timeout_ms), the longest a process waits
+    /// for a new connection.
+    #[must_use]
+    pub fn with_connect_timeout_ms(mut self, ms: u64) -> Self {
+        self.connect_timeout_ms = ms;
+        self
+    }
+
     /// Sets [`stalls`](Self::stalls), the calls whose reply comes back late.
     #[must_use]
     pub fn with_stalls(mut self, stalls: CallStalls) -> Self {
@@ -236,12 +254,14 @@ impl RedisTiming {
 /// reply later than [`RedisTiming::call_timeout_ms`] is lost to the process, which then does
 /// what the real store does on a timeout (see the [module documentation](self)).
 ///
-/// A call on a new connection has a chance of its own
-/// ([`fresh_per_million`](Self::fresh_per_million)): it also connects and reads
-/// `INFO server` within the same timeout (`connection`, lines 850–878). A process connects
-/// at its first call, again for the repeat of a call that timed out (`call_idempotent`,
-/// lines 805–815), after two timeouts in a row (`call`, lines 784–795) and after a refused
-/// call.
+/// A call on a new connection first connects, and its connecting (with reading
+/// `INFO server` and loading the script) stalls with a chance of its own
+/// ([`fresh_per_million`](Self::fresh_per_million)), bounded by
+/// [`RedisTiming::connect_timeout_ms`] on its own, before the call's own bound starts
+/// (`connection`, lines 942–995): past it the call never reaches Redis. A
+/// process connects at its first call, again for the repeat of a call that timed out
+/// (`call_idempotent`, lines 897–906), after two timeouts in a row (`call`, lines
+/// 875–886) and after a refused call or a connection that did not open.
 ///
 /// A stall delays the way back: Redis ran the call in time (a script runs in
 /// microseconds), and the process, or its connection's task, heard the reply late — on a
@@ -256,19 +276,21 @@ impl RedisTiming {
 /// let timing = RedisTiming::default().with_stalls(CallStalls::new(10_000, 60));
 /// assert_eq!(timing.stalls.chance(), 0.01);
 /// assert!(timing.round_trip_ms + timing.stalls.ms > timing.call_timeout_ms);
-/// // And one in three on a new connection.
+/// // And one connecting in three, 60 ms late: well within the 1 s connect timeout.
 /// let stalls = timing.stalls.with_fresh_per_million(333_333);
 /// assert_eq!(stalls.per_million, 10_000);
+/// assert!(stalls.ms < timing.connect_timeout_ms);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct CallStalls {
     /// How many calls in a million stall (at most a million).
     pub per_million: u32,
-    /// How many calls in a million stall among those on a new connection (at most a
-    /// million).
+    /// How many connectings in a million stall, for the calls on a new connection (at most
+    /// a million).
     pub fresh_per_million: u32,
-    /// How much later a stalled call's reply comes back, in ms.
+    /// How much later a stalled call's reply comes back, or a stalled connecting ends, in
+    /// ms.
     pub ms: u64,
 }
 
@@ -280,8 +302,8 @@ impl CallStalls {
         ms: 0,
     };
 
-    /// `per_million` calls in a million (at most all), on a new connection or not, come
-    /// back `ms` late.
+    /// `per_million` calls in a million (at most all) come back `ms` late, and as many
+    /// connectings of a new connection end `ms` late.
     #[must_use]
     pub fn new(per_million: u32, ms: u64) -> CallStalls {
         let per_million = per_million.min(1_000_000);
@@ -292,8 +314,8 @@ impl CallStalls {
         }
     }
 
-    /// Sets [`fresh_per_million`](Self::fresh_per_million), the chance of a call on a new
-    /// connection (at most all).
+    /// Sets [`fresh_per_million`](Self::fresh_per_million), the chance that opening a new
+    /// connection stalls (at most all).
     #[must_use]
     pub fn with_fresh_per_million(mut self, per_million: u32) -> CallStalls {
         self.fresh_per_million = per_million.min(1_000_000);
@@ -381,7 +403,8 @@ pub struct StoreCounts {
     pub fell_back: u64,
     /// [`StoreEvent::Restored`] notifications.
     pub restored: u64,
-    /// Calls whose reply came back later than the call timeout ([`CallStalls`]).
+    /// Calls whose reply came back later than the call timeout, or whose connection did
+    /// not open within the connect timeout ([`CallStalls`]).
     pub timed_out: u64,
     /// Charged asks given up after their second timeout, which Redis may have granted or
     /// queued: withdrawn once Redis answers their process again.
@@ -419,7 +442,7 @@ impl Heard {
 }
 
 /// A request as Redis knows it, named by the store when its ticket is first sent to Redis
-/// (the real process names each ask, `acquire_shared`, line 1017), so an answer or a
+/// (the real process names each ask, `acquire_shared`, line 1149), so an answer or a
 /// withdrawal of an old request never meets a later one under a reused ticket. A request
 /// asked again after Redis restarted keeps its name: the new Redis knows nothing of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -446,9 +469,9 @@ enum Call {
     Note(BudgetNote),
     Inbox,
     /// Withdraw requests the process no longer waits for in Redis (`release`, lines
-    /// 991–1005).
+    /// 1124–1139).
     Cancel(Vec<Req>),
-    /// Read the budget's figures, to see that Redis answers (`check`, lines 741–755).
+    /// Read the budget's figures, to see that Redis answers (`check`, lines 829–840).
     Check,
 }
 
@@ -521,12 +544,15 @@ enum Due {
         process: ProcessId,
         reply: Reply,
     },
-    /// A call's reply did not come within the call timeout.
+    /// A call's reply did not come within the call timeout, or its connection did not
+    /// open within the connect timeout.
     TimedOut {
         process: ProcessId,
         call: Call,
         /// Whether it was already the second try of an idempotent call.
         retried: bool,
+        /// Whether its new connection never opened (the call never reached Redis).
+        connecting: bool,
     },
     Wake {
         process: ProcessId,
@@ -594,7 +620,7 @@ struct Process {
     /// Not before this may it subscribe again.
     subscribe_again: Millis,
     /// Requests to withdraw once Redis answers this process again (`orphans`: lines
-    /// 1036–1043, 964–985, 991–1005).
+    /// 1170–1177, 1097–1114, 1124–1139).
     orphans: Vec<Req>,
     /// Whether it has a connection to Redis (its next call makes one if not).
     connected: bool,
@@ -630,7 +656,7 @@ struct Server {
     inbox: BTreeMap<ProcessId, Vec<(Req, PermitDecision)>>,
     /// Read again by an ask under the same request, and looked up by a withdrawal that
     /// pays back a grant nobody heard (the script's `decided` and `answered`, `redis.lua`
-    /// lines 193–232 and 337–343).
+    /// lines 233–267 and 455–468).
     answers: BTreeMap<Req, Answer>,
     /// When each answer was decided, oldest first: forgotten `waiter_stale_after` later.
     answered: VecDeque<(Millis, Req)>,
@@ -853,7 +879,7 @@ impl RedisStore {
 
     /// `process` checks at `now` that Redis answers, as a process sharing the budget does
     /// at its start (`rebound run`, the fleet example: `RedisBudget::check`, lines
-    /// 736–755): one call, its first, so on a new connection. A timeout or a refusal sends
+    /// 829–840): one call, its first, so on a new connection. A timeout or a refusal sends
     /// it to its local budget for `retry_redis_after`, with a [`StoreEvent::FellBack`];
     /// an answer changes nothing.
     pub fn check(&mut self, now: Millis, process: ProcessId) {
@@ -985,7 +1011,8 @@ impl RedisStore {
                 process,
                 call,
                 retried,
-            } => self.timed_out(process, call, retried),
+                connecting,
+            } => self.timed_out(process, call, retried, connecting),
             Due::Wake { process } => {
                 if self.process(process).subscription == Subscription::Live {
                     self.counts.wakes += 1;
@@ -1017,38 +1044,56 @@ impl RedisStore {
         self.send_try(process, call, false);
     }
 
-    /// Sends `call` from `process` (`retried`: the second try of an idempotent call). It
-    /// reaches Redis half a round trip later; its reply comes back after the rest of the
-    /// round trip and its stall, if one is drawn — or, past the call timeout, never: the
-    /// process hears a timeout at the call timeout instead (`call`, lines 766–797).
+    /// Sends `call` from `process` (`retried`: the second try of an idempotent call). On a
+    /// new connection it first connects, which may stall with the chance of a new
+    /// connection: past the connect timeout the process gives up without the call ever
+    /// reaching Redis; within it the call leaves that much later (`connection`, lines
+    /// 942–995). Then, like any call, it may stall with the chance of a call: it reaches
+    /// Redis half a round trip later, and its reply comes back after the rest of the round
+    /// trip and its stall — or, past the call timeout, never: the process hears a timeout
+    /// at the call timeout instead (`call`, lines 855–888).
     fn send_try(&mut self, process: ProcessId, call: Call, retried: bool) {
         self.counts.calls += 1;
         let stalls = self.timing.stalls;
         let fresh = !std::mem::replace(&mut self.process(process).connected, true);
-        let chance = if fresh {
-            stalls.fresh_per_million
+        let connecting = if fresh && self.stalls(stalls.fresh_per_million) {
+            stalls.ms
         } else {
-            stalls.per_million
+            0
         };
-        let late = if chance > 0 && self.rng.u32(..1_000_000) < chance {
+        let now = self.now;
+        if connecting > self.timing.connect_timeout_ms {
+            let at = now.plus(self.timing.connect_timeout_ms);
+            self.schedule(
+                at,
+                Due::TimedOut {
+                    process,
+                    call,
+                    retried,
+                    connecting: true,
+                },
+            );
+            return;
+        }
+        let late = if self.stalls(stalls.per_million) {
             stalls.ms
         } else {
             0
         };
         let heard = self.timing.round_trip_ms.saturating_add(late) <= self.timing.call_timeout_ms;
-        let now = self.now;
         if !heard {
-            let at = now.plus(self.timing.call_timeout_ms);
+            let at = now.plus(connecting).plus(self.timing.call_timeout_ms);
             self.schedule(
                 at,
                 Due::TimedOut {
                     process,
                     call: call.clone(),
                     retried,
+                    connecting: false,
                 },
             );
         }
-        let at = now.plus(self.timing.there());
+        let at = now.plus(connecting).plus(self.timing.there());
         self.schedule(
             at,
             Due::Arrive {
@@ -1059,6 +1104,11 @@ impl RedisStore {
                 heard,
             },
         );
+    }
+
+    /// Whether a call (or its connecting) stalls, with `per_million` chances in a million.
+    fn stalls(&mut self, per_million: u32) -> bool {
+        per_million > 0 && self.rng.u32(..1_000_000) < per_million
     }
 
     /// What Redis does with a call that reaches it now (and the reply it sends, if its
@@ -1123,7 +1173,7 @@ impl RedisStore {
         }
     }
 
-    /// The script's `ask` (`redis.lua` lines 415–476): an ask under a request Redis already
+    /// The script's `ask` (`redis.lua` lines 476–538): an ask under a request Redis already
     /// answered or queued reads that (a second try after a lost reply); else Redis decides.
     fn ask_in_redis(
         &mut self,
@@ -1179,7 +1229,7 @@ impl RedisStore {
         answer
     }
 
-    /// The script's `inbox` (lines 478–505): the answers of `process` that it knows to
+    /// The script's `inbox` (lines 539–570): the answers of `process` that it knows to
     /// wait for. They stay in Redis until the process has them (`heard`): the real process
     /// acknowledges only the answers it could deliver, at its next read.
     fn inbox_in_redis(&mut self, process: ProcessId, heard: bool) -> Inbox {
@@ -1225,7 +1275,7 @@ impl RedisStore {
         Inbox { answers, retry_in }
     }
 
-    /// The script's `cancel` (lines 536–560): a queued request leaves the queue; a charged
+    /// The script's `cancel` (lines 597–622): a queued request leaves the queue; a charged
     /// permit granted but never heard pays its token back, which may grant the next waiter.
     fn cancel_in_redis(&mut self, reqs: &[Req]) {
         let mut repaid = false;
@@ -1317,7 +1367,7 @@ impl RedisStore {
     fn on_reply(&mut self, process: ProcessId, reply: Reply) {
         let p = self.process(process);
         if reply.refused() {
-            // A connection error drops the connection (`call`, lines 780–783).
+            // A connection error drops the connection (`call`, lines 869–874).
             p.connected = false;
         } else {
             p.timeouts_in_row = 0;
@@ -1422,7 +1472,7 @@ impl RedisStore {
             }
             Reply::Cancel { reqs, answer } => {
                 if answer.is_err() {
-                    // Withdrawn once Redis answers again (`release`, lines 997–1003).
+                    // Withdrawn once Redis answers again (`release`, lines 1134–1136).
                     self.process(process).orphans.extend(reqs);
                 }
             }
@@ -1431,18 +1481,27 @@ impl RedisStore {
         }
     }
 
-    /// A call's reply missed the call timeout. An ask or an inbox read is made once more,
-    /// under the same request (`call_idempotent`, lines 805–815); a second timeout, or a
-    /// note's first (`record`, lines 1508–1517), sends the process to its local budget as
-    /// a refused call does. An ask given up may have been granted or queued in Redis:
-    /// it is an orphan, withdrawn once Redis answers again (lines 1036–1043).
-    fn timed_out(&mut self, process: ProcessId, call: Call, retried: bool) {
+    /// A call's reply missed the call timeout, or its connection the connect timeout
+    /// (`connecting`). After a call timeout an ask or an inbox read is made once more,
+    /// under the same request (`call_idempotent`, lines 897–906); a second timeout, a
+    /// connect timeout, or a note's first (`record`, lines 1642–1653), sends the process to
+    /// its local budget as a refused call does. An ask given up may have been granted or
+    /// queued in Redis: it is an orphan, withdrawn once Redis answers again (lines
+    /// 1170–1177); so is one whose connection never opened, as the real process does not
+    /// tell them apart.
+    fn timed_out(&mut self, process: ProcessId, call: Call, retried: bool, connecting: bool) {
         self.counts.timed_out += 1;
+        // A call whose connection never opened is not repeated: it never reached Redis,
+        // and a second connect would double the wait.
+        let retried = retried || connecting;
         let repeat = !retried && matches!(call, Call::Ask { .. } | Call::Inbox);
         let p = self.process(process);
-        if repeat || p.timeouts_in_row >= 1 {
+        if connecting {
+            // No connection was made; the call timeouts in a row are the open one's.
+            p.connected = false;
+        } else if repeat || p.timeouts_in_row >= 1 {
             // The repeat goes on a new connection; so does the call after a second
-            // timeout in a row (`call`, lines 784–795; `call_idempotent`, 805–815).
+            // timeout in a row (`call`, lines 875–886; `call_idempotent`, 897–906).
             p.timeouts_in_row = 0;
             p.connected = false;
         } else {
@@ -1492,10 +1551,10 @@ impl RedisStore {
         }
     }
 
-    /// The poll loop's read failed (`poll_failed`, lines 1247–1258): the process falls
+    /// The poll loop's read failed (`poll_failed`, lines 1380–1390): the process falls
     /// back, its loop ends, and each of its waiters asks the local budget with the same
     /// deadline. After a timeout Redis still holds those requests: each is withdrawn at
-    /// once, as each waiter's drop does (lines 1094–1100, 1302–1311); while Redis is down
+    /// once, as each waiter's drop does (lines 1223–1235, 1436–1445); while Redis is down
     /// (`withdraw_in_redis` false) nothing is sent: Redis comes back empty.
     fn poll_failed(&mut self, process: ProcessId, withdraw_in_redis: bool) {
         self.failed(process);
@@ -1604,7 +1663,7 @@ impl RedisStore {
     }
 
     /// Redis answered `process`: it decides in Redis again, and withdraws its orphans
-    /// (`succeeded`, lines 964–985).
+    /// (`succeeded`, lines 1097–1114).
     fn succeeded(&mut self, process: ProcessId) {
         let p = self.process(process);
         let was = std::mem::replace(&mut p.health, Health::Shared);

@@ -603,57 +603,71 @@ fn an_ask_whose_replies_miss_the_timeout_twice_is_decided_locally_and_its_token_
 }
 
 #[test]
-fn a_call_on_a_new_connection_has_its_own_chance_to_stall_and_the_check_at_start_is_one() {
-    // Every call on a new connection misses the timeout; no other call stalls.
-    let stalls = CallStalls::new(0, 100).with_fresh_per_million(1_000_000);
+fn a_new_connection_has_a_bound_of_its_own_and_a_call_whose_connection_misses_it_is_not_repeated() {
+    // Every connecting takes 300 ms more: longer than a call may take, shorter than opening
+    // a connection may. No call on an open connection stalls.
+    let stalls = CallStalls::new(0, 300).with_fresh_per_million(1_000_000);
     let timing = RedisTiming::default()
         .with_round_trip_ms(2)
         .with_stalls(stalls);
-    let (timeout, retry) = (timing.call_timeout_ms, timing.retry_redis_after_ms);
+    assert!(timing.call_timeout_ms < 300 && 300 < timing.connect_timeout_ms);
     let mut store = RedisStore::new(BudgetConfig::default(), timing);
 
-    // A checks Redis at its start: its first call connects, and misses.
+    // A checks Redis at its start: its connection opens 300 ms later, within its own bound:
+    // Redis answers, nothing falls back.
     store.check(Millis(0), A);
-    run_until(&mut store, 100);
-    assert!(!store.is_shared(A));
-    assert_eq!(store.counts().fell_back, 1);
-    // For `retry_redis_after` its local budget decides, at once.
+    run_until(&mut store, 400);
+    assert!(store.is_shared(A));
+    // Then it asks on the connection it has: answered in a round trip.
     assert_eq!(
-        store.request(Millis(100), A, Ticket(1), first_attempt()),
-        Some(PermitDecision::Granted)
-    );
-    // Then it tries Redis on the connection it has: answered in a round trip.
-    let back = timeout + retry;
-    assert_eq!(
-        store.request(Millis(back), A, Ticket(2), first_attempt()),
+        store.request(Millis(400), A, Ticket(1), first_attempt()),
         None
     );
-    let answers = run_until(&mut store, back + 100);
+    let answers = run_until(&mut store, 500);
+    assert_eq!(
+        answer_of(&answers, Ticket(1)),
+        Some((Millis(402), PermitDecision::Granted))
+    );
+    let counts = store.counts();
+    assert_eq!((counts.timed_out, counts.fell_back), (0, 0), "{counts:?}");
+
+    // Opening a connection may take 200 ms: B's first call, an ask, gives up at 200 ms
+    // without reaching Redis, is not made again, and B decides locally.
+    let timing = timing.with_connect_timeout_ms(200);
+    let retry = timing.retry_redis_after_ms;
+    let mut store = RedisStore::new(BudgetConfig::default(), timing);
+    assert_eq!(
+        store.request(Millis(0), B, Ticket(2), first_attempt()),
+        None
+    );
+    let answers = run_until(&mut store, 500);
     assert_eq!(
         answer_of(&answers, Ticket(2)),
-        Some((Millis(back + 2), PermitDecision::Granted))
+        Some((Millis(200), PermitDecision::Granted))
     );
-    assert!(store.is_shared(A));
-
-    // B's first call is an ask: it connects and misses; its repeat goes on a new
-    // connection and misses too; B decides locally, two timeouts later.
-    let at = back + 200;
+    assert!(!store.is_shared(B));
+    // A second later B tries Redis again with a charged ask, which misses the same way: an
+    // orphan, as the real process keeps one (it cannot tell), and no second notice.
+    let at = 200 + retry + 100;
     assert_eq!(
-        store.request(Millis(at), B, Ticket(3), first_attempt()),
+        store.request(Millis(at), B, Ticket(3), charged(30_000)),
         None
     );
     let answers = run_until(&mut store, at + 500);
     assert_eq!(
         answer_of(&answers, Ticket(3)),
-        Some((Millis(at + 2 * timeout), PermitDecision::Granted))
+        Some((Millis(at + 200), PermitDecision::Granted))
     );
-    assert!(!store.is_shared(B));
     let counts = store.counts();
     assert_eq!(
-        (counts.timed_out, counts.fell_back, counts.restored),
-        (3, 2, 1),
+        (
+            counts.calls,
+            counts.timed_out,
+            counts.fell_back,
+            counts.orphaned
+        ),
+        (2, 2, 1, 1),
         "{counts:?}"
     );
-    // A first attempt is no charged ask: nothing to withdraw.
-    assert_eq!(counts.orphaned, 0);
+    assert_eq!(store.shared_stats().granted, 0, "nothing reached Redis");
 }

@@ -15,8 +15,8 @@
 //! defaults). The real processes time their budget's calls (see [`TimedBudget`]); the
 //! simulated ones run with what that play measured: the median call as the round trip, the
 //! calls that missed the 50 ms call timeout as stalls of that chance, and the calls on a new
-//! connection that missed (checks at start, repeats after a timeout) as the chance of those
-//! (`rebound_sim::redis_store::CallStalls`); each simulated process checks Redis at its
+//! connection that missed (checks at start, repeats after a timeout) as the chance that
+//! opening a connection misses its own bound (`rebound_sim::redis_store::CallStalls`); each simulated process checks Redis at its
 //! start, as the real ones do. So the model falls back, repeats and withdraws orphaned asks
 //! about as often as the real store had to on this machine, loaded or not. Time is
 //! scaled by `--scale` on both sides — the scenario's windows, latencies and `retry-after`,
@@ -216,9 +216,10 @@ impl CallTimes {
 
     /// The model's timing: the median call (whole ms, at least 1) as the round trip, the
     /// calls that missed the timeout as stalls of that chance, and the calls on a new
-    /// connection that missed as the chance of those; each stall long enough to miss the
-    /// timeout (how much later the reply came does not change what the process does: it
-    /// gave up at the timeout). `None` when nothing was timed.
+    /// connection that missed as the chance that opening one stalls; each stall long enough
+    /// to miss the call timeout and the connect timeout (how much later the reply came does
+    /// not change what the process does: it gave up at the timeout). `None` when nothing
+    /// was timed.
     fn timing(&self) -> Option<RedisTiming> {
         if self.calls() == 0 {
             return None;
@@ -233,9 +234,10 @@ impl CallTimes {
             u32::try_from(missed * 1_000_000 / of.max(1)).unwrap_or(u32::MAX)
         };
         let (fresh, fresh_missed) = self.fresh();
+        // Long enough to miss the call timeout, and on a new connection the connect timeout.
         let stalls = CallStalls::new(
             per_million(self.missed, self.calls()),
-            timing.call_timeout_ms,
+            timing.call_timeout_ms.max(timing.connect_timeout_ms) + 1,
         )
         .with_fresh_per_million(per_million(fresh_missed, fresh));
         Some(timing.with_round_trip_ms(round_trip_ms).with_stalls(stalls))

@@ -62,9 +62,12 @@ impl fmt::Display for GiveUp {
             GiveUp::EmptyResponses { count } => {
                 write!(f, "the model returned {count} empty responses")
             }
-            GiveUp::BudgetExhausted => {
-                f.write_str("retry budget exhausted: too many retries in this process right now")
-            }
+            // Whatever keeps the budget (this process, or Redis for a fleet): core only
+            // knows that its budget said no.
+            GiveUp::BudgetExhausted => f.write_str(
+                "retry budget exhausted: the shared retry budget had no token for this retry \
+                 within its wait",
+            ),
             GiveUp::RetryAfterTooLong { hint_ms, cap_ms } => write!(
                 f,
                 "the server asked to wait {:.1}s, more than the {:.1}s allowed",

@@ -121,13 +121,15 @@ impl FromStr for BudgetLocation {
     }
 }
 
-/// `value` with the password of a URL's `USER:PASSWORD@` (or the whole `SECRET@`) replaced
-/// by `***`: what an error about a `--budget` value may repeat of it, whatever else is wrong
-/// with it.
+/// `value` with the credentials of a URL (`USER:PASSWORD@`, `:PASSWORD@` or `SECRET@`)
+/// replaced by `***`, the user name as well as the password: a password written without its
+/// colon reads as a user name. What an error about a `--budget` value may repeat of it,
+/// whatever else is wrong with it.
 ///
 /// ```
 /// use rebound_effects::budget::redact;
-/// assert_eq!(redact("redis://bot:hunter2@cache"), "redis://bot:***@cache");
+/// assert_eq!(redact("redis://bot:hunter2@cache"), "redis://***:***@cache");
+/// assert_eq!(redact("redis://:hunter2@cache"), "redis://:***@cache");
 /// assert_eq!(redact("redis://hunter2@cache:x/y"), "redis://***@cache:x/y");
 /// assert_eq!(redact("local"), "local");
 /// ```
@@ -141,24 +143,30 @@ pub fn redact(value: &str) -> String {
     let Some((userinfo, rest)) = rest.rsplit_once('@') else {
         return value.to_owned();
     };
-    let shown = match userinfo.split_once(':') {
-        Some((user, _)) if !user.contains(['/', '?', '#']) => format!("{user}:***"),
-        _ => "***".to_owned(),
-    };
-    format!("{scheme}://{shown}@{rest}")
+    format!("{scheme}://{}@{rest}", masked(userinfo))
+}
+
+/// A URL's `USER[:PASSWORD]` as shown: each part that is there as `***`.
+fn masked(userinfo: &str) -> &'static str {
+    match userinfo.split_once(':') {
+        Some(("", _)) => ":***",
+        Some(_) => "***:***",
+        None => "***",
+    }
 }
 
 /// A budget in Redis: the server, and the budget's name (its keys' namespace).
 ///
 /// Written `redis://[USER[:PASSWORD]@]HOST[:PORT]/NAME` (`rediss://` for TLS is refused:
 /// this build has no TLS for Redis). The port defaults to 6379. `NAME` is 1 to 64 letters,
-/// digits, `.`, `_` or `-`. The password, if any, is used to connect and never shown:
-/// [`Display`](fmt::Display) writes `***` in its place.
+/// digits, `.`, `_` or `-`. The credentials, if any, are used to connect and never shown:
+/// [`Display`](fmt::Display) writes `***` in place of the password and of the user name (a
+/// password written without its colon, `redis://SECRET@HOST`, reads as a user name).
 #[derive(Clone, PartialEq, Eq)]
 pub struct RedisUrl {
     /// `redis://[USER[:PASSWORD]@]HOST:PORT`, what the client connects to.
     server: String,
-    /// The same with the password masked.
+    /// The same with the user name and the password masked.
     shown: String,
     name: String,
 }
@@ -259,13 +267,10 @@ impl FromStr for RedisUrl {
                 let server = format!("redis://{host}:{port}");
                 (server.clone(), server)
             }
-            Some(userinfo) => {
-                let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-                (
-                    format!("redis://{userinfo}@{host}:{port}"),
-                    format!("redis://{user}:***@{host}:{port}"),
-                )
-            }
+            Some(userinfo) => (
+                format!("redis://{userinfo}@{host}:{port}"),
+                format!("redis://{}@{host}:{port}", masked(userinfo)),
+            ),
         };
         Ok(RedisUrl {
             server,
@@ -309,13 +314,13 @@ mod tests {
     #[test]
     fn a_malformed_url_is_shown_without_its_password() {
         for (raw, shown) in [
-            ("redis://u:hunter2@h:99999/x", "redis://u:***@h:99999/x"),
+            ("redis://u:hunter2@h:99999/x", "redis://***:***@h:99999/x"),
             ("redis://:hunter2@h", "redis://:***@h"),
             ("redis://hunter2@h/{x}", "redis://***@h/{x}"),
-            ("rediss://u:p@ss:w@h/x", "rediss://u:***@h/x"),
-            ("memcached://u:hunter2@h/x", "memcached://u:***@h/x"),
-            ("redis://u:pa/ss@h/x", "redis://u:***@h/x"),
-            ("redis://h:1/a@b", "redis://h:***@b"),
+            ("rediss://u:p@ss:w@h/x", "rediss://***:***@h/x"),
+            ("memcached://u:hunter2@h/x", "memcached://***:***@h/x"),
+            ("redis://u:pa/ss@h/x", "redis://***:***@h/x"),
+            ("redis://h:1/a@b", "redis://***:***@b"),
             ("local", "local"),
         ] {
             assert_eq!(redact(raw), shown, "{raw}");
@@ -350,8 +355,15 @@ mod tests {
         assert_eq!(url.server(), "redis://10.0.0.5:6380");
         let url: RedisUrl = "redis://bot:s3cret@cache/fleet".parse().unwrap();
         assert_eq!(url.server(), "redis://bot:s3cret@cache:6379");
-        assert_eq!(url.to_string(), "redis://bot:***@cache:6379/fleet");
+        assert_eq!(url.to_string(), "redis://***:***@cache:6379/fleet");
         assert!(!format!("{url:?}").contains("s3cret"));
+        // A password without its colon reads as a user name: masked all the same.
+        let url: RedisUrl = "redis://s3cret@cache:6380/fleet".parse().unwrap();
+        assert_eq!(url.server(), "redis://s3cret@cache:6380");
+        assert_eq!(url.to_string(), "redis://***@cache:6380/fleet");
+        assert!(!format!("{url:?}").contains("s3cret"));
+        let url: RedisUrl = "redis://:s3cret@cache/fleet".parse().unwrap();
+        assert_eq!(url.to_string(), "redis://:***@cache:6379/fleet");
         for (bad, error) in [
             ("redis", BudgetLocationError::Scheme),
             ("redis://host:6379", BudgetLocationError::NoName),

@@ -15,10 +15,26 @@
 -- The clock is Redis's (`TIME`), so processes on machines whose clocks disagree agree on the
 -- budget's time; every time that crosses the wire is a duration relative to "now" (a wait,
 -- an age, a remaining delay), never a timestamp of a caller's clock. The budget's clock is
--- `TIME + offset` and never goes back: when `TIME` is behind the last time the budget saw
--- (an NTP step back, a failover to a host whose clock is behind), the offset grows by the
--- difference, so the budget's time goes on from where it was, at `TIME`'s pace. Every time
--- the script stores or compares is on that clock.
+-- `TIME + offset`, and a step of `TIME` moves the offset the other way, so the budget's time
+-- goes on from the last time it saw, at `TIME`'s pace:
+--
+-- - `TIME` behind the last time the budget saw (an NTP step back, a failover to a host whose
+--   clock is behind): the clock never goes back.
+-- - `TIME` ahead by more than `stale_ms` while a retry waits in the queue for a process that
+--   still polls (an NTP step forward, a failover to a host whose clock is ahead): the clock
+--   does not jump. Such a process calls at least every `stale_ms / 2` (its inbox read), so
+--   while it lives no two calls are that far apart in real time: a longer gap is a step, and
+--   taken as real it would deny every waiter at once and drop every live process as stale.
+--   The budget then counts no time for the gap: it falls behind real time by what passed
+--   between the two calls (at most `stale_ms / 2`), so its deadlines come that much late,
+--   its refill and rate-limit windows too. Each process ends its own waits at their
+--   deadlines on its own monotonic clock (and a grace of a second), so neither that nor a
+--   gap that was real after all (every process stalled, or Redis paused) makes a retry wait
+--   much longer than it was allowed to.
+--
+-- A budget nobody waits on takes any gap as time: a bucket refills to capacity and a
+-- rate-limit window ends however long the silence. Every time the script stores or compares
+-- is on that clock.
 --
 -- # Cost
 --
@@ -132,6 +148,21 @@ else
     raw = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Whether a retry waits in the queue for a process that still polled at `t` (within
+-- `stale_ms` before it): that process calls again within `stale_ms / 2`. Visits the live
+-- processes, not the queue; asked only after a long gap between two calls.
+local function awaited(t)
+    if redis.call('ZCARD', QUEUE) == 0 then
+        return false
+    end
+    for _, o in ipairs(redis.call('ZRANGEBYSCORE', OWNERS, t - stale_ms, '+inf')) do
+        if redis.call('ZLEXCOUNT', MINE, '[' .. o .. 'q', '(' .. o .. 'r') > 0 then
+            return true
+        end
+    end
+    return false
+end
+
 -- The state, or a new budget starting now with `initial` tokens.
 local saved = redis.call('HMGET', STATE, 'now', 'offset', 'balance', 'carry', 'granted',
     'denied', 'queued', 'deposited', 'seq', 'refreshed', 'settings')
@@ -147,7 +178,8 @@ end
 local now, offset, balance, carry, granted, denied, queued, deposited, seq
 if saved[1] then
     now = int(saved[1])
-    offset = int(saved[2])
+    -- Negative after a step forward.
+    offset = math.floor(tonumber(saved[2]) or 0)
     balance = math.min(int(saved[3]), capacity)
     carry = int(saved[4])
     granted = int(saved[5])
@@ -155,8 +187,9 @@ if saved[1] then
     queued = int(saved[7])
     deposited = int(saved[8])
     seq = int(saved[9])
-    -- The budget's clock never goes back (see the top of this file).
-    if raw + offset < now then
+    -- The budget's clock never goes back, nor jumps while retries wait (see the top of this
+    -- file).
+    if raw + offset < now or (raw + offset - now > stale_ms and awaited(now)) then
         offset = now - raw
     end
 else

@@ -25,7 +25,13 @@
 //! ([`BudgetStore::origin`]). The budget's clock never goes back: when `TIME` steps back
 //! (NTP, a failover to a host whose clock is behind), the script carries on from the last
 //! time it saw, at `TIME`'s pace, so a retry allowed to wait still waits and a shared rate
-//! limit still holds.
+//! limit still holds. Nor does it jump while retries wait: a process with a retry in the
+//! queue calls at least every `waiter_stale_after / 2`, so a gap longer than
+//! `waiter_stale_after` between two calls while one waits is `TIME` stepping forward, and
+//! the script carries on from the last time it saw too, instead of denying every waiter at
+//! once. A budget nobody waits on takes any gap as time (refill, the end of a rate-limit
+//! window). Each process still ends its waits at their deadlines on its own clock (and a
+//! grace of [`DEADLINE_GRACE_MS`]), whatever Redis's clock does.
 //!
 //! # Where it does not work
 //!
@@ -85,9 +91,10 @@
 //!
 //! # Keys
 //!
-//! Nine keys per budget name,
-//! `rebound:budget:{NAME}:state|limits|queue|deadlines|waiters|decided|answered|owners|mine`,
-//! one hash tag so they would live on one Redis Cluster slot. They hold counters,
+//! Thirteen keys per budget name, `rebound:budget:{NAME}:` then `state`, `limits`, `queue`,
+//! `deadlines`, `waiters`, `decided`, `answered`, `owners`, `mine`, `paced`, `sent`,
+//! `seconds` and `served` (what each holds: the top of `redis.lua`), one hash tag so they
+//! would live on one Redis Cluster slot. They hold counters,
 //! milli-tokens, Redis times, target indexes and request ids (random numbers): no prompt,
 //! key, URL or host name. All
 //! expire together after `idle_expiry` (10 minutes) without a call; the next call starts a
@@ -96,19 +103,25 @@
 //!
 //! # When Redis fails
 //!
-//! Agents never wait on Redis. Every call is bounded (`call_timeout`, 50 ms, connecting
-//! included); an ask, a poll or a withdrawal whose reply is lost is made once more (after a
-//! broken connection on a fresh one; after a timeout on the same one, since a new
-//! connection would only add its handshake to a busy Redis's delay, and on a fresh one
-//! after a second timeout in a row), so a decision waits at most twice the bound. A
-//! connection error, a timeout, a script error or a reply the budget does not
-//! understand sends this process to a local budget ([`SharedBudget`], same configuration, on
-//! the same clock as the machines): a [`BudgetEvent::FellBack`] is reported once, and
-//! decisions are local from then on. Every `retry_redis_after` (1 s) the next decision tries
-//! Redis again; when it answers, a [`BudgetEvent::Restored`] is reported and decisions are
-//! shared again. A retry waiting in the Redis queue when Redis fails asks the local budget
-//! instead, with the same deadline. Rate limits are also noted locally, so a process that
-//! falls back still honours the window it heard of.
+//! Agents never wait on Redis. Every call is bounded (`call_timeout`, 50 ms), and so is
+//! opening a connection, separately (`connect_timeout`, 1 s: connecting, `AUTH`,
+//! `INFO server` and loading the script), so that a fleet started at once on a loaded
+//! machine, whose first connections take longer than a call, shares one budget instead of
+//! falling back at its first call. An ask, a poll or a withdrawal whose reply is lost (a
+//! timeout, a broken connection) is made once more on a fresh connection, so a decision
+//! waits at most twice the call bound and a connect. A connection error, a timeout, a
+//! script error or a reply the budget does not understand sends this process to a local
+//! budget ([`SharedBudget`], same configuration, on the same clock as the machines): a
+//! [`BudgetEvent::FellBack`] is reported once, and decisions are local from then on. Every
+//! `retry_redis_after` (1 s) the next decision tries Redis again; when it answers, a
+//! [`BudgetEvent::Restored`] is reported and decisions are shared again. A Redis that
+//! answers but refuses this process — a password it does not take
+//! ([`RedisBudgetError::Authentication`]), a read-only replica
+//! ([`RedisBudgetError::ReadOnly`]) — is reported as what it is, once, since it will not
+//! end by itself, although it is tried again in the same way. A retry waiting in the Redis
+//! queue when Redis fails asks the local budget instead, with the same deadline. Rate
+//! limits are also noted locally, so a process that falls back still honours the window it
+//! heard of.
 
 use super::{BudgetStore, RedisUrl, SharedBudget};
 use async_trait::async_trait;
@@ -128,7 +141,8 @@ use tokio::time::Instant;
 pub const SCRIPT: &str = include_str!("redis.lua");
 
 /// A retry deadline the local clock has passed by this much is over whatever Redis says:
-/// a safety net for a Redis whose clock runs slow.
+/// a safety net for a Redis whose clock runs slow, or that took a real pause of the whole
+/// fleet for a step of its clock (see the module documentation).
 const DEADLINE_GRACE_MS: u64 = 1_000;
 
 /// The largest milli-token figure sent to the script: Lua counts in doubles, exact to 2^53.
@@ -143,14 +157,14 @@ pub type BudgetEventHook = Arc<dyn Fn(&BudgetEvent) + Send + Sync>;
 pub enum BudgetEvent {
     /// Redis failed: this process decides with a local budget until Redis answers again.
     FellBack {
-        /// The budget (its URL, password masked).
+        /// The budget (its URL, credentials masked).
         budget: String,
         /// What failed.
         error: RedisBudgetError,
     },
     /// Redis answered again: the shared budget decides again.
     Restored {
-        /// The budget (its URL, password masked).
+        /// The budget (its URL, credentials masked).
         budget: String,
     },
 }
@@ -162,6 +176,11 @@ impl fmt::Display for BudgetEvent {
                 f,
                 "retry budget {budget} cannot be used ({error}): using a local budget for \
                  this process"
+            ),
+            BudgetEvent::FellBack { budget, error } if error.is_refusal() => write!(
+                f,
+                "retry budget {budget} cannot be used ({error}): using a local budget for \
+                 this process until that is fixed"
             ),
             BudgetEvent::FellBack { budget, error } => write!(
                 f,
@@ -194,6 +213,25 @@ pub enum RedisBudgetError {
     Connection {
         /// The client's reason.
         message: String,
+    },
+    /// Redis refused this process's credentials: none where Redis asks for a password
+    /// (`NOAUTH`), or a wrong user name or password (`WRONGPASS`, a refused `AUTH`). Asked
+    /// again every `retry_redis_after`, in case the server's password changes.
+    #[error("authentication failed: {message}")]
+    Authentication {
+        /// What Redis refused (never the password).
+        message: String,
+    },
+    /// The Redis named is a read-only replica (`READONLY`): the budget's script writes.
+    /// Asked again every `retry_redis_after`, in case a failover promotes it.
+    #[error("read-only replica: this redis is a replica and the budget writes: name its master")]
+    ReadOnly,
+    /// No connection opened within the connect timeout (connecting, the handshake and
+    /// reading what this Redis is).
+    #[error("no connection to redis within {timeout_ms} ms")]
+    ConnectTimeout {
+        /// The bound that passed.
+        timeout_ms: u64,
     },
     /// No answer within the call timeout.
     #[error("redis did not answer within {timeout_ms} ms")]
@@ -245,6 +283,37 @@ impl RedisBudgetError {
             RedisBudgetError::Unsupported { .. } | RedisBudgetError::OtherSettings { .. }
         )
     }
+
+    /// Whether Redis answered but refused this process (its credentials, or a read-only
+    /// replica): not an outage that ends by itself but a setting to fix, although Redis is
+    /// asked again every `retry_redis_after` in case it changes.
+    #[must_use]
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            RedisBudgetError::Authentication { .. } | RedisBudgetError::ReadOnly
+        )
+    }
+
+    /// A short stable name of what went wrong, for programs (the `error_kind` of
+    /// `rebound run`'s `budget_fallback` event): `address`, `unreachable`,
+    /// `authentication`, `read_only`, `connect_timeout`, `timeout`, `script`,
+    /// `malformed_reply`, `unsupported`, `other_settings`.
+    #[must_use]
+    pub fn kind(&self) -> &'static str {
+        match self {
+            RedisBudgetError::Address { .. } => "address",
+            RedisBudgetError::Connection { .. } => "unreachable",
+            RedisBudgetError::Authentication { .. } => "authentication",
+            RedisBudgetError::ReadOnly => "read_only",
+            RedisBudgetError::ConnectTimeout { .. } => "connect_timeout",
+            RedisBudgetError::Timeout { .. } => "timeout",
+            RedisBudgetError::Script { .. } => "script",
+            RedisBudgetError::MalformedReply { .. } => "malformed_reply",
+            RedisBudgetError::Unsupported { .. } => "unsupported",
+            RedisBudgetError::OtherSettings { .. } => "other_settings",
+        }
+    }
 }
 
 /// The settings the script keeps with a budget (milli-tokens: capacity, initial, deposit
@@ -269,9 +338,17 @@ fn settings_text(milli: &str) -> String {
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct RedisOptions {
-    /// The longest one call may take, connecting included (default 50 ms). Past it the call
-    /// counts as a failure and the process decides locally.
+    /// The longest one call may take once its connection is open (default 50 ms). Past it
+    /// the call counts as a failure and the process decides locally.
     pub call_timeout: Duration,
+    /// The longest opening a connection may take (default 1 s): connecting, the
+    /// handshake (`AUTH`), reading what this Redis is (`INFO server`) and loading the
+    /// script, before a call's own `call_timeout` starts. A process's first call opens one,
+    /// and so does a call after a connection broke or went silent: on a loaded machine (a
+    /// fleet started at once) that takes longer than a call, and a first call must not send
+    /// the process to its local budget for it. A Redis that drops packets costs a decision
+    /// this long, once per `retry_redis_after`.
+    pub connect_timeout: Duration,
     /// How often a process with retries waiting in the queue asks whether they were
     /// decided when it cannot be woken by Redis (no live subscription to its channel;
     /// default 50 ms).
@@ -294,6 +371,7 @@ impl Default for RedisOptions {
     fn default() -> Self {
         RedisOptions {
             call_timeout: Duration::from_millis(50),
+            connect_timeout: Duration::from_secs(1),
             poll_interval: Duration::from_millis(50),
             retry_redis_after: Duration::from_secs(1),
             idle_expiry: Duration::from_secs(600),
@@ -308,6 +386,14 @@ impl RedisOptions {
     #[must_use]
     pub fn with_call_timeout(mut self, call_timeout: Duration) -> Self {
         self.call_timeout = call_timeout;
+        self
+    }
+
+    /// Sets [`connect_timeout`](Self::connect_timeout), the longest opening a connection
+    /// may take.
+    #[must_use]
+    pub fn with_connect_timeout(mut self, connect_timeout: Duration) -> Self {
+        self.connect_timeout = connect_timeout;
         self
     }
 
@@ -352,6 +438,7 @@ impl fmt::Debug for RedisOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisOptions")
             .field("call_timeout", &self.call_timeout)
+            .field("connect_timeout", &self.connect_timeout)
             .field("poll_interval", &self.poll_interval)
             .field("retry_redis_after", &self.retry_redis_after)
             .field("idle_expiry", &self.idle_expiry)
@@ -717,7 +804,7 @@ impl RedisBudget {
         })
     }
 
-    /// The budget's URL (password masked) and name.
+    /// The budget's URL (credentials masked) and name.
     #[must_use]
     pub fn url(&self) -> &RedisUrl {
         &self.inner.url
@@ -761,7 +848,8 @@ impl RedisBudget {
         }
     }
 
-    /// One raw call of the budget script, bounded by the call timeout, without fallback.
+    /// One raw call of the budget script, without fallback: on a connection opened first if
+    /// there is none (bounded by the connect timeout), then bounded by the call timeout.
     /// `now_ms` replaces Redis's clock (tests compare the script with core's budget at
     /// chosen times); `None` uses Redis's `TIME`, as every decision of the budget does.
     pub async fn call(
@@ -769,8 +857,10 @@ impl RedisBudget {
         op: ScriptOp,
         now_ms: Option<u64>,
     ) -> Result<ScriptReply, RedisBudgetError> {
+        let connection = self.connection().await?;
         let timeout = self.inner.options.call_timeout;
-        let result = tokio::time::timeout(timeout, self.call_unbounded(op, now_ms)).await;
+        let result =
+            tokio::time::timeout(timeout, self.call_unbounded(connection, op, now_ms)).await;
         match result {
             Ok(Ok(reply)) => {
                 self.inner.timeouts_in_row.store(0, Ordering::SeqCst);
@@ -802,7 +892,8 @@ impl RedisBudget {
     /// was lost (a timeout or a broken connection): what the first call decided is read, not
     /// decided again. The repeat always goes on a fresh connection: the one that lost a reply
     /// may have gone silent, and waiting on it again would turn one lost reply into a
-    /// fallback.
+    /// fallback. A connection that could not be opened in time is not tried again: the call
+    /// never reached Redis, and a second connect would double the wait.
     async fn call_idempotent(&self, op: ScriptOp) -> Result<ScriptReply, RedisBudgetError> {
         match self.call(op.clone(), None).await {
             Err(RedisBudgetError::Timeout { .. } | RedisBudgetError::Connection { .. }) => {
@@ -816,10 +907,10 @@ impl RedisBudget {
 
     async fn call_unbounded(
         &self,
+        mut connection: MultiplexedConnection,
         op: ScriptOp,
         now_ms: Option<u64>,
     ) -> Result<ScriptReply, RedisBudgetError> {
-        let mut connection = self.connection().await?;
         let inner = &self.inner;
         let mut invocation = inner.script.prepare_invoke();
         for key in &inner.keys {
@@ -846,16 +937,36 @@ impl RedisBudget {
         decode(&value)
     }
 
-    /// The shared connection, or a new one once `INFO server` says this Redis can keep the
-    /// budget.
+    /// The shared connection, or a new one (bounded by the connect timeout) once
+    /// `INFO server` says this Redis can keep the budget and the script is loaded.
     async fn connection(&self) -> Result<MultiplexedConnection, RedisBudgetError> {
         if let Some(c) = lock(&self.inner.connection).clone() {
             return Ok(c);
         }
-        let timeout = Some(self.inner.options.call_timeout);
+        let timeout = self.inner.options.connect_timeout;
+        match tokio::time::timeout(timeout, self.connect()).await {
+            Ok(Ok(c)) => {
+                *lock(&self.inner.connection) = Some(c.clone());
+                Ok(c)
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(RedisBudgetError::ConnectTimeout {
+                timeout_ms: millis_of(timeout),
+            }),
+        }
+    }
+
+    /// Opens a connection: connecting and its handshake, `INFO server`, and loading the
+    /// script, so a call's own bound does not pay for a first `EVALSHA` that misses.
+    async fn connect(&self) -> Result<MultiplexedConnection, RedisBudgetError> {
+        // While it opens, the bound is ours (`connect_timeout`, around this); the client's
+        // own is a backstop that must not fire first. Once open, the client's response
+        // timeout is the call timeout again (a reply it gives up on drops the connection).
+        let options = &self.inner.options;
+        let backstop = 2 * options.connect_timeout.max(options.call_timeout);
         let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(timeout)
-            .set_response_timeout(timeout);
+            .set_connection_timeout(Some(backstop))
+            .set_response_timeout(Some(backstop));
         let mut c = self
             .inner
             .client
@@ -874,7 +985,12 @@ impl RedisBudget {
             other => return Err(malformed(&format!("INFO server: {other:?}"))),
         };
         supported(&info)?;
-        *lock(&self.inner.connection) = Some(c.clone());
+        self.inner
+            .script
+            .load_async(&mut c)
+            .await
+            .map_err(|e| self.error_of(&e))?;
+        c.set_response_timeout(options.call_timeout);
         Ok(c)
     }
 
@@ -892,7 +1008,23 @@ impl RedisBudget {
                 ours: settings_text(ours),
             };
         }
+        let refused = match e.code() {
+            Some("NOAUTH") => Some("redis asks for a password and got none"),
+            Some("WRONGPASS") => Some("redis refused the user name or password"),
+            _ if e.kind() == redis::ErrorKind::AuthenticationFailed => {
+                Some("redis refused the user name or password")
+            }
+            _ => None,
+        };
+        if let Some(message) = refused {
+            return RedisBudgetError::Authentication {
+                message: message.to_owned(),
+            };
+        }
         match e.kind() {
+            redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly) => {
+                RedisBudgetError::ReadOnly
+            }
             redis::ErrorKind::Server(
                 redis::ServerErrorKind::Moved
                 | redis::ServerErrorKind::Ask
@@ -1207,7 +1339,7 @@ impl RedisBudget {
         let task = runtime.spawn(listen(
             self.inner.client.clone(),
             format!("{}wake:{:016x}", self.channel_prefix(), self.inner.owner),
-            self.inner.options.call_timeout,
+            self.inner.options.connect_timeout,
             Arc::clone(&self.inner.wake),
             Arc::clone(&self.inner.listening),
         ));
@@ -1265,7 +1397,8 @@ const DEADLINE_POLL_MS: u64 = 200;
 
 /// The subscription to a process's wake-up channel: rings `wake` on every message, and once
 /// when it starts or ends (so the polling task re-reads its inbox, and its pace). Needs its
-/// own connection (a subscribed connection runs no script).
+/// own connection (a subscribed connection runs no script), opened and subscribed within
+/// `timeout` (the connect timeout).
 async fn listen(
     client: redis::Client,
     channel: String,

@@ -152,7 +152,8 @@ impl Metrics {
         self.tokens.record(output, &attributes);
     }
 
-    /// A retry announced.
+    /// A retry sent (its request went out; one announced and canceled in its backoff is
+    /// not one).
     pub(crate) fn retry(
         &self,
         provider: &'static str,

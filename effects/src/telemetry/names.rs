@@ -184,7 +184,7 @@ pub const ERROR_OTHER: &str = "_OTHER";
 pub const METRIC_OPERATION_DURATION: &str = "gen_ai.client.operation.duration";
 /// Histogram, `{token}`: tokens of each answered `chat` call, by `gen_ai.token.type`.
 pub const METRIC_TOKEN_USAGE: &str = "gen_ai.client.token.usage";
-/// Counter, `{retry}`: retries, by `error.type` and `rebound.retry.reason`.
+/// Counter, `{retry}`: retries sent, by `error.type` and `rebound.retry.reason`.
 pub const METRIC_RETRIES: &str = "rebound.retries";
 /// Counter, `{fallback}`: moves to another target, by `error.type`.
 pub const METRIC_FALLBACKS: &str = "rebound.fallbacks";

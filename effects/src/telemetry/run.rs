@@ -57,6 +57,12 @@ pub(crate) struct RunTelemetry {
     /// Prompt tokens (cache included) and completion tokens, summed over the run.
     tokens: (u64, u64),
     metrics: Option<Arc<Metrics>>,
+    /// Core's tally of the run's commands: a retry is counted in the metric when the tally
+    /// counts it (when its request is sent), so the metric, the span attribute and the
+    /// CLI's `retries` agree.
+    tally: RunTally,
+    /// The last retry announced (target, error type, reason), until its request is sent.
+    announced: Option<(usize, &'static str, &'static str)>,
 }
 
 /// The provider's name as the conventions spell it.
@@ -244,6 +250,8 @@ impl RunTelemetry {
             started: Instant::now(),
             tokens: (0, 0),
             metrics: options.metrics(),
+            tally: RunTally::default(),
+            announced: None,
         }
     }
 
@@ -399,6 +407,15 @@ impl RunTelemetry {
 
     /// Takes a command the machine emitted, before the runner executes it.
     pub(crate) fn command(&mut self, command: &Command) {
+        let retries = self.tally.retries;
+        self.tally.command(command);
+        if self.tally.retries > retries {
+            if let (Some(m), Some((target, error, reason))) = (&self.metrics, self.announced.take())
+            {
+                let (provider, model) = self.target(target);
+                m.retry(provider, model, error, reason);
+            }
+        }
         match command {
             Command::SendRequest {
                 target,
@@ -494,10 +511,7 @@ impl RunTelemetry {
                 } else {
                     n::RETRY_BACKOFF
                 };
-                let (provider, model) = self.target(info.target);
-                if let Some(m) = &self.metrics {
-                    m.retry(provider, model, info.kind.name(), reason);
-                }
+                self.announced = Some((info.target, info.kind.name(), reason));
                 tracing::event!(
                     target: TARGET,
                     parent: self.current(),
