@@ -21,7 +21,7 @@ fn io_error(source: std::io::Error) -> ReceiverError {
     }
 }
 
-/// Writes one JSON object per line to stdout (`--events json`). The schema is in the README.
+/// Writes one JSON object per line to stdout (`--events json`). The schema is in docs/cli.md.
 #[derive(Debug, Default)]
 pub struct JsonEvents {
     totals: Option<Value>,

@@ -101,7 +101,7 @@ pub struct DurableServeArgs {
 pub enum EventsFormat {
     /// Streamed text and dim status lines.
     Human,
-    /// One JSON object per line (schema in the README).
+    /// One JSON object per line (schema in docs/cli.md).
     Json,
 }
 
@@ -147,7 +147,7 @@ pub struct RunArgs {
     pub seed: Option<u64>,
     /// Record message content (prompts, answers, tool inputs and outputs) in exported
     /// telemetry, as OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true does. Telemetry
-    /// is exported when OTEL_EXPORTER_OTLP_ENDPOINT is set (see the README).
+    /// is exported when OTEL_EXPORTER_OTLP_ENDPOINT is set (see docs/telemetry.md).
     #[arg(long)]
     pub otel_capture_content: bool,
     /// The agent: provider, tools, retry policy, budget, compaction, request options.

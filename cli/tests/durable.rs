@@ -1,4 +1,4 @@
-//! `rebound durable serve` as the README shows it: registered with a real Restate server,
+//! `rebound durable serve` as docs/durable.md shows it: registered with a real Restate server,
 //! runs started through Restate's ingress, continued, followed and canceled; and a clear
 //! exit 2 when there is no Restate to register with.
 

@@ -846,7 +846,7 @@ fn waterfall_svg(spans: &[Span]) -> String {
     svg
 }
 
-/// The picture in the README: one real run's exported spans, from the receiver, drawn as a
+/// The picture in docs/telemetry.md: one real run's exported spans, from the receiver, drawn as a
 /// waterfall. Writes `docs/telemetry-waterfall.svg` when `REBOUND_WRITE_WATERFALL` is set
 /// (to the folder to write it in), and checks the drawing either way.
 #[tokio::test]

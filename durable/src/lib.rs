@@ -32,7 +32,8 @@
 //! and its [`RunFailure`] as the error's message.
 //!
 //! `rebound durable serve` runs this endpoint with the options of `rebound run`; the
-//! README shows the commands to start Restate, register the endpoint and run a turn.
+//! repository's `docs/durable.md` shows the commands to start Restate, register the endpoint
+//! and run a turn.
 
 mod agent;
 mod clock;

@@ -580,7 +580,7 @@ const RETRY_TOOL_THEN_A_PACED_ANSWER: &str = r#"{"turns": [
      "answer": {"text": "Done: the parser reads every input now, and its tests pass."}}
 ]}"#;
 
-/// A subscriber that exports the runner's spans as the README installs the export, to
+/// A subscriber that exports the runner's spans as docs/telemetry.md installs the export, to
 /// `exported`; flush `provider` before reading them.
 fn otel_subscriber(exported: &Exported) -> (impl Subscriber + Send + Sync, SdkTracerProvider) {
     let provider = SdkTracerProvider::builder()

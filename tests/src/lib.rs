@@ -309,3 +309,30 @@ pub fn scenario(json: &str) -> Scenario {
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeExamples;
+
+/// The code blocks of the reference pages in docs/, compiled (and run where they can) as doc
+/// tests as the README's are: each page's blocks under a name of its own.
+#[cfg(doctest)]
+pub mod docs_pages {
+    /// docs/embedding.md.
+    #[doc = include_str!("../../docs/embedding.md")]
+    pub struct Embedding;
+    /// docs/telemetry.md.
+    #[doc = include_str!("../../docs/telemetry.md")]
+    pub struct Telemetry;
+    /// docs/budget.md.
+    #[doc = include_str!("../../docs/budget.md")]
+    pub struct Budget;
+    /// docs/cli.md.
+    #[doc = include_str!("../../docs/cli.md")]
+    pub struct Cli;
+    /// docs/durable.md.
+    #[doc = include_str!("../../docs/durable.md")]
+    pub struct Durable;
+    /// docs/failures.md.
+    #[doc = include_str!("../../docs/failures.md")]
+    pub struct Failures;
+    /// docs/traces.md.
+    #[doc = include_str!("../../docs/traces.md")]
+    pub struct Traces;
+}

@@ -1,6 +1,6 @@
 //! The names rebound's telemetry uses: span names, attribute keys, event names, metric names
-//! and the values of `error.type`, in one place so that dashboards, tests and the README
-//! agree with the code.
+//! and the values of `error.type`, in one place so that dashboards, tests and
+//! docs/telemetry.md agree with the code.
 //!
 //! The `gen_ai.*`, `error.type` and `http.*` names are the OpenTelemetry semantic
 //! conventions' (GenAI conventions, status "development": `docs/gen-ai/gen-ai-spans.md`,
