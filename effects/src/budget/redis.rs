@@ -31,7 +31,7 @@
 //! the script carries on from the last time it saw too, instead of denying every waiter at
 //! once. A budget nobody waits on takes any gap as time (refill, the end of a rate-limit
 //! window). Each process still ends its waits at their deadlines on its own clock (and a
-//! grace of [`DEADLINE_GRACE_MS`]), whatever Redis's clock does.
+//! grace of a second), whatever Redis's clock does.
 //!
 //! # Where it does not work
 //!
