@@ -522,7 +522,7 @@ impl Runner {
             let commands = machine.step(now, event);
             for command in &commands {
                 stats.command(command);
-                telemetry.command(command);
+                telemetry.command(command, &stats);
             }
             if let (Some(trace), Some(event)) = (self.trace.as_mut(), recorded) {
                 if let Err(e) = trace.step(&TraceStep::new(now, event, &commands)) {

@@ -57,10 +57,10 @@ pub(crate) struct RunTelemetry {
     /// Prompt tokens (cache included) and completion tokens, summed over the run.
     tokens: (u64, u64),
     metrics: Option<Arc<Metrics>>,
-    /// Core's tally of the run's commands: a retry is counted in the metric when the tally
-    /// counts it (when its request is sent), so the metric, the span attribute and the
-    /// CLI's `retries` agree.
-    tally: RunTally,
+    /// The retries of the runner's tally already counted in the metric: a retry is counted
+    /// when the tally counts it (when its request is sent), so the metric, the span
+    /// attribute and the CLI's `retries` agree.
+    retries: u32,
     /// The last retry announced (target, error type, reason), until its request is sent.
     announced: Option<(usize, &'static str, &'static str)>,
 }
@@ -250,7 +250,7 @@ impl RunTelemetry {
             started: Instant::now(),
             tokens: (0, 0),
             metrics: options.metrics(),
-            tally: RunTally::default(),
+            retries: 0,
             announced: None,
         }
     }
@@ -405,11 +405,11 @@ impl RunTelemetry {
         }
     }
 
-    /// Takes a command the machine emitted, before the runner executes it.
-    pub(crate) fn command(&mut self, command: &Command) {
-        let retries = self.tally.retries;
-        self.tally.command(command);
-        if self.tally.retries > retries {
+    /// Takes a command the machine emitted, before the runner executes it, once the run's
+    /// `tally` has counted it.
+    pub(crate) fn command(&mut self, command: &Command, tally: &RunTally) {
+        if tally.retries > self.retries {
+            self.retries = tally.retries;
             if let (Some(m), Some((target, error, reason))) = (&self.metrics, self.announced.take())
             {
                 let (provider, model) = self.target(target);
