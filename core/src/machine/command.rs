@@ -337,6 +337,16 @@ impl Command {
     /// Whether the machine awaits an answer to this command: `SendRequest`, `Sleep`,
     /// `RunTools`, `Compact` and `AcquirePermit`, the work a driver starts and a cancel
     /// stops. At most one is awaited at a time (see [`AgentMachine`](crate::AgentMachine)).
+    ///
+    /// ```
+    /// use rebound_core::{AgentMachine, Event, MachineConfig, Millis};
+    ///
+    /// let mut machine = AgentMachine::new(MachineConfig::default(), 1);
+    /// let commands = machine.step(Millis(0), Event::user_text("hi"));
+    /// // The request awaits its answer; appending the user message does not.
+    /// assert_eq!(commands.iter().filter(|c| c.awaits_answer()).count(), 1);
+    /// assert!(commands.iter().any(|c| !c.awaits_answer()));
+    /// ```
     #[must_use]
     pub fn awaits_answer(&self) -> bool {
         match self {
