@@ -25,6 +25,7 @@ pub mod headers;
 pub mod machine;
 pub mod response;
 pub mod retry;
+pub mod run;
 pub mod tally;
 pub mod time;
 pub mod tool;

@@ -1,9 +1,10 @@
 //! The run tally: what happened during one run, counted the same way by every driver.
 //!
-//! A driver hands the tally each event it gives the machine and each command the machine
-//! emits ([`RunTally::event`], [`RunTally::command`]); the tokio runner and the simulator both
-//! do, so their totals agree by construction. What only a driver can see (a stream whose
-//! partial text was thrown away) it adds itself ([`RunTally::stream_reset`]).
+//! The tally is fed each event handed to the machine and each command the machine emits
+//! ([`RunTally::event`], [`RunTally::command`]), and nothing else: every count, stream resets
+//! included, is derived from those. [`Run`](crate::run::Run), the driver core every shell
+//! uses, keeps one, so the runner's, the simulator's and the durable service's totals agree
+//! by construction.
 //!
 //! ```
 //! use rebound_core::{AgentMachine, ContentBlock, Event, MachineConfig, Millis, RunTally};
@@ -48,7 +49,9 @@ pub struct RunTally {
     pub compactions: u32,
     /// Moves to another target of the fallback chain.
     pub fallbacks: u32,
-    /// Streams whose partial text was shown and then discarded (counted by the driver).
+    /// Answers that began (a [`Event::ProviderResponding`] for the request awaited) and then
+    /// failed ([`Event::ProviderFailed`] for it): streams whose partial text was shown and
+    /// then discarded.
     pub stream_resets: u32,
     /// Input tokens reported, summed over answered requests (as each provider counts them:
     /// OpenAI's include cached tokens, Anthropic's do not).
@@ -96,25 +99,43 @@ struct PendingRequest {
     target: usize,
     attempt: u32,
     purpose: RequestPurpose,
+    /// Its answer began.
+    responding: bool,
 }
 
 impl RunTally {
-    /// Counts an event handed to the machine at `now` (usage of an answered request, the
-    /// run's elapsed time).
+    /// Counts an event handed to the machine at `now` (usage of an answered request, a
+    /// stream that began and failed, the run's elapsed time).
     pub fn event(&mut self, now: Millis, event: &Event) {
         let started = *self.started.get_or_insert(now);
         self.elapsed_ms = now.0.saturating_sub(started.0);
-        if let Event::ProviderSucceeded { request, response } = event {
-            let Some(pending) = self.pending.filter(|p| p.request == *request) else {
-                return; // a stale answer the machine ignores
-            };
-            self.pending = None;
-            self.add_usage(RequestUsage {
-                target: pending.target,
-                attempt: pending.attempt,
-                purpose: pending.purpose,
-                usage: response.usage,
-            });
+        // Answers to another request than the one awaited are stale: the machine ignores them.
+        match event {
+            Event::ProviderSucceeded { request, response } => {
+                let Some(pending) = self.pending.filter(|p| p.request == *request) else {
+                    return;
+                };
+                self.pending = None;
+                self.add_usage(RequestUsage {
+                    target: pending.target,
+                    attempt: pending.attempt,
+                    purpose: pending.purpose,
+                    usage: response.usage,
+                });
+            }
+            Event::ProviderResponding { request } => {
+                if let Some(pending) = self.pending.as_mut().filter(|p| p.request == *request) {
+                    pending.responding = true;
+                }
+            }
+            Event::ProviderFailed { request, .. } => {
+                if let Some(pending) = self.pending.as_mut().filter(|p| p.request == *request) {
+                    if std::mem::take(&mut pending.responding) {
+                        self.stream_resets = self.stream_resets.saturating_add(1);
+                    }
+                }
+            }
+            _ => {}
         }
     }
 
@@ -138,6 +159,7 @@ impl RunTally {
                     target: *target,
                     attempt: *attempt,
                     purpose: *purpose,
+                    responding: false,
                 });
             }
             Command::NotifyRetry { info } if !info.is_compaction() => {
@@ -176,12 +198,6 @@ impl RunTally {
     #[must_use]
     pub fn unanswered_attempts(&self) -> Option<u32> {
         self.pending.map(|p| p.attempt)
-    }
-
-    /// Counts a stream whose partial text the driver had shown and then discarded because
-    /// the attempt failed.
-    pub fn stream_reset(&mut self) {
-        self.stream_resets = self.stream_resets.saturating_add(1);
     }
 
     fn add_usage(&mut self, request: RequestUsage) {
@@ -344,6 +360,33 @@ mod tests {
         assert_eq!(spent.retry_wait_ms, 500 + 1_000 + 2_000);
         assert_eq!(spent.unanswered_attempts(), Some(4));
         assert_eq!(canceled.unanswered_attempts(), Some(1));
+    }
+
+    #[test]
+    fn a_stream_reset_is_an_answer_that_began_and_failed() {
+        let failed = |request| Event::ProviderFailed {
+            request: RequestId(request),
+            failure: crate::ProviderFailure::new(FailureKind::Unavailable, "cut"),
+        };
+        let responding = |request| Event::ProviderResponding {
+            request: RequestId(request),
+        };
+        let mut tally = RunTally::default();
+        tally.command(&send(1, 1));
+        tally.event(Millis(1), &failed(1)); // failed before any byte: no reset
+        tally.command(&send(2, 2));
+        tally.event(Millis(2), &responding(1)); // stale: request 1 is over
+        tally.event(Millis(3), &failed(2));
+        assert_eq!(tally.stream_resets, 0);
+        tally.command(&send(3, 3));
+        tally.event(Millis(4), &responding(3));
+        tally.event(Millis(5), &failed(3));
+        tally.event(Millis(6), &failed(3)); // a duplicate counts once
+        assert_eq!(tally.stream_resets, 1);
+        tally.command(&send(4, 4));
+        tally.event(Millis(7), &responding(4));
+        tally.event(Millis(8), &answer(4, 1)); // began and succeeded: no reset
+        assert_eq!(tally.stream_resets, 1);
     }
 
     #[test]

@@ -462,8 +462,11 @@ impl Run<'_, '_> {
             Stepped::Canceled(None) => return self.cancel(),
         };
         self.clock.finished_at(step.at_ms);
-        if step.streamed && matches!(step.event, Ok(Event::ProviderFailed { .. })) {
-            self.tally.stream_reset();
+        if let (true, Ok(Event::ProviderFailed { request, .. })) = (step.streamed, &step.event) {
+            // The machine is not told of an answer's start here yet; the tally, which counts
+            // a stream reset as an answer that began and failed, is.
+            let began = Event::ProviderResponding { request: *request };
+            self.tally.event(self.clock.now(), &began);
         }
         match step.event {
             Ok(event) => Flow::Next(event),

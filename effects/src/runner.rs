@@ -5,12 +5,12 @@ pub use crate::persist::{Persist, PersistError};
 use crate::provider::{BoxFuture, Provider, ProviderRequest, SendError};
 use crate::receiver::{NullReceiver, Receiver, ReceiverError};
 use crate::telemetry::{RunTelemetry, Telemetry};
-use rebound_core::trace::TraceWriter;
-use rebound_core::trace::{TraceHeader, TraceStep};
+use rebound_core::run::{Action, Ended, Run, RunParts};
+use rebound_core::trace::{TraceHeader, TraceStep, TraceWriter};
 use rebound_core::{
-    compact, AgentMachine, BatchOutcome, Command, CompactionError, ContentBlock, Conversation,
-    Event, FinishReason, HostFailure, HostFailureKind, MachineConfig, Message, Millis, RequestId,
-    RunError, RunTally, StreamDeadlines, ToolCall, ToolFailure, ToolSpec,
+    BatchOutcome, Command, CompactionError, ContentBlock, Conversation, Event, FinishReason,
+    HostFailure, HostFailureKind, MachineConfig, Message, Millis, RequestId, RunError, RunTally,
+    StreamDeadlines, ToolCall, ToolFailure, ToolSpec,
 };
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -287,11 +287,6 @@ pub struct Runner {
     started: Option<Instant>,
 }
 
-enum Flow {
-    Next(Event),
-    Done(Result<(FinishReason, u32), RunError>),
-}
-
 /// A fresh jitter seed from the operating system's entropy, below 2^53 so that every JSON
 /// reader (JavaScript, jq) reads it back exactly from a trace header or an event.
 ///
@@ -481,72 +476,53 @@ impl Runner {
                 target.identity = provider.identity();
             }
         }
-        if let Err(e) = self.write_header() {
-            let error = self.host_error(HostFailureKind::Internal, format!("trace: {e}"));
-            telemetry.finish(&Err(error.clone()), &RunTally::default());
-            return Err(error);
+        // A copy of the conversation, not the runner's own: a run whose future is dropped
+        // leaves the runner with the conversation it had. Cheap: the copy shares the messages.
+        let mut run =
+            Run::with_conversation(self.config.clone(), self.seed, self.conversation.clone())
+                .recording(self.trace.is_some())
+                .meta("driver", "rebound-effects runner");
+        for (i, p) in self.providers.iter().enumerate() {
+            run = run.meta(format!("target.{i}"), p.label());
         }
-        // A copy, not the runner's own: a run whose future is dropped leaves the runner
-        // with the conversation it had. Cheap: the copy shares the messages.
-        let mut machine = AgentMachine::with_conversation(
-            self.config.clone(),
-            self.seed,
-            self.conversation.clone(),
-        );
-        let mut stats = RunTally::default();
-        let mut next = Some(match input {
+        for (k, v) in &self.trace_meta {
+            run = run.meta(k.clone(), v.clone());
+        }
+        if let Some(trace) = self.trace.as_mut() {
+            if let Err(e) = trace.start(&run.header()) {
+                let error = self.host_error(HostFailureKind::Internal, format!("trace: {e}"));
+                telemetry.finish(&Err(error.clone()), &RunTally::default());
+                return Err(error);
+            }
+        }
+        let first = match input {
             RunInput::User(content) => Event::UserMessage { content },
             RunInput::Resume => Event::Resume,
-        });
-        let mut result = Err(RunError::Invariant {
-            message: "the run ended without a terminal command".into(),
-        });
-        while let Some(event) = next.take() {
-            if machine.is_terminal() {
-                // The step that ended the run left a host failure behind (saving its last
-                // message, telling the receiver, writing the trace): the machine no longer
-                // listens, but the run still fails, with the machine's own error if it had one.
-                result = Err(match (machine.outcome(), event) {
-                    (Some(Err(error)), _) => error.clone(),
-                    (_, Event::HostFailed { failure }) => RunError::from(failure),
-                    (_, other) => RunError::Invariant {
-                        message: format!("the runner answered a finished machine with {other:?}"),
-                    },
-                });
-                break;
-            }
-            let now = Millis(u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX));
-            let recorded = self.trace.is_some().then(|| event.clone());
-            stats.event(now, &event);
-            telemetry.event(&event);
-            let commands = machine.step(now, event);
-            for command in &commands {
-                stats.command(command);
-                telemetry.command(command, &stats);
-            }
-            if let (Some(trace), Some(event)) = (self.trace.as_mut(), recorded) {
-                if let Err(e) = trace.step(&TraceStep::new(now, event, &commands)) {
-                    self.trace = None;
-                    next = Some(host_event(HostFailureKind::Internal, format!("trace: {e}")));
-                    continue;
-                }
-            }
-            let driving = Driving {
-                machine: &mut machine,
-                start,
-            };
-            match self.execute(commands, &mut stats, telemetry, driving).await {
-                Flow::Next(event) => next = Some(event),
-                Flow::Done(done) => {
-                    result = done;
-                    break;
-                }
+        };
+        let mut driving = Driving { run, start };
+        self.handle(&mut driving, first, telemetry);
+        while let Some(action) = driving.run.poll() {
+            if let Some(event) = self.execute(action, &mut driving, telemetry).await {
+                self.handle(&mut driving, event, telemetry);
             }
         }
-        self.conversation = machine.into_conversation();
+        let RunParts {
+            conversation,
+            tally: mut stats,
+            end,
+            ..
+        } = driving.run.into_parts();
+        self.conversation = conversation;
+        let result = match end {
+            Some(Ok(Ended { reason, turns })) => Ok((reason, turns)),
+            Some(Err(error)) => Err(error),
+            None => Err(RunError::Invariant {
+                message: "the run ended without a terminal command".into(),
+            }),
+        };
+        stats.elapsed_ms = self.elapsed_ms();
         telemetry.finish(&result, &stats);
         if let Err(error) = &result {
-            stats.elapsed_ms = self.elapsed_ms();
             // Best effort: the run is failing already.
             let _ = self.receiver.totals(&stats);
             self.receiver.error(error);
@@ -562,24 +538,26 @@ impl Runner {
         }
     }
 
-    fn write_header(&mut self) -> Result<(), String> {
+    /// Hands the run `event` now, and writes what it recorded. A trace that cannot be
+    /// written fails the run (the host failure is handed on; the trace is closed).
+    fn handle(&mut self, driving: &mut Driving, event: Event, telemetry: &mut RunTelemetry) {
+        telemetry.event(&event);
+        let _ = driving.run.handle(driving.now(), event);
+        self.write_steps(driving, telemetry);
+    }
+
+    fn write_steps(&mut self, driving: &mut Driving, telemetry: &mut RunTelemetry) {
         let Some(trace) = self.trace.as_mut() else {
-            return Ok(());
+            return;
         };
-        let mut header = TraceHeader::new(self.seed, self.config.clone());
-        if !self.conversation.is_empty() {
-            header.initial_conversation = Some(self.conversation.clone());
+        for step in driving.run.take_steps() {
+            if let Err(e) = trace.step(&step.to_trace()) {
+                self.trace = None;
+                let failure = host_event(HostFailureKind::Internal, format!("trace: {e}"));
+                self.handle(driving, failure, telemetry);
+                return;
+            }
         }
-        header
-            .meta
-            .insert("driver".into(), "rebound-effects runner".into());
-        for (i, p) in self.providers.iter().enumerate() {
-            header.meta.insert(format!("target.{i}"), p.label());
-        }
-        for (k, v) in &self.trace_meta {
-            header.meta.insert(k.clone(), v.clone());
-        }
-        trace.start(&header)
     }
 
     fn host_error(&mut self, kind: HostFailureKind, message: String) -> RunError {
@@ -590,170 +568,170 @@ impl Runner {
         error
     }
 
-    /// Executes one step's commands in order. Returns the next event (the answer to the one
-    /// command that waits, or a host failure) or the run's end.
+    /// Executes one action. Returns the event it brought (the answer to the command the
+    /// run awaits, or a host failure), if any.
     async fn execute(
         &mut self,
-        commands: Vec<Command>,
-        stats: &mut RunTally,
+        action: Action,
+        driving: &mut Driving,
         telemetry: &mut RunTelemetry,
-        driving: Driving<'_>,
-    ) -> Flow {
-        for command in commands {
-            let result = match command {
-                Command::AppendMessage { message } => {
-                    match save(self.persist.as_deref(), Change::Append(&message)).await {
-                        Err(e) => Err(e),
-                        Ok(()) => receiver_result(self.receiver.message(&message))
-                            .and_then(|()| {
-                                message
-                                    .tool_results()
-                                    .try_for_each(|r| receiver_result(self.receiver.tool_result(r)))
-                            })
-                            .map(|()| None),
-                    }
-                }
-                Command::ReplaceConversation {
-                    conversation,
-                    report,
-                } => match save(self.persist.as_deref(), Change::Replace(&conversation)).await {
+    ) -> Option<Event> {
+        let command = match action {
+            Action::StreamReset { attempt, .. } => {
+                telemetry.stream_reset();
+                return self
+                    .receiver
+                    .stream_reset(attempt)
+                    .err()
+                    .map(|e| host_event(HostFailureKind::Receiver, e.to_string()));
+            }
+            Action::Command(command) => command,
+            _ => return None,
+        };
+        telemetry.command(&command, driving.run.tally());
+        let result = match command {
+            Command::AppendMessage { message } => {
+                match save(self.persist.as_deref(), Change::Append(&message)).await {
                     Err(e) => Err(e),
-                    Ok(()) => receiver_result(self.receiver.compaction(&report)).map(|()| None),
-                },
-                Command::NotifyRetry { info } => {
-                    receiver_result(self.receiver.provider_retry(&info)).map(|()| None)
+                    Ok(()) => receiver_result(self.receiver.message(&message))
+                        .and_then(|()| {
+                            message
+                                .tool_results()
+                                .try_for_each(|r| receiver_result(self.receiver.tool_result(r)))
+                        })
+                        .map(|()| None),
                 }
-                Command::NotifyFallback { info } => {
-                    receiver_result(self.receiver.fallback(&info)).map(|()| None)
-                }
-                Command::SendRequest {
+            }
+            Command::ReplaceConversation {
+                conversation,
+                report,
+            } => match save(self.persist.as_deref(), Change::Replace(&conversation)).await {
+                Err(e) => Err(e),
+                Ok(()) => receiver_result(self.receiver.compaction(&report)).map(|()| None),
+            },
+            Command::NotifyRetry { info } => {
+                receiver_result(self.receiver.provider_retry(&info)).map(|()| None)
+            }
+            Command::NotifyFallback { info } => {
+                receiver_result(self.receiver.fallback(&info)).map(|()| None)
+            }
+            Command::SendRequest {
+                request,
+                target,
+                conversation,
+                deadlines,
+                ..
+            } => {
+                let sent = Sent {
                     request,
                     target,
-                    attempt,
-                    conversation,
                     deadlines,
-                    ..
-                } => {
-                    let sent = Sent {
-                        request,
-                        target,
-                        attempt,
-                        deadlines,
-                    };
-                    return self
-                        .send(sent, &conversation, stats, telemetry, driving)
-                        .await;
-                }
-                // Every wait below polls the cancel first (`biased`): when the cancel and the
-                // awaited answer are both ready, the run is canceled, never a coin toss.
-                Command::Sleep { timer, delay_ms } => {
-                    let sleep = tokio::time::sleep(std::time::Duration::from_millis(delay_ms));
-                    Ok(Some(tokio::select! {
-                        biased;
-                        () = self.cancel.0.cancelled() => Event::Cancel,
-                        () = sleep => Event::TimerFired { timer },
-                    }))
-                }
-                Command::RunTools { batch, calls } => {
-                    match calls
-                        .iter()
-                        .try_for_each(|c| receiver_result(self.receiver.tool_start(c)))
-                    {
-                        Err(e) => Err(e),
-                        Ok(()) => {
-                            let tools = Arc::clone(&self.tools);
-                            let cancel = self.cancel.0.clone();
-                            // A batch that saw the cancel answers at once with a `Canceled`
-                            // host failure for the calls it stopped (the machine takes it as
-                            // the cancel) and the outcomes of those that finished (the
-                            // machine keeps them): it is asked once more when the cancel
-                            // comes, and one that does not answer then is dropped.
-                            let batch_run = crate::telemetry::with_capture(
-                                telemetry.captures_content(),
-                                tools.run_batch(calls, &cancel),
-                            )
-                            .instrument(telemetry.agent_span().clone());
-                            tokio::pin!(batch_run);
-                            let outcome = tokio::select! {
-                                biased;
-                                () = self.cancel.0.cancelled() => {
-                                    match futures_util::FutureExt::now_or_never(batch_run.as_mut()) {
-                                        Some(outcome) => Event::ToolsFinished { batch, outcome },
-                                        None => Event::Cancel,
-                                    }
-                                }
-                                outcome = &mut batch_run => Event::ToolsFinished { batch, outcome },
-                            };
-                            Ok(Some(outcome))
-                        }
-                    }
-                }
-                Command::Compact {
-                    compaction,
-                    conversation,
-                } => {
-                    let result = match &self.compactor {
-                        Some(c) => {
-                            let c = Arc::clone(c);
-                            tokio::select! {
-                                biased;
-                                () = self.cancel.0.cancelled() => return Flow::Next(Event::Cancel),
-                                r = c.compact(&conversation).instrument(telemetry.agent_span().clone()) => r.map_err(CompactionError::from),
-                            }
-                        }
-                        None => compact(&conversation, &self.config.compaction),
-                    };
-                    Ok(Some(Event::CompactionFinished { compaction, result }))
-                }
-                Command::AcquirePermit { permit, ask } => {
-                    let decision = match &self.budget {
-                        Some(budget) => {
-                            let decision = tokio::select! {
-                                biased;
-                                () = self.cancel.0.cancelled() => return Flow::Next(Event::Cancel),
-                                decision = budget.acquire(ask) => decision,
-                            };
-                            telemetry.budget_tokens(budget.tokens());
-                            decision
-                        }
-                        None => rebound_core::PermitDecision::Granted,
-                    };
-                    Ok(Some(Event::PermitAnswered { permit, decision }))
-                }
-                Command::NoteBudget { note } => {
-                    if let Some(budget) = &self.budget {
-                        // Bounded by the store (a Redis call times out and falls back).
-                        budget.record(note).await;
-                        telemetry.budget_tokens(budget.tokens());
-                    }
-                    Ok(None)
-                }
-                Command::Finish { reason, turns } => {
-                    // The machine has finished; a receiver that cannot show it still fails
-                    // the run, as a receiver failure anywhere else does.
-                    stats.elapsed_ms = self.elapsed_ms();
-                    let shown = self
-                        .receiver
-                        .totals(stats)
-                        .and_then(|()| self.receiver.finished(&reason, turns));
-                    return Flow::Done(match shown {
-                        Ok(()) => Ok((reason, turns)),
-                        Err(e) => Err(RunError::Host {
-                            failure: HostFailure::new(HostFailureKind::Receiver, e.to_string()),
-                        }),
-                    });
-                }
-                Command::Fail { error } => return Flow::Done(Err(*error)),
-            };
-            match result {
-                Ok(Some(event)) => return Flow::Next(event),
-                Ok(None) => {}
-                Err(failure) => return Flow::Next(Event::HostFailed { failure }),
+                };
+                return self.send(sent, &conversation, telemetry, driving).await;
             }
+            // Every wait below polls the cancel first (`biased`): when the cancel and the
+            // awaited answer are both ready, the run is canceled, never a coin toss.
+            Command::Sleep { timer, delay_ms } => {
+                let sleep = tokio::time::sleep(std::time::Duration::from_millis(delay_ms));
+                Ok(Some(tokio::select! {
+                    biased;
+                    () = self.cancel.0.cancelled() => Event::Cancel,
+                    () = sleep => Event::TimerFired { timer },
+                }))
+            }
+            Command::RunTools { batch, calls } => {
+                match calls
+                    .iter()
+                    .try_for_each(|c| receiver_result(self.receiver.tool_start(c)))
+                {
+                    Err(e) => Err(e),
+                    Ok(()) => {
+                        let tools = Arc::clone(&self.tools);
+                        let cancel = self.cancel.0.clone();
+                        // A batch that saw the cancel answers at once with a `Canceled`
+                        // host failure for the calls it stopped (the machine takes it as
+                        // the cancel) and the outcomes of those that finished (the
+                        // machine keeps them): it is asked once more when the cancel
+                        // comes, and one that does not answer then is dropped.
+                        let batch_run = crate::telemetry::with_capture(
+                            telemetry.captures_content(),
+                            tools.run_batch(calls, &cancel),
+                        )
+                        .instrument(telemetry.agent_span().clone());
+                        tokio::pin!(batch_run);
+                        let outcome = tokio::select! {
+                            biased;
+                            () = self.cancel.0.cancelled() => {
+                                match futures_util::FutureExt::now_or_never(batch_run.as_mut()) {
+                                    Some(outcome) => Event::ToolsFinished { batch, outcome },
+                                    None => Event::Cancel,
+                                }
+                            }
+                            outcome = &mut batch_run => Event::ToolsFinished { batch, outcome },
+                        };
+                        Ok(Some(outcome))
+                    }
+                }
+            }
+            Command::Compact {
+                compaction,
+                conversation,
+            } => {
+                let result = match &self.compactor {
+                    Some(c) => {
+                        let c = Arc::clone(c);
+                        tokio::select! {
+                            biased;
+                            () = self.cancel.0.cancelled() => return Some(Event::Cancel),
+                            r = c.compact(&conversation).instrument(telemetry.agent_span().clone()) => r.map_err(CompactionError::from),
+                        }
+                    }
+                    None => driving.run.compact_default(&conversation),
+                };
+                Ok(Some(Event::CompactionFinished { compaction, result }))
+            }
+            Command::AcquirePermit { permit, ask } => {
+                let decision = match &self.budget {
+                    Some(budget) => {
+                        let decision = tokio::select! {
+                            biased;
+                            () = self.cancel.0.cancelled() => return Some(Event::Cancel),
+                            decision = budget.acquire(ask) => decision,
+                        };
+                        telemetry.budget_tokens(budget.tokens());
+                        decision
+                    }
+                    None => rebound_core::PermitDecision::Granted,
+                };
+                Ok(Some(Event::PermitAnswered { permit, decision }))
+            }
+            Command::NoteBudget { note } => {
+                if let Some(budget) = &self.budget {
+                    // Bounded by the store (a Redis call times out and falls back).
+                    budget.record(note).await;
+                    telemetry.budget_tokens(budget.tokens());
+                }
+                Ok(None)
+            }
+            Command::Finish { reason, turns } => {
+                // The machine has finished; a receiver that cannot show it still fails
+                // the run, as a receiver failure anywhere else does.
+                let mut stats = driving.run.tally().clone();
+                stats.elapsed_ms = self.elapsed_ms();
+                receiver_result(
+                    self.receiver
+                        .totals(&stats)
+                        .and_then(|()| self.receiver.finished(&reason, turns)),
+                )
+                .map(|()| None)
+            }
+            // Shown when the run returns.
+            Command::Fail { .. } => Ok(None),
+        };
+        match result {
+            Ok(event) => event,
+            Err(failure) => Some(Event::HostFailed { failure }),
         }
-        Flow::Done(Err(RunError::Invariant {
-            message: "the machine emitted no command to wait on and did not stop".into(),
-        }))
     }
 
     fn elapsed_ms(&self) -> u64 {
@@ -762,27 +740,25 @@ impl Runner {
         })
     }
 
-    /// Sends one request and turns its outcome into the machine's next event, or ends the
-    /// run when no request could be built from the conversation.
+    /// Sends one request and turns its outcome into the run's next event (none when the
+    /// run ended while the answer streamed).
     async fn send(
         &mut self,
         sent: Sent,
         conversation: &Conversation,
-        stats: &mut RunTally,
-        telemetry: &RunTelemetry,
-        driving: Driving<'_>,
-    ) -> Flow {
+        telemetry: &mut RunTelemetry,
+        driving: &mut Driving,
+    ) -> Option<Event> {
         let Sent {
             request,
             target,
-            attempt,
             deadlines,
         } = sent;
         if self.cancel.is_canceled() {
-            return Flow::Next(Event::Cancel);
+            return Some(Event::Cancel);
         }
         let Some(provider) = self.providers.get(target) else {
-            return Flow::Next(host_event(
+            return Some(host_event(
                 HostFailureKind::Internal,
                 format!("no provider is configured for target {target}"),
             ));
@@ -805,8 +781,12 @@ impl Runner {
                 }
             }
         };
-        let Driving { machine, start } = driving;
         let mut responding = false;
+        let mut began = AnswerBegan {
+            request,
+            trace: &mut self.trace,
+            budget: self.budget.as_ref(),
+        };
         // The answer's future borrows the sink: it ends with this block.
         let outcome = {
             let answer = crate::telemetry::in_span_until(
@@ -826,13 +806,12 @@ impl Runner {
                     () = self.cancel.0.cancelled() => {
                         break futures_util::FutureExt::now_or_never(answer.as_mut());
                     }
-                    // The answer began: the machine hears it while the stream goes on (a retry
+                    // The answer began: the run hears it while the stream goes on (a retry
                     // being answered tells the shared budget that retries work again).
                     () = first_piece.notified(), if !responding => {
                         responding = true;
-                        let began = AnswerBegan { request, start };
-                        if let Err(e) = began.tell(machine, &mut self.trace, self.budget.as_ref(), stats).await {
-                            return Flow::Done(Err(e));
+                        if !began.tell(driving).await {
+                            return None;
                         }
                     }
                     r = &mut answer => break Some(r),
@@ -841,109 +820,86 @@ impl Runner {
         };
         if streamed.load(Ordering::Relaxed) && !responding && outcome.is_some() {
             // The answer began and ended within one read: it began all the same.
-            let began = AnswerBegan { request, start };
-            if let Err(e) = began
-                .tell(machine, &mut self.trace, self.budget.as_ref(), stats)
-                .await
-            {
-                return Flow::Done(Err(e));
+            if !began.tell(driving).await {
+                return None;
             }
         }
-        let streamed = streamed.into_inner();
         if let Some(e) = receiver_failed {
-            return Flow::Next(host_event(HostFailureKind::Receiver, e.to_string()));
+            return Some(host_event(HostFailureKind::Receiver, e.to_string()));
         }
-        Flow::Next(match outcome {
-            None => Event::Cancel,
-            Some(Ok(response)) => Event::ProviderSucceeded { request, response },
+        match outcome {
+            None => Some(Event::Cancel),
+            Some(Ok(response)) => Some(Event::ProviderSucceeded { request, response }),
             Some(Err(SendError::Provider(failure))) => {
-                if streamed {
-                    stats.stream_reset();
-                    telemetry.stream_reset();
-                    if let Err(e) = self.receiver.stream_reset(attempt) {
-                        return Flow::Next(host_event(HostFailureKind::Receiver, e.to_string()));
-                    }
-                }
-                Event::ProviderFailed { request, failure }
+                Some(Event::ProviderFailed { request, failure })
             }
             // The provider found the conversation unsendable (nothing to send, broken tool
             // pairing) and sent nothing: the conversation is corrupt, which no retry, other
             // target or 400 from a provider describes.
             Some(Err(SendError::Request(e))) => {
-                return Flow::Done(Err(RunError::Invariant {
-                    message: e.to_string(),
-                }))
+                driving.run.broken(e.to_string());
+                None
             }
             // The sink stops only for a failed receiver, handled above.
             Some(Err(SendError::Stopped)) => {
-                return Flow::Done(Err(RunError::Invariant {
-                    message: format!(
-                        "provider {} stopped reading though the runner did not ask it to",
-                        provider.label()
-                    ),
-                }))
+                driving.run.broken(format!(
+                    "provider {} stopped reading though the runner did not ask it to",
+                    provider.label()
+                ));
+                None
             }
-        })
+        }
     }
 }
 
-/// The answer to a request began: what the machine hears of it, told while the stream
-/// goes on.
-struct AnswerBegan {
+/// The answer to a request began: what the run hears of it, told while the stream goes on.
+struct AnswerBegan<'r> {
     request: RequestId,
-    start: Instant,
+    trace: &'r mut Option<TraceRecorder>,
+    budget: Option<&'r Arc<dyn BudgetStore>>,
 }
 
-impl AnswerBegan {
-    /// Feeds `ProviderResponding` to `machine` (recorded in the trace and the tally) and
-    /// does what it says: a note to the shared budget, nothing else.
-    async fn tell(
-        self,
-        machine: &mut AgentMachine,
-        trace: &mut Option<TraceRecorder>,
-        budget: Option<&Arc<dyn BudgetStore>>,
-        stats: &mut RunTally,
-    ) -> Result<(), RunError> {
-        let now = Millis(u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX));
-        let event = Event::ProviderResponding {
-            request: self.request,
-        };
-        let recorded = trace.is_some().then(|| event.clone());
-        stats.event(now, &event);
-        let commands = machine.step(now, event);
-        if let (Some(writer), Some(event)) = (trace.as_mut(), recorded) {
-            if let Err(e) = writer.step(&TraceStep::new(now, event, &commands)) {
-                // As in the run's own steps: a trace that cannot be written fails the run.
-                *trace = None;
-                return Err(RunError::Host {
-                    failure: HostFailure::new(HostFailureKind::Internal, format!("trace: {e}")),
-                });
-            }
-        }
-        for command in commands {
-            stats.command(&command);
-            match command {
-                Command::NoteBudget { note } => {
-                    if let Some(budget) = budget {
-                        budget.record(note).await;
-                    }
-                }
-                other => {
-                    return Err(RunError::Invariant {
-                        message: format!("the machine answered a response's start with {other:?}"),
-                    })
+impl AnswerBegan<'_> {
+    /// Tells the run (recorded in the trace) and does what it says: notes to the shared
+    /// budget. Whether the stream may go on: not when the run ended (a trace that could not
+    /// be written, a machine that broke its promise).
+    async fn tell(&mut self, driving: &mut Driving) -> bool {
+        let notes = driving.run.responding(driving.now(), self.request);
+        if let Some(writer) = self.trace.as_mut() {
+            for step in driving.run.take_steps() {
+                if let Err(e) = writer.step(&step.to_trace()) {
+                    // As in the run's other steps: a trace that cannot be written fails the
+                    // run.
+                    *self.trace = None;
+                    let failure =
+                        HostFailure::new(HostFailureKind::Internal, format!("trace: {e}"));
+                    let _ = driving
+                        .run
+                        .handle(driving.now(), Event::HostFailed { failure });
+                    return false;
                 }
             }
         }
-        Ok(())
+        if let Some(budget) = self.budget {
+            for note in notes {
+                budget.record(note).await;
+            }
+        }
+        !driving.run.is_ended()
     }
 }
 
-/// The machine a run drives and the run's clock, for the events that arrive while a
-/// command is still under way (a response's start).
-struct Driving<'m> {
-    machine: &'m mut AgentMachine,
+/// The run being driven and its clock.
+struct Driving {
+    run: Run,
     start: Instant,
+}
+
+impl Driving {
+    /// Now on the run's clock.
+    fn now(&self) -> Millis {
+        Millis(u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX))
+    }
 }
 
 /// The request a [`Command::SendRequest`] asked for, as the runner sends it.
@@ -951,7 +907,6 @@ struct Driving<'m> {
 struct Sent {
     request: RequestId,
     target: usize,
-    attempt: u32,
     deadlines: StreamDeadlines,
 }
 

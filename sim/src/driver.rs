@@ -29,12 +29,13 @@ use crate::scenario::{
 };
 use crate::scripted::ScriptedTools;
 use crate::trace::Trace;
+use rebound_core::run::{Action, Ended, Run, RunParts};
 use rebound_core::trace::{TraceHeader, TraceStep};
 use rebound_core::{
-    compact, AgentMachine, AssistantResponse, BudgetConfig, BudgetNote, Command, CompactionError,
-    Conversation, Event, FallbackInfo, FinishReason, Handled, IgnoreReason, MachineConfig, Millis,
-    PermitAsk, PermitDecision, PermitId, ProviderFailure, ProviderKind, ProviderRetryInfo,
-    RetryBudget, RunError, RunTally, Ticket,
+    AssistantResponse, BudgetConfig, BudgetNote, Command, CompactionError, Conversation, Event,
+    FallbackInfo, FinishReason, Handled, IgnoreReason, MachineConfig, Millis, PermitAsk,
+    PermitDecision, PermitId, ProviderFailure, ProviderKind, ProviderRetryInfo, RetryBudget,
+    RunError, RunTally, Ticket,
 };
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
@@ -410,9 +411,9 @@ pub(crate) fn run_world<'s, R: Record>(
             let (agent, state) = states
                 .iter()
                 .enumerate()
-                .find(|(_, s)| !s.machine.is_terminal())
+                .find(|(_, s)| !s.run.is_ended())
                 .unwrap_or_else(|| unreachable!("live counts agents that are not terminal"));
-            let last_commands = state.record.last_step_json();
+            let last_commands = state.last_step_json();
             return Err(SimError::Stalled {
                 agent,
                 seed: state.seed,
@@ -429,21 +430,20 @@ pub(crate) fn run_world<'s, R: Record>(
             }
         };
         let state = &mut states[agent];
-        if state.machine.is_terminal() {
+        if state.run.is_ended() {
             continue; // an answer that arrives after the run ended
         }
-        if state.record.steps() >= config.max_steps {
+        if state.run.handled() >= config.max_steps {
             return Err(SimError::StepLimit {
                 agent,
                 seed: state.seed,
-                steps: state.record.steps(),
+                steps: state.run.handled(),
                 now,
             });
         }
-        state.record.event(at, &event);
         // Shown if the check below fails; release builds skip the check and this copy.
         let shown = cfg!(debug_assertions).then(|| event.clone());
-        let handled = state.machine.handle(at, event);
+        let handled = state.run.handle(at, event);
         // Answers racing a cancel or the run's end are normal (`Stale`, `Terminal`); an
         // event the machine never asked for is a bug of this driver.
         debug_assert_ne!(
@@ -451,15 +451,16 @@ pub(crate) fn run_world<'s, R: Record>(
             Handled::Ignored(IgnoreReason::Unexpected),
             "the simulator sent agent {agent} an event its machine did not ask for: {shown:?}"
         );
-        while let Some(command) = state.machine.poll() {
-            state.execute(at, &command, &mut world);
-            state.record.command(command);
+        while let Some(action) = state.run.poll() {
+            if let Action::Command(command) = action {
+                state.execute(at, &command, &mut world);
+            }
         }
-        if state.cancel == Some(Cancel::AtStep(state.record.steps())) {
+        if state.cancel == Some(Cancel::AtStep(state.run.handled())) {
             // Ahead of anything else due now: the cancel is the very next event.
             world.push_urgent(at, agent, Event::Cancel);
         }
-        if state.machine.is_terminal() {
+        if state.run.is_ended() {
             state.elapsed = at;
             live -= 1;
             world.forget_agent(agent);
@@ -748,12 +749,12 @@ struct Agent<'p, 's, R> {
     index: usize,
     seed: u64,
     scenario: &'s Scenario,
-    machine: AgentMachine,
+    run: Run,
     cursor: ScriptCursor,
     cancel: Option<Cancel>,
     /// The scenario's tool calls by id.
     tools: &'p ScriptedTools<'s>,
-    record: R,
+    record: std::marker::PhantomData<R>,
     requests: Vec<u32>,
     started: Millis,
     elapsed: Millis,
@@ -767,21 +768,19 @@ impl<'p, 's, R: Record> Agent<'p, 's, R> {
         world: &mut World<'_>,
     ) -> Self {
         let scenario = spec.scenario;
-        let record = R::new(|| {
-            let mut header = TraceHeader::new(spec.seed, MachineConfig::clone(&prepared.machine));
-            header.initial_conversation.clone_from(&prepared.initial);
-            header.meta.insert("driver".into(), "rebound-sim".into());
-            if !scenario.name.is_empty() {
-                header.meta.insert("scenario".into(), scenario.name.clone());
-            }
-            header
-        });
         let config = Arc::clone(&prepared.machine);
         let requests = vec![0; config.target_count()];
-        let machine = match &prepared.initial {
-            Some(c) => AgentMachine::with_conversation(config, spec.seed, c.clone()),
-            None => AgentMachine::new(config, spec.seed),
-        };
+        let mut run = match &prepared.initial {
+            Some(c) => Run::with_conversation(config, spec.seed, c.clone()),
+            None => Run::new(config, spec.seed),
+        }
+        .recording(R::STEPS);
+        if R::STEPS {
+            run = run.meta("driver", "rebound-sim");
+            if !scenario.name.is_empty() {
+                run = run.meta("scenario", scenario.name.clone());
+            }
+        }
         let start = Millis(spec.start_ms);
         let first = if scenario.resume {
             Event::Resume
@@ -802,11 +801,11 @@ impl<'p, 's, R: Record> Agent<'p, 's, R> {
             index,
             seed: spec.seed,
             scenario,
-            machine,
+            run,
             cursor: ScriptCursor::new(spec.seed),
             cancel: scenario.cancel,
             tools: &prepared.tools,
-            record,
+            record: std::marker::PhantomData,
             requests,
             started: start,
             elapsed: Millis::ZERO,
@@ -879,7 +878,7 @@ impl<'p, 's, R: Record> Agent<'p, 's, R> {
             } => {
                 let result = match &self.scenario.compaction_error {
                     Some(message) => Err(CompactionError::compactor(message.clone())),
-                    None => compact(conversation, &self.machine.config().compaction),
+                    None => self.run.compact_default(conversation),
                 };
                 world.push(
                     now.plus(self.scenario.timing.compaction_ms),
@@ -980,21 +979,39 @@ impl<'p, 's, R: Record> Agent<'p, 's, R> {
     }
 
     fn finish(self) -> Finished<R> {
-        let Some(result) = self.machine.outcome().cloned() else {
-            unreachable!("outcomes are taken only after every run ended")
-        };
+        let header = R::STEPS.then(|| self.run.header());
         // The machine's handle to the conversation is usually the last one (every request
         // snapshot was taken before the final append): taken, not copied.
-        let conversation = self.machine.into_conversation();
+        let RunParts {
+            conversation,
+            tally,
+            steps,
+            end,
+            ..
+        } = self.run.into_parts();
+        let result = match end {
+            Some(Ok(Ended { reason, .. })) => Ok(reason),
+            Some(Err(error)) => Err(error),
+            None => unreachable!("outcomes are taken only after every run ended"),
+        };
         Finished {
             seed: self.seed,
             result,
             conversation,
-            record: self.record,
+            record: R::finish(header, steps, tally),
             requests_per_target: self.requests,
             elapsed: self.elapsed,
             started: self.started,
         }
+    }
+
+    /// The last recorded step as a trace line (empty when steps are not recorded).
+    fn last_step_json(&self) -> String {
+        self.run
+            .steps()
+            .last()
+            .map(|s| serde_json::to_string(&s.to_trace()).unwrap_or_default())
+            .unwrap_or_default()
     }
 }
 

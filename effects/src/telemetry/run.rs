@@ -406,16 +406,9 @@ impl RunTelemetry {
     }
 
     /// Takes a command the machine emitted, before the runner executes it, once the run's
-    /// `tally` has counted it.
+    /// `tally` has counted its step (a step sends at most one request, so at a request the
+    /// tally's retries are those sent up to it).
     pub(crate) fn command(&mut self, command: &Command, tally: &RunTally) {
-        if tally.retries > self.retries {
-            self.retries = tally.retries;
-            if let (Some(m), Some((target, error, reason))) = (&self.metrics, self.announced.take())
-            {
-                let (provider, model) = self.target(target);
-                m.retry(provider, model, error, reason);
-            }
-        }
         match command {
             Command::SendRequest {
                 target,
@@ -424,6 +417,15 @@ impl RunTelemetry {
                 conversation,
                 ..
             } => {
+                if tally.retries > self.retries {
+                    self.retries = tally.retries;
+                    if let (Some(m), Some((target, error, reason))) =
+                        (&self.metrics, self.announced.take())
+                    {
+                        let (provider, model) = self.target(target);
+                        m.retry(provider, model, error, reason);
+                    }
+                }
                 if self
                     .chat
                     .as_ref()

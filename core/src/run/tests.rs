@@ -1,0 +1,180 @@
+use super::*;
+use crate::failure::{FailureKind, ProviderFailure};
+use crate::response::AssistantResponse;
+use crate::tool::{HostFailure, HostFailureKind};
+use crate::{Message, RetryConfig};
+
+fn config() -> MachineConfig {
+    MachineConfig::default().with_retry(RetryConfig::default().with_jitter(false))
+}
+
+/// Polls everything queued.
+fn drain(run: &mut Run) -> Vec<Action> {
+    std::iter::from_fn(|| run.poll()).collect()
+}
+
+fn request_of(actions: &[Action]) -> RequestId {
+    actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Command(Command::SendRequest { request, .. }) => Some(*request),
+            _ => None,
+        })
+        .expect("a request")
+}
+
+fn timer_of(actions: &[Action]) -> TimerId {
+    actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Command(Command::Sleep { timer, .. }) => Some(*timer),
+            _ => None,
+        })
+        .expect("a sleep")
+}
+
+fn cut(request: RequestId) -> Event {
+    Event::ProviderFailed {
+        request,
+        failure: ProviderFailure::new(FailureKind::Unavailable, "stream cut"),
+    }
+}
+
+fn answer(request: RequestId) -> Event {
+    Event::ProviderSucceeded {
+        request,
+        response: AssistantResponse::end_turn(Message::assistant_text("done")),
+    }
+}
+
+#[test]
+fn an_answer_that_began_and_failed_is_a_stream_reset_told_before_the_retry() {
+    let mut run = Run::new(config(), 1);
+    let _ = run.handle(Millis(0), Event::user_text("hi"));
+    let first = request_of(&drain(&mut run));
+    assert!(run.responding(Millis(10), first).is_empty());
+    let _ = run.handle(Millis(20), cut(first));
+    let actions = drain(&mut run);
+    assert_eq!(
+        actions[0],
+        Action::StreamReset {
+            request: first,
+            attempt: 1
+        }
+    );
+    assert!(matches!(
+        actions[1],
+        Action::Command(Command::NotifyRetry { .. })
+    ));
+    assert_eq!(run.tally().stream_resets, 1);
+    // The retry fails before any byte: no reset.
+    let _ = run.handle(
+        Millis(600),
+        Event::TimerFired {
+            timer: timer_of(&actions),
+        },
+    );
+    let second = request_of(&drain(&mut run));
+    let _ = run.handle(Millis(700), cut(second));
+    let actions = drain(&mut run);
+    assert!(!actions
+        .iter()
+        .any(|a| matches!(a, Action::StreamReset { .. })));
+    assert_eq!(run.tally().stream_resets, 1);
+}
+
+#[test]
+fn the_awaited_command_is_kept_through_stale_answers_and_cleared_by_its_answer() {
+    let mut run = Run::new(config(), 1);
+    assert_eq!(run.awaited(), None);
+    let _ = run.handle(Millis(0), Event::user_text("hi"));
+    let request = request_of(&drain(&mut run));
+    assert_eq!(
+        run.awaited(),
+        Some(Awaited::Request {
+            request,
+            attempt: 1
+        })
+    );
+    let stale = RequestId(request.0 + 100);
+    assert_eq!(
+        run.handle(Millis(5), answer(stale)),
+        Handled::Ignored(IgnoreReason::Stale)
+    );
+    assert!(drain(&mut run).is_empty());
+    assert!(run.awaited().is_some());
+    assert_eq!(run.handle(Millis(9), answer(request)), Handled::Accepted);
+    let actions = drain(&mut run);
+    assert!(matches!(
+        actions.last(),
+        Some(Action::Command(Command::Finish { .. }))
+    ));
+    assert_eq!(run.awaited(), None);
+    let end = run.end().expect("ended").as_ref().expect("finished");
+    assert_eq!(end.turns, 1);
+}
+
+#[test]
+fn a_host_failure_after_the_finish_fails_the_run_and_drops_what_was_queued() {
+    let mut run = Run::new(config(), 1);
+    let _ = run.handle(Millis(0), Event::user_text("hi"));
+    let request = request_of(&drain(&mut run));
+    let _ = run.handle(Millis(9), answer(request));
+    // The shell could not store the answer (the first command) and says so before it
+    // executes the finish.
+    assert!(matches!(
+        run.poll(),
+        Some(Action::Command(Command::AppendMessage { .. }))
+    ));
+    let failure = HostFailure::new(HostFailureKind::SessionStore, "disk full");
+    assert_eq!(
+        run.handle(Millis(10), Event::HostFailed { failure }),
+        Handled::Ignored(IgnoreReason::Terminal)
+    );
+    assert_eq!(run.poll(), None, "the finish is not shown");
+    assert!(matches!(
+        run.end(),
+        Some(Err(RunError::Host { failure })) if failure.kind == HostFailureKind::SessionStore
+    ));
+    // A run that failed keeps its own error.
+    let mut canceled = Run::new(config(), 1);
+    let _ = canceled.handle(Millis(0), Event::user_text("hi"));
+    let _ = canceled.handle(Millis(1), Event::Cancel);
+    let failure = HostFailure::new(HostFailureKind::Receiver, "closed");
+    let _ = canceled.handle(Millis(2), Event::HostFailed { failure });
+    assert_eq!(canceled.end(), Some(&Err(RunError::Canceled)));
+}
+
+#[test]
+fn recorded_steps_are_what_the_machine_did_and_replay_to_the_same_commands() {
+    let conversation = Conversation::from(vec![
+        Message::user_text("before"),
+        Message::assistant_text("ok"),
+    ]);
+    let mut run = Run::with_conversation(config(), 3, conversation.clone())
+        .recording(true)
+        .meta("driver", "test");
+    let _ = run.handle(Millis(0), Event::user_text("hi"));
+    let request = request_of(&drain(&mut run));
+    let _ = run.responding(Millis(4), request);
+    let _ = run.handle(Millis(9), answer(request));
+    drain(&mut run);
+    let header = run.header();
+    assert_eq!(header.seed, 3);
+    assert_eq!(header.initial_conversation, Some(conversation.clone()));
+    assert_eq!(header.meta.get("driver").map(String::as_str), Some("test"));
+    let steps = run.take_steps();
+    assert_eq!(steps.len(), 3);
+    assert!(run.steps().is_empty());
+    let mut machine = AgentMachine::with_conversation(config(), 3, conversation);
+    for step in &steps {
+        assert_eq!(machine.step(step.at, step.event.clone()), step.commands);
+    }
+    // Not recording: nothing kept, the same tally.
+    let mut quiet = Run::new(config(), 3);
+    let _ = quiet.handle(Millis(0), Event::user_text("hi"));
+    let request = request_of(&drain(&mut quiet));
+    let _ = quiet.handle(Millis(9), answer(request));
+    assert!(quiet.steps().is_empty());
+    assert_eq!(quiet.handled(), 2);
+}
