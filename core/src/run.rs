@@ -482,3 +482,6 @@ impl Run {
 
 #[cfg(test)]
 mod tests;
+mod watch;
+
+pub use watch::{Stall, StreamWatch};

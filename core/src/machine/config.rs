@@ -182,10 +182,13 @@ impl StreamDeadlines {
     }
 
     /// The longest a response may stay silent: a silence this long fails the attempt
-    /// whichever deadline ends it (silence has no content either).
+    /// whichever deadline ends it (silence has no content either). What
+    /// [`StreamWatch`](crate::run::StreamWatch) says of a response that sends nothing.
     #[must_use]
     pub fn silence_limit_ms(&self) -> u64 {
-        self.idle_ms.min(self.progress_ms).max(1)
+        crate::run::StreamWatch::stream(*self, crate::Millis::ZERO)
+            .deadline()
+            .0
     }
 
     /// Whether these are the defaults (so a trace line need not repeat them).

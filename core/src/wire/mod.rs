@@ -424,6 +424,21 @@ pub enum StreamDelta<S = String> {
     },
 }
 
+impl<S: AsRef<str>> StreamDelta<S> {
+    /// Whether this piece is progress on the stream: content, as opposed to an empty
+    /// delta. A kind of piece this version does not know still counts (it shows the model
+    /// is producing). See [`StreamWatch`](crate::run::StreamWatch).
+    #[must_use]
+    pub fn is_progress(&self) -> bool {
+        match self {
+            StreamDelta::Text { text, .. } => !text.as_ref().is_empty(),
+            StreamDelta::Thinking { thinking, .. } => !thinking.as_ref().is_empty(),
+            StreamDelta::ToolCallStart { .. } => true,
+            StreamDelta::ToolInputJson { partial_json, .. } => !partial_json.as_ref().is_empty(),
+        }
+    }
+}
+
 impl StreamDelta<&str> {
     /// The delta with its text copied into `String`s.
     #[must_use]

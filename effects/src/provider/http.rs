@@ -4,12 +4,13 @@
 use super::{ApiKey, BoxFuture, DeltaSink, ExtraHeaders, Provider, ProviderRequest, SendError};
 use crate::config::ConfigError;
 use rebound_core::classify::{classify_http, classify_transport_error, TransportError};
+use rebound_core::run::{Stall, StreamWatch};
 use rebound_core::wire::{
     self, RequestOptions, RequestParams, StreamDecoder, ToolIdForm, WireError,
 };
 use rebound_core::{
-    AssistantResponse, Conversation, Headers, ProviderFailure, ProviderKind, StreamDeadlines,
-    TargetIdentity, ToolSpec, TransportFault,
+    AssistantResponse, Conversation, Headers, Millis, ProviderFailure, ProviderKind,
+    StreamDeadlines, TargetIdentity, ToolSpec, TransportFault,
 };
 use std::error::Error as _;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -348,7 +349,7 @@ impl HttpProvider {
         &self,
         conversation: &Conversation,
         tools: &[ToolSpec],
-        deadlines: Deadlines,
+        deadlines: StreamDeadlines,
         deltas: DeltaSink<'_>,
     ) -> Result<AssistantResponse, SendError> {
         let kind = self.config.provider;
@@ -381,7 +382,8 @@ impl HttpProvider {
             _ => request.bearer_auth(self.config.api_key.expose()),
         };
         let send = request.body(body).send();
-        let mut response = match tokio::time::timeout(deadlines.idle, send).await {
+        let idle = Duration::from_millis(deadlines.idle_ms.max(1));
+        let mut response = match tokio::time::timeout(idle, send).await {
             Err(_) => {
                 return Err(
                     transport(TransportFault::Timeout, "no response headers in time").into(),
@@ -417,36 +419,31 @@ impl HttpProvider {
             return parsed.map_err(|f| with_request_id(f, &headers).into());
         }
         let mut decoder = StreamDecoder::new(kind);
-        let Deadlines { idle, progress } = deadlines;
-        let mut last_byte = Instant::now();
-        let mut last_progress = last_byte;
-        // One timer for the whole body, moved only when it fires early: re-arming a timeout
-        // for every chunk cost more than decoding the chunk (issue 21). When it fires, the
-        // deadlines are checked against the times of the last byte and the last content.
-        let deadline = |last_byte: Instant, last_progress: Instant| {
-            later(last_byte, idle).min(later(last_progress, progress))
+        // Core's watch says when the stream has failed; this reader's clock is the time
+        // since the body began.
+        let began = Instant::now();
+        let since = |t: Instant| {
+            Millis(u64::try_from(t.duration_since(began).as_millis()).unwrap_or(u64::MAX))
         };
-        let timer = tokio::time::sleep_until(deadline(last_byte, last_progress));
+        let at = |m: Millis| later(began, Duration::from_millis(m.0));
+        let mut watch = StreamWatch::stream(deadlines, Millis::ZERO);
+        // One timer for the whole body, moved only when it fires early: re-arming a timeout
+        // for every chunk cost more than decoding the chunk. When it fires, the watch is
+        // asked which deadline, if any, has passed.
+        let timer = tokio::time::sleep_until(at(watch.deadline()));
         tokio::pin!(timer);
         loop {
             let chunk = tokio::select! {
                 biased;
                 chunk = response.chunk() => chunk,
                 () = &mut timer => {
-                    let now = Instant::now();
-                    let detail = if now >= later(last_progress, progress) {
-                        "no content received in time (only keep-alives)"
-                    } else if now >= later(last_byte, idle) {
-                        "no bytes received in time"
-                    } else {
-                        timer.as_mut().reset(deadline(last_byte, last_progress));
-                        continue;
-                    };
-                    return Err(with_request_id(
-                        transport(TransportFault::IdleTimeout, detail),
-                        &headers,
-                    )
-                    .into());
+                    match watch.expired(since(Instant::now())) {
+                        Some(stall) => return Err(with_request_id(stall.failure(), &headers).into()),
+                        None => {
+                            timer.as_mut().reset(at(watch.deadline()));
+                            continue;
+                        }
+                    }
                 }
             };
             let chunk = match chunk {
@@ -459,7 +456,7 @@ impl HttpProvider {
             let (mut progressed, mut stopped) = (false, false);
             decoder
                 .feed_with(&chunk, |piece| {
-                    progressed |= has_content(&piece);
+                    progressed |= piece.is_progress();
                     stopped = stopped || !deltas(piece);
                 })
                 .map_err(|f| with_request_id(f, &headers))?;
@@ -469,22 +466,12 @@ impl HttpProvider {
             if decoder.is_complete() {
                 break;
             }
-            // The idle window starts when this reader waits again, not when the chunk came:
-            // while the decoder and the sink (a slow UI, a loaded machine) held this task, the
-            // connection could not hand over the bytes that came meanwhile, and a server that
-            // kept sending must not be taken for a silent one.
-            last_byte = Instant::now();
-            if progressed {
-                last_progress = last_byte;
-            } else if last_byte >= later(last_progress, progress) {
-                return Err(with_request_id(
-                    transport(
-                        TransportFault::IdleTimeout,
-                        "no content received in time (only keep-alives)",
-                    ),
-                    &headers,
-                )
-                .into());
+            // The bytes count from when this reader waits again, not from when the chunk
+            // came: while the decoder and the sink (a slow UI, a loaded machine) held this
+            // task, the connection could not hand over the bytes that came meanwhile, and a
+            // server that kept sending must not be taken for a silent one.
+            if let Err(stall) = watch.arrived(since(Instant::now()), progressed) {
+                return Err(with_request_id(stall.failure(), &headers).into());
             }
         }
         Ok(decoder.finish().map_err(|f| with_request_id(f, &headers))?)
@@ -505,7 +492,7 @@ impl Provider for HttpProvider {
         request: ProviderRequest<'a>,
         deltas: DeltaSink<'a>,
     ) -> BoxFuture<'a, Result<AssistantResponse, SendError>> {
-        let deadlines = Deadlines::from(request.deadlines);
+        let deadlines = request.deadlines;
         Box::pin(async move {
             let mut result = self
                 .send_inner(request.conversation, request.tools, deadlines, &mut *deltas)
@@ -648,44 +635,9 @@ fn now_unix_ms() -> Option<u64> {
 }
 
 /// `after` past `t`, or about 30 years (tokio's "never") when that is not representable.
-/// A request's [`StreamDeadlines`] as durations.
-#[derive(Debug, Clone, Copy)]
-struct Deadlines {
-    /// No byte for this long fails the attempt.
-    idle: Duration,
-    /// No content for this long fails the attempt.
-    progress: Duration,
-}
-
-impl From<StreamDeadlines> for Deadlines {
-    fn from(d: StreamDeadlines) -> Self {
-        Deadlines {
-            idle: Duration::from_millis(d.idle_ms.max(1)),
-            progress: Duration::from_millis(d.progress_ms.max(1)),
-        }
-    }
-}
-
 fn later(t: Instant, after: Duration) -> Instant {
     t.checked_add(after)
         .unwrap_or_else(|| t + Duration::from_secs(86_400 * 365 * 30))
-}
-
-/// What is left of `limit` since `since` (zero when spent).
-fn remaining(since: Instant, limit: Duration) -> Duration {
-    limit.saturating_sub(since.elapsed())
-}
-
-/// Whether a streamed piece carries content (keep-alives and empty deltas do not).
-fn has_content(piece: &wire::StreamDelta<&str>) -> bool {
-    match piece {
-        wire::StreamDelta::Text { text, .. } => !text.is_empty(),
-        wire::StreamDelta::Thinking { thinking, .. } => !thinking.is_empty(),
-        wire::StreamDelta::ToolCallStart { .. } => true,
-        wire::StreamDelta::ToolInputJson { partial_json, .. } => !partial_json.is_empty(),
-        // A kind of piece this version does not know still shows the stream is alive.
-        _ => true,
-    }
 }
 
 /// A body read by [`read_bounded`]: what arrived, and why reading stopped.
@@ -704,18 +656,21 @@ enum End {
     Failed(ProviderFailure),
 }
 
-/// Reads a body up to `limit` bytes, within the idle timeout per chunk and the progress
-/// timeout in all; a body that is slow, endless or broken stops early and says why.
+/// Reads a body up to `limit` bytes, within the request's deadlines (a body read whole
+/// must end within the progress deadline, with no idle gap); a body that is slow, endless or
+/// broken stops early and says why.
 async fn read_bounded(
     response: &mut reqwest::Response,
-    deadlines: Deadlines,
+    deadlines: StreamDeadlines,
     limit: usize,
 ) -> Read {
-    let started = Instant::now();
+    let began = Instant::now();
+    let since = || Millis(u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX));
+    let mut watch = StreamWatch::body(deadlines, Millis::ZERO);
     let mut body = Vec::new();
     let end = loop {
-        let idle = deadlines.idle.min(remaining(started, deadlines.progress));
-        match tokio::time::timeout(idle, response.chunk()).await {
+        let wait = Duration::from_millis(watch.deadline().since(since()));
+        match tokio::time::timeout(wait, response.chunk()).await {
             Ok(Ok(Some(chunk))) => {
                 let room = limit - body.len();
                 if chunk.len() > room {
@@ -723,20 +678,15 @@ async fn read_bounded(
                     break End::Limit;
                 }
                 body.extend_from_slice(&chunk);
+                if let Err(stall) = watch.arrived(since(), true) {
+                    break End::Failed(stall.failure());
+                }
             }
             Ok(Ok(None)) => break End::Complete,
             Ok(Err(e)) => break End::Failed(classify_reqwest(&e, true)),
-            Err(_) if started.elapsed() >= deadlines.progress => {
-                break End::Failed(transport(
-                    TransportFault::IdleTimeout,
-                    "the body was not complete in time",
-                ))
-            }
             Err(_) => {
-                break End::Failed(transport(
-                    TransportFault::IdleTimeout,
-                    "no bytes received in time",
-                ))
+                let stall = watch.expired(since()).unwrap_or(Stall::Idle);
+                break End::Failed(stall.failure());
             }
         }
     };
