@@ -22,6 +22,15 @@ pub async fn serve(args: DurableServeArgs) -> i32 {
     if let Some(budget) = agent.budget {
         durable = durable.budget(budget);
     }
+    if let Some(seed) = args.seed {
+        durable = durable.seed(seed);
+    }
+    if let Some(dir) = &args.trace_dir {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            return usage_error(format!("cannot create {}: {e}", dir.display()));
+        }
+        durable = durable.traces(dir.clone());
+    }
     let events = args.events;
     durable = durable.receivers(Arc::new(move |_: &str| receiver_for(events)));
     let listener = match tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await {

@@ -88,14 +88,6 @@ impl JsonEvents {
 }
 
 impl JsonEvents {
-    /// Writes the first event of a run: `{"type": "start", "seed": …}`, the jitter seed, so
-    /// the run can be reproduced with `--seed` (it is also in the trace header).
-    pub fn start(&mut self, seed: u64) -> Result<(), ReceiverError> {
-        self.emit(json!({"type": "start", "seed": seed}))
-    }
-}
-
-impl JsonEvents {
     /// Writes a change of a shared budget's health: `{"type": "budget_fallback", "budget",
     /// "error", "error_kind"}` when Redis failed and this process decides locally, `{"type":
     /// "budget_restored", "budget"}` when Redis answers again.
@@ -137,6 +129,12 @@ pub fn error_event(error: &RunError) -> Value {
 }
 
 impl Receiver for JsonEvents {
+    /// The first event of a run: `{"type": "start", "seed": …}`, the jitter seed, so the run
+    /// can be reproduced with `--seed` (it is also in the trace header).
+    fn started(&mut self, seed: u64) -> Result<(), ReceiverError> {
+        self.emit(json!({"type": "start", "seed": seed}))
+    }
+
     fn delta(&mut self, delta: &StreamDelta<&str>) -> Result<(), ReceiverError> {
         match delta {
             StreamDelta::Text { text, .. } => {

@@ -91,6 +91,17 @@ pub struct DurableServeArgs {
     /// runs go. It is not journaled: a step replayed after a crash is not printed again.
     #[arg(long, value_enum, default_value = "human")]
     pub events: EventsFormat,
+    /// Seed of every run's retry jitter, to reproduce a run (default: the engine's, which
+    /// differs between runs and is the same on every replay of one; shown in the `start`
+    /// event of `--events json`, the reply and the trace header). Runs sharing a seed retry
+    /// in lockstep: not for a fleet.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Write each run's replayable trace (JSON Lines) into this directory, as
+    /// `<conversation id>-<invocation id>.jsonl`, when the run ends (a run that crashed and
+    /// resumed has one whole trace).
+    #[arg(long, value_name = "DIR")]
+    pub trace_dir: Option<PathBuf>,
     /// The agent: provider, tools, retry policy, budget, compaction, request options.
     #[command(flatten)]
     pub agent: AgentArgs,

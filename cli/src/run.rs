@@ -225,20 +225,6 @@ pub(crate) fn receiver_for(events: EventsFormat) -> Box<dyn Receiver> {
     }
 }
 
-/// With `--events json`, the `start` event that shows the run's jitter seed; the exit code
-/// when stdout cannot take it.
-fn announce_seed(events: EventsFormat, runner: &Runner) -> Result<(), i32> {
-    if events != EventsFormat::Json {
-        return Ok(());
-    }
-    JsonEvents::default()
-        .start(runner.jitter_seed())
-        .map_err(|e| {
-            eprintln!("rebound: {e}");
-            EXIT_FAILED
-        })
-}
-
 /// What the run's telemetry records: content only when asked for, by the flag or by the
 /// conventions' environment variable.
 fn telemetry_options(capture_content: bool) -> Telemetry {
@@ -533,9 +519,6 @@ pub async fn run(args: RunArgs) -> i32 {
         }
     }
     runner = runner.receiver_boxed(receiver_for(args.events));
-    if let Err(code) = announce_seed(args.events, &runner) {
-        return code;
-    }
     if let Err(code) = Agent::check_budget(redis.as_ref()).await {
         return code;
     }
@@ -613,9 +596,6 @@ pub async fn demo(args: DemoArgs) -> i32 {
         .receiver_boxed(receiver_for(args.events));
     if let Some(history) = scenario.initial_conversation() {
         runner = runner.conversation(history);
-    }
-    if let Err(code) = announce_seed(args.events, &runner) {
-        return code;
     }
     cancel_on_signals(runner.canceler());
     let started = std::time::Instant::now();

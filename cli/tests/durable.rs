@@ -80,7 +80,10 @@ async fn a_conversation_runs_continues_and_cancels_through_restate() {
     )
     .await;
     let port = free_port();
+    let traces = tempfile::tempdir().expect("temp dir");
     let mut child = durable_serve(&server, port, &restate.admin_url())
+        .args(["--seed", "7", "--trace-dir"])
+        .arg(traces.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -122,6 +125,46 @@ async fn a_conversation_runs_continues_and_cancels_through_restate() {
     let reply: serde_json::Value = serde_json::from_str(&body).expect("JSON");
     assert_eq!(reply["text"], "Hello from the first turn.");
     assert_eq!(reply["reason"]["model"], "end_turn", "{reply}");
+    // A durable run is an ordinary run: it names its seed, its side channel starts with the
+    // `start` event, and its trace replays as `rebound run`'s do.
+    assert_eq!(reply["seed"], 7, "{reply}");
+    let start = wait_for_event(&events, "start");
+    assert_eq!(start["seed"], 7, "{start}");
+    assert_eq!(events.lock().expect("lock")[0]["type"], "start");
+    let written: Vec<_> = std::fs::read_dir(traces.path())
+        .expect("the trace directory")
+        .map(|e| e.expect("an entry").path())
+        .collect();
+    assert_eq!(written.len(), 1, "{written:?}");
+    let name = written[0]
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
+    assert!(
+        name.starts_with("readme-") && name.ends_with(".jsonl"),
+        "{name}"
+    );
+    let header: serde_json::Value = serde_json::from_str(
+        std::fs::read_to_string(&written[0])
+            .expect("the trace")
+            .lines()
+            .next()
+            .expect("a header"),
+    )
+    .expect("JSON");
+    assert_eq!(header["seed"], 7, "{header}");
+    assert_eq!(header["meta"]["driver"], "rebound-durable", "{header}");
+    let replayed = Command::new(BIN)
+        .arg("replay")
+        .arg(&written[0])
+        .output()
+        .expect("rebound replay runs");
+    assert!(
+        replayed.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&replayed.stdout),
+        String::from_utf8_lossy(&replayed.stderr)
+    );
     let (status, body) = client
         .call("Agent/readme/run", Some(r#"{"message": "Again."}"#))
         .await;

@@ -39,7 +39,7 @@
 //! ```
 
 use crate::budget::BudgetNote;
-use crate::compaction::{compact, CompactionError};
+use crate::compaction::{compact, CompactionError, CompactionPolicy};
 use crate::conversation::Conversation;
 use crate::machine::{
     AgentMachine, BatchId, Command, CompactionId, Event, FinishReason, Handled, IgnoreReason,
@@ -184,6 +184,22 @@ impl Step {
     #[must_use]
     pub fn to_trace(&self) -> TraceStep {
         TraceStep::new(self.at, self.event.clone(), &self.commands)
+    }
+}
+
+/// Core's compaction with a run's policy ([`Run::default_compaction`]): the answer to a
+/// [`Command::Compact`] for a shell with no compactor of its own.
+#[derive(Debug, Clone)]
+pub struct DefaultCompaction(CompactionPolicy);
+
+impl DefaultCompaction {
+    /// Compacts `conversation` ([`compact`]).
+    ///
+    /// # Errors
+    ///
+    /// When the conversation cannot be compacted.
+    pub fn compact(&self, conversation: &Conversation) -> Result<Conversation, CompactionError> {
+        compact(conversation, &self.0)
     }
 }
 
@@ -411,6 +427,13 @@ impl Run {
         conversation: &Conversation,
     ) -> Result<Conversation, CompactionError> {
         compact(conversation, &self.machine.config().compaction)
+    }
+
+    /// Core's compaction with this run's policy, owned: for a shell that compacts on
+    /// another task (see [`Run::compact_default`]).
+    #[must_use]
+    pub fn default_compaction(&self) -> DefaultCompaction {
+        DefaultCompaction(self.machine.config().compaction.clone())
     }
 
     /// The command the run awaits an answer to (`None` before the first event and after

@@ -5,9 +5,10 @@ use crate::clock::{BudgetOffset, RunClock};
 use crate::failure::RunFailure;
 use crate::idempotency::with_key;
 use crate::journal::{CallStep, CancelStep, Step};
+use rebound_core::run::{Action, Ended, Run, RunParts};
 use rebound_core::{
-    compact, AgentMachine, BatchOutcome, CallOutcome, Command, CompactionError, ContentBlock,
-    Conversation, Event, FinishReason, HostFailure, HostFailureKind, MachineConfig, Millis, Role,
+    BatchOutcome, BudgetNote, CallOutcome, Command, CompactionError, ContentBlock, Conversation,
+    Event, FinishReason, HostFailure, HostFailureKind, MachineConfig, Millis, RequestId, Role,
     RunError, RunTally, ToolCall, ToolFailure,
 };
 use rebound_effects::budget::BudgetStore;
@@ -50,6 +51,10 @@ pub struct TurnReply {
     /// What happened on the way (attempts, retries, tool calls, compactions), the same
     /// after any number of crashes: the journal replays it.
     pub stats: RunTally,
+    /// The run's jitter seed: the engine's (the same on every replay of the invocation)
+    /// or the agent's ([`DurableAgent::seed`]). With the same seed and the same world, a
+    /// run makes the same decisions.
+    pub seed: u64,
 }
 
 /// Everything the durable agent runs with, shared by all its invocations.
@@ -60,6 +65,10 @@ struct Effects {
     compactor: Option<Arc<dyn Compactor>>,
     budget: Option<Arc<dyn BudgetStore>>,
     receivers: ReceiverFactory,
+    /// A seed for every run instead of the engine's.
+    seed: Option<u64>,
+    /// Where each run's trace is written.
+    traces: Option<std::path::PathBuf>,
 }
 
 /// A rebound agent as a Restate Virtual Object named `Agent`, keyed by conversation id.
@@ -119,6 +128,8 @@ impl DurableAgent {
                 compactor: None,
                 budget: None,
                 receivers: Arc::new(|_: &str| Box::new(NullReceiver) as Box<dyn Receiver>),
+                seed: None,
+                traces: None,
             }),
         }
     }
@@ -159,6 +170,25 @@ impl DurableAgent {
     #[must_use]
     pub fn receivers(self, receivers: ReceiverFactory) -> Self {
         self.with(|e| e.receivers = receivers)
+    }
+
+    /// Gives every run this jitter seed instead of the engine's (which differs between
+    /// invocations and is the same on every replay of one): to reproduce a run. Agents
+    /// sharing one seed retry in lockstep; a fleet should not.
+    #[must_use]
+    pub fn seed(self, seed: u64) -> Self {
+        self.with(|e| e.seed = Some(seed))
+    }
+
+    /// Writes each run's trace into `dir` (created if missing), as
+    /// `<object key>-<invocation id>.jsonl`: the format of `rebound_core::trace`, which
+    /// `rebound replay` replays. Written when the run ends, by the execution that ends it
+    /// (after a crash, the journal's replay rebuilds the same steps), so a run that crashed
+    /// and resumed has one whole trace.
+    #[must_use]
+    pub fn traces(self, dir: impl Into<std::path::PathBuf>) -> Self {
+        let dir = dir.into();
+        self.with(|e| e.traces = Some(dir))
     }
 }
 
@@ -232,8 +262,9 @@ fn canceled(error: &TerminalError) -> bool {
     error.code() == 409
 }
 
-/// One run of the machine inside the `run` handler.
-struct Run<'a, 'ctx> {
+/// One turn inside the `run` handler: the effects, the engine's context, the run's clock
+/// and the side channel. The run itself (machine, tally, trace, end) is core's [`Run`].
+struct Turn<'a, 'ctx> {
     effects: &'a Arc<Effects>,
     ctx: &'a ObjectContext<'ctx>,
     clock: RunClock,
@@ -241,17 +272,11 @@ struct Run<'a, 'ctx> {
     /// the run is live, and its side channel is told what happens.
     live: Arc<AtomicBool>,
     receiver: Arc<Mutex<Box<dyn Receiver>>>,
-    tally: RunTally,
     /// Whether the invocation's cancel took effect: no work starts after it, and the
     /// machine hears the cancel at the first command that would start some.
     canceled: bool,
     /// When it took effect (Unix ms, journaled).
     canceled_at: Option<u64>,
-}
-
-enum Flow {
-    Next(Event),
-    Done(Result<(FinishReason, u32), RunError>),
 }
 
 /// What a journaled step gave.
@@ -268,63 +293,81 @@ async fn drive(
     conversation: Conversation,
     message: String,
 ) -> Result<Json<TurnReply>, HandlerError> {
-    let mut run = Run {
+    let mut turn = Turn {
         effects,
         ctx,
         clock: RunClock::new(0),
         live: Arc::new(AtomicBool::new(false)),
         receiver: Arc::new(Mutex::new((effects.receivers)(ctx.key()))),
-        tally: RunTally::default(),
         canceled: false,
         canceled_at: None,
     };
-    let started = match run
+    let started = match turn
         .journaled("start".into(), || async { unix_ms() })
         .await?
     {
         Stepped::Done(at) | Stepped::Canceled(Some(at)) => at,
         // Canceled before the run started: it starts, and ends, then (or, canceled twice
         // so quickly that no time was journaled, at the clock's origin).
-        Stepped::Canceled(None) => run.canceled_at.unwrap_or(0),
+        Stepped::Canceled(None) => turn.canceled_at.unwrap_or(0),
     };
-    run.clock = RunClock::new(started);
-    // The engine's deterministic seed: the same on every replay of this invocation, and
-    // below 2^53 so that JSON readers keep it exact.
-    let seed = ctx.random_seed() >> 11;
-    let mut machine = AgentMachine::with_conversation(effects.config.clone(), seed, conversation);
-    let mut event = Event::UserMessage {
+    turn.clock = RunClock::new(started);
+    // The engine's deterministic seed (the same on every replay of this invocation, and
+    // below 2^53 so that JSON readers keep it exact), unless the agent was given one.
+    let seed = effects.seed.unwrap_or_else(|| ctx.random_seed() >> 11);
+    let mut run = Run::with_conversation(effects.config.clone(), seed, conversation)
+        .recording(effects.traces.is_some())
+        .meta("driver", "rebound-durable")
+        .meta("object", ctx.key());
+    for (i, p) in effects.providers.iter().enumerate() {
+        run = run.meta(format!("target.{i}"), p.label());
+    }
+    turn.show(|r| {
+        let _ = r.started(seed);
+    });
+    let first = Event::UserMessage {
         content: vec![ContentBlock::text(message)],
     };
-    let result = loop {
-        if machine.is_terminal() {
-            break match machine.outcome() {
-                Some(Err(error)) => Err(error.clone()),
-                _ => Err(RunError::Invariant {
-                    message: format!("the run answered a finished machine with {event:?}"),
-                }),
-            };
+    let _ = run.handle(turn.clock.now(), first);
+    while let Some(action) = run.poll() {
+        if let Some(event) = turn.execute(action, &mut run).await? {
+            let _ = run.handle(turn.clock.now(), event);
         }
-        let now = run.clock.now();
-        run.tally.event(now, &event);
-        let commands = machine.step(now, event);
-        for command in &commands {
-            run.tally.command(command);
-        }
-        match run.execute(commands).await? {
-            Flow::Next(next) => event = next,
-            Flow::Done(done) => break done,
-        }
-    };
-    let conversation = machine.into_conversation();
+    }
+    let header = run.header();
+    let RunParts {
+        conversation,
+        tally: mut stats,
+        steps,
+        end,
+        ..
+    } = run.into_parts();
     ctx.set(CONVERSATION_KEY, Json(conversation.clone()));
-    run.tally.elapsed_ms = run.clock.now().0;
-    let live = run.live.load(Ordering::SeqCst);
-    let mut receiver = lock(&run.receiver);
+    stats.elapsed_ms = turn.clock.now().0;
+    if let Some(dir) = &effects.traces {
+        // Written by the execution that ends the run (a replay after a crash rebuilds the
+        // same steps from the journal); best effort: the run's outcome does not hang on it.
+        let name = format!(
+            "{}-{}.jsonl",
+            file_safe(ctx.key()),
+            file_safe(ctx.invocation_id())
+        );
+        if let Err(e) = write_trace(&dir.join(name), &header, &steps) {
+            tracing::warn!(target: "rebound::durable", "cannot write the run's trace: {e}");
+        }
+    }
+    let live = turn.live.load(Ordering::SeqCst);
+    let mut receiver = lock(&turn.receiver);
+    let result = match end {
+        Some(result) => result,
+        None => Err(RunError::Invariant {
+            message: "the run ended without a terminal command".into(),
+        }),
+    };
     match result {
-        Ok((reason, turns)) => {
+        Ok(Ended { reason, turns }) => {
             if live {
-                // The side channel is best effort: the turn is done and saved.
-                let _ = receiver.totals(&run.tally);
+                let _ = receiver.totals(&stats);
                 let _ = receiver.finished(&reason, turns);
             }
             let text = conversation
@@ -338,26 +381,56 @@ async fn drive(
                 reason,
                 turns,
                 text,
-                stats: run.tally,
+                seed,
+                stats,
             }))
         }
         Err(error) => {
             if live {
-                let _ = receiver.totals(&run.tally);
+                let _ = receiver.totals(&stats);
                 receiver.error(&error);
             }
-            Err(RunFailure::new(error, run.tally).into_terminal().into())
+            Err(RunFailure::new(error, stats)
+                .with_seed(seed)
+                .into_terminal()
+                .into())
         }
     }
 }
 
-impl Run<'_, '_> {
+/// `s` with every character but ASCII letters, digits, `-` and `_` replaced, for a file name.
+fn file_safe(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Writes a run's trace: the header, then its steps.
+fn write_trace(
+    path: &std::path::Path,
+    header: &rebound_core::trace::TraceHeader,
+    steps: &[rebound_core::run::Step],
+) -> std::io::Result<()> {
+    let file = rebound_effects::private_file::create(path)?;
+    let mut writer = rebound_core::trace::TraceWriter::new(std::io::BufWriter::new(file), header)?;
+    for step in steps {
+        writer.write_step(&step.to_trace())?;
+    }
+    std::io::Write::flush(&mut writer.into_inner())
+}
+
+impl Turn<'_, '_> {
     fn is_live(&self) -> bool {
         self.live.load(Ordering::SeqCst)
     }
 
-    /// Tells the side channel, when live; a failing side channel does not stop a durable
-    /// run (its output is not part of the journal).
+    /// Tells the side channel, when the run is live (a replay already told it).
     fn show(&self, tell: impl FnOnce(&mut dyn Receiver)) {
         if self.is_live() {
             tell(lock(&self.receiver).as_mut());
@@ -447,192 +520,235 @@ impl Run<'_, '_> {
     }
 
     /// The machine hears the cancel, at the time it took effect.
-    fn cancel(&mut self) -> Flow {
+    fn cancel(&mut self) -> Event {
         if let Some(at_ms) = self.canceled_at {
             self.clock.finished_at(at_ms);
         }
-        Flow::Next(Event::Cancel)
+        Event::Cancel
+    }
+
+    /// Executes one action of the run. Returns the event it brought (the answer to the
+    /// command the run awaits), if any.
+    async fn execute(
+        &mut self,
+        action: Action,
+        run: &mut Run,
+    ) -> Result<Option<Event>, HandlerError> {
+        let command = match action {
+            Action::StreamReset { attempt, .. } => {
+                self.show(|r| {
+                    let _ = r.stream_reset(attempt);
+                });
+                return Ok(None);
+            }
+            Action::Command(command) => command,
+            _ => return Ok(None),
+        };
+        if self.canceled && command.awaits_answer() {
+            return Ok(Some(self.cancel()));
+        }
+        match command {
+            Command::AppendMessage { message } => self.show(|r| {
+                let _ = r.message(&message);
+                for result in message.tool_results() {
+                    let _ = r.tool_result(result);
+                }
+            }),
+            Command::ReplaceConversation { report, .. } => self.show(|r| {
+                let _ = r.compaction(&report);
+            }),
+            Command::NotifyRetry { info } => self.show(|r| {
+                let _ = r.provider_retry(&info);
+            }),
+            Command::NotifyFallback { info } => self.show(|r| {
+                let _ = r.fallback(&info);
+            }),
+            Command::SendRequest {
+                request,
+                target,
+                attempt,
+                conversation,
+                deadlines,
+                ..
+            } => {
+                let effects = Arc::clone(self.effects);
+                let receiver = Arc::clone(&self.receiver);
+                let name = format!("{request} attempt {attempt}");
+                let step = self
+                    .journaled(name, move || async move {
+                        let began = Mutex::new(None);
+                        let event = send(
+                            &effects,
+                            target,
+                            &conversation.0,
+                            deadlines,
+                            &receiver,
+                            &began,
+                        )
+                        .await
+                        .map(|outcome| match outcome {
+                            Ok(response) => Event::ProviderSucceeded { request, response },
+                            Err(failure) => Event::ProviderFailed { request, failure },
+                        });
+                        let began_at_ms = began
+                            .into_inner()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        Step {
+                            at_ms: unix_ms(),
+                            began_at_ms,
+                            streamed: false,
+                            event,
+                        }
+                    })
+                    .await?;
+                return self.answered(step, request, run).await;
+            }
+            Command::Sleep { timer, delay_ms } => {
+                // A durable timer: after a crash it still ends at the time it was set
+                // for, not `delay_ms` after the restart.
+                return match self.ctx.sleep(Duration::from_millis(delay_ms)).await {
+                    Ok(()) => {
+                        self.clock.slept(delay_ms);
+                        Ok(Some(Event::TimerFired { timer }))
+                    }
+                    Err(e) if canceled(&e) => {
+                        self.cancel_took_effect(None::<()>).await?;
+                        Ok(Some(self.cancel()))
+                    }
+                    Err(e) => Err(e.into()),
+                };
+            }
+            Command::RunTools { batch, calls } => {
+                self.show(|r| {
+                    for call in &calls {
+                        let _ = r.tool_start(call);
+                    }
+                });
+                return self.run_tools(batch, calls).await.map(Some);
+            }
+            Command::Compact {
+                compaction,
+                conversation,
+            } => {
+                let effects = Arc::clone(self.effects);
+                let default = run.default_compaction();
+                let step = self
+                    .journaled(compaction.to_string(), move || async move {
+                        let result = match &effects.compactor {
+                            Some(c) => c
+                                .compact(&conversation)
+                                .await
+                                .map_err(CompactionError::from),
+                            None => default.compact(&conversation),
+                        };
+                        Step::event(Event::CompactionFinished { compaction, result })
+                    })
+                    .await?;
+                return Ok(self.stepped(step, run));
+            }
+            Command::AcquirePermit { permit, ask } => {
+                let Some(budget) = self.effects.budget.clone() else {
+                    return Ok(Some(Event::PermitAnswered {
+                        permit,
+                        decision: rebound_core::PermitDecision::Granted,
+                    }));
+                };
+                let clock = self.clock;
+                let step = self
+                    .journaled(permit.to_string(), move || async move {
+                        let offset = budget_offset(&clock, budget.as_ref());
+                        let decision = offset.decision(budget.acquire(offset.ask(ask)).await);
+                        Step::event(Event::PermitAnswered { permit, decision })
+                    })
+                    .await?;
+                return Ok(self.stepped(step, run));
+            }
+            Command::NoteBudget { note } => self.note(note).await?,
+            // The run's end is core's; the reply says it.
+            Command::Finish { .. } | Command::Fail { .. } => {}
+        }
+        Ok(None)
+    }
+
+    /// Tells the shared budget `note`, as a journaled step (a replay does not tell it twice).
+    async fn note(&mut self, note: BudgetNote) -> Result<(), HandlerError> {
+        let Some(budget) = self.effects.budget.clone() else {
+            return Ok(());
+        };
+        let clock = self.clock;
+        let noted = self
+            .journaled("budget note".into(), move || async move {
+                let offset = budget_offset(&clock, budget.as_ref());
+                budget.record(offset.note(note)).await;
+                unix_ms()
+            })
+            .await?;
+        match noted {
+            Stepped::Done(at_ms) => self.clock.finished_at(at_ms),
+            // The note was made (or not); the machine hears the cancel at the next command
+            // that awaits an answer.
+            Stepped::Canceled(_) => {}
+        }
+        Ok(())
+    }
+
+    /// A request's journaled step: when its answer began, the run hears it (at the time
+    /// the first piece came) and its budget notes are made; then the answer.
+    ///
+    /// The engine journals a step when it ends, so the start of an answer is told when the
+    /// stream ended rather than while it went on (a stream cut after it began is still a
+    /// retry being answered, as under the runner).
+    async fn answered(
+        &mut self,
+        step: Stepped<Step>,
+        request: RequestId,
+        run: &mut Run,
+    ) -> Result<Option<Event>, HandlerError> {
+        let began = match &step {
+            Stepped::Done(step) | Stepped::Canceled(Some(step)) => step.began_at(),
+            Stepped::Canceled(None) => None,
+        };
+        if let Some(at_ms) = began {
+            self.clock.finished_at(at_ms);
+            for note in run.responding(self.clock.now(), request) {
+                self.note(note).await?;
+            }
+            if run.is_ended() {
+                return Ok(None);
+            }
+        }
+        Ok(self.stepped(step, run))
     }
 
     /// Reads a journaled step's outcome into the clock; a cancel becomes the machine's,
     /// after the outcome of the step when it had finished.
-    fn stepped(&mut self, step: Stepped<Step>) -> Flow {
+    fn stepped(&mut self, step: Stepped<Step>, run: &mut Run) -> Option<Event> {
         let step = match step {
             Stepped::Done(step) | Stepped::Canceled(Some(step)) => step,
-            Stepped::Canceled(None) => return self.cancel(),
+            Stepped::Canceled(None) => return Some(self.cancel()),
         };
         self.clock.finished_at(step.at_ms);
-        if let (true, Ok(Event::ProviderFailed { request, .. })) = (step.streamed, &step.event) {
-            // The machine is not told of an answer's start here yet; the tally, which counts
-            // a stream reset as an answer that began and failed, is.
-            let began = Event::ProviderResponding { request: *request };
-            self.tally.event(self.clock.now(), &began);
-        }
         match step.event {
-            Ok(event) => Flow::Next(event),
-            Err(message) => Flow::Done(Err(RunError::Invariant { message })),
-        }
-    }
-
-    async fn execute(&mut self, commands: Vec<Command>) -> Result<Flow, HandlerError> {
-        for command in commands {
-            if self.canceled && command.awaits_answer() {
-                return Ok(self.cancel());
-            }
-            match command {
-                Command::AppendMessage { message } => self.show(|r| {
-                    let _ = r.message(&message);
-                    for result in message.tool_results() {
-                        let _ = r.tool_result(result);
-                    }
-                }),
-                Command::ReplaceConversation { report, .. } => self.show(|r| {
-                    let _ = r.compaction(&report);
-                }),
-                Command::NotifyRetry { info } => self.show(|r| {
-                    let _ = r.provider_retry(&info);
-                }),
-                Command::NotifyFallback { info } => self.show(|r| {
-                    let _ = r.fallback(&info);
-                }),
-                Command::SendRequest {
-                    request,
-                    target,
-                    attempt,
-                    conversation,
-                    deadlines,
-                    ..
-                } => {
-                    let effects = Arc::clone(self.effects);
-                    let receiver = Arc::clone(&self.receiver);
-                    let name = format!("{request} attempt {attempt}");
-                    let step = self
-                        .journaled(name, move || async move {
-                            let streamed = AtomicBool::new(false);
-                            let event = send(
-                                &effects,
-                                target,
-                                &conversation.0,
-                                deadlines,
-                                &receiver,
-                                &streamed,
-                            )
-                            .await
-                            .map(|outcome| match outcome {
-                                Ok(response) => Event::ProviderSucceeded { request, response },
-                                Err(failure) => Event::ProviderFailed { request, failure },
-                            });
-                            let streamed = streamed.into_inner();
-                            if streamed && matches!(event, Ok(Event::ProviderFailed { .. })) {
-                                let _ = lock(&receiver).stream_reset(attempt);
-                            }
-                            Step {
-                                at_ms: unix_ms(),
-                                streamed,
-                                event,
-                            }
-                        })
-                        .await?;
-                    return Ok(self.stepped(step));
-                }
-                Command::Sleep { timer, delay_ms } => {
-                    // A durable timer: after a crash it still ends at the time it was set
-                    // for, not `delay_ms` after the restart.
-                    return match self.ctx.sleep(Duration::from_millis(delay_ms)).await {
-                        Ok(()) => {
-                            self.clock.slept(delay_ms);
-                            Ok(Flow::Next(Event::TimerFired { timer }))
-                        }
-                        Err(e) if canceled(&e) => {
-                            self.cancel_took_effect(None::<()>).await?;
-                            Ok(self.cancel())
-                        }
-                        Err(e) => Err(e.into()),
-                    };
-                }
-                Command::RunTools { batch, calls } => {
-                    self.show(|r| {
-                        for call in &calls {
-                            let _ = r.tool_start(call);
-                        }
-                    });
-                    return self.run_tools(batch, calls).await;
-                }
-                Command::Compact {
-                    compaction,
-                    conversation,
-                } => {
-                    let effects = Arc::clone(self.effects);
-                    let step = self
-                        .journaled(compaction.to_string(), move || async move {
-                            let result = match &effects.compactor {
-                                Some(c) => c
-                                    .compact(&conversation)
-                                    .await
-                                    .map_err(CompactionError::from),
-                                None => compact(&conversation, &effects.config.compaction),
-                            };
-                            Step::event(Event::CompactionFinished { compaction, result })
-                        })
-                        .await?;
-                    return Ok(self.stepped(step));
-                }
-                Command::AcquirePermit { permit, ask } => {
-                    let Some(budget) = self.effects.budget.clone() else {
-                        return Ok(Flow::Next(Event::PermitAnswered {
-                            permit,
-                            decision: rebound_core::PermitDecision::Granted,
-                        }));
-                    };
-                    let clock = self.clock;
-                    let step = self
-                        .journaled(permit.to_string(), move || async move {
-                            let offset = budget_offset(&clock, budget.as_ref());
-                            let decision = offset.decision(budget.acquire(offset.ask(ask)).await);
-                            Step::event(Event::PermitAnswered { permit, decision })
-                        })
-                        .await?;
-                    return Ok(self.stepped(step));
-                }
-                Command::NoteBudget { note } => {
-                    if let Some(budget) = self.effects.budget.clone() {
-                        let clock = self.clock;
-                        // Journaled, so that a replay does not tell the budget twice.
-                        let noted = self
-                            .journaled("budget note".into(), move || async move {
-                                let offset = budget_offset(&clock, budget.as_ref());
-                                budget.record(offset.note(note)).await;
-                                unix_ms()
-                            })
-                            .await?;
-                        match noted {
-                            Stepped::Done(at_ms) => self.clock.finished_at(at_ms),
-                            // The note was made (or not); the machine hears the cancel at
-                            // the next command that awaits an answer.
-                            Stepped::Canceled(_) => {}
-                        }
-                    }
-                }
-                Command::Finish { reason, turns } => return Ok(Flow::Done(Ok((reason, turns)))),
-                Command::Fail { error } => return Ok(Flow::Done(Err(*error))),
+            Ok(event) => Some(event),
+            Err(message) => {
+                run.broken(message);
+                None
             }
         }
-        Ok(Flow::Done(Err(RunError::Invariant {
-            message: "the machine emitted no command to wait on and did not stop".into(),
-        })))
     }
 
     /// Runs a batch one call at a time, each call its own journaled step: after a crash,
-    /// the calls whose results are journaled are not run again.
+    /// the calls whose results are journaled are not run again. The outcomes are handed to
+    /// the machine as the tools gave them: core's rule makes them one per call.
     async fn run_tools(
         &mut self,
         batch: rebound_core::BatchId,
         calls: Vec<ToolCall>,
-    ) -> Result<Flow, HandlerError> {
+    ) -> Result<Event, HandlerError> {
         let mut outcomes = Vec::with_capacity(calls.len());
         let invocation = self.ctx.invocation_id().to_owned();
         let ids: Vec<String> = calls.iter().map(|c| c.id.clone()).collect();
-        for call in calls {
+        for (index, call) in calls.into_iter().enumerate() {
             let effects = Arc::clone(self.effects);
             let key = format!("{invocation}/{batch}/{}", call.id);
             let name = format!("tool {} {}", call.name, call.id);
@@ -640,39 +756,36 @@ impl Run<'_, '_> {
                 .journaled(name, move || async move {
                     let id = call.id.clone();
                     let cancel = tokio_util::sync::CancellationToken::new();
-                    let outcome = with_key(key, effects.tools.run_batch(vec![call], &cancel)).await;
-                    let outcome = match outcome {
-                        BatchOutcome::PerCall(mut each) if each.len() == 1 => Ok(each.remove(0)),
-                        BatchOutcome::PerCall(each) => Ok(CallOutcome::model_error(
-                            &id,
-                            format!("the tool answered {} outcomes for one call", each.len()),
-                        )),
-                        BatchOutcome::WholeBatch(ToolFailure::Model { message }) => {
-                            Ok(CallOutcome::model_error(&id, message))
-                        }
-                        BatchOutcome::WholeBatch(failure) => Err(failure),
-                    };
+                    let outcomes =
+                        match with_key(key, effects.tools.run_batch(vec![call], &cancel)).await {
+                            BatchOutcome::PerCall(each) => each,
+                            BatchOutcome::WholeBatch(failure) => {
+                                vec![CallOutcome::new(id, Err(failure))]
+                            }
+                        };
                     CallStep {
                         at_ms: unix_ms(),
-                        outcome,
+                        outcomes,
                     }
                 })
                 .await?;
-            let id = &ids[outcomes.len()];
             let finished = match step {
                 Stepped::Done(step) | Stepped::Canceled(Some(step)) => Some(step),
                 Stepped::Canceled(None) => None,
             };
+            let mut next = index;
             if let Some(step) = finished {
                 self.clock.finished_at(step.at_ms);
-                match step.outcome {
-                    Ok(outcome) => outcomes.push(outcome),
-                    // The host failed (out of memory, canceled): the batch stops here and
-                    // the machine fails the run, keeping the results of the calls before.
-                    Err(failure) => {
-                        outcomes.push(CallOutcome::new(id.clone(), Err(failure)));
-                        break;
-                    }
+                next = index + 1;
+                // The host failed (out of memory, canceled): the batch stops here and the
+                // machine fails the run, keeping the results of the calls before.
+                let host_failed = step
+                    .outcomes
+                    .iter()
+                    .any(|o| matches!(o.result, Err(ToolFailure::Host(_))));
+                outcomes.extend(step.outcomes);
+                if host_failed {
+                    break;
                 }
             }
             if self.canceled {
@@ -683,7 +796,7 @@ impl Run<'_, '_> {
                     HostFailureKind::Canceled,
                     "the run was canceled before this call finished",
                 ));
-                for id in &ids[outcomes.len()..] {
+                for id in &ids[next..] {
                     outcomes.push(CallOutcome::new(id.clone(), Err(stopped.clone())));
                 }
                 break;
@@ -692,10 +805,10 @@ impl Run<'_, '_> {
         if let (true, Some(at_ms)) = (self.canceled, self.canceled_at) {
             self.clock.finished_at(at_ms);
         }
-        Ok(Flow::Next(Event::ToolsFinished {
+        Ok(Event::ToolsFinished {
             batch,
             outcome: BatchOutcome::PerCall(outcomes),
-        }))
+        })
     }
 }
 
@@ -715,13 +828,19 @@ async fn send(
     conversation: &Conversation,
     deadlines: rebound_core::StreamDeadlines,
     receiver: &Mutex<Box<dyn Receiver>>,
-    streamed: &AtomicBool,
+    began: &Mutex<Option<u64>>,
 ) -> Result<Result<rebound_core::AssistantResponse, rebound_core::ProviderFailure>, String> {
     let Some(provider) = effects.providers.get(target) else {
         return Err(format!("no provider is configured for target {target}"));
     };
     let mut sink = |delta: rebound_core::wire::StreamDelta<&str>| {
-        streamed.store(true, Ordering::Relaxed);
+        let mut began = began
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if began.is_none() {
+            *began = Some(unix_ms());
+        }
+        drop(began);
         // The side channel is best effort: a UI that went away does not stop the run.
         let _ = lock(receiver).delta(&delta);
         true

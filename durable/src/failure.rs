@@ -50,6 +50,9 @@ pub struct RunFailure {
     /// `elapsed_ms`, the run's time from its start to its end (to the moment a cancel
     /// took effect).
     pub stats: RunTally,
+    /// The run's jitter seed (see `TurnReply::seed`); 0 when not given.
+    #[serde(default)]
+    pub seed: u64,
 }
 
 impl RunFailure {
@@ -64,7 +67,15 @@ impl RunFailure {
             message: error.to_string(),
             error,
             stats,
+            seed: 0,
         }
+    }
+
+    /// The same failure, naming the run's jitter `seed`.
+    #[must_use]
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
     }
 
     /// The terminal error the `run` handler fails with.

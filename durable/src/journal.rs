@@ -1,7 +1,7 @@
 //! What a durable run writes to the journal: the outcome of each step, as the event it
 //! gives the machine, and the wall-clock time it finished at.
 
-use rebound_core::{CallOutcome, Event, ToolFailure};
+use rebound_core::{CallOutcome, Event};
 use serde::{Deserialize, Serialize};
 
 /// One journaled step that answers the machine: a provider attempt, a compaction, a
@@ -10,8 +10,13 @@ use serde::{Deserialize, Serialize};
 pub(crate) struct Step {
     /// Unix milliseconds when the step finished (the run's clock moves to it).
     pub(crate) at_ms: u64,
-    /// Whether a provider attempt had streamed text before it failed (a stream reset).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    /// Unix milliseconds when a provider attempt's answer began (its first streamed
+    /// piece): the run hears then that it is being answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) began_at_ms: Option<u64>,
+    /// Read from journals of earlier versions, which said only that the answer had begun:
+    /// it is then taken to have begun when the step finished.
+    #[serde(default, skip_serializing)]
     pub(crate) streamed: bool,
     /// The event for the machine, or why the run cannot go on (a conversation no provider
     /// can be sent, a missing target): the run fails with it.
@@ -23,9 +28,15 @@ impl Step {
     pub(crate) fn event(event: Event) -> Self {
         Step {
             at_ms: super::agent::unix_ms(),
+            began_at_ms: None,
             streamed: false,
             event: Ok(event),
         }
+    }
+
+    /// When the answer began, if it did.
+    pub(crate) fn began_at(&self) -> Option<u64> {
+        self.began_at_ms.or(self.streamed.then_some(self.at_ms))
     }
 }
 
@@ -34,8 +45,9 @@ impl Step {
 pub(crate) struct CallStep {
     /// Unix milliseconds when the call finished.
     pub(crate) at_ms: u64,
-    /// The call's outcome, or the host failure that stops the whole batch.
-    pub(crate) outcome: Result<CallOutcome, ToolFailure>,
+    /// The outcomes the tool gave for the call, as it gave them (a failure of the whole
+    /// one-call batch is the call's): core's rule makes them one per call.
+    pub(crate) outcomes: Vec<CallOutcome>,
 }
 
 /// The step that records a cancel once it took effect: when, and the outcome of the step it

@@ -59,10 +59,15 @@ impl ReceiverError {
 
 /// Callbacks for everything a UI shows. All have empty defaults; implement what you need.
 ///
-/// The order is the machine's: `provider_retry` arrives *before* the retry delay starts,
+/// `started` comes first. Then the order is the machine's: `provider_retry` arrives *before* the retry delay starts,
 /// `stream_reset` right after an attempt that had streamed text failed, `message` once per
 /// complete message (assistant or tool results), `totals` then `finished` or `error` last.
 pub trait Receiver: Send {
+    /// A run starts, with jitter `seed` (to reproduce it: the same seed, the same inputs).
+    fn started(&mut self, seed: u64) -> Result<(), ReceiverError> {
+        let _ = seed;
+        Ok(())
+    }
     /// A streamed piece of the response being produced.
     fn delta(&mut self, delta: &StreamDelta<&str>) -> Result<(), ReceiverError> {
         let _ = delta;

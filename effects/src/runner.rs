@@ -495,6 +495,11 @@ impl Runner {
                 return Err(error);
             }
         }
+        if let Err(e) = self.receiver.started(self.seed) {
+            let error = self.host_error(HostFailureKind::Receiver, e.to_string());
+            telemetry.finish(&Err(error.clone()), &RunTally::default());
+            return Err(error);
+        }
         let first = match input {
             RunInput::User(content) => Event::UserMessage { content },
             RunInput::Resume => Event::Resume,
