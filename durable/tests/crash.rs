@@ -34,6 +34,7 @@ const PORT: &str = "REBOUND_DURABLE_CHILD_PORT";
 const PROVIDER_URL: &str = "REBOUND_DURABLE_CHILD_PROVIDER";
 const RECORD: &str = "REBOUND_DURABLE_CHILD_RECORD";
 const CRASH_MARK: &str = "REBOUND_DURABLE_CHILD_CRASH_MARK";
+const TRACES: &str = "REBOUND_DURABLE_CHILD_TRACES";
 
 /// A tool with a side effect: appends one line per call (its id and idempotency key) to a
 /// file.
@@ -131,8 +132,11 @@ async fn endpoint_process() {
             .with_jitter(false)
             .with_max_attempts(4),
     );
-    let agent =
+    let mut agent =
         DurableAgent::new(machine, vec![Box::new(provider)]).tools(Arc::new(Record(record)));
+    if let Some(dir) = std::env::var_os(TRACES) {
+        agent = agent.traces(PathBuf::from(dir));
+    }
     let listener =
         tokio::net::TcpListener::bind(("127.0.0.1", port.parse::<u16>().expect("a port")))
             .await
@@ -330,6 +334,7 @@ async fn a_killed_endpoint_loses_nothing_and_repeats_nothing() {
             (PROVIDER_URL, fake.base_url()),
             (RECORD, record.display().to_string()),
             (CRASH_MARK, dir.path().join("crashed").display().to_string()),
+            (TRACES, dir.path().display().to_string()),
         ],
     );
     register(&restate.admin_url(), &endpoint.url())
@@ -385,6 +390,32 @@ async fn a_killed_endpoint_loses_nothing_and_repeats_nothing() {
         "{lines:?}"
     );
     assert_no_completed_request_twice(&fake, &[streaming.index]);
+
+    // The run that crashed three times and resumed has one whole trace, which replays: the
+    // journal gave every execution the same events.
+    let traces: Vec<PathBuf> = std::fs::read_dir(dir.path())
+        .expect("the folder")
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    assert_eq!(traces.len(), 1, "{traces:?}");
+    let trace = rebound_sim::Trace::read(std::io::BufReader::new(
+        std::fs::File::open(&traces[0]).expect("the trace"),
+    ))
+    .expect("a readable trace");
+    let report = rebound_sim::replay(&trace).unwrap_or_else(|e| panic!("{e}"));
+    assert!(report.steps >= 8, "{report:?}");
+    let sent = |kind: &str| {
+        trace
+            .steps
+            .iter()
+            .flat_map(|s| &s.commands)
+            .filter(|c| c["type"] == kind)
+            .count()
+    };
+    // The machine's four requests (the one cut by the kill was sent again by the journal's
+    // replay, not by the machine) and its one retry, the 429's.
+    assert_eq!((sent("send_request"), sent("notify_retry")), (4, 1));
 
     // The conversation is the object's state: a second call continues it.
     let (status, body) = client.call("Agent/conv-1/conversation", None).await;
