@@ -21,18 +21,18 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, AsyncIterable, AsyncIterator, Callable, Mapping
 
 import httpx
 
 from rebound_agent import (
     AgentMachine,
+    StreamDeadlines,
     StreamDecoder,
     StreamError,
     classify_http,
     classify_transport,
     commands as c,
-    compact,
     events as e,
     request_body,
     request_path,
@@ -87,16 +87,56 @@ class ToolFailure(Exception):
     """A tool call failed in a way the model can act on."""
 
 
+class DeadlineMissed(Exception):
+    """A streamed answer missed one of its request's deadlines (the message says which)."""
+
+
+async def within(
+    deadlines: StreamDeadlines, chunks: AsyncIterable[bytes], decoder: StreamDecoder
+) -> AsyncIterator[bytes]:
+    """The chunks of a streamed body as they come, within the request's deadlines as
+    rebound's HTTP provider keeps them: no byte for ``deadlines.idle_ms``, or no content
+    for ``deadlines.progress_ms`` (keep-alives are bytes, not content: ``decoder.progressed``
+    tells, so feed each chunk to ``decoder`` before asking for the next), raises
+    :class:`DeadlineMissed`. The idle window starts when the next chunk is awaited."""
+    idle_s, progress_s = deadlines.idle_ms / 1000, deadlines.progress_ms / 1000
+    body = aiter(chunks)
+    last_content = time.monotonic()
+    while True:
+        wait_s = min(idle_s, last_content + progress_s - time.monotonic())
+        try:
+            chunk = await asyncio.wait_for(anext(body), max(wait_s, 0))
+        except StopAsyncIteration:
+            return
+        except asyncio.TimeoutError:
+            if time.monotonic() >= last_content + progress_s:
+                raise DeadlineMissed("no content received in time (only keep-alives)") from None
+            raise DeadlineMissed("no bytes received in time") from None
+        yield chunk
+        if decoder.progressed:
+            last_content = time.monotonic()
+        elif time.monotonic() >= last_content + progress_s:
+            raise DeadlineMissed("no content received in time (only keep-alives)")
+
+
 class Agent:
     """Drives one AgentMachine: executes its commands and feeds it what happened. How one
     request is sent is :meth:`send`'s business (httpx here, :class:`HttpxAgent`; an official
     SDK in agent_sdk.py); everything else is the same loop."""
 
     def __init__(
-        self, provider: str, model: str, tools: Tools, seed: int, say: Callable[..., None], record: bool = False
+        self,
+        provider: str,
+        model: str,
+        tools: Tools,
+        seed: int,
+        say: Callable[..., None],
+        record: bool = False,
+        config: Mapping[str, Any] | None = None,
     ) -> None:
         self.provider, self.model, self.tools, self.say = provider, model, tools, say
-        self.machine = AgentMachine(config={"tools": TOOLS}, seed=seed, record=record)
+        # `config`: more of the MachineConfig (its JSON shape), e.g. {"stream": {"idle_ms": …}}.
+        self.machine = AgentMachine(config={"tools": TOOLS, **(config or {})}, seed=seed, record=record)
         self.started = time.monotonic()
 
     def now(self) -> int:
@@ -121,9 +161,13 @@ class Agent:
                         outcomes = await asyncio.gather(*(asyncio.to_thread(self.call, x) for x in calls))
                         event = e.ToolsFinished.per_call(batch, list(outcomes))
                     case c.Compact(compaction=compaction, conversation=conversation):
-                        event = e.CompactionFinished(compaction, compact(conversation))
+                        # rebound's own compaction, with the machine's compaction policy.
+                        event = e.CompactionFinished(compaction, self.machine.compact_default(conversation))
                     case c.AcquirePermit(permit=permit):
                         event = e.PermitAnswered(permit, "granted")  # no shared budget here
+                    case c.StreamReset():
+                        # The answer shown so far broke off: it is void (the retry answers anew).
+                        self.say("\n\x1b[2m(the answer broke off: the text above is discarded)\x1b[0m")
                     case c.NotifyRetry() | c.NotifyFallback():
                         self.say(f"\x1b[2m{command.text}\x1b[0m")
                     case c.AppendMessage(message=message) if message["role"] == "assistant":
@@ -131,7 +175,11 @@ class Agent:
                     case c.AppendMessage() | c.ReplaceConversation() | c.NoteBudget():
                         pass
                     case c.Finish(turns=turns):
-                        self.say(f"\x1b[2mdone after {turns} turns\x1b[0m")
+                        t = self.machine.tally  # counted by rebound, not here
+                        self.say(
+                            f"\x1b[2mdone after {turns} turns: {t.requests} requests, {t.retries} retries, "
+                            f"{t.stream_resets} stream resets\x1b[0m"
+                        )
                         return 0
                     case c.Fail():
                         self.say(f"rebound: the run failed: {command.message}")
@@ -153,6 +201,11 @@ class Agent:
         ProviderFailed, never an exception)."""
         raise NotImplementedError
 
+    def responding(self, command: c.SendRequest) -> None:
+        """Tells the machine the answer to `command` began. Drained at once, as after every
+        handle: its only commands are NoteBudget, for a shared retry budget (none here)."""
+        self.machine.step(self.now(), e.ProviderResponding(command.request))
+
 
 class HttpxAgent(Agent):
     """The agent on httpx: rebound builds the body, decodes the stream, classifies failures."""
@@ -168,8 +221,9 @@ class HttpxAgent(Agent):
         seed: int,
         say: Callable[..., None],
         record: bool = False,
+        config: Mapping[str, Any] | None = None,
     ) -> None:
-        super().__init__(provider, model, tools, seed, say, record)
+        super().__init__(provider, model, tools, seed, say, record, config)
         self.client = client
         self.url = base_url.rstrip("/") + request_path(provider)
         if provider == "anthropic":
@@ -178,13 +232,16 @@ class HttpxAgent(Agent):
             self.headers = {"authorization": f"Bearer {api_key}"}
 
     async def send(self, command: c.SendRequest) -> e.Event:
-        """One attempt: the request rebound built, streamed, decoded and classified."""
+        """One attempt: the request rebound built, streamed, decoded and classified, within
+        the command's deadlines: httpx's read timeout is the idle deadline (for the headers
+        and an error body too), :func:`within` keeps both on the streamed answer."""
         body = request_body(self.provider, command.conversation, self.model, 4096, tools=TOOLS)
-        idle_s = (command.deadlines or {}).get("idle_ms", 90_000) / 1000
+        # Connecting is the client's own business (10 s here), not a deadline of the answer.
+        timeout = httpx.Timeout(command.deadlines.idle_ms / 1000, connect=10)
         started = False
         try:
             async with self.client.stream(
-                "POST", self.url, json=body, headers=self.headers, timeout=httpx.Timeout(idle_s, connect=10)
+                "POST", self.url, json=body, headers=self.headers, timeout=timeout
             ) as response:
                 started = True
                 if response.status_code != 200:
@@ -193,15 +250,18 @@ class HttpxAgent(Agent):
                         self.provider, response.status_code, response.headers, raw, int(time.time() * 1000)
                     )
                     return e.ProviderFailed(command.request, failure)
-                self.machine.handle(self.now(), e.ProviderResponding(command.request))
+                self.responding(command)
                 decoder = StreamDecoder(self.provider)
-                async for chunk in response.aiter_bytes():
+                async for chunk in within(command.deadlines, response.aiter_bytes(), decoder):
                     for delta in decoder.feed(chunk):
                         if delta["type"] == "text":
                             self.say(delta["text"], end="")
                 return e.ProviderSucceeded(command.request, decoder.finish())
         except StreamError as error:
             return e.ProviderFailed(command.request, error.failure)
+        except DeadlineMissed as missed:
+            failure = classify_transport(str(missed), timed_out=True, response_started=True)
+            return e.ProviderFailed(command.request, failure)
         except httpx.HTTPError as error:
             failure = classify_transport(
                 f"{type(error).__name__}: {error}",
@@ -225,9 +285,11 @@ async def run_agent(
     seed: int | None = None,
     trace: Path | None = None,
     say: Callable[..., None] = printer,
+    config: Mapping[str, Any] | None = None,
 ) -> int:
     """Runs the example agent once; returns its exit code. With `trace`, writes the run's
-    rebound trace there (replay it with `rebound replay`)."""
+    rebound trace there (replay it with `rebound replay`). `config`: more of the machine's
+    configuration (e.g. ``{"stream": {"idle_ms": 5000}}``)."""
     key_env = "ANTHROPIC_API_KEY" if provider == "anthropic" else "OPENAI_API_KEY"
     api_key = os.environ.get(key_env, "no-key-for-the-fake-server")
     seed = seed if seed is not None else int.from_bytes(os.urandom(8), "little")
@@ -235,7 +297,7 @@ async def run_agent(
     async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(retries=0)) as client:
         agent = HttpxAgent(
             client, base_url, provider, model or DEFAULT_MODEL[provider], api_key, Tools(root), seed, say,
-            record=trace is not None,
+            record=trace is not None, config=config,
         )
         code = await agent.run(prompt)
         if trace is not None:

@@ -31,13 +31,13 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, AsyncContextManager, Callable
+from typing import Any, AsyncContextManager, Callable, Mapping
 
 import anthropic
 import httpx2
 import openai
 
-from agent import DEFAULT_MODEL, TOOLS, Agent, Tools, printer
+from agent import DEFAULT_MODEL, TOOLS, Agent, DeadlineMissed, Tools, printer, within
 from rebound_agent import (
     StreamDecoder,
     StreamError,
@@ -75,8 +75,9 @@ class SdkAgent(Agent):
         seed: int,
         say: Callable[..., None],
         record: bool = False,
+        config: Mapping[str, Any] | None = None,
     ) -> None:
-        super().__init__(provider, model, tools, seed, say, record)
+        super().__init__(provider, model, tools, seed, say, record, config)
         self.client = client
 
     def create(self, body: dict[str, Any], timeout: httpx2.Timeout) -> AsyncContextManager[Any]:
@@ -107,20 +108,26 @@ class SdkAgent(Agent):
         )
 
     async def send(self, command: c.SendRequest) -> e.Event:
-        """One attempt through the SDK; whatever happened becomes ProviderSucceeded or a
-        ProviderFailed classified by rebound."""
+        """One attempt through the SDK, within the command's deadlines (the SDK's read
+        timeout is the idle deadline, for the headers too; :func:`agent.within` keeps both on
+        the streamed answer); whatever happened becomes ProviderSucceeded or a ProviderFailed
+        classified by rebound."""
         body = request_body(self.provider, command.conversation, self.model, 4096, tools=TOOLS)
-        idle_s = (command.deadlines or {}).get("idle_ms", 90_000) / 1000
+        # Connecting is the client's own business (10 s here), not a deadline of the answer.
+        timeout = httpx2.Timeout(command.deadlines.idle_ms / 1000, connect=10)
         try:
-            async with self.create(body, httpx2.Timeout(idle_s, connect=10)) as response:
+            async with self.create(body, timeout) as response:
                 # A success status: the answer began.
-                self.machine.handle(self.now(), e.ProviderResponding(command.request))
+                self.responding(command)
                 decoder = StreamDecoder(self.provider)
                 try:
-                    async for chunk in response.iter_bytes():
+                    async for chunk in within(command.deadlines, response.iter_bytes(), decoder):
                         for delta in decoder.feed(chunk):
                             if delta["type"] == "text":
                                 self.say(delta["text"], end="")
+                except DeadlineMissed as missed:
+                    failure = classify_transport(str(missed), timed_out=True, response_started=True)
+                    return e.ProviderFailed(command.request, failure)
                 except httpx2.HTTPError as error:
                     # The body broke off (reset, idle timeout): a cut stream, retried.
                     failure = classify_transport(
@@ -160,14 +167,18 @@ async def run_agent(
     seed: int | None = None,
     trace: Path | None = None,
     say: Callable[..., None] = printer,
+    config: Mapping[str, Any] | None = None,
 ) -> int:
     """Runs the SDK agent once; returns its exit code (0: finished, 1: the run failed).
-    With `trace`, writes the run's rebound trace there (replay it with `rebound replay`)."""
+    With `trace`, writes the run's rebound trace there (replay it with `rebound replay`).
+    `config`: more of the machine's configuration (e.g. ``{"stream": {"idle_ms": 5000}}``)."""
     key_env = "ANTHROPIC_API_KEY" if provider == "anthropic" else "OPENAI_API_KEY"
     api_key = os.environ.get(key_env, "no-key-for-the-fake-server")
     seed = seed if seed is not None else int.from_bytes(os.urandom(8), "little")
     async with make_client(provider, base_url, api_key) as client:
-        agent = SdkAgent(client, provider, model or DEFAULT_MODEL[provider], Tools(root), seed, say, trace is not None)
+        agent = SdkAgent(
+            client, provider, model or DEFAULT_MODEL[provider], Tools(root), seed, say, trace is not None, config
+        )
         code = await agent.run(prompt)
         if trace is not None:
             trace.write_text(agent.machine.trace_jsonl())

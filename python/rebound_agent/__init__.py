@@ -14,13 +14,15 @@ like this::
                 case c.SendRequest(): ...   # send; answer ProviderSucceeded/ProviderFailed
                 case c.Sleep(): ...         # wait delay_ms; answer TimerFired
                 case c.RunTools(): ...      # run; answer ToolsFinished
+                case c.StreamReset(): ...   # the partial text shown is void
                 case c.Finish() | c.Fail(): ...
 
 Agents of one process that share a retry budget answer ``AcquirePermit`` and ``NoteBudget``
 with one :class:`SharedBudget` (see :mod:`rebound_agent.budget`).
 
 Every decision (retry or not, how long to wait, compaction, tool error results, failing) is
-made by the Rust crates; this package only converts and forwards. Bad input raises a
+made by the Rust crates, and so is the run's tally (:attr:`AgentMachine.tally`); this package
+only converts and forwards. Bad input raises a
 :class:`ReboundError` subclass and leaves the machine as it was.
 """
 
@@ -36,8 +38,10 @@ from ._native import (
     Machine as _Machine,
     ReboundError,
     RequestError,
+    RunTally,
     SimulationError,
     Snapshot,
+    StreamDeadlines,
     StreamDecoder,
     StreamError,
     TraceError,
@@ -66,6 +70,8 @@ from .sim import (
 __all__ = [
     "AgentMachine",
     "Snapshot",
+    "RunTally",
+    "StreamDeadlines",
     "Command",
     "Event",
     "commands",
@@ -109,14 +115,23 @@ _from_native = commands._from_native
 class AgentMachine:
     """An agent loop as a pure state machine: it decides, your driver acts.
 
+    It is one run of rebound-core's machine, driven through core's ``Run`` as the Rust
+    runner and the simulator drive theirs: the tally, the trace, the stream resets and the
+    run's end are core's, counted and decided there.
+
     Methods, by kind:
 
     - getters: :meth:`conversation`, :attr:`turns`, :attr:`target`, :attr:`is_terminal`,
-      :meth:`outcome`, :meth:`config`, :attr:`seed`;
-    - input: :meth:`handle` ``(now_ms, event)`` — the user's message, provider answers,
-      tool outcomes, timers, compaction results, budget permits, host failures, cancel;
+      :meth:`outcome`, :attr:`tally`, :meth:`config`, :attr:`seed`;
+    - input: :meth:`handle` ``(now_ms, event)`` — the user's message, provider answers
+      (and ``ProviderResponding``, the start of one), tool outcomes, timers, compaction
+      results, budget permits, host failures, cancel;
     - output: :meth:`poll` — the next command, or None. Drain it after **every** handle
-      (:meth:`drain` does), executing commands in order. :meth:`step` is both.
+      (:meth:`drain` does), executing commands in order: the next handle drops what was not
+      polled. :meth:`step` is both. Besides the machine's commands it hands out
+      :class:`~rebound_agent.commands.StreamReset` when an answer that had begun failed;
+    - helpers: :meth:`compact_default` answers a ``Compact`` with core's compaction under
+      this machine's policy.
 
     ``now_ms`` is any monotonic millisecond clock of yours (it must not go backwards; with
     a shared retry budget, the budget's clock). ``seed`` drives retry jitter, nothing else:
@@ -146,11 +161,17 @@ class AgentMachine:
         answer to a command this machine never emitted, :class:`UnexpectedEventError` for
         an event it did not ask for (a second user message during a run); the machine is
         unchanged and stays usable.
+
+        Commands of the previous event not polled yet are dropped: the new event supersedes
+        them. So drain after every handle, ``ProviderResponding``'s too (its only commands
+        are ``NoteBudget``, for a shared retry budget).
         """
         return self._m.handle(now_ms, event)
 
     def poll(self) -> Command | None:
-        """The next command to execute, or None."""
+        """The next command to execute, or None. A
+        :class:`~rebound_agent.commands.StreamReset` comes first after a ``ProviderFailed``
+        that cut an answer which had begun."""
         raw = self._m.poll()
         if raw is None:
             return None
@@ -193,8 +214,27 @@ class AgentMachine:
 
     def outcome(self) -> dict[str, Any] | None:
         """How the run ended: ``{"Ok": finish_reason}`` or ``{"Err": run_error}``; None
-        while it runs."""
+        while it runs. A ``HostFailed`` after the finish (the last answer could not be
+        stored or shown) turns it into ``{"Err": ...}``."""
         return self._m.outcome()
+
+    @property
+    def tally(self) -> RunTally:
+        """What the run did so far, counted by rebound-core from the events and commands
+        (as the Rust runner and the simulator count theirs): ``requests``, ``retries``,
+        ``retry_wait_ms``, ``tool_calls``, ``tool_errors``, ``compactions``, ``fallbacks``,
+        ``stream_resets``, the tokens reported (``input_tokens``, ``output_tokens``,
+        ``cache_read_tokens``, ``cache_creation_tokens``), ``usage`` per request and
+        ``elapsed_ms``; ``to_json()`` has them all. A snapshot: read it again for later
+        counts."""
+        return self._m.tally
+
+    def compact_default(self, conversation: Snapshot | list[Any]) -> dict[str, Any]:
+        """rebound-core's compaction of ``conversation`` with this machine's compaction
+        policy (its config's ``compaction``): the ``result`` of ``CompactionFinished``,
+        ``{"Ok": messages}`` or ``{"Err": why}``. For a ``Compact`` command, when you have
+        no compactor of your own."""
+        return self._m.compact_default(conversation)
 
     def config(self) -> dict[str, Any]:
         """The configuration in its JSON shape, every default filled in."""

@@ -61,8 +61,91 @@ class Snapshot:
     def __eq__(self, other: object) -> bool: ...
     def __hash__(self) -> int: ...
 
+class StreamDeadlines:
+    """How long the answer to a request may take, as every ``SendRequest`` carries them
+    (from the machine's ``stream`` config): no byte for ``idle_ms`` fails the attempt (before
+    the response's headers too), and no content (text, thinking, a tool call or its input:
+    ``StreamDecoder.progressed``; keep-alives are none) for ``progress_ms`` fails it too."""
+
+    def __init__(self, idle_ms: int | None = None, progress_ms: int | None = None) -> None:
+        """Deadlines of ``idle_ms`` and ``progress_ms`` (each at least 1); one not given takes
+        rebound's default."""
+    @staticmethod
+    def from_json(value: Mapping[str, Json] | str) -> StreamDeadlines:
+        """From ``{"idle_ms", "progress_ms"}`` (a field missing takes its default)."""
+    @property
+    def idle_ms(self) -> int:
+        """No byte for this long fails the attempt, in ms."""
+    @property
+    def progress_ms(self) -> int:
+        """No content for this long fails the attempt, in ms; bytes alone do not reset it."""
+    @property
+    def is_default(self) -> bool:
+        """Whether these are rebound's defaults (a trace line then leaves them out)."""
+    def to_json(self) -> dict[str, int]:
+        """``{"idle_ms", "progress_ms"}``."""
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+class RunTally:
+    """What happened during a run, counted by rebound-core from its events and commands (the
+    Rust runner's and the simulator's tallies are this one): a snapshot, read-only."""
+
+    @staticmethod
+    def from_json(value: Mapping[str, Json] | str) -> RunTally:
+        """The tally of its JSON shape (``to_json()``'s)."""
+
+    @property
+    def requests(self) -> int:
+        """Provider requests sent (every attempt, compaction summaries included)."""
+    @property
+    def retries(self) -> int:
+        """Retries sent (one announced and never sent, the run canceled in its backoff, is
+        not one)."""
+    @property
+    def retry_wait_ms(self) -> int:
+        """The announced delays of those retries, summed, in ms."""
+    @property
+    def tool_calls(self) -> int:
+        """Tool calls in appended assistant messages."""
+    @property
+    def tool_errors(self) -> int:
+        """Appended tool results that were errors."""
+    @property
+    def compactions(self) -> int:
+        """Compactions applied."""
+    @property
+    def fallbacks(self) -> int:
+        """Moves to another target of the fallback chain."""
+    @property
+    def stream_resets(self) -> int:
+        """Answers that began (``ProviderResponding``) and then failed: one ``StreamReset``
+        each."""
+    @property
+    def input_tokens(self) -> int:
+        """Input tokens reported, summed over answered requests."""
+    @property
+    def output_tokens(self) -> int:
+        """Output tokens reported, summed."""
+    @property
+    def cache_read_tokens(self) -> int:
+        """Prompt-cache reads reported, summed."""
+    @property
+    def cache_creation_tokens(self) -> int:
+        """Prompt-cache writes reported, summed."""
+    @property
+    def usage(self) -> list[dict[str, Json]]:
+        """Each answered request's ``{"target", "attempt", "purpose", "usage"}``, in order."""
+    @property
+    def elapsed_ms(self) -> int:
+        """Time from the first event handled to the last, on the clock given to ``handle``."""
+    def to_json(self) -> dict[str, Json]:
+        """Every count in its JSON shape."""
+    def __eq__(self, other: object) -> bool: ...
+
 class Machine:
-    """The native machine; ``rebound_agent.AgentMachine`` wraps it."""
+    """The native machine (one run of core's machine); ``rebound_agent.AgentMachine`` wraps
+    it."""
 
     def __init__(
         self,
@@ -74,7 +157,8 @@ class Machine:
     def handle(self, now_ms: int, event: Any) -> Literal["accepted", "stale", "terminal"]:
         """Feeds one event (typed or JSON-shaped) at ``now_ms``."""
     def poll(self) -> tuple[str, dict[str, Json]] | None:
-        """The next command as ``(type, fields)``."""
+        """The next command as ``(type, fields)``, ``"stream_reset"`` (``request``,
+        ``attempt``) among them; ``send_request``'s ``deadlines`` is a StreamDeadlines."""
     def conversation(self) -> Snapshot: ...
     @property
     def turns(self) -> int: ...
@@ -84,8 +168,14 @@ class Machine:
     def is_terminal(self) -> bool: ...
     @property
     def seed(self) -> int: ...
+    @property
+    def tally(self) -> RunTally:
+        """The run's tally so far, counted by core."""
     def outcome(self) -> dict[str, Json] | None: ...
     def config(self) -> dict[str, Json]: ...
+    def compact_default(self, conversation: Snapshot | Sequence[Json]) -> dict[str, Json]:
+        """Core's compaction with this machine's policy: ``{"Ok": messages}`` or
+        ``{"Err": why}``."""
     def trace_jsonl(self) -> str: ...
 
 def describe(
@@ -183,6 +273,11 @@ class StreamDecoder:
         ``thinking``, ``tool_call_start`` (id, name), ``tool_input_json`` (partial_json).
         StreamError (with ``failure``) when the bytes are no valid stream."""
     @property
+    def progressed(self) -> bool:
+        """Whether the bytes of the last ``feed`` carried content (text, thinking, a tool call
+        or its input, as rebound-core counts it): what moves the progress deadline
+        (``SendRequest.deadlines.progress_ms``); keep-alives and empty deltas do not."""
+    @property
     def is_complete(self) -> bool:
         """Whether the terminal event arrived."""
     def finish(self) -> dict[str, Json]:
@@ -216,7 +311,8 @@ def builtin_scenarios() -> list[str]: ...
 def simulate(
     scenario: str | Mapping[str, Json], seed: int = 0, config: Mapping[str, Json] | None = None
 ) -> dict[str, Json]:
-    """One run: seed, succeeded, result, requests, duration_ms, retries, trace."""
+    """One run: seed, succeeded, result, requests, duration_ms, retries, tally (a RunTally's
+    JSON shape), trace."""
 def simulate_many(
     scenario: str | Mapping[str, Json],
     runs: int = 100,

@@ -3,7 +3,9 @@
 Five commands want an answer (an event carrying their id): :class:`SendRequest`,
 :class:`Sleep`, :class:`RunTools`, :class:`Compact` and :class:`AcquirePermit`; the machine
 never emits a second while one is unanswered. The rest are done in order and answered by
-nothing. :class:`Finish` and :class:`Fail` end the run.
+nothing. :class:`Finish` and :class:`Fail` end the run. One more comes from the run rather
+than the machine, among the commands and in order: :class:`StreamReset`, when an answer that
+had begun (``ProviderResponding``) failed; it is never in a trace.
 
 Conversations are :class:`Snapshot` objects: shared with the machine, not copied; call
 ``snapshot.messages()`` for their JSON shape, or pass the snapshot to ``request_body``.
@@ -13,10 +15,10 @@ Each command converts to and from the JSON shape of the trace format (``to_json`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Mapping
 
-from ._native import EventError, Snapshot, describe
+from ._native import EventError, Snapshot, StreamDeadlines, describe
 
 Json = Any
 """A value in its JSON shape: dicts, lists, str, int, float, bool, None."""
@@ -35,6 +37,8 @@ __all__ = [
     "NoteBudget",
     "Finish",
     "Fail",
+    "StreamReset",
+    "StreamDeadlines",
 ]
 
 
@@ -56,7 +60,7 @@ class Command:
         out: dict[str, Json] = {"type": self.type}
         for f in fields(self):
             value = getattr(self, f.name)
-            if isinstance(value, Snapshot):
+            if isinstance(value, (Snapshot, StreamDeadlines)):
                 value = value.to_json()
             out[f.name] = value
         return out
@@ -82,7 +86,11 @@ class Command:
         for f in fields(cls):
             if f.name in value:
                 v = value[f.name]
-                kwargs[f.name] = Snapshot.from_json(v) if f.name == "conversation" else v
+                if f.name == "conversation":
+                    v = Snapshot.from_json(v)
+                elif f.name == "deadlines":
+                    v = StreamDeadlines.from_json(v)
+                kwargs[f.name] = v
         try:
             return cls(**kwargs)
         except TypeError as e:
@@ -101,8 +109,13 @@ class AppendMessage(Command):
 class SendRequest(Command):
     """Send ``conversation`` to target ``target`` (attempt ``attempt``, 1-based); answer with
     ProviderSucceeded or ProviderFailed carrying ``request``. ``purpose`` is ``"turn"`` or
-    ``"summary"`` (a compaction's summary request, whose answer is not appended);
-    ``deadlines`` is None for the defaults, else ``{"idle_ms", "progress_ms"}``."""
+    ``"summary"`` (a compaction's summary request, whose answer is not appended).
+
+    ``deadlines`` (always given, from the machine's ``stream`` config) bound the answer: no
+    byte for ``deadlines.idle_ms`` fails the attempt, and no content (text, thinking, a tool
+    call or its input: ``StreamDecoder.progressed``) for ``deadlines.progress_ms`` fails it
+    too; answer then with ProviderFailed, e.g. ``classify_transport(..., timed_out=True,
+    response_started=...)``."""
 
     type: ClassVar[str] = "send_request"
     answered_by: ClassVar[str | None] = "provider_succeeded | provider_failed"
@@ -111,13 +124,13 @@ class SendRequest(Command):
     attempt: int
     conversation: Snapshot
     purpose: str = "turn"
-    deadlines: Json = None
+    deadlines: StreamDeadlines = field(default_factory=StreamDeadlines)
 
     def to_json(self) -> dict[str, Json]:
         out = Command.to_json(self)
         if out.get("purpose") == "turn":
             del out["purpose"]
-        if out.get("deadlines") is None:
+        if self.deadlines.is_default:
             del out["deadlines"]
         return out
 
@@ -254,6 +267,21 @@ class Fail(Command):
         return describe("run_error", self.error)
 
 
+@dataclass(frozen=True, slots=True)
+class StreamReset(Command):
+    """The answer to request ``request`` (attempt ``attempt``) had begun and then failed:
+    the partial text shown for that request is void. Take it back (or mark it as cut); the
+    commands that answer the failure (the retry's NotifyRetry, its Sleep) follow.
+
+    Told by the run, not the machine: nothing answers it and no trace holds it (replay
+    derives it again from ``provider_responding`` followed by ``provider_failed``). Each
+    one counts in ``AgentMachine.tally.stream_resets``."""
+
+    type: ClassVar[str] = "stream_reset"
+    request: int
+    attempt: int
+
+
 _COMMANDS: dict[str, type[Command]] = {
     cls.type: cls
     for cls in (
@@ -269,6 +297,7 @@ _COMMANDS: dict[str, type[Command]] = {
         NoteBudget,
         Finish,
         Fail,
+        StreamReset,
     )
 }
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from . import _native
+from ._native import RunTally
 from .commands import Command
 from .events import Event
 
@@ -64,6 +65,8 @@ class SimRun:
     """Virtual time from start to end."""
     retries: list[tuple[int, str]]
     """Each retry notice: its virtual time and status line."""
+    tally: RunTally
+    """What the run did, counted by rebound-core as every driver's run is (virtual times)."""
     trace: str
     """The run's trace (JSON Lines): :func:`replay` replays it."""
 
@@ -74,6 +77,7 @@ def simulate(scenario: Scenario, seed: int = 0, config: Mapping[str, Any] | None
     unknown or bad scenario, SimulationError if the machine livelocks (a bug)."""
     d = _native.simulate(scenario, seed, config)
     d["retries"] = [tuple(r) for r in d["retries"]]
+    d["tally"] = RunTally.from_json(d["tally"])
     return SimRun(**d)
 
 

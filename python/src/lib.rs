@@ -9,10 +9,12 @@
 
 mod budget;
 mod convert;
+mod deadlines;
 mod errors;
 
 mod machine;
 mod sim;
+mod tally;
 mod wire;
 
 use pyo3::prelude::*;
@@ -39,6 +41,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SimulationError", py.get_type::<errors::SimulationError>())?;
     m.add_class::<machine::PyMachine>()?;
     m.add_class::<machine::PySnapshot>()?;
+    m.add_class::<deadlines::PyStreamDeadlines>()?;
+    m.add_class::<tally::PyRunTally>()?;
     m.add_function(wrap_pyfunction!(machine::describe, m)?)?;
     m.add_function(wrap_pyfunction!(machine::normalize_event, m)?)?;
     m.add_class::<budget::PyRetryBudget>()?;

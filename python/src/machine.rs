@@ -1,15 +1,21 @@
-//! `AgentMachine` for Python: events in as JSON-shaped objects, commands out as a tag and
-//! fields (the Python layer makes them typed objects), conversations as shared snapshots.
+//! `AgentMachine` for Python, driven through core's [`Run`] as every shell drives it: events
+//! in as JSON-shaped objects, the run's actions out as a tag and fields (the Python layer
+//! makes them typed objects), conversations as shared snapshots. The tally, the trace, the
+//! end of the run and the stream resets are the run's; this module only converts.
 
 use crate::convert::{from_py, to_py, to_u64};
-use crate::errors::{EventError, ReboundError, UnexpectedEventError, UnknownAnswerError};
+use crate::deadlines::PyStreamDeadlines;
+use crate::errors::{
+    ConfigError, EventError, ReboundError, UnexpectedEventError, UnknownAnswerError,
+};
+use crate::tally::PyRunTally;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
-use rebound_core::trace::{command_value, TraceHeader, TraceStep};
+use rebound_core::run::{Action, Run, Step};
 use rebound_core::{
-    AgentMachine, Command, Conversation, Event, FallbackInfo, Handled, IgnoreReason, MachineConfig,
-    Millis, ProviderRetryInfo, RunError,
+    Command, Conversation, Event, FallbackInfo, Handled, IgnoreReason, MachineConfig, Millis,
+    ProviderRetryInfo, RunError,
 };
 use rebound_sim::Trace;
 use std::collections::BTreeSet;
@@ -233,20 +239,14 @@ impl Issued {
     }
 }
 
-/// A recorded run: the header and one step per handled event.
-struct Recording {
-    header: TraceHeader,
-    steps: Vec<TraceStep>,
-}
-
-/// The native machine. Use `rebound_agent.AgentMachine`, which wraps it with typed events and
-/// commands.
+/// The native machine: a [`Run`] of core's machine. Use `rebound_agent.AgentMachine`, which
+/// wraps it with typed events and commands.
 #[pyclass(module = "rebound_agent._native", name = "Machine")]
 pub struct PyMachine {
-    machine: AgentMachine,
-    seed: u64,
+    run: Run,
+    /// Whether the run records its steps (for `trace_jsonl`).
+    record: bool,
     issued: Issued,
-    recording: Option<Recording>,
 }
 
 #[pymethods]
@@ -263,40 +263,32 @@ impl PyMachine {
         let config: MachineConfig = match config {
             None => MachineConfig::default(),
             Some(c) if c.is_none() => MachineConfig::default(),
-            Some(c) => from_py(c, "machine config")
-                .map_err(|e| crate::errors::ConfigError::new_err(e.to_string()))?,
+            Some(c) => {
+                from_py(c, "machine config").map_err(|e| ConfigError::new_err(e.to_string()))?
+            }
         };
         let conversation: Option<Conversation> = match conversation {
-            Some(c) if !c.is_none() => Some(
-                from_py(c, "conversation")
-                    .map_err(|e| crate::errors::ConfigError::new_err(e.to_string()))?,
-            ),
+            Some(c) if !c.is_none() => {
+                Some(from_py(c, "conversation").map_err(|e| ConfigError::new_err(e.to_string()))?)
+            }
             _ => None,
         };
-        let recording = record.then(|| {
-            let mut header = TraceHeader::new(seed, config.clone());
-            header.initial_conversation.clone_from(&conversation);
-            header.meta.insert("driver".into(), "python".into());
-            Recording {
-                header,
-                steps: Vec::new(),
-            }
-        });
-        let machine = match conversation {
-            Some(c) => AgentMachine::with_conversation(config, seed, c),
-            None => AgentMachine::new(config, seed),
+        let run = match conversation {
+            Some(c) => Run::with_conversation(config, seed, c),
+            None => Run::new(config, seed),
         };
         Ok(PyMachine {
-            machine,
-            seed,
+            run: run.recording(record).meta("driver", "python"),
+            record,
             issued: Issued::default(),
-            recording,
         })
     }
 
     /// Feeds one event (its JSON shape) at `now_ms`; returns `"accepted"`, `"stale"` or
-    /// `"terminal"`. Raises (leaving the machine unchanged) for a malformed event, an answer
-    /// to a command never emitted, or an event the machine did not ask for.
+    /// `"terminal"`. Raises (leaving the machine unchanged) for a malformed event or an
+    /// answer to a command never emitted, and for an event the machine did not ask for.
+    /// What was not polled of the previous event's actions is dropped: the new event
+    /// supersedes them.
     fn handle(
         &mut self,
         now_ms: &Bound<'_, PyAny>,
@@ -305,89 +297,121 @@ impl PyMachine {
         let now = Millis(to_u64(now_ms, "now_ms")?);
         let event: Event = from_py(event, "event")?;
         self.issued.check(&event)?;
-        let recorded = self.recording.as_ref().map(|_| event.clone());
-        match self.machine.handle(now, event) {
-            Handled::Ignored(IgnoreReason::Unexpected) => Err(UnexpectedEventError::new_err(
-                "the machine did not ask for this event now (e.g. a second user message \
-                 during a run, or Resume after it started); it was ignored",
-            )),
-            handled => {
-                if let (Some(rec), Some(event)) = (self.recording.as_mut(), recorded) {
-                    rec.steps.push(TraceStep::new(now, event, &[]));
-                }
-                Ok(match handled {
-                    Handled::Accepted => "accepted",
-                    Handled::Ignored(IgnoreReason::Terminal) => "terminal",
-                    _ => "stale",
-                })
+        Ok(match self.run.handle(now, event) {
+            Handled::Ignored(IgnoreReason::Unexpected) => {
+                return Err(UnexpectedEventError::new_err(
+                    "the machine did not ask for this event now (e.g. a second user message \
+                     during a run, or Resume after it started); it was ignored",
+                ))
             }
-        }
+            Handled::Accepted => "accepted",
+            Handled::Ignored(IgnoreReason::Terminal) => "terminal",
+            _ => "stale",
+        })
     }
 
-    /// The next command as `(type, fields)`, or `None` when there is none.
+    /// The next action as `(type, fields)`, or `None` when there is none: a command of the
+    /// machine, or `"stream_reset"` (`request`, `attempt`) when an answer that had begun
+    /// failed.
     fn poll<'py>(
         &mut self,
         py: Python<'py>,
     ) -> PyResult<Option<(Bound<'py, PyString>, Bound<'py, PyDict>)>> {
-        let Some(command) = self.machine.poll() else {
-            return Ok(None);
-        };
-        self.issued.note(&command);
-        if let Some(rec) = self.recording.as_mut() {
-            if let Some(step) = rec.steps.last_mut() {
-                step.commands.push(command_value(&command));
+        match self.run.poll() {
+            None => Ok(None),
+            Some(Action::Command(command)) => {
+                self.issued.note(&command);
+                command_fields(py, &command).map(Some)
             }
+            Some(Action::StreamReset { request, attempt }) => {
+                let d = PyDict::new(py);
+                d.set_item(intern!(py, "request"), request.0)?;
+                d.set_item(intern!(py, "attempt"), attempt)?;
+                Ok(Some((intern!(py, "stream_reset").clone(), d)))
+            }
+            Some(other) => Err(ReboundError::new_err(format!(
+                "the run asked for an action this build of rebound_agent cannot hand out: \
+                 {other:?}; rebuild the package against its rebound-core"
+            ))),
         }
-        command_fields(py, &command).map(Some)
     }
 
     /// The conversation as it stands (only complete messages).
     fn conversation(&self) -> PySnapshot {
-        PySnapshot::full(Arc::clone(self.machine.snapshot().arc()))
+        PySnapshot::full(Arc::clone(self.run.machine().snapshot().arc()))
     }
 
     /// Assistant messages appended in this run.
     #[getter]
     fn turns(&self) -> u32 {
-        self.machine.turns()
+        self.run.machine().turns()
     }
 
     /// Index of the target requests currently go to.
     #[getter]
     fn target(&self) -> usize {
-        self.machine.target()
+        self.run.machine().target()
     }
 
-    /// Whether the run finished or failed.
+    /// Whether the run ended (finished or failed).
     #[getter]
     fn is_terminal(&self) -> bool {
-        self.machine.is_terminal()
+        self.run.is_ended()
     }
 
     /// The jitter seed.
     #[getter]
     fn seed(&self) -> u64 {
-        self.seed
+        self.run.seed()
+    }
+
+    /// What happened so far, counted by core's run.
+    #[getter]
+    fn tally(&self) -> PyRunTally {
+        PyRunTally::of(self.run.tally())
     }
 
     /// How the run ended: `{"Ok": reason}` or `{"Err": error}`, or `None` while it runs.
     fn outcome<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        self.machine.outcome().map(|o| to_py(py, o)).transpose()
+        let Some(end) = self.run.end() else {
+            return Ok(None);
+        };
+        let outcome = end.as_ref().map(|ended| &ended.reason);
+        to_py(py, &outcome).map(Some)
     }
 
     /// The configuration, in its JSON shape.
     fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        to_py(py, self.machine.config())
+        to_py(py, self.run.machine().config())
+    }
+
+    /// Core's compaction of `conversation` (a Snapshot or a list of messages) with this
+    /// machine's compaction policy: the `result` of CompactionFinished, `{"Ok": messages}`
+    /// or `{"Err": "why"}`.
+    fn compact_default<'py>(
+        &self,
+        py: Python<'py>,
+        conversation: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let conversation = crate::wire::conversation(conversation)?;
+        let d = PyDict::new(py);
+        match self.run.compact_default(&conversation) {
+            Ok(c) => d.set_item("Ok", to_py(py, &c)?)?,
+            Err(e) => d.set_item("Err", e.to_string())?,
+        }
+        Ok(d.into_any())
     }
 
     /// The run so far as a trace (JSON Lines), when the machine was made with `record=True`.
     fn trace_jsonl(&self) -> PyResult<String> {
-        let rec = self.recording.as_ref().ok_or_else(|| {
-            ReboundError::new_err("this machine records no trace: create it with record=True")
-        })?;
+        if !self.record {
+            return Err(ReboundError::new_err(
+                "this machine records no trace: create it with record=True",
+            ));
+        }
         Ok(Trace {
-            header: rec.header.clone(),
-            steps: rec.steps.clone(),
+            header: self.run.header(),
+            steps: self.run.steps().iter().map(Step::to_trace).collect(),
         }
         .to_jsonl())
     }
@@ -421,11 +445,7 @@ fn command_fields<'py>(
             d.set_item(intern!(py, "attempt"), *attempt)?;
             d.set_item(intern!(py, "conversation"), snapshot(py, conversation)?)?;
             d.set_item(intern!(py, "purpose"), to_py(py, purpose)?)?;
-            if deadlines.is_default() {
-                d.set_item(intern!(py, "deadlines"), py.None())?;
-            } else {
-                d.set_item(intern!(py, "deadlines"), to_py(py, deadlines)?)?;
-            }
+            d.set_item(intern!(py, "deadlines"), PyStreamDeadlines(*deadlines))?;
             intern!(py, "send_request")
         }
         Command::Sleep { timer, delay_ms } => {

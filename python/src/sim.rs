@@ -53,7 +53,8 @@ pub fn builtin_scenarios() -> Vec<&'static str> {
 
 /// One simulated run of `scenario` with `seed`, in virtual time: a dict with `seed`,
 /// `succeeded`, `result` (`{"Ok": reason}` / `{"Err": error}`), `requests`, `duration_ms`,
-/// `retries` (`[[t_ms, text], …]`) and `trace` (JSON Lines, replayable). Raises
+/// `retries` (`[[t_ms, text], …]`), `tally` (the run's `RunTally` in its JSON shape, as core
+/// counts every run's) and `trace` (JSON Lines, replayable). Raises
 /// `SimulationError` when the machine livelocks or stalls (a bug in rebound, with the seed).
 #[pyfunction]
 #[pyo3(signature = (scenario, seed=0, config=None))]
@@ -81,6 +82,7 @@ pub fn simulate<'py>(
         retries.append(to_py(py, &(t.0, info.to_string()))?)?;
     }
     d.set_item("retries", retries)?;
+    d.set_item("tally", to_py(py, &outcome.tally())?)?;
     d.set_item("trace", outcome.trace().to_jsonl())?;
     Ok(d)
 }

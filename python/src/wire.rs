@@ -31,7 +31,7 @@ pub fn provider_kind(name: &str) -> PyResult<ProviderKind> {
 }
 
 /// A conversation from a [`PySnapshot`] (shared, no copy) or a list of messages.
-fn conversation(obj: &Bound<'_, PyAny>) -> PyResult<Arc<Conversation>> {
+pub fn conversation(obj: &Bound<'_, PyAny>) -> PyResult<Arc<Conversation>> {
     if let Ok(s) = obj.cast::<PySnapshot>() {
         return Ok(Arc::clone(s.get().conversation()?));
     }
@@ -208,6 +208,8 @@ pub fn parse_response<'py>(
 #[pyclass(module = "rebound_agent._native", name = "StreamDecoder")]
 pub struct PyStreamDecoder {
     decoder: Option<StreamDecoder>,
+    /// Whether the last `feed` completed a delta with content.
+    progressed: bool,
 }
 
 impl PyStreamDecoder {
@@ -263,6 +265,7 @@ impl PyStreamDecoder {
     fn new(provider: &str) -> PyResult<Self> {
         Ok(PyStreamDecoder {
             decoder: Some(StreamDecoder::new(provider_kind(provider)?)),
+            progressed: false,
         })
     }
 
@@ -279,13 +282,16 @@ impl PyStreamDecoder {
         let decoder = self.live()?;
         let out = PyList::empty(py);
         let mut error: Option<PyErr> = None;
+        let mut progressed = false;
         let result = decoder.feed_with(&data, |delta| {
+            progressed |= delta.has_content();
             if error.is_none() {
                 if let Err(e) = delta_dict(py, delta).and_then(|d| out.append(d)) {
                     error = Some(e);
                 }
             }
         });
+        self.progressed = progressed;
         if let Some(e) = error {
             return Err(e);
         }
@@ -293,6 +299,14 @@ impl PyStreamDecoder {
             Ok(()) => Ok(out),
             Err(f) => Err(stream_error(py, &f)),
         }
+    }
+
+    /// Whether the bytes of the last `feed` carried content (text, thinking, a tool call or
+    /// its input, as rebound-core counts it): what moves a request's progress deadline
+    /// (`SendRequest.deadlines.progress_ms`). Keep-alives and empty deltas do not.
+    #[getter]
+    fn progressed(&self) -> bool {
+        self.progressed
     }
 
     /// Whether the terminal event arrived (the message is complete).

@@ -36,6 +36,7 @@ def test_what_python_gets_is_json_shaped():
     for command in run.commands():
         assert_json_shaped(command.to_json(), type(command).__name__)
     assert_json_shaped(m.outcome(), "outcome")
+    assert_json_shaped(m.tally.to_json(), "tally")
     assert_json_shaped(m.conversation().messages(), "messages")
     assert_json_shaped(_native.simulate("demo", 1, None), "simulation")
 

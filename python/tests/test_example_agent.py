@@ -39,7 +39,7 @@ def base_url(url: str, provider: str) -> str:
     return url if provider == "anthropic" else url + "/v1"
 
 
-def run(url, provider, tmp_path, seed=1, agent="httpx"):
+def run(url, provider, tmp_path, seed=1, agent="httpx", config=None):
     lines: list[str] = []
     trace = tmp_path / f"{provider}.jsonl"
     (tmp_path / "src").mkdir(exist_ok=True)
@@ -53,6 +53,7 @@ def run(url, provider, tmp_path, seed=1, agent="httpx"):
             seed=seed,
             trace=trace,
             say=lambda text, end="\n": lines.append(text + end),
+            config=config,
         )
     )
     return code, "".join(lines), trace.read_text()
@@ -174,3 +175,92 @@ def test_both_agents_tell_the_machine_the_same_failures(serve, tmp_path, provide
     kinds = [k for k, *_ in told["sdk"]]
     assert kinds == ["transport", "unavailable", "stream_malformed", "stream_malformed", "rate_limited"], told
     assert told["sdk"][-1][1:] == (429, None, 150)
+
+
+# A stream that stops after its first event for longer than the request's idle deadline.
+STALL = {
+    "name": "stall",
+    "turns": [{"faults": [{"type": "stall", "ms": 3_000}], "answer": {"text": "Fixed."}}],
+}
+
+
+@both
+def test_a_stream_silent_past_its_idle_deadline_is_reset_and_retried(serve, tmp_path, agent):
+    scenario = tmp_path / "stall.json"
+    scenario.write_text(json.dumps(STALL))
+    config = {"stream": {"idle_ms": 400}}
+    code, out, trace = run(serve(str(scenario)), "anthropic", tmp_path, agent=agent, config=config)
+    assert code == 0, out
+    assert replay(trace).identical
+    steps = [json.loads(line) for line in trace.splitlines()[1:]]
+    sends = [c for s in steps for c in s["commands"] if c["type"] == "send_request"]
+    assert sends and all(c["deadlines"]["idle_ms"] == 400 for c in sends)
+    kinds = [s["event"]["type"] for s in steps]
+    failed = kinds.index("provider_failed")
+    assert kinds[failed - 1] == "provider_responding"  # the answer had begun
+    assert steps[failed]["event"]["failure"]["transport"] == "idle_timeout"
+    # Told to the user before the retry's notice, and counted by the machine.
+    assert out.index("the answer broke off") < out.index("retrying in")
+    assert "1 stream resets" in out
+
+
+async def chunks_at(times_and_chunks):
+    """A body whose chunks come at the given offsets (s) from the first read."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    for at, chunk in times_and_chunks:
+        await asyncio.sleep(max(0.0, start + at - loop.time()))
+        yield chunk
+
+
+PING = b'event: ping\ndata: {"type": "ping"}\n\n'
+START = (
+    b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","type":"message",'
+    b'"role":"assistant","content":[],"model":"m","stop_reason":null,"stop_sequence":null,'
+    b'"usage":{"input_tokens":1,"output_tokens":1}}}\n\n'
+    b'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
+    b'"content_block":{"type":"text","text":""}}\n\n'
+)
+TEXT = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}\n\n'
+
+
+def read_within(idle_ms, progress_ms, body):
+    """What `within` makes of `body`: the chunks read, and the deadline missed (or None)."""
+    agent = AGENTS["httpx"]
+    decoder = agent.StreamDecoder("anthropic")
+    deadlines = agent.StreamDeadlines(idle_ms, progress_ms)
+
+    async def go():
+        read = []
+        try:
+            async for chunk in agent.within(deadlines, chunks_at(body), decoder):
+                decoder.feed(chunk)
+                read.append(chunk)
+        except agent.DeadlineMissed as missed:
+            return read, str(missed)
+        return read, None
+
+    return asyncio.run(go())
+
+
+def test_within_fails_a_stream_of_keep_alives_at_its_progress_deadline():
+    body = [(0, START), *((0.05 * i, PING) for i in range(1, 40))]
+    read, missed = read_within(10_000, 300, body)
+    assert missed == "no content received in time (only keep-alives)"
+    assert 4 <= len(read) <= 9  # pings kept coming; the content did not
+
+
+def test_within_fails_a_silent_stream_at_its_idle_deadline():
+    read, missed = read_within(200, 60_000, [(0, START), (5, TEXT)])
+    assert (read, missed) == ([START], "no bytes received in time")
+
+
+def test_within_fails_silence_at_the_progress_deadline_when_it_comes_first():
+    read, missed = read_within(60_000, 200, [(0, START + TEXT), (5, TEXT)])
+    assert (read, missed) == ([START + TEXT], "no content received in time (only keep-alives)")
+
+
+def test_within_passes_a_stream_whose_content_keeps_coming():
+    body = [(0, START), *((0.05 * i, TEXT if i % 2 else PING) for i in range(1, 12))]
+    read, missed = read_within(200, 200, body)
+    assert missed is None and len(read) == 12

@@ -82,6 +82,22 @@ def test_a_cut_stream_is_a_retryable_failure_the_machine_retries():
     assert [type(x).__name__ for x in cmds] == ["NotifyRetry", "Sleep"]
 
 
+def test_progress_is_content_not_bytes():
+    """`progressed` moves a request's progress deadline: text does, keep-alives do not."""
+    events = [x + b"\n\n" for x in fixture("streams/anthropic/basic_response.sse").split(b"\n\n") if x.strip()]
+    d = StreamDecoder("anthropic")
+    seen = {}
+    for event in events:
+        d.feed(event)
+        seen.setdefault(event.split(b"\n")[0].decode(), []).append(d.progressed)
+    assert seen["event: ping"] == [False]
+    assert seen["event: message_start"] == [False]
+    assert seen["event: content_block_start"] == [False]  # an empty text block
+    assert all(seen["event: content_block_delta"])
+    d.feed(b"")
+    assert not d.progressed
+
+
 @pytest.mark.parametrize(
     "garbage",
     [b"\x00\xff\xfe garbage", b"data: {not json}\n\n", b"<html>502 Bad Gateway</html>\n\n", b"data: " + b"x" * 10],
