@@ -177,8 +177,8 @@ class Agent:
                     case c.Finish(turns=turns):
                         t = self.machine.tally  # counted by rebound, not here
                         self.say(
-                            f"\x1b[2mdone after {turns} turns: {t.requests} requests, {t.retries} retries, "
-                            f"{t.stream_resets} stream resets\x1b[0m"
+                            f"\x1b[2mdone after {turns} turns (requests: {t.requests}, retries: {t.retries}, "
+                            f"stream resets: {t.stream_resets})\x1b[0m"
                         )
                         return 0
                     case c.Fail():

@@ -201,7 +201,7 @@ def test_a_stream_silent_past_its_idle_deadline_is_reset_and_retried(serve, tmp_
     assert steps[failed]["event"]["failure"]["transport"] == "idle_timeout"
     # Told to the user before the retry's notice, and counted by the machine.
     assert out.index("the answer broke off") < out.index("retrying in")
-    assert "1 stream resets" in out
+    assert "stream resets: 1)" in out
 
 
 async def chunks_at(times_and_chunks):
