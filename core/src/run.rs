@@ -289,16 +289,17 @@ impl Run {
     /// What was still queued of the previous step is dropped: an event the shell reports
     /// before it executed them (a host failure showing a message, say) supersedes them.
     /// After the run ended, events are ignored, except a host failure after a finish (the
-    /// step that ended the run could not be stored or shown), which fails the run.
+    /// step that ended the run could not be stored or shown), which fails the run. An event
+    /// the machine did not ask for ([`IgnoreReason::Unexpected`]) changes nothing: it is
+    /// neither recorded nor counted, and what was queued stays.
     pub fn handle(&mut self, now: Millis, event: Event) -> Handled {
-        self.queue.clear();
         if let Some(end) = &self.end {
             if let (Ok(_), Event::HostFailed { failure }) = (end, &event) {
                 self.end = Some(Err(RunError::from(failure.clone())));
+                self.queue.clear();
             }
             return Handled::Ignored(IgnoreReason::Terminal);
         }
-        self.tally.event(now, &event);
         let answers = self.awaited.filter(|a| a.answered_by(&event));
         let began = match &event {
             Event::ProviderResponding { request } => Some(*request),
@@ -312,8 +313,18 @@ impl Run {
             ) if *request == responding => Some((*request, attempt)),
             _ => None,
         };
+        // The tally reads the event before the machine takes it. It counts only answers to
+        // the request awaited, which the machine never refuses as unexpected; of an event it
+        // does refuse, the tally would keep only the time: put back.
+        let elapsed_ms = self.tally.elapsed_ms;
+        self.tally.event(now, &event);
         let recorded = self.record.then(|| event.clone());
         let handled = self.machine.handle(now, event);
+        if handled == Handled::Ignored(IgnoreReason::Unexpected) {
+            self.tally.elapsed_ms = elapsed_ms;
+            return handled;
+        }
+        self.queue.clear();
         self.handled += 1;
         if handled == Handled::Accepted {
             if answers.is_some() {

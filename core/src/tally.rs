@@ -101,6 +101,8 @@ struct PendingRequest {
     purpose: RequestPurpose,
     /// Its answer began.
     responding: bool,
+    /// It failed: a later answer to it is stale.
+    failed: bool,
 }
 
 impl RunTally {
@@ -112,7 +114,8 @@ impl RunTally {
         // Answers to another request than the one awaited are stale: the machine ignores them.
         match event {
             Event::ProviderSucceeded { request, response } => {
-                let Some(pending) = self.pending.filter(|p| p.request == *request) else {
+                let Some(pending) = self.pending.filter(|p| p.request == *request && !p.failed)
+                else {
                     return;
                 };
                 self.pending = None;
@@ -124,12 +127,13 @@ impl RunTally {
                 });
             }
             Event::ProviderResponding { request } => {
-                if let Some(pending) = self.pending.as_mut().filter(|p| p.request == *request) {
+                if let Some(pending) = self.awaited(*request) {
                     pending.responding = true;
                 }
             }
             Event::ProviderFailed { request, .. } => {
-                if let Some(pending) = self.pending.as_mut().filter(|p| p.request == *request) {
+                if let Some(pending) = self.awaited(*request) {
+                    pending.failed = true;
                     if std::mem::take(&mut pending.responding) {
                         self.stream_resets = self.stream_resets.saturating_add(1);
                     }
@@ -137,6 +141,13 @@ impl RunTally {
             }
             _ => {}
         }
+    }
+
+    /// The last request sent, while it awaits its answer.
+    fn awaited(&mut self, request: RequestId) -> Option<&mut PendingRequest> {
+        self.pending
+            .as_mut()
+            .filter(|p| p.request == request && !p.failed)
     }
 
     /// Counts a command the machine emitted.
@@ -160,6 +171,7 @@ impl RunTally {
                     attempt: *attempt,
                     purpose: *purpose,
                     responding: false,
+                    failed: false,
                 });
             }
             Command::NotifyRetry { info } if !info.is_compaction() => {
@@ -387,6 +399,12 @@ mod tests {
         tally.event(Millis(7), &responding(4));
         tally.event(Millis(8), &answer(4, 1)); // began and succeeded: no reset
         assert_eq!(tally.stream_resets, 1);
+        // An answer after the failure of its request is stale: no usage counted.
+        tally.command(&send(5, 1));
+        tally.event(Millis(9), &failed(5));
+        tally.event(Millis(10), &answer(5, 50));
+        assert_eq!(tally.output_tokens, 1);
+        assert_eq!(tally.unanswered_attempts(), Some(1));
     }
 
     #[test]

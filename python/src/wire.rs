@@ -284,7 +284,7 @@ impl PyStreamDecoder {
         let mut error: Option<PyErr> = None;
         let mut progressed = false;
         let result = decoder.feed_with(&data, |delta| {
-            progressed |= delta.has_content();
+            progressed |= delta.is_progress();
             if error.is_none() {
                 if let Err(e) = delta_dict(py, delta).and_then(|d| out.append(d)) {
                     error = Some(e);

@@ -178,3 +178,25 @@ fn recorded_steps_are_what_the_machine_did_and_replay_to_the_same_commands() {
     assert!(quiet.steps().is_empty());
     assert_eq!(quiet.handled(), 2);
 }
+
+#[test]
+fn an_event_the_machine_did_not_ask_for_changes_nothing() {
+    let mut run = Run::new(config(), 1).recording(true);
+    let _ = run.handle(Millis(0), Event::user_text("hi"));
+    let appended = run.poll();
+    assert!(matches!(
+        appended,
+        Some(Action::Command(Command::AppendMessage { .. }))
+    ));
+    let before = (run.tally().clone(), run.steps().len(), run.handled());
+    // A second user message during the run: refused, and the request still queued.
+    assert_eq!(
+        run.handle(Millis(50), Event::user_text("again")),
+        Handled::Ignored(IgnoreReason::Unexpected)
+    );
+    assert_eq!((run.tally().clone(), run.steps().len(), run.handled()), before);
+    assert!(matches!(
+        run.poll(),
+        Some(Action::Command(Command::SendRequest { .. }))
+    ));
+}
