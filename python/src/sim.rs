@@ -7,7 +7,7 @@ use crate::errors::{ConfigError, SimulationError, TraceError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use rebound_core::RetryBudget;
-use rebound_sim::compare::{run_experiment, ExperimentConfig};
+use rebound_study::compare::{run_experiment, ExperimentConfig};
 use rebound_sim::stats::percentile;
 use rebound_sim::{
     replay as replay_trace, run_many, simulate as simulate_one,
