@@ -42,7 +42,7 @@ pub fn sim(args: &SimArgs) -> i32 {
     println!("{}", Stats::markdown_header());
     println!("{}", stats.markdown_row());
     if let Some(dir) = &args.charts {
-        match rebound_sim::charts::write_scenario_charts(&stats, dir) {
+        match rebound_study::charts::write_scenario_charts(&stats, dir) {
             Ok(written) => report_charts(&written, dir),
             Err(e) => {
                 eprintln!("rebound: {e}");
@@ -85,12 +85,12 @@ fn error_seed(error: &rebound_sim::SimError) -> Option<u64> {
 /// `docs/outages.md`, each named in the report).
 /// With `charts`, also writes the experiment's charts there.
 fn compare(seed: u64, charts: Option<&Path>) -> i32 {
-    let config = rebound_sim::compare::ExperimentConfig::default().with_seed(seed);
-    match rebound_sim::compare::run_experiment_with_timelines(&config) {
+    let config = rebound_study::compare::ExperimentConfig::default().with_seed(seed);
+    match rebound_study::compare::run_experiment_with_timelines(&config) {
         Ok((report, timelines)) => {
             println!("{report}");
             if let Some(dir) = charts {
-                match rebound_sim::charts::write_experiment_charts(&report, &timelines, dir) {
+                match rebound_study::charts::write_experiment_charts(&report, &timelines, dir) {
                     Ok(written) => report_charts(&written, dir),
                     Err(e) => {
                         eprintln!("rebound: {e}");

@@ -671,7 +671,7 @@ async fn sim_compare_with_charts_writes_two_charts_per_outage_model() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("| model | policy |"));
-    let models = rebound_sim::compare::OutageModel::standard();
+    let models = rebound_study::compare::OutageModel::standard();
     for model in &models {
         for chart in ["requests-per-second", "success-vs-amplification"] {
             let path = dir.path().join(format!("{}-{chart}.svg", model.name));

@@ -20,6 +20,7 @@ pub mod classify;
 pub mod compaction;
 pub mod context_window;
 pub mod conversation;
+pub mod deadline;
 pub mod failure;
 pub mod headers;
 pub mod machine;

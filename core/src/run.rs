@@ -516,6 +516,5 @@ impl Run {
 
 #[cfg(test)]
 mod tests;
-mod watch;
 
-pub use watch::{Stall, StreamWatch};
+pub use crate::deadline::{Stall, StreamWatch};

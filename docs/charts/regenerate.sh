@@ -6,6 +6,6 @@
 #   sh docs/charts/regenerate.sh
 set -e
 cd "$(dirname "$0")/../.."
-cargo run --release -p rebound-sim --features charts --example outages -- --charts docs/charts >/dev/null
+cargo run --release -p rebound-study --example outages -- --charts docs/charts >/dev/null
 cargo run --release -p rebound-cli --bin rebound -- \
     sim --scenario brownout --runs 1000 --charts docs/charts >/dev/null

@@ -1,7 +1,7 @@
 //! The Virtual Object that runs agents durably: one object per conversation id, whose
 //! `run` handler drives an [`AgentMachine`] through Restate's journal.
 
-use crate::clock::{BudgetOffset, RunClock};
+use crate::clock::{unix_ms, BudgetOffset, RunClock};
 use crate::failure::RunFailure;
 use crate::idempotency::with_key;
 use crate::journal::{CallStep, CancelStep, Step};
@@ -242,13 +242,6 @@ pub async fn serve(agent: DurableAgent, listener: tokio::net::TcpListener) {
     HttpServer::new(Endpoint::builder().bind(agent).build())
         .serve(listener)
         .await;
-}
-
-/// The wall clock, in Unix milliseconds: read only inside journaled steps.
-pub(crate) fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn lock(receiver: &Mutex<Box<dyn Receiver>>) -> MutexGuard<'_, Box<dyn Receiver>> {

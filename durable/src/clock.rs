@@ -7,6 +7,13 @@
 
 use rebound_core::{BudgetNote, Millis, PermitAsk, PermitDecision};
 
+/// The wall clock, in Unix milliseconds: read only inside journaled steps.
+pub(crate) fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// The machine's time in a durable run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RunClock {

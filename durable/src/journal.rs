@@ -1,6 +1,7 @@
 //! What a durable run writes to the journal: the outcome of each step, as the event it
 //! gives the machine, and the wall-clock time it finished at.
 
+use crate::clock::unix_ms;
 use rebound_core::{CallOutcome, Event};
 use serde::{Deserialize, Serialize};
 
@@ -27,7 +28,7 @@ impl Step {
     /// A step that finished now with `event`.
     pub(crate) fn event(event: Event) -> Self {
         Step {
-            at_ms: super::agent::unix_ms(),
+            at_ms: unix_ms(),
             began_at_ms: None,
             streamed: false,
             event: Ok(event),

@@ -7,13 +7,13 @@ use crate::errors::{ConfigError, SimulationError, TraceError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
 use rebound_core::RetryBudget;
-use rebound_sim::compare::{run_experiment, ExperimentConfig};
 use rebound_sim::stats::percentile;
 use rebound_sim::{
     replay as replay_trace, run_many, simulate as simulate_one,
     simulate_fleet as simulate_fleet_of, simulate_fleet_with, FleetAgent, Scenario, SimConfig,
     Trace,
 };
+use rebound_study::compare::{run_experiment, ExperimentConfig};
 
 /// A scenario from a built-in name, its JSON text, or a dict of its JSON shape.
 fn scenario(obj: &Bound<'_, PyAny>) -> PyResult<Scenario> {

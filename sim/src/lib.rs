@@ -11,12 +11,11 @@
 //! - [`trace`]: JSON Lines traces, written while simulating (or by any driver) and
 //!   replayed ([`replay`]) into a fresh machine, reporting the first divergence.
 //! - [`stats`]: many seeded runs summarized ([`run_many`]).
-//! - `charts` (feature `charts`): SVG charts of the outage experiment and
-//!   of many runs.
 //! - `fake` (feature `server`): a fault-injecting fake provider server that plays a
 //!   scenario over HTTP in the real wire formats, for testing any agent.
-//! - [`compare`]: the outage experiment — rebound against the retry policies of other agent
-//!   stacks on the same seeded outages ([`compare::run_experiment`]).
+//!
+//! The outage study built on it (rebound against the retry policies of other agent stacks,
+//! and its charts) is the `rebound-study` crate.
 //!
 //! ```
 //! use rebound_sim::{run_many, simulate, Scenario, SimConfig};
@@ -33,9 +32,6 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-#[cfg(feature = "charts")]
-pub mod charts;
-pub mod compare;
 pub mod driver;
 #[cfg(feature = "server")]
 pub mod fake;

@@ -32,8 +32,8 @@ pub struct Stats {
     /// Retries over all runs, counted as core's `RunTally` counts them (a compaction's retry
     /// is a compaction, not a retry).
     pub retries: u64,
-    /// Every run the simulator completed, in seed order: what the scenario charts (module
-    /// `charts`, feature `charts`) draw.
+    /// Every run the simulator completed, in seed order: what the scenario charts of the
+    /// `rebound-study` crate draw.
     pub per_run: Vec<RunSummary>,
 }
 

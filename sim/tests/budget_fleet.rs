@@ -4,8 +4,26 @@
 
 use proptest::prelude::*;
 use rebound_core::{BudgetConfig, MachineConfig};
-use rebound_sim::compare::OutageModel;
-use rebound_sim::{simulate_fleet, FleetAgent, SimConfig};
+use rebound_sim::scenario::{Answer, Fault, Outage, RandomFaults, Turn};
+use rebound_sim::{simulate_fleet, FleetAgent, Scenario, SimConfig};
+
+/// One turn answered "Done.", every attempt in the first ten minutes of which gets 529: the
+/// outage study's `total-outage` model.
+fn total_outage() -> Scenario {
+    let mut scenario = Scenario::default();
+    scenario.name = "total-outage".into();
+    scenario.description =
+        "every attempt in the first ten minutes gets 529; all agents in one process".into();
+    scenario.turns = vec![Turn {
+        answer: Answer::text("Done."),
+        ..Turn::default()
+    }];
+    scenario.random = Some(RandomFaults {
+        outages: vec![Outage::total(0, 600_000, Fault::http(529))],
+        ..RandomFaults::default()
+    });
+    scenario
+}
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
@@ -16,15 +34,12 @@ proptest! {
         stagger_ms in 0u64..20_000,
         seed in any::<u64>(),
     ) {
-        let model = OutageModel::standard()
-            .into_iter()
-            .find(|m| m.name == "total-outage")
-            .expect("the standard models include a total outage");
+        let scenario = total_outage();
         let budget = BudgetConfig::default();
         let config = SimConfig::default().with_machine(MachineConfig::resilient()).with_budget(budget.clone());
         let fleet: Vec<FleetAgent<'_>> = (0..agents)
             .map(|i| FleetAgent {
-                scenario: &model.scenario,
+                scenario: &scenario,
                 seed: seed ^ i as u64,
                 start_ms: i as u64 * stagger_ms / agents as u64,
             })
@@ -48,7 +63,7 @@ proptest! {
         let retries_ms = u64::from(machine.retry.attempts() - 1)
             * (machine.retry.max_delay_ms
                 + machine.retry_budget.map_or(0, |b| b.max_wait_ms)
-                + model.scenario.timing.error_ms);
+                + scenario.timing.error_ms);
         prop_assert!(end_ms <= stagger_ms + retries_ms, "the outage ran until {end_ms} ms");
     }
 }

@@ -6,10 +6,10 @@ use rebound_core::{
     BudgetConfig, BudgetNote, BudgetUse, Millis, PermitAsk, PermitDecision, PermitKind,
     RetryBudget, Ticket,
 };
-use rebound_sim::compare::OutageModel;
 use rebound_sim::redis_store::{
     CallStalls, ProcessId, RedisOutage, RedisStore, RedisTiming, StoreCounts, StoreEvent,
 };
+use rebound_sim::scenario::{Answer, Fault, Outage, RandomFaults, Turn};
 use rebound_sim::{
     simulate_fleet, simulate_fleet_in_redis, FleetAgent, Scenario, SimConfig, SimOutcome,
 };
@@ -371,6 +371,35 @@ type Played = (
     Vec<(Millis, ProcessId, StoreEvent)>,
 );
 
+/// One of the outage study's models whose agents share a process, by name: one turn answered
+/// "Done.", through a total outage (`total-outage`: 529 for ten minutes) or a rate limit
+/// (`rate-limit-shared`: 429 with `retry-after: 5` for 12 s).
+fn study_model(name: &str) -> Scenario {
+    let (description, outage) = match name {
+        "total-outage" => (
+            "every attempt in the first ten minutes gets 529; all agents in one process",
+            Outage::total(0, 600_000, Fault::http(529)),
+        ),
+        "rate-limit-shared" => (
+            "the rate limit, all agents in one process",
+            Outage::total(0, 12_000, Fault::http_with(429, "retry-after", "5")),
+        ),
+        other => panic!("no model {other}"),
+    };
+    let mut scenario = Scenario::default();
+    scenario.name = name.into();
+    scenario.description = description.into();
+    scenario.turns = vec![Turn {
+        answer: Answer::text("Done."),
+        ..Turn::default()
+    }];
+    scenario.random = Some(RandomFaults {
+        outages: vec![outage],
+        ..RandomFaults::default()
+    });
+    scenario
+}
+
 /// A fleet of `processes` × 10 playing `model` in Redis with `timing` (and Redis down
 /// during `outage`), its slow calls drawn from `seed`.
 fn play_in_redis(
@@ -380,13 +409,8 @@ fn play_in_redis(
     outage: Option<RedisOutage>,
     seed: u64,
 ) -> Played {
-    let models = OutageModel::standard();
-    let scenario = &models
-        .iter()
-        .find(|m| m.name == model)
-        .expect("a model of the outage experiment")
-        .scenario;
-    let fleet = total_outage_fleet(scenario, processes, 10);
+    let scenario = study_model(model);
+    let fleet = total_outage_fleet(&scenario, processes, 10);
     let mut store = RedisStore::new(BudgetConfig::default(), timing).with_seed(seed);
     if let Some(outage) = outage {
         store = store.with_outage(outage);

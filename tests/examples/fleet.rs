@@ -34,11 +34,11 @@ use rebound_effects::budget::{
 };
 use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig};
 use rebound_effects::runner::{RunInput, Runner};
-use rebound_sim::compare::{ExperimentConfig, OutageModel};
 use rebound_sim::fake::{FakeServer, FakeServerConfig, Outcome};
 use rebound_sim::redis_store::{CallStalls, ProcessId, RedisStore, RedisTiming};
 use rebound_sim::scenario::FaultKind;
 use rebound_sim::{simulate_fleet, simulate_fleet_in_redis, FleetAgent, Scenario, SimConfig};
+use rebound_study::compare::{ExperimentConfig, OutageModel};
 use std::future::Future;
 use std::pin::Pin;
 use std::process::ExitCode;

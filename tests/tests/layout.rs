@@ -1,6 +1,7 @@
 //! The workspace's shape, checked: no import circle between the top-level modules of any
-//! crate, and the library an agent embeds (`rebound-effects` without default features) pulls
-//! none of what only the binary, the simulator or a server needs.
+//! crate, each crate depends only on the crates DESIGN.md's layout allows it, and the library
+//! an agent embeds (`rebound-effects` without default features) pulls none of what only the
+//! binary, the simulator or a server needs.
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -12,6 +13,48 @@ fn workspace() -> PathBuf {
         .parent()
         .expect("tests/ is inside the workspace")
         .to_path_buf()
+}
+
+/// `cargo metadata` of the workspace's own packages (no dependencies resolved).
+fn metadata() -> Value {
+    let out = Command::new(env!("CARGO"))
+        .current_dir(workspace())
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .output()
+        .expect("cargo runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("cargo metadata is JSON")
+}
+
+/// The workspace's packages, by name.
+fn packages(metadata: &Value) -> BTreeMap<String, &Value> {
+    metadata["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| (p["name"].as_str().unwrap_or_default().to_owned(), p))
+        .collect()
+}
+
+/// `package`'s dependencies of `kind` (`None`: normal, `Some("dev")`, `Some("build")`).
+fn dependencies<'p>(package: &'p Value, kind: Option<&str>) -> Vec<&'p str> {
+    package["dependencies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|d| d["kind"].as_str() == kind)
+        .filter_map(|d| d["name"].as_str())
+        .collect()
 }
 
 /// Every `.rs` file below `dir`.
@@ -29,32 +72,137 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The top-level modules that `code` names as `crate::module`.
-fn named_modules(code: &str) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
-    for (at, _) in code.match_indices("crate::") {
-        let preceded_by_ident = code[..at]
-            .chars()
-            .next_back()
-            .is_some_and(|c| c.is_alphanumeric() || c == '_');
-        if preceded_by_ident {
-            continue; // `rebound_crate::`, not `crate::`
+/// The name (of a module or an item) at the start of `text`.
+fn leading_name(text: &str) -> String {
+    text.trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect()
+}
+
+/// The first names of a path that starts at the crate root, at the start of `rest`: `a` of
+/// `a::X`, `X` of `X`, and `a` and `b` of `{a::X, b::{Y, Z}}`.
+fn root_names(rest: &str, names: &mut BTreeSet<String>) {
+    if let Some(group) = rest.strip_prefix('{') {
+        let mut depth = 0usize;
+        let mut start = 0;
+        for (i, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => {
+                    names.insert(leading_name(&group[start..i]));
+                    break;
+                }
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    names.insert(leading_name(&group[start..i]));
+                    start = i + 1;
+                }
+                _ => {}
+            }
         }
-        let name: String = code[at + "crate::".len()..]
-            .chars()
-            .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
-            .collect();
-        if !name.is_empty() {
-            names.insert(name);
+    } else {
+        names.insert(leading_name(rest));
+    }
+    names.remove("");
+}
+
+/// The names (modules, or items of the root) that `code` reaches by a path from the crate
+/// root: `module` of `crate::module::X`, `Item` of `crate::Item`, both of
+/// `crate::{module::X, Item}`, and the same after `super::` in a file `depth` modules below
+/// the root (1 for `src/a.rs` and `src/a/mod.rs`: its `super` is the root; 2 for
+/// `src/a/b.rs`: its `super::super`).
+fn root_paths(code: &str, depth: usize) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let starts_a_path = |at: usize| {
+        let before = &code[..at];
+        !before.ends_with("::")
+            && !before
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_')
+    };
+    for (at, _) in code.match_indices("crate::") {
+        if starts_a_path(at) {
+            // not `rebound_crate::` nor `a::crate::`
+            root_names(&code[at + "crate::".len()..], &mut names);
+        }
+    }
+    for (at, _) in code.match_indices("super::") {
+        if !starts_a_path(at) {
+            continue; // the second `super` of `super::super::`, or `not_super::`
+        }
+        let mut rest = &code[at..];
+        let mut up = 0;
+        while let Some(after) = rest.strip_prefix("super::") {
+            rest = after;
+            up += 1;
+        }
+        if up == depth {
+            root_names(rest, &mut names);
         }
     }
     names
 }
 
-/// Which top-level module of `src` uses which others, outside comments and test modules.
+/// The names the crate root (`lib.rs`, `main.rs`) re-exports from its modules, with the
+/// module of each: `pub use driver::{simulate, SimConfig};` maps `simulate` and `SimConfig`
+/// to `driver`, so that `crate::SimConfig` is a use of `driver`.
+fn reexports(root: &str) -> BTreeMap<String, String> {
+    let mut names = BTreeMap::new();
+    for (at, _) in root.match_indices("pub use ") {
+        let rest = &root[at + "pub use ".len()..];
+        let module = leading_name(rest);
+        let Some(items) = rest[module.len()..].strip_prefix("::") else {
+            continue; // `pub use reqwest;`: another crate, not a module
+        };
+        let items = &items[..items.find(';').unwrap_or(items.len())];
+        for name in items
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|n| !n.is_empty() && *n != "as" && *n != "self")
+        {
+            names.insert(name.to_owned(), module.clone());
+        }
+    }
+    names
+}
+
+/// A source file's code, without its comment lines and its test module (everything from
+/// the first `#[cfg(test)]` on).
+fn code_of(file: &Path) -> String {
+    let text = std::fs::read_to_string(file).expect("a readable source file");
+    text.split("#[cfg(test)]")
+        .next()
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// How many modules below the crate root the file at `relative` (to `src`) is.
+fn module_depth(relative: &Path) -> usize {
+    let parts = relative.components().count();
+    let is_mod_rs = relative.file_name().is_some_and(|n| n == "mod.rs");
+    if is_mod_rs {
+        parts - 1
+    } else {
+        parts
+    }
+}
+
+/// Which top-level module of `src` uses which others, outside comments and test modules:
+/// by a path through the module, or through an item the root re-exports from it.
 fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut files = Vec::new();
     sources(src, &mut files);
+    let mut reexported = BTreeMap::new();
+    for root in ["lib.rs", "main.rs"] {
+        let root = src.join(root);
+        if root.is_file() {
+            reexported.extend(reexports(&code_of(&root)));
+        }
+    }
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for file in files {
         let relative = file.strip_prefix(src).expect("below src");
@@ -67,16 +215,9 @@ fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
         if module == "lib" || module == "main" {
             continue;
         }
-        let text = std::fs::read_to_string(&file).expect("a readable source file");
-        let code: String = text
-            .split("#[cfg(test)]")
-            .next()
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| !l.trim_start().starts_with("//"))
-            .collect::<Vec<_>>()
-            .join("\n");
-        let uses = named_modules(&code);
+        let uses = root_paths(&code_of(&file), module_depth(relative))
+            .into_iter()
+            .map(|name| reexported.get(&name).cloned().unwrap_or(name));
         graph.entry(module.clone()).or_default().extend(uses);
     }
     let known: BTreeSet<String> = graph.keys().cloned().collect();
@@ -107,15 +248,63 @@ fn circle_through(graph: &BTreeMap<String, BTreeSet<String>>, start: &str) -> Op
     None
 }
 
+/// The source folders of every workspace member's library and binaries, by package.
+fn crate_sources(metadata: &Value) -> BTreeMap<String, BTreeSet<PathBuf>> {
+    let mut folders: BTreeMap<String, BTreeSet<PathBuf>> = BTreeMap::new();
+    for (name, package) in packages(metadata) {
+        for target in package["targets"].as_array().into_iter().flatten() {
+            let kinds: Vec<&str> = target["kind"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            let is_crate = kinds
+                .iter()
+                .any(|k| matches!(*k, "lib" | "rlib" | "cdylib" | "proc-macro" | "bin"));
+            if let (true, Some(root)) = (is_crate, target["src_path"].as_str()) {
+                let folder = Path::new(root).parent().expect("a root file in a folder");
+                folders
+                    .entry(name.clone())
+                    .or_default()
+                    .insert(folder.to_path_buf());
+            }
+        }
+    }
+    folders
+}
+
 #[test]
 fn no_crate_has_an_import_circle_between_its_modules() {
+    let metadata = metadata();
+    let crates = crate_sources(&metadata);
+    for member in [
+        "rebound-core",
+        "rebound-sim",
+        "rebound-study",
+        "rebound-effects",
+        "rebound-durable",
+        "rebound-cli",
+        "rebound-tests",
+    ] {
+        assert!(crates.contains_key(member), "{member} is not checked");
+    }
     let mut circles = Vec::new();
-    for krate in ["core", "effects", "sim", "cli"] {
-        let graph = module_graph(&workspace().join(krate).join("src"));
-        assert!(graph.len() > 1, "{krate}: no modules found");
-        for module in graph.keys() {
-            if let Some(circle) = circle_through(&graph, module) {
-                circles.push(format!("{krate}: {}", circle.join(" -> ")));
+    for (krate, folders) in &crates {
+        for src in folders {
+            let graph = module_graph(src);
+            let mut files = Vec::new();
+            sources(src, &mut files);
+            assert!(
+                graph.len() > 1 || files.len() <= 2,
+                "{krate}: {} source files but {} modules found",
+                files.len(),
+                graph.len()
+            );
+            for module in graph.keys() {
+                if let Some(circle) = circle_through(&graph, module) {
+                    circles.push(format!("{krate}: {}", circle.join(" -> ")));
+                }
             }
         }
     }
@@ -142,10 +331,45 @@ fn the_circle_finder_finds_a_circle() {
         Some("a -> b -> c -> a".to_owned())
     );
     assert_eq!(circle_through(&graph, "d"), None);
+    let names =
+        |code: &str, depth: usize| -> Vec<String> { root_paths(code, depth).into_iter().collect() };
     assert_eq!(
-        named_modules("use crate::runner::X; rebound_crate::y; crate::tools::bounded"),
-        ["runner", "tools"].into_iter().map(str::to_owned).collect()
+        names(
+            "use crate::runner::X; rebound_crate::y; crate::tools::bounded",
+            1
+        ),
+        ["runner", "tools"]
     );
+    assert_eq!(
+        names("use crate::{driver::X, scenario::{Y, Z}, Root};", 2),
+        ["Root", "driver", "scenario"]
+    );
+    // `super` is the crate root in a top-level module's file, and one level further up
+    // below it.
+    assert_eq!(names("super::agent::unix_ms()", 1), ["agent"]);
+    assert_eq!(
+        names("use super::{agent::X, clock};", 1),
+        ["agent", "clock"]
+    );
+    assert_eq!(names("use super::peers::Peer;", 2), Vec::<String>::new());
+    assert_eq!(names("use super::super::peers::Peer;", 2), ["peers"]);
+    assert_eq!(
+        names("use super::super::peers::Peer;", 1),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        reexports("pub use driver::{simulate, SimConfig as Config};\npub use reqwest;")
+            .into_iter()
+            .collect::<Vec<_>>(),
+        [
+            ("Config".to_owned(), "driver".to_owned()),
+            ("SimConfig".to_owned(), "driver".to_owned()),
+            ("simulate".to_owned(), "driver".to_owned()),
+        ]
+    );
+    assert_eq!(module_depth(Path::new("journal.rs")), 1);
+    assert_eq!(module_depth(Path::new("compare/mod.rs")), 1);
+    assert_eq!(module_depth(Path::new("compare/peers.rs")), 2);
 }
 
 /// The normal (not dev) dependency closure of `package` built with `features`, as
@@ -200,6 +424,7 @@ fn the_embedded_library_pulls_no_cli_simulator_or_server_crate() {
         "redis",
         "jsonschema",
         "rebound-sim",
+        "rebound-study",
         "rebound-cli",
         "rebound-durable",
         "restate-sdk",
@@ -222,33 +447,107 @@ fn the_embedded_library_pulls_no_cli_simulator_or_server_crate() {
 #[test]
 fn core_depends_only_on_what_it_is_allowed() {
     let allowed = ["serde", "serde_json", "thiserror", "fastrand", "memchr"];
-    let out = Command::new(env!("CARGO"))
-        .current_dir(workspace())
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--no-deps",
-            "--offline",
-        ])
-        .output()
-        .expect("cargo runs");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let metadata = metadata();
+    let core = packages(&metadata)["rebound-core"];
+    for name in dependencies(core, None) {
+        assert!(allowed.contains(&name), "rebound-core depends on {name}");
+    }
+}
+
+/// DESIGN.md's layout: which of the workspace's crates each may depend on (normal
+/// dependencies; a crate's own tests may use more).
+const MAY_DEPEND_ON: [(&str, &[&str]); 7] = [
+    ("rebound-core", &[]),
+    ("rebound-sim", &["rebound-core"]),
+    ("rebound-study", &["rebound-core", "rebound-sim"]),
+    ("rebound-effects", &["rebound-core"]),
+    ("rebound-durable", &["rebound-core", "rebound-effects"]),
+    (
+        "rebound-cli",
+        &[
+            "rebound-core",
+            "rebound-sim",
+            "rebound-study",
+            "rebound-effects",
+            "rebound-durable",
+        ],
+    ),
+    (
+        "rebound-tests",
+        &[
+            "rebound-core",
+            "rebound-sim",
+            "rebound-study",
+            "rebound-effects",
+            "rebound-durable",
+            "rebound-cli",
+        ],
+    ),
+];
+
+#[test]
+fn each_crate_depends_only_on_the_crates_beneath_it() {
+    let metadata = metadata();
+    let packages = packages(&metadata);
+    let members: BTreeSet<&str> = packages.keys().map(String::as_str).collect();
+    let ruled: BTreeSet<&str> = MAY_DEPEND_ON.iter().map(|(name, _)| *name).collect();
+    assert_eq!(
+        members, ruled,
+        "every member has a rule, every rule a member"
     );
-    let metadata: Value = serde_json::from_slice(&out.stdout).expect("cargo metadata is JSON");
-    let core = metadata["packages"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|p| p["name"] == "rebound-core")
-        .expect("rebound-core is a member");
-    for dep in core["dependencies"].as_array().into_iter().flatten() {
-        if dep["kind"].is_null() {
-            let name = dep["name"].as_str().unwrap_or_default();
-            assert!(allowed.contains(&name), "rebound-core depends on {name}");
+    for (name, allowed) in MAY_DEPEND_ON {
+        for dep in dependencies(packages[name], None) {
+            assert!(
+                !members.contains(dep) || allowed.contains(&dep),
+                "{name} depends on {dep}"
+            );
         }
     }
+}
+
+#[test]
+fn the_study_sits_between_the_simulator_and_the_binary() {
+    let metadata = metadata();
+    let packages = packages(&metadata);
+    // The study: core, the simulator and plotters, and the small crates core itself uses.
+    let allowed = [
+        "rebound-core",
+        "rebound-sim",
+        "plotters",
+        "serde",
+        "serde_json",
+        "thiserror",
+        "fastrand",
+    ];
+    for dep in dependencies(packages["rebound-study"], None) {
+        assert!(allowed.contains(&dep), "rebound-study depends on {dep}");
+    }
+    // Only the binary and the cross-crate tests use it, in any kind of dependency.
+    for (name, package) in &packages {
+        for kind in [None, Some("dev"), Some("build")] {
+            if dependencies(package, kind).contains(&"rebound-study") {
+                assert!(
+                    ["rebound-cli", "rebound-tests"].contains(&name.as_str()),
+                    "{name} depends on rebound-study ({kind:?})"
+                );
+            }
+        }
+    }
+    // The simulator draws no charts: no plotters, whatever its features.
+    for kind in [None, Some("dev"), Some("build")] {
+        assert!(
+            !dependencies(packages["rebound-sim"], kind).contains(&"plotters"),
+            "rebound-sim depends on plotters ({kind:?})"
+        );
+    }
+    // The study runs the simulator, not the fake server; its charts come with `charts`.
+    let charts = normal_closure("rebound-study", &["charts"]);
+    assert!(charts.contains_key("plotters"), "{charts:?}");
+    for banned in ["tokio", "hyper", "reqwest", "rebound-effects"] {
+        assert!(
+            !charts.contains_key(banned),
+            "rebound-study depends on {banned}"
+        );
+    }
+    assert!(!normal_closure("rebound-study", &[]).contains_key("plotters"));
 }

@@ -150,7 +150,8 @@ fn no_published_crate_depends_on_a_newer_rust_than_its_rust_version() {
             "rebound-core",
             "rebound-durable",
             "rebound-effects",
-            "rebound-sim"
+            "rebound-sim",
+            "rebound-study"
         ],
         "the published crates changed: check this list and their rust-versions"
     );

@@ -194,7 +194,10 @@ fn an_event_the_machine_did_not_ask_for_changes_nothing() {
         run.handle(Millis(50), Event::user_text("again")),
         Handled::Ignored(IgnoreReason::Unexpected)
     );
-    assert_eq!((run.tally().clone(), run.steps().len(), run.handled()), before);
+    assert_eq!(
+        (run.tally().clone(), run.steps().len(), run.handled()),
+        before
+    );
     assert!(matches!(
         run.poll(),
         Some(Action::Command(Command::SendRequest { .. }))

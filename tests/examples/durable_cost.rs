@@ -4,13 +4,13 @@
 //! and the journal entries and bytes per turn, as a Markdown table (docs/performance.md).
 //!
 //! ```sh
-//! cargo run --release -p rebound-durable --example cost -- 50
+//! cargo run --release -p rebound-tests --example durable_cost -- 50
 //! ```
 //!
 //! Needs restate-server (installed from npm into target/restate on first use, as the tests
 //! do).
 
-#[path = "../tests/support/restate.rs"]
+#[path = "../../durable/tests/support/restate.rs"]
 mod restate;
 
 use rebound_core::{

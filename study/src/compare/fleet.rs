@@ -8,14 +8,14 @@
 //!
 //! Each agent meets the fault process exactly as rebound's simulated agent does: its own
 //! [`ScriptCursor`] seeded with the agent's seed, asked at the moment each attempt is sent,
-//! the scenario's [`Timing`](crate::scenario::Timing) for how long the attempt takes, and a
+//! the scenario's [`Timing`](rebound_sim::scenario::Timing) for how long the attempt takes, and a
 //! stall shorter than the idle timeout only delaying what the same attempt gets next (as
 //! the driver does). So every policy meets the same faults for the same attempts. A
 //! budget only changes *whether and when* an agent makes its next attempt.
 
 use super::peers::{Admission, Peer, PeerState, Process, Seen};
-use crate::scenario::{FaultKind, Planned, Scenario, ScriptCursor};
 use rebound_core::{Conversation, Message, Millis};
+use rebound_sim::scenario::{FaultKind, Planned, Scenario, ScriptCursor};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -265,7 +265,7 @@ fn play_attempt(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::{Answer, Fault, Outage, RandomFaults, Turn};
+    use rebound_sim::scenario::{Answer, Fault, Outage, RandomFaults, Turn};
 
     fn members(n: u64) -> Vec<Member> {
         (0..n)
@@ -277,31 +277,28 @@ mod tests {
     }
 
     fn outage(until_ms: u64, fault: Fault) -> Scenario {
-        Scenario {
-            turns: vec![Turn {
-                answer: Answer::text("Done."),
-                ..Turn::default()
-            }],
-            random: Some(RandomFaults {
-                outages: vec![Outage::total(0, until_ms, fault)],
-                ..RandomFaults::default()
-            }),
-            ..Scenario::default()
-        }
+        let mut scenario = Scenario::default();
+        scenario.turns = vec![Turn {
+            answer: Answer::text("Done."),
+            ..Turn::default()
+        }];
+        scenario.random = Some(RandomFaults {
+            outages: vec![Outage::total(0, until_ms, fault)],
+            ..RandomFaults::default()
+        });
+        scenario
     }
 
     #[test]
     fn the_same_members_give_the_same_records_for_every_peer() {
-        let scenario = Scenario {
-            random: Some(RandomFaults {
-                outages: vec![Outage {
-                    rate: Some(0.5),
-                    ..Outage::total(0, 5_000, Fault::http(503))
-                }],
-                ..RandomFaults::default()
-            }),
-            ..outage(0, Fault::http(503))
-        };
+        let mut scenario = outage(0, Fault::http(503));
+        scenario.random = Some(RandomFaults {
+            outages: vec![Outage {
+                rate: Some(0.5),
+                ..Outage::total(0, 5_000, Fault::http(503))
+            }],
+            ..RandomFaults::default()
+        });
         for peer in Peer::ALL {
             for shared in [false, true] {
                 let first = run_peer_fleet(peer, &scenario, &members(300), shared, 60_000);

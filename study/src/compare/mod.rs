@@ -21,7 +21,7 @@
 //! and checks [the bar](Verdict).
 //!
 //! ```
-//! use rebound_sim::compare::{run_experiment, ExperimentConfig};
+//! use rebound_study::compare::{run_experiment, ExperimentConfig};
 //!
 //! let config = ExperimentConfig::default().with_agents(20);
 //! let report = run_experiment(&config).unwrap();
@@ -41,9 +41,9 @@ pub use peers::Peer;
 pub use report::{Miss, RecoveryLimits, Report, Row, Verdict};
 pub use timeline::{run_experiment_with_timelines, Timeline};
 
-use crate::driver::{simulate_fleet, FleetAgent, SimConfig, SimError, SimOutcome};
-use crate::scenario::{Answer, Fault, FaultKind, Outage, RandomFaults, Scenario, Turn};
 use rebound_core::{BudgetConfig, BudgetUse, Command, MachineConfig, StreamDeadlines, TargetSpec};
+use rebound_sim::scenario::{Answer, Fault, FaultKind, Outage, RandomFaults, Scenario, Turn};
+use rebound_sim::{simulate_fleet, FleetAgent, SimConfig, SimError, SimOutcome};
 use std::fmt;
 
 /// Who retries: rebound or a modelled peer.
@@ -128,14 +128,13 @@ pub struct OutageModel {
 
 impl OutageModel {
     fn new(name: &str, description: &str, scenario: Scenario) -> Self {
+        let mut scenario = scenario;
+        scenario.name = name.to_owned();
+        scenario.description = description.to_owned();
         OutageModel {
             name: name.to_owned(),
             description: description.to_owned(),
-            scenario: Scenario {
-                name: name.to_owned(),
-                description: description.to_owned(),
-                ..scenario
-            },
+            scenario,
             shared_process: false,
             window_ms: None,
             max_requests_per_agent: None,
@@ -156,14 +155,15 @@ impl OutageModel {
     /// target. All are in the bar; the limits each adds are on the model.
     #[must_use]
     pub fn standard() -> Vec<OutageModel> {
-        let one_turn = |faults: Vec<Fault>, random: Option<RandomFaults>| Scenario {
-            turns: vec![Turn {
+        let one_turn = |faults: Vec<Fault>, random: Option<RandomFaults>| {
+            let mut scenario = Scenario::default();
+            scenario.turns = vec![Turn {
                 faults,
                 answer: Answer::text("Done."),
                 ..Turn::default()
-            }],
-            random,
-            ..Scenario::default()
+            }];
+            scenario.random = random;
+            scenario
         };
         let window = |outage: Outage| {
             Some(RandomFaults {
@@ -539,11 +539,10 @@ fn run_rebound(
         machine.retry_budget = None;
         None
     };
-    let sim = SimConfig {
-        machine,
-        max_steps: 10_000,
-        budget,
-    };
+    let mut sim = SimConfig::default()
+        .with_machine(machine)
+        .with_max_steps(10_000);
+    sim.budget = budget;
     let agents: Vec<FleetAgent<'_>> = (0..config.agents)
         .map(|i| FleetAgent {
             scenario: &model.scenario,

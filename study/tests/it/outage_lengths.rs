@@ -4,8 +4,10 @@
 //! provider served before it, and the recovery is no burstier than without a budget.
 
 use proptest::prelude::*;
-use proptest::test_runner::RngSeed;
-use rebound_sim::compare::{run_length_sweep, LengthRow, LengthSweep, LengthSweepConfig, Sharing};
+use proptest::test_runner::{FileFailurePersistence, RngSeed};
+use rebound_study::compare::{
+    run_length_sweep, LengthRow, LengthSweep, LengthSweepConfig, Sharing,
+};
 
 /// The checks every length's rows must pass.
 fn assert_recovers(sweep: &LengthSweep) {
@@ -64,6 +66,12 @@ proptest! {
     #![proptest_config(ProptestConfig {
         cases: 12,
         rng_seed: RngSeed::Fixed(0x0007_a9e5),
+        // Shrunk failures beside this file (outage_lengths.proptest-regressions): the
+        // default would look for the crate's root from here, find this binary's main.rs,
+        // and keep them in tests/proptest-regressions/ instead.
+        failure_persistence: Some(Box::new(
+            FileFailurePersistence::WithSource("proptest-regressions"),
+        )),
         ..ProptestConfig::default()
     })]
 

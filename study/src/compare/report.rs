@@ -1,7 +1,7 @@
 //! The experiment's results: one [`Row`] per (model, policy), a Markdown table, and the bar.
 
 use super::{ExperimentConfig, OutageModel, Policy};
-use crate::stats::percentile;
+use rebound_sim::stats::percentile;
 use std::fmt;
 
 /// One agent's turn, as the summary needs it.

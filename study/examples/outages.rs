@@ -1,12 +1,12 @@
 //! The outage experiment: rebound against today's retry policies on the same seeded outages.
 //!
 //! ```text
-//! cargo run --release -p rebound-sim --features charts --example outages [-- --seed N --agents N --sweep --lengths --charts DIR]
+//! cargo run --release -p rebound-study --example outages [-- --seed N --agents N --sweep --lengths --charts DIR]
 //! ```
 //!
 //! Prints a Markdown table (the one in `docs/outages.md`) and whether the bar is met, with
 //! every rule that failed (exit status 1 when it is not met). `--charts DIR` also writes the
-//! SVG charts of [`rebound_sim::charts::write_experiment_charts`] into `DIR` (those in
+//! SVG charts of [`rebound_study::charts::write_experiment_charts`] into `DIR` (those in
 //! `docs/charts/` are `--charts docs/charts`). `--sweep` instead prints one
 //! line per candidate configuration of rebound (attempt cap, budget parameters), the search
 //! behind [`MachineConfig::resilient`] and [`BudgetConfig::default`]. `--lengths` instead
@@ -14,7 +14,7 @@
 //! through total outages of 1 to 60 s), exit status 1 when a run alive at a recovery failed.
 
 use rebound_core::{BudgetConfig, BudgetUse, MachineConfig};
-use rebound_sim::compare::{
+use rebound_study::compare::{
     run_experiment, run_experiment_with_timelines, run_length_sweep, ExperimentConfig,
     LengthSweepConfig, Policy, Report, Sharing,
 };
@@ -64,7 +64,7 @@ fn main() -> ExitCode {
         Ok((report, timelines)) => {
             print!("{report}");
             if let Some(dir) = &charts {
-                match rebound_sim::charts::write_experiment_charts(&report, &timelines, dir) {
+                match rebound_study::charts::write_experiment_charts(&report, &timelines, dir) {
                     Ok(written) => {
                         eprintln!("wrote {} charts into {}", written.len(), dir.display())
                     }
@@ -249,10 +249,10 @@ fn run_sweep(base: ExperimentConfig) -> ExitCode {
                 return ExitCode::from(3);
             }
         };
-        let cell = |model: &str, f: &dyn Fn(&rebound_sim::compare::Row) -> String| {
+        let cell = |model: &str, f: &dyn Fn(&rebound_study::compare::Row) -> String| {
             rebound_row(&report, model).map_or_else(|| "—".to_owned(), f)
         };
-        let pct = |r: &rebound_sim::compare::Row| format!("{:.1} %", r.success_rate() * 100.0);
+        let pct = |r: &rebound_study::compare::Row| format!("{:.1} %", r.success_rate() * 100.0);
         let secs = |ms: Option<u64>| {
             ms.map_or_else(
                 || "—".to_owned(),
@@ -292,7 +292,7 @@ fn run_sweep(base: ExperimentConfig) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn rebound_row<'r>(report: &'r Report, model: &str) -> Option<&'r rebound_sim::compare::Row> {
+fn rebound_row<'r>(report: &'r Report, model: &str) -> Option<&'r rebound_study::compare::Row> {
     report
         .rows
         .iter()

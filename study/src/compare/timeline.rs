@@ -2,7 +2,7 @@
 //! (module `charts`) draw it. Recorded beside the [`Report`], never changing it.
 
 use super::{AgentTurn, ExperimentConfig, OutageModel, Policy, Report};
-use crate::driver::SimError;
+use rebound_sim::SimError;
 
 /// The requests all agents of one policy sent in one outage model, per second of virtual
 /// time.
@@ -53,7 +53,7 @@ fn per_second(times_ms: impl Iterator<Item = u64>) -> Vec<u32> {
 /// `config`.
 ///
 /// ```
-/// use rebound_sim::compare::{run_experiment_with_timelines, ExperimentConfig};
+/// use rebound_study::compare::{run_experiment_with_timelines, ExperimentConfig};
 ///
 /// let config = ExperimentConfig::default().with_agents(20);
 /// let (report, timelines) = run_experiment_with_timelines(&config).unwrap();

@@ -15,7 +15,7 @@
 //! without a budget (what the budget may cost).
 //!
 //! ```
-//! use rebound_sim::compare::{run_length_sweep, LengthSweepConfig};
+//! use rebound_study::compare::{run_length_sweep, LengthSweepConfig};
 //!
 //! let config = LengthSweepConfig::default().with_agents(40).with_lengths_ms(vec![12_000]);
 //! let sweep = run_length_sweep(&config).unwrap();
@@ -24,12 +24,13 @@
 //! assert!(sweep.rows.iter().all(|r| r.lost_after_recovery == 0));
 //! ```
 
-use crate::driver::{simulate_fleet, simulate_fleet_in_redis, FleetAgent, SimConfig, SimError};
-use crate::redis_store::{RedisStore, RedisTiming};
-use crate::scenario::{Answer, Fault, Outage, RandomFaults, Scenario, ScriptedCall, Turn};
-use crate::SimOutcome;
 use rebound_core::{
     BudgetConfig, Command, Event, GiveUp, MachineConfig, Millis, PermitKind, RunError,
+};
+use rebound_sim::redis_store::{RedisStore, RedisTiming};
+use rebound_sim::scenario::{Answer, Fault, Outage, RandomFaults, Scenario, ScriptedCall, Turn};
+use rebound_sim::{
+    simulate_fleet, simulate_fleet_in_redis, FleetAgent, SimConfig, SimError, SimOutcome,
 };
 use serde_json::json;
 use std::fmt;
@@ -125,24 +126,23 @@ impl LengthSweepConfig {
             ..Turn::default()
         });
         let from = self.outage_from_ms;
-        Scenario {
-            name: format!("outage-{}s", length_ms / 1_000),
-            description: format!(
-                "every attempt from {} s for {} ms gets 529; all agents busy in their tool loops",
-                from / 1_000,
-                length_ms
-            ),
-            turns,
-            random: Some(RandomFaults {
-                outages: vec![Outage::total(
-                    from,
-                    from.saturating_add(length_ms),
-                    Fault::http(529),
-                )],
-                ..RandomFaults::default()
-            }),
-            ..Scenario::default()
-        }
+        let mut scenario = Scenario::default();
+        scenario.name = format!("outage-{}s", length_ms / 1_000);
+        scenario.description = format!(
+            "every attempt from {} s for {} ms gets 529; all agents busy in their tool loops",
+            from / 1_000,
+            length_ms
+        );
+        scenario.turns = turns;
+        scenario.random = Some(RandomFaults {
+            outages: vec![Outage::total(
+                from,
+                from.saturating_add(length_ms),
+                Fault::http(529),
+            )],
+            ..RandomFaults::default()
+        });
+        scenario
     }
 
     fn start_ms(&self, index: usize) -> u64 {
@@ -270,20 +270,17 @@ fn run_fleet(
     match sharing {
         Sharing::OneProcess => {
             machine.retry_budget.get_or_insert_with(Default::default);
-            let sim = SimConfig {
-                machine,
-                max_steps,
-                budget: Some(config.budget.clone()),
-            };
+            let sim = SimConfig::default()
+                .with_machine(machine)
+                .with_max_steps(max_steps)
+                .with_budget(config.budget.clone());
             simulate_fleet(agents, &sim)
         }
         Sharing::Redis => {
             machine.retry_budget.get_or_insert_with(Default::default);
-            let sim = SimConfig {
-                machine,
-                max_steps,
-                budget: None,
-            };
+            let sim = SimConfig::default()
+                .with_machine(machine)
+                .with_max_steps(max_steps);
             let processes = config.processes.clamp(1, agents.len().max(1));
             let mut split: Vec<Vec<FleetAgent<'_>>> = vec![Vec::new(); processes];
             for (i, agent) in agents.iter().enumerate() {
@@ -302,11 +299,9 @@ fn run_fleet(
         }
         Sharing::NoBudget => {
             machine.retry_budget = None;
-            let sim = SimConfig {
-                machine,
-                max_steps,
-                budget: None,
-            };
+            let sim = SimConfig::default()
+                .with_machine(machine)
+                .with_max_steps(max_steps);
             simulate_fleet(agents, &sim)
         }
     }

@@ -1,6 +1,6 @@
 //! The outage experiment is a pure function of its configuration and seed.
 
-use rebound_sim::compare::{run_experiment, ExperimentConfig};
+use rebound_study::compare::{run_experiment, ExperimentConfig};
 
 fn small(seed: u64) -> ExperimentConfig {
     ExperimentConfig::default().with_seed(seed).with_agents(40)

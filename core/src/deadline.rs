@@ -1,9 +1,72 @@
-//! A request's stream deadlines, enforced: the one place that says when a response that
-//! went quiet, or sent only keep-alives, has failed.
+//! A request's stream deadlines, and their enforcement: the one place that says when a
+//! response that went quiet, or sent only keep-alives, has failed.
 
 use crate::failure::{ProviderFailure, TransportFault};
-use crate::machine::StreamDeadlines;
 use crate::time::Millis;
+use serde::{Deserialize, Serialize};
+
+/// How long a provider's response may take before the attempt fails as an idle timeout
+/// ([`TransportFault::IdleTimeout`](crate::TransportFault::IdleTimeout), retried like any
+/// transport fault). The machine decides them; the driver that reads the response enforces
+/// them: each [`Command::SendRequest`](crate::Command::SendRequest) carries them, the tokio
+/// runner's HTTP providers read the clock against them, and the simulator fails a stall
+/// that outlasts them.
+///
+/// ```
+/// use rebound_core::{MachineConfig, StreamDeadlines};
+/// let mut config = MachineConfig::default();
+/// config.stream = StreamDeadlines::new(30_000, 300_000);
+/// assert_eq!(config.stream.silence_limit_ms(), 30_000);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+#[non_exhaustive]
+pub struct StreamDeadlines {
+    /// How long a response may stay silent (no byte before the headers, or between stream
+    /// chunks), in ms. 90 s by default: longer than the longest pause between the
+    /// keep-alive pings Anthropic and OpenAI send while a model thinks.
+    pub idle_ms: u64,
+    /// How long a response may go without *content*, in ms: a stream that sends only
+    /// keep-alives (pings, comments, empty deltas) for this long, or a non-streamed or
+    /// error body still incomplete after it, fails. Bytes alone do not reset it, so a
+    /// server dripping keep-alives cannot hold a request open forever. 10 minutes by default.
+    pub progress_ms: u64,
+}
+
+impl StreamDeadlines {
+    /// Deadlines of `idle_ms` without a byte and `progress_ms` without content (each at
+    /// least 1 ms: a zero deadline would fail every request before it was sent).
+    #[must_use]
+    pub fn new(idle_ms: u64, progress_ms: u64) -> Self {
+        StreamDeadlines {
+            idle_ms: idle_ms.max(1),
+            progress_ms: progress_ms.max(1),
+        }
+    }
+
+    /// The longest a response may stay silent: a silence this long fails the attempt
+    /// whichever deadline ends it (silence has no content either). What
+    /// [`StreamWatch`] says of a response that sends nothing.
+    #[must_use]
+    pub fn silence_limit_ms(&self) -> u64 {
+        StreamWatch::stream(*self, Millis::ZERO).deadline().0
+    }
+
+    /// Whether these are the defaults (so a trace line need not repeat them).
+    #[must_use]
+    pub fn is_default(&self) -> bool {
+        *self == StreamDeadlines::default()
+    }
+}
+
+impl Default for StreamDeadlines {
+    fn default() -> Self {
+        StreamDeadlines {
+            idle_ms: 90_000,
+            progress_ms: 600_000,
+        }
+    }
+}
 
 /// Watches one response against its [`StreamDeadlines`] on the clock the shell passes in:
 /// the HTTP providers read a monotonic clock, the simulator its virtual one.

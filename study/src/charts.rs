@@ -5,7 +5,7 @@
 //!   over virtual time with the outage window shaded ([`requests_per_second_svg`]), and
 //!   where each policy lands on success against requests per completed turn
 //!   ([`success_vs_amplification_svg`]).
-//! - [`write_scenario_charts`]: for [`run_many`](crate::run_many)'s runs, the distribution
+//! - [`write_scenario_charts`]: for [`run_many`](rebound_sim::run_many)'s runs, the distribution
 //!   of the time to completion ([`time_to_completion_svg`]) and the histogram of attempts
 //!   ([`attempts_svg`]).
 //!
@@ -14,8 +14,8 @@
 //! colour, markers in shape.
 //!
 //! ```
-//! use rebound_sim::compare::{run_experiment_with_timelines, ExperimentConfig, OutageModel};
-//! use rebound_sim::charts::requests_per_second_svg;
+//! use rebound_study::compare::{run_experiment_with_timelines, ExperimentConfig, OutageModel};
+//! use rebound_study::charts::requests_per_second_svg;
 //!
 //! let config = ExperimentConfig::default()
 //!     .with_agents(20)
@@ -26,11 +26,11 @@
 //! ```
 
 use crate::compare::{OutageModel, Policy, Report, Row, Timeline};
-use crate::stats::{percentile, Stats};
 use plotters::coord::Shift;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
+use rebound_sim::stats::{percentile, Stats};
 use std::path::{Path, PathBuf};
 
 /// Why charts could not be written.
@@ -936,7 +936,7 @@ fn runs_line(stats: &Stats) -> String {
     )
 }
 
-/// The distribution of the time to completion of [`run_many`](crate::run_many)'s runs: the
+/// The distribution of the time to completion of [`run_many`](rebound_sim::run_many)'s runs: the
 /// share of all runs finished by each virtual time (so the line tops out at the success
 /// rate), with the median and 99th percentile of the finished runs marked.
 ///
@@ -1034,7 +1034,7 @@ pub fn time_to_completion_svg(stats: &Stats) -> Result<String, ChartError> {
 }
 
 /// The histogram of provider requests (attempts) per run of
-/// [`run_many`](crate::run_many), finished and failed runs stacked.
+/// [`run_many`](rebound_sim::run_many), finished and failed runs stacked.
 ///
 /// # Errors
 ///
@@ -1165,7 +1165,7 @@ pub fn write_scenario_charts(stats: &Stats, dir: &Path) -> Result<Vec<PathBuf>, 
 mod tests {
     use super::*;
     use crate::compare::{run_experiment_with_timelines, ExperimentConfig};
-    use crate::{run_many, Scenario, SimConfig};
+    use rebound_sim::{run_many, Scenario, SimConfig};
 
     /// A fresh directory under the system's temporary directory, removed when dropped.
     struct TempDir(PathBuf);
