@@ -64,7 +64,12 @@ pub struct Run {
     record: bool,
     steps: Vec<Step>,
     handled: usize,
-    queue: VecDeque<Action>,
+    /// Told before the step's commands (a stream reset).
+    front: Option<Action>,
+    /// The step's commands, not polled yet.
+    queue: VecDeque<Command>,
+    /// Told after them (the run's own `Fail`).
+    back: Option<Command>,
     awaited: Option<Awaited>,
     /// The request whose answer began, until it ends.
     responding: Option<RequestId>,
@@ -249,7 +254,9 @@ impl Run {
             record: false,
             steps: Vec::new(),
             handled: 0,
+            front: None,
             queue: VecDeque::new(),
+            back: None,
             awaited: None,
             responding: None,
             end: None,
@@ -257,10 +264,14 @@ impl Run {
     }
 
     /// Keeps every step ([`Run::steps`], [`Run::take_steps`]): on for a trace, off (the
-    /// default) where only the tally and the end are read.
+    /// default) where only the tally and the end are read. Off, the trace header
+    /// ([`Run::header`]) leaves out the conversation the run started from.
     #[must_use]
     pub fn recording(mut self, on: bool) -> Self {
         self.record = on;
+        if !on {
+            self.initial = None;
+        }
         self
     }
 
@@ -296,7 +307,7 @@ impl Run {
         if let Some(end) = &self.end {
             if let (Ok(_), Event::HostFailed { failure }) = (end, &event) {
                 self.end = Some(Err(RunError::from(failure.clone())));
-                self.queue.clear();
+                self.clear();
             }
             return Handled::Ignored(IgnoreReason::Terminal);
         }
@@ -324,7 +335,7 @@ impl Run {
             self.tally.elapsed_ms = elapsed_ms;
             return handled;
         }
-        self.queue.clear();
+        self.clear();
         self.handled += 1;
         if handled == Handled::Accepted {
             if answers.is_some() {
@@ -335,18 +346,22 @@ impl Run {
                 self.responding = Some(request);
             }
             if let Some((request, attempt)) = cut {
-                self.queue
-                    .push_back(Action::StreamReset { request, attempt });
+                self.front = Some(Action::StreamReset { request, attempt });
             }
         }
-        let mut commands = Vec::new();
-        while let Some(command) = self.machine.poll() {
-            self.command(&command, began.is_some());
-            if self.record {
-                commands.push(command.clone());
-            }
-            self.queue.push_back(Action::Command(command));
+        // The step's commands, taken from the machine whole (its queue and this one swap
+        // buffers: nothing is moved or allocated per command).
+        let mut queue = std::mem::take(&mut self.queue);
+        self.machine.swap_queue(&mut queue);
+        for command in &queue {
+            self.command(command, began.is_some());
         }
+        let commands = if self.record {
+            queue.iter().cloned().collect()
+        } else {
+            Vec::new()
+        };
+        self.queue = queue;
         if let Some(event) = recorded {
             self.steps.push(Step {
                 at: now,
@@ -391,9 +406,16 @@ impl Run {
         let error = RunError::Invariant { message };
         self.end = Some(Err(error.clone()));
         self.awaited = None;
-        self.queue.push_back(Action::Command(Command::Fail {
+        self.back = Some(Command::Fail {
             error: Box::new(error),
-        }));
+        });
+    }
+
+    /// Drops what was not polled of the step.
+    fn clear(&mut self) {
+        self.front = None;
+        self.queue.clear();
+        self.back = None;
     }
 
     /// Ends the run with an invariant failure the shell found: a command it cannot execute
@@ -402,14 +424,20 @@ impl Run {
     /// polls the `Fail` and shows it. Ignored after the end.
     pub fn broken(&mut self, message: impl Into<String>) {
         if self.end.is_none() {
-            self.queue.clear();
+            self.clear();
             self.fail(message.into());
         }
     }
 
     /// The next thing to do, in order; `None` when the run waits for an answer or has ended.
     pub fn poll(&mut self) -> Option<Action> {
-        self.queue.pop_front()
+        if let Some(action) = self.front.take() {
+            return Some(action);
+        }
+        self.queue
+            .pop_front()
+            .or_else(|| self.back.take())
+            .map(Action::Command)
     }
 
     /// Hands the machine the start of `request`'s answer ([`Event::ProviderResponding`]) at
@@ -419,7 +447,7 @@ impl Run {
     pub fn responding(&mut self, now: Millis, request: RequestId) -> Vec<BudgetNote> {
         let _ = self.handle(now, Event::ProviderResponding { request });
         let mut notes = Vec::new();
-        while let Some(action) = self.queue.pop_front() {
+        while let Some(action) = self.poll() {
             if let Action::Command(Command::NoteBudget { note }) = action {
                 notes.push(note);
             }

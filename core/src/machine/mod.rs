@@ -403,6 +403,12 @@ impl AgentMachine {
         self.queue.pop_front()
     }
 
+    /// Swaps the queued commands with `other` (empty, keeping its capacity): how
+    /// [`Run`](crate::run::Run) takes a step's commands without moving them one by one.
+    pub(crate) fn swap_queue(&mut self, other: &mut VecDeque<Command>) {
+        std::mem::swap(&mut self.queue, other);
+    }
+
     /// [`handle`](Self::handle) followed by draining [`poll`](Self::poll), for drivers that
     /// never send an event the machine did not ask for: in debug builds it panics on
     /// [`Handled::Ignored`]`(`[`IgnoreReason::Unexpected`]`)`, a driver bug (see
