@@ -1423,8 +1423,13 @@ async fn a_thousand_waiting_retries_across_ten_processes_keep_redis_cheap_and_no
     for p in &processes {
         for _ in 0..PER_PROCESS {
             let p = p.clone();
-            let ask = charged(&p, 4_000, 0);
-            waiters.push(tokio::spawn(async move { p.acquire(ask).await }));
+            // Asked when the task runs, not when it is spawned: a loaded test process starts
+            // a thousand tasks over seconds, and an ask whose 4 s had run out before it was
+            // sent would be denied without waiting (never queued), which is not this test.
+            waiters.push(tokio::spawn(async move {
+                let ask = charged(&p, 4_000, 0);
+                p.acquire(ask).await
+            }));
         }
     }
     let total = (PROCESSES * PER_PROCESS) as u64;
