@@ -3,7 +3,7 @@
 //! They are shared by two callers:
 //!
 //! - the cargo-fuzz binaries in `fuzz/fuzz_targets/` (nightly, libFuzzer; see `fuzz/README.md`);
-//! - the ordinary test `effects/tests/hostile_fuzz_corpus.rs`, which includes this file with
+//! - the ordinary test `effects/tests/it/hostile_fuzz_corpus.rs`, which includes this file with
 //!   `#[path]` and runs every entry point over the committed seed corpus `fuzz/corpus/<target>/`
 //!   on stable, so `cargo test --workspace` replays everything the fuzzers ever kept.
 //!

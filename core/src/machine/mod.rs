@@ -73,7 +73,7 @@ use std::sync::Arc;
 /// a second while the first is unanswered, and until the run ends exactly one is always
 /// awaited (the machine never stalls waiting for nothing). A driver may therefore keep a
 /// single "pending" slot, and a cancel needs to stop only that one piece of work. The test
-/// `core/tests/one_awaited_command.rs` drives random event sequences, stale and duplicate
+/// `core/tests/it/one_awaited_command.rs` drives random event sequences, stale and duplicate
 /// answers included, and checks both.
 ///
 /// A `SendRequest` whose `purpose` is [`RequestPurpose::Summary`] asks the current target

@@ -3,7 +3,7 @@
 -- The rules are those of `rebound_core::budget::RetryBudget` (core/src/budget.rs), function
 -- for function: `advance`, `settle`, `expire`, `deposit`, `request`, `record`, `cancel`. A
 -- change to one is a change to both: the parity test
--- (effects/tests/redis_budget.rs, `the_script_decides_as_core_does`) drives both with the same
+-- (effects/tests/it/redis_budget.rs, `the_script_decides_as_core_does`) drives both with the same
 -- random operations and compares every answer.
 --
 -- One call is one decision, atomic (Redis runs a script alone). Needs Redis 5 or later: the

@@ -1,5 +1,4 @@
 //! Lua tools: loading, results, every failure becoming an error result, and the sandbox.
-#![cfg(feature = "lua")]
 
 use rebound_core::{BatchOutcome, MediaSource, ToolCall, ToolFailure, ToolOutput, ToolResultPart};
 use rebound_effects::tools::files::Root;

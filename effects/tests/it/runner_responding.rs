@@ -2,8 +2,7 @@
 //! being answered reaches the shared budget before its success does, as a real HTTP
 //! provider streams it from 127.0.0.1.
 
-#[path = "support/shared_buf.rs"]
-mod shared_buf;
+use crate::shared_buf;
 
 use rebound_core::{BudgetConfig, BudgetUse, Event, MachineConfig, ProviderKind, RetryConfig};
 use rebound_effects::budget::SharedBudget;

@@ -5,10 +5,8 @@
 //! Every request is wrapped in an outer timeout far above the provider's own: a test that
 //! hits it has found an unbounded wait.
 
-#[path = "hostile_support/server.rs"]
-mod server;
-#[path = "hostile_support/table.rs"]
-mod table;
+use crate::server;
+use crate::table;
 
 use rebound_core::{
     AssistantResponse, Conversation, FailureKind, MachineConfig, Message, ProviderFailure,

@@ -1,7 +1,6 @@
 //! The runner's jitter seed: drawn per runner unless given, and recorded so a run replays.
 
-#[path = "support/shared_buf.rs"]
-mod shared_buf;
+use crate::shared_buf;
 
 use rebound_core::{AssistantResponse, FailureKind, MachineConfig, ProviderFailure, RetryConfig};
 use rebound_effects::provider::{BoxFuture, DeltaSink, Provider, ProviderRequest, SendError};

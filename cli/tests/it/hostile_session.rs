@@ -1,10 +1,8 @@
 //! Hostile session files and hostile use of them: lines torn by a crash, and a second
 //! process opening a session another one is running.
 
-#[path = "../../effects/tests/hostile_support/server.rs"]
-mod server;
-#[path = "../../effects/tests/hostile_support/table.rs"]
-mod table;
+use crate::server;
+use crate::table;
 
 use rebound_core::{Conversation, Message};
 use rebound_effects::session::{

@@ -3,8 +3,7 @@
 //! Each must become an error result the model can read (or a bounded, clear behaviour),
 //! through the real path: `AgentMachine` decides, `ToolSet::run_batch` executes.
 
-#[path = "hostile_support/table.rs"]
-mod table;
+use crate::table;
 
 use rebound_core::{
     AgentMachine, AssistantResponse, Command, ContentBlock, Event, MachineConfig, Message, Millis,

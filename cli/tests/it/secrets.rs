@@ -6,10 +6,8 @@
 //! connection refused, a bad URL, a cancel by SIGTERM); its stdout, stderr, trace and session
 //! files are searched for the key. The library's error and config types are searched too.
 
-#[path = "../../effects/tests/hostile_support/server.rs"]
-mod server;
-#[path = "../../effects/tests/hostile_support/table.rs"]
-mod table;
+use crate::server;
+use crate::table;
 
 use rebound_core::{Conversation, MachineConfig, Message, ProviderKind, RetryConfig};
 use rebound_effects::provider::{

@@ -5,12 +5,11 @@
 //!
 //! Each test starts its own `redis-server` (see `redis_support/server.rs`).
 
-#[path = "../../effects/tests/redis_support/server.rs"]
+#[path = "../../../effects/tests/redis_support/server.rs"]
 mod server;
-#[path = "../../effects/tests/redis_support/slow_connects.rs"]
+#[path = "../../../effects/tests/redis_support/slow_connects.rs"]
 mod slow_connects;
-#[path = "../../effects/tests/hostile_support/table.rs"]
-mod table;
+use crate::table;
 
 use rebound_effects::budget::{RedisBudget, RedisOptions};
 use rebound_sim::fake::{FakeServer, FakeServerConfig, Outcome};

@@ -6,8 +6,7 @@
 //! The endpoint runs in this test's process (nothing here kills it); the provider is the
 //! fake provider of `rebound-sim` on loopback.
 
-#[path = "support/restate.rs"]
-mod restate;
+use crate::restate;
 
 use rebound_core::{
     BatchOutcome, CallOutcome, Conversation, MachineConfig, ProviderKind, RetryConfig, Role,

@@ -10,8 +10,7 @@ use serde_json::{json, Value};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-#[path = "hostile_support/table.rs"]
-mod table;
+use crate::table;
 
 fn rich_conversation() -> Conversation {
     Conversation::from(vec![
@@ -686,6 +685,13 @@ async fn session_appender_child_process() {
     }
 }
 
+/// [`session_appender_child_process`]'s name in this test binary: its module's path without the
+/// crate's name, then its own.
+fn child_test_name() -> String {
+    let module = module_path!().split_once("::").map_or("", |(_, path)| path);
+    format!("{module}::session_appender_child_process")
+}
+
 /// How many times the kill test kills an appending process.
 const KILLS: u64 = 200;
 
@@ -704,7 +710,7 @@ fn a_process_killed_while_appending_loses_no_acknowledged_message() {
     let mut acknowledged_total = 0;
     for round in 0..KILLS {
         let mut child = Command::new(&exe)
-            .args(["session_appender_child_process", "--exact", "--nocapture"])
+            .args([&child_test_name(), "--exact", "--nocapture"])
             .env(CHILD_ENV, &path)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

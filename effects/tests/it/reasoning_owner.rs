@@ -6,8 +6,7 @@
 //! of an unknown owner (an old session) costs exactly one announced retry without it; and a
 //! server that refuses every request fails the run cleanly after that one retry.
 
-#[path = "hostile_support/server.rs"]
-mod server;
+use crate::server;
 
 use rebound_core::{
     ContentBlock, Conversation, FailureKind, GiveUp, MachineConfig, Message, ProviderKind,

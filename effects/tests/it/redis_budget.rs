@@ -4,12 +4,11 @@
 //! down, silent, malformed, erroring — leaves the decision to a local budget, reported once,
 //! until Redis answers again.
 
-#[path = "redis_support/server.rs"]
+#[path = "../redis_support/server.rs"]
 mod server;
-#[path = "redis_support/slow_connects.rs"]
+#[path = "../redis_support/slow_connects.rs"]
 mod slow_connects;
-#[path = "hostile_support/table.rs"]
-mod table;
+use crate::table;
 
 use rebound_core::{
     BudgetConfig, BudgetNote, Millis, PermitAsk, PermitDecision, PermitKind, RetryBudget, Ticket,

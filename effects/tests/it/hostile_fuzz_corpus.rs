@@ -6,11 +6,10 @@
 //! panic here is a regression.
 
 #[allow(dead_code, clippy::all, clippy::pedantic)]
-#[path = "../../fuzz/src/lib.rs"]
+#[path = "../../../fuzz/src/lib.rs"]
 mod entries;
 
-#[path = "hostile_support/table.rs"]
-mod table;
+use crate::table;
 
 use std::path::PathBuf;
 

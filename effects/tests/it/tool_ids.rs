@@ -4,8 +4,7 @@
 //! nine letters and digits). The conversation two turns of a server that numbers its calls
 //! per message (`call_0` both times) would leave; the session keeps the originals.
 
-#[path = "hostile_support/server.rs"]
-mod server;
+use crate::server;
 
 use rebound_core::wire::{StreamDelta, ToolIdForm};
 use rebound_core::{ContentBlock, Conversation, Message, ProviderKind, ToolResultPart, ToolSpec};

@@ -2,7 +2,7 @@
 //! runs started through Restate's ingress, continued, followed and canceled; and a clear
 //! exit 2 when there is no Restate to register with.
 
-#[path = "../../durable/tests/support/restate.rs"]
+#[path = "../../../durable/tests/support/restate.rs"]
 mod restate;
 
 use rebound_core::Conversation;

@@ -4,8 +4,7 @@
 //! `cargo test --workspace` needs nothing run before it; `REBOUND_MCP_PYTHON` names another
 //! Python that has the SDK instead.
 
-#[path = "../../effects/tests/hostile_support/table.rs"]
-mod table;
+use crate::table;
 
 use rebound_core::{
     BatchOutcome, CallOutcome, HostFailureKind, MediaSource, ToolCall, ToolFailure, ToolOutput,
@@ -704,7 +703,7 @@ async fn process_is_gone(pid: u32) -> bool {
 /// Against the reference server `@modelcontextprotocol/server-everything` (Node): opt-in,
 /// since the tests provision only the Python server. Run with
 /// `REBOUND_MCP_EVERYTHING='path/to/mcp-server-everything' cargo test -p rebound-cli
-/// --test mcp_source -- --ignored` after `npm install @modelcontextprotocol/server-everything`.
+/// --test it mcp_source -- --ignored` after `npm install @modelcontextprotocol/server-everything`.
 #[tokio::test]
 #[ignore = "needs REBOUND_MCP_EVERYTHING: the reference Node server's command line"]
 async fn the_reference_everything_server_lists_tools_and_echoes() {

@@ -14,7 +14,7 @@ macro_rules! fixture {
     ($name:literal) => {
         (
             $name,
-            &include_bytes!(concat!("../fixtures/errors/", $name))[..],
+            &include_bytes!(concat!("../../fixtures/errors/", $name))[..],
         )
     };
 }

@@ -7,8 +7,7 @@
 //! The endpoint is this test binary itself, started again as a child process running only
 //! [`endpoint_process`], so that it can be killed like any deployed endpoint.
 
-#[path = "support/restate.rs"]
-mod restate;
+use crate::restate;
 
 use rebound_core::{
     BatchOutcome, CallOutcome, Conversation, MachineConfig, ProviderKind, RetryConfig, Role,
@@ -144,6 +143,13 @@ async fn endpoint_process() {
     serve(agent, listener).await;
 }
 
+/// [`endpoint_process`]'s name in this test binary: its module's path without the crate's
+/// name, then its own.
+fn endpoint_test_name() -> String {
+    let module = module_path!().split_once("::").map_or("", |(_, path)| path);
+    format!("{module}::endpoint_process")
+}
+
 /// The endpoint as a child process on `port`.
 struct Endpoint {
     port: u16,
@@ -172,7 +178,7 @@ impl Endpoint {
         let mut command = Command::new(exe);
         command
             .args([
-                "endpoint_process",
+                endpoint_test_name().as_str(),
                 "--exact",
                 "--nocapture",
                 "--test-threads",

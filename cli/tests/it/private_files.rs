@@ -1,10 +1,8 @@
 //! What rebound writes holds the conversation, so only its owner may read it: every file the
 //! CLI creates is 0600 even under the usual 022 umask, and a file it overwrites keeps the mode
 //! it had.
-#![cfg(unix)]
 
-#[path = "../../effects/tests/hostile_support/table.rs"]
-mod table;
+use crate::table;
 
 use rebound_sim::fake::{FakeServer, FakeServerConfig};
 use std::os::unix::fs::PermissionsExt;

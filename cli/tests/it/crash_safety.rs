@@ -7,10 +7,8 @@
 //! the previous run left, unchanged; the next run resumes from it. A last, undisturbed run
 //! must finish with every tool call answered.
 
-#[path = "../../effects/tests/hostile_support/server.rs"]
-mod server;
-#[path = "../../effects/tests/hostile_support/table.rs"]
-mod table;
+use crate::server;
+use crate::table;
 
 use rebound_core::{ContentBlock, Conversation};
 use rebound_effects::session::{decode_session, decode_session_file, SessionForm};
