@@ -1387,12 +1387,16 @@ fn server_cpu(server: &RedisServer) -> f64 {
 async fn a_thousand_waiting_retries_across_ten_processes_keep_redis_cheap_and_none_falls_back() {
     const PROCESSES: usize = 10;
     const PER_PROCESS: usize = 100;
+    // Each retry waits at most this long: long enough that every ask reaches Redis before
+    // its time runs out even when the test process shares two cores with a hundred other
+    // tests (at 4 s, a tenth of them came too late and were denied unqueued).
+    const WAIT_MS: u64 = 10_000;
     let Some(server) = RedisServer::start("a_thousand_waiting_retries") else {
         return;
     };
     let url = server.budget_url("fleet");
     // A total outage: nothing succeeds, refill pays 20 retries a second, each retry waits
-    // at most 4 s. A call timeout would measure the test machine's scheduler (a debug build,
+    // at most WAIT_MS. A call or connect timeout would measure the test machine's scheduler (a debug build,
     // 1,000 tasks, two shared cores: 2 s was once too short under load), not Redis, so it is
     // far above any wait here; the server's cost is measured below.
     let config = BudgetConfig::default()
@@ -1412,6 +1416,7 @@ async fn a_thousand_waiting_retries_across_ten_processes_keep_redis_cheap_and_no
                 // Nobody dies here; a starved test process must not look dead.
                 options
                     .with_call_timeout(Duration::from_secs(60))
+                    .with_connect_timeout(Duration::from_secs(30))
                     .with_waiter_stale_after(Duration::from_secs(60)),
             )
         })
@@ -1423,10 +1428,10 @@ async fn a_thousand_waiting_retries_across_ten_processes_keep_redis_cheap_and_no
         for _ in 0..PER_PROCESS {
             let p = p.clone();
             // Asked when the task runs, not when it is spawned: a loaded test process starts
-            // a thousand tasks over seconds, and an ask whose 4 s had run out before it was
+            // a thousand tasks over seconds, and an ask whose wait had run out before it was
             // sent would be denied without waiting (never queued), which is not this test.
             waiters.push(tokio::spawn(async move {
-                let ask = charged(&p, 4_000, 0);
+                let ask = charged(&p, WAIT_MS, 0);
                 p.acquire(ask).await
             }));
         }
