@@ -6,7 +6,7 @@ use crate::time::Millis;
 use serde::{Deserialize, Serialize};
 
 /// How long a provider's response may take before the attempt fails as an idle timeout
-/// ([`TransportFault::IdleTimeout`](crate::TransportFault::IdleTimeout), retried like any
+/// ([`TransportFault::IdleTimeout`], retried like any
 /// transport fault). The machine decides them; the driver that reads the response enforces
 /// them: each [`Command::SendRequest`](crate::Command::SendRequest) carries them, the tokio
 /// runner's HTTP providers read the clock against them, and the simulator fails a stall

@@ -1,4 +1,5 @@
-//! The tokio runner: executes an [`AgentMachine`]'s commands for real.
+//! The tokio runner: executes an [`AgentMachine`](rebound_core::AgentMachine)'s commands
+//! for real, through core's [`Run`].
 
 use crate::budget::BudgetStore;
 pub use crate::persist::{Persist, PersistError};
@@ -109,7 +110,7 @@ pub trait Compactor: Send + Sync {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CompactorError {
-    /// Core's compactor ([`compact`]) failed.
+    /// Core's compactor ([`compact`](rebound_core::compact)) failed.
     #[error(transparent)]
     Compaction(#[from] CompactionError),
     /// Any other compactor failed: its own error, whose message is this error's message.

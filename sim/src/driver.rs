@@ -1,4 +1,5 @@
-//! The virtual-clock driver: runs [`AgentMachine`]s against scripted providers and tools.
+//! The virtual-clock driver: runs [`AgentMachine`](rebound_core::AgentMachine)s against
+//! scripted providers and tools, each through core's [`Run`].
 //!
 //! A discrete-event loop in the style of quinn's test `Pair`: every command that expects an
 //! answer schedules that answer at a virtual time (now + the scripted latency), and the loop
