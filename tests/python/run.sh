@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The real-client test: the official `anthropic` and `openai` Python SDKs (pinned in
-# requirements.txt, installed in a virtualenv under target/) against the fake provider server.
+# requirements.txt, installed in a virtualenv under target/ by uv) against the fake provider
+# server.
 #
 #   bash tests/python/run.sh
 #
@@ -15,9 +16,11 @@ VENV="target/python-venv"
 REQ="tests/python/requirements.txt"
 
 if [ ! -x "$VENV/bin/python" ] || ! cmp -s "$REQ" "$VENV/requirements.txt"; then
+    # uv (python/uv.sh) makes the venv and installs into it, as python/ci.sh does.
+    UV="$(bash python/uv.sh)"
     rm -rf "$VENV"
-    "$PYTHON" -m venv "$VENV"
-    timeout 600 "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REQ"
+    "$UV" venv --quiet --python "$(command -v "$PYTHON")" "$VENV"
+    timeout 600 "$UV" pip install --quiet --python "$VENV/bin/python" -r "$REQ"
     cp "$REQ" "$VENV/requirements.txt"
 fi
 
