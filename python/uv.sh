@@ -13,6 +13,10 @@ if command -v uv >/dev/null 2>&1; then
 fi
 PYTHON="${PYTHON:-python3}"
 VENV="$PWD/target/uv-venv"
+mkdir -p target
+# One install at a time (the tests and the Python scripts may ask at once).
+exec 9>"$VENV.lock"
+flock 9
 if [ ! -x "$VENV/bin/uv" ]; then
   rm -rf "$VENV"
   "$PYTHON" -m venv "$VENV" >&2
