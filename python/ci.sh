@@ -6,7 +6,7 @@
 # on the machine's CPython and on CPython 3.13 (python/debian-cpython.sh): the machine's
 # typed API and its hypothesis properties, the wire helpers, the simulator and replay against
 # traces the Rust CLI records, and the example agents (httpx; the official SDKs) against
-# `rebound serve`.
+# `rebound serve`; and the binding as one of the drivers of tests/tests/drivers.rs.
 #
 # What waits on the network (the packages, Debian's CPython) runs beside what uses the CPU (the
 # binding's lints, the wheel), and the two pytest runs, which mostly wait on the agents'
@@ -123,8 +123,15 @@ start "pytest-here" run_pytest "$VENV" -n 2
 # more than the interpreter (their agents still run here: the total outage, the file tools,
 # the README commands and the two agents' same failures).
 start "pytest-3.13" run_pytest "$VENV_OTHER" -k "not survives_the_scripted_outage and not random_outage"
+# The Python binding as one of the drivers of tests/tests/drivers.rs: the scripted worlds of
+# tests/worlds.json, its decisions against the runner's (the test build's binary: no build).
+python_driver() {
+  REBOUND_PYTHON="$PWD/$VENV/bin/python" REBOUND_REQUIRE_PYTHON=1 \
+    cargo test --workspace --quiet --test drivers -- the_python_binding
+}
+start "python-driver" python_driver
 status=0
-for name in mypy pytest-here pytest-3.13; do
+for name in mypy pytest-here pytest-3.13 python-driver; do
   finish "$name" || status=1
 done
 exit "$status"

@@ -136,7 +136,9 @@ class Agent:
     ) -> None:
         self.provider, self.model, self.tools, self.say = provider, model, tools, say
         # `config`: more of the MachineConfig (its JSON shape), e.g. {"stream": {"idle_ms": …}}.
-        self.machine = AgentMachine(config={"tools": TOOLS, **(config or {})}, seed=seed, record=record)
+        config = {"tools": TOOLS, **(config or {})}
+        self.tool_specs = config["tools"]
+        self.machine = AgentMachine(config=config, seed=seed, record=record)
         self.started = time.monotonic()
 
     def now(self) -> int:
@@ -158,8 +160,7 @@ class Agent:
                         await asyncio.sleep(delay_ms / 1000)
                         event = e.TimerFired(timer)
                     case c.RunTools(batch=batch, calls=calls):
-                        outcomes = await asyncio.gather(*(asyncio.to_thread(self.call, x) for x in calls))
-                        event = e.ToolsFinished.per_call(batch, list(outcomes))
+                        event = await self.run_tools(batch, calls)
                     case c.Compact(compaction=compaction, conversation=conversation):
                         # rebound's own compaction, with the machine's compaction policy.
                         event = e.CompactionFinished(compaction, self.machine.compact_default(conversation))
@@ -185,6 +186,16 @@ class Agent:
                         self.say(f"rebound: the run failed: {command.message}")
                         return 1
         raise AssertionError("the machine stopped asking for anything before the run ended")
+
+    async def run_tools(self, batch: int, calls: list[dict]) -> e.Event:
+        """Runs a batch of tool calls side by side: the event that answers it."""
+        outcomes = await asyncio.gather(*(asyncio.to_thread(self.call, x) for x in calls))
+        return e.ToolsFinished.per_call(batch, list(outcomes))
+
+    def model_for(self, command: c.SendRequest) -> str:
+        """The model that answers ``command``: this agent has one target. With a fallback
+        chain (``config["targets"]``), ``command.target`` says which target's model."""
+        return self.model
 
     def call(self, call: dict) -> dict:
         """One tool call's outcome."""
@@ -235,7 +246,9 @@ class HttpxAgent(Agent):
         """One attempt: the request rebound built, streamed, decoded and classified, within
         the command's deadlines: httpx's read timeout is the idle deadline (for the headers
         and an error body too), :func:`within` keeps both on the streamed answer."""
-        body = request_body(self.provider, command.conversation, self.model, 4096, tools=TOOLS)
+        body = request_body(
+            self.provider, command.conversation, self.model_for(command), 4096, tools=self.tool_specs
+        )
         # Connecting is the client's own business (10 s here), not a deadline of the answer.
         timeout = httpx.Timeout(command.deadlines.idle_ms / 1000, connect=10)
         started = False

@@ -58,6 +58,7 @@ from .budget import RetryBudget, SharedBudget
 from .commands import Command
 from .events import Event
 from .sim import (
+    ScenarioTools,
     builtin_scenarios,
     outage_report,
     read_trace,
@@ -101,6 +102,7 @@ __all__ = [
     "compact",
     # simulator and replay
     "builtin_scenarios",
+    "ScenarioTools",
     "simulate",
     "simulate_many",
     "simulate_fleet",

@@ -334,3 +334,15 @@ def replay(trace: str | bytes) -> dict[str, Json]:
     """identical, steps, commands, outcome, elapsed_ms, divergence, text."""
 def read_trace(text: str) -> dict[str, Json]:
     """``{"header", "steps"}`` in their JSON shape; TraceError when unreadable."""
+
+class ScenarioTools:
+    """The tools a scenario scripts, as ``rebound serve``'s scenarios expect them (and
+    ``rebound demo`` and the simulator run them). ConfigError for a bad scenario."""
+
+    def __init__(self, scenario: str | Mapping[str, Json]) -> None: ...
+    def specs(self) -> list[dict[str, Json]]:
+        """The tools' specs (name, description, input_schema), for a machine config's
+        ``tools``."""
+    def run(self, calls: Sequence[Mapping[str, Json]]) -> tuple[int, dict[str, Json]]:
+        """A batch of ``RunTools`` calls: ``(duration_ms, outcome)``, the outcome as
+        ``ToolsFinished`` takes it. Nothing is waited; EventError for malformed calls."""

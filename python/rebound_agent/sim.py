@@ -5,6 +5,8 @@
   ``rebound sim`` prints; :func:`simulate_fleet` runs many agents in one world, sharing one
   retry budget.
 - :func:`outage_report` runs the outage experiment (``rebound sim --compare``).
+- :class:`ScenarioTools` runs a scenario's scripted tools, for an agent tested against
+  ``rebound serve --scenario``.
 - :func:`replay` replays a trace (recorded by the Rust CLI, the runner, the simulator or an
   ``AgentMachine(record=True)``) into a fresh machine and reports the first divergence as
   ``rebound replay`` prints it; :func:`read_trace` reads one into typed steps.
@@ -26,6 +28,7 @@ from .events import Event
 
 __all__ = [
     "builtin_scenarios",
+    "ScenarioTools",
     "simulate",
     "simulate_many",
     "simulate_fleet",
@@ -42,6 +45,11 @@ __all__ = [
     "Trace",
     "TraceStep",
 ]
+
+ScenarioTools = _native.ScenarioTools
+"""The tools a scenario scripts, for an agent tested against ``rebound serve --scenario``:
+``specs()`` for the machine's ``tools``, ``run(calls)`` → ``(duration_ms, outcome)`` for a
+``RunTools`` command (``ToolsFinished(batch, outcome)`` answers it)."""
 
 Scenario = str | Mapping[str, Any]
 """A built-in scenario's name, a scenario's JSON text, or a dict of its JSON shape."""

@@ -47,6 +47,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(machine::normalize_event, m)?)?;
     m.add_class::<budget::PyRetryBudget>()?;
     m.add_class::<wire::PyStreamDecoder>()?;
+    m.add_class::<sim::ScenarioTools>()?;
     m.add_function(wrap_pyfunction!(wire::request_body, m)?)?;
     m.add_function(wrap_pyfunction!(wire::request_path, m)?)?;
     m.add_function(wrap_pyfunction!(wire::parse_response, m)?)?;

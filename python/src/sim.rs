@@ -3,15 +3,15 @@
 //! divergence as `rebound replay` prints it.
 
 use crate::convert::{from_py, to_py};
-use crate::errors::{ConfigError, SimulationError, TraceError};
+use crate::errors::{ConfigError, EventError, SimulationError, TraceError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
-use rebound_core::RetryBudget;
+use rebound_core::{RetryBudget, ToolCall};
 use rebound_sim::stats::percentile;
 use rebound_sim::{
     replay as replay_trace, run_many, simulate as simulate_one,
-    simulate_fleet as simulate_fleet_of, simulate_fleet_with, FleetAgent, Scenario, SimConfig,
-    Trace,
+    simulate_fleet as simulate_fleet_of, simulate_fleet_with, FleetAgent, Scenario, ScriptedTools,
+    SimConfig, Trace,
 };
 use rebound_study::compare::{run_experiment, ExperimentConfig};
 
@@ -293,4 +293,47 @@ pub fn read_trace<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyDic
     d.set_item("header", to_py(py, &trace.header)?)?;
     d.set_item("steps", to_py(py, &trace.steps)?)?;
     Ok(d)
+}
+
+/// The tools a scenario scripts, as `rebound serve`'s scenarios expect them and as
+/// `rebound demo` and the simulator run them: a scripted call fails or succeeds as its
+/// answer says, an unscripted one answers `"<name> finished"`, a scripted `batch_error`
+/// fails the whole batch. For agents tested against `rebound serve --scenario`.
+#[pyclass(module = "rebound_agent._native", frozen)]
+pub struct ScenarioTools {
+    scenario: Scenario,
+}
+
+#[pymethods]
+impl ScenarioTools {
+    /// The tools of `scenario` (a built-in name, its JSON text, or a dict). Raises
+    /// `ConfigError` for a bad scenario.
+    #[new]
+    fn new(scenario: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(ScenarioTools {
+            scenario: self::scenario(scenario)?,
+        })
+    }
+
+    /// The tools' specs (`name`, `description`, `input_schema`), for a machine config's
+    /// `tools` and a request's tool list.
+    fn specs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &self.scenario.tool_specs())
+    }
+
+    /// Runs a batch of calls (the `calls` of a `RunTools` command): `(duration_ms, outcome)`,
+    /// the batch's scripted duration and its outcome as `ToolsFinished` takes it
+    /// (`{"per_call": [...]}` or `{"whole_batch": failure}`). Nothing is waited. Raises
+    /// `EventError` for calls that are not `{"id", "name", "input"}` dicts.
+    fn run<'py>(
+        &self,
+        py: Python<'py>,
+        calls: &Bound<'py, PyAny>,
+    ) -> PyResult<(u64, Bound<'py, PyAny>)> {
+        let calls: Vec<ToolCall> =
+            from_py(calls, "tool calls").map_err(|e| EventError::new_err(e.to_string()))?;
+        let (ms, outcome) =
+            ScriptedTools::new(&self.scenario).run(&calls, self.scenario.timing.tool_ms);
+        Ok((ms, to_py(py, &outcome)?))
+    }
 }

@@ -12,6 +12,9 @@ from conftest import READ_TOOL, drive, failure, rebound_bin, text_response, tool
 from rebound_agent import (
     AgentMachine,
     ConfigError,
+    EventError,
+    ScenarioTools,
+    commands as c,
     TraceError,
     builtin_scenarios,
     events as e,
@@ -169,3 +172,49 @@ def test_an_unreadable_trace_is_a_trace_error(text, match):
         text = "\n".join(lines) + "\n"
     with pytest.raises(TraceError, match=match):
         replay(text)
+
+
+SCRIPTED_TOOLS = {
+    "name": "scripted-tools",
+    "turns": [
+        {"answer": {"tool_calls": [
+            {"id": "toolu_a", "name": "read", "input": {"path": "a.rs"}, "outcome": {"type": "ok", "text": "fn a() {}"}},
+            {"id": "toolu_b", "name": "read", "input": {"path": "b.rs"},
+             "outcome": {"type": "error", "message": "no such file"}, "duration_ms": 700},
+        ]}},
+        {"answer": {"tool_calls": [{"id": "toolu_c", "name": "read", "input": {}}], "batch_error": {"type": "error", "message": "the tool server is gone"}}},
+        {"answer": {"text": "Done."}},
+    ],
+}
+
+
+def test_scenario_tools_answer_as_the_scenario_scripts_them():
+    tools = ScenarioTools(SCRIPTED_TOOLS)
+    assert "read" in [s["name"] for s in tools.specs()]
+    calls = [{"id": "toolu_a", "name": "read", "input": {"path": "a.rs"}},
+             {"id": "toolu_b", "name": "read", "input": {"path": "b.rs"}},
+             {"id": "toolu_x", "name": "read", "input": {}}]
+    ms, outcome = tools.run(calls)
+    assert ms == 700  # the slowest call
+    [a, b, x] = outcome["per_call"]
+    assert (a["tool_use_id"], b["tool_use_id"], x["tool_use_id"]) == ("toolu_a", "toolu_b", "toolu_x")
+    assert "fn a() {}" in json.dumps(a) and "no such file" in json.dumps(b)
+    assert "read finished" in json.dumps(x)  # unscripted: succeeds
+    # A scripted batch error fails the whole batch; the machine takes the outcome as it is.
+    _, whole = tools.run([{"id": "toolu_c", "name": "read", "input": {}}])
+    assert "the tool server is gone" in json.dumps(whole["whole_batch"])
+    m = AgentMachine(config={"tools": tools.specs()}, seed=1)
+    [_, send] = m.step(0, e.UserMessage.text("hi"))
+    [_, run] = m.step(10, e.ProviderSucceeded(send.request, tool_response("toolu_a", "a.rs")))
+    assert isinstance(run, c.RunTools)
+    _, outcome = tools.run(run.calls)
+    # The result is appended and the conversation goes back to the model.
+    assert [type(x).__name__ for x in m.step(20, e.ToolsFinished(run.batch, outcome))] == [
+        "AppendMessage", "SendRequest"]
+
+
+def test_scenario_tools_refuse_bad_scenarios_and_calls_with_typed_errors():
+    with pytest.raises(ConfigError):
+        ScenarioTools("no-such-scenario")
+    with pytest.raises(EventError):
+        ScenarioTools("tool-errors").run([{"name": "read"}])

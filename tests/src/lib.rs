@@ -199,7 +199,9 @@ pub struct Play {
     pub scenario: Scenario,
     /// The wire format.
     pub provider: ProviderKind,
-    /// The machine configuration (targets and tools are filled in).
+    /// The machine configuration. With no targets, one is filled in (`test-model` in
+    /// [`provider`](Self::provider)'s wire format); each target is played by the same fake
+    /// server in its own wire format. The tools are filled in.
     pub config: MachineConfig,
     /// The tools; `None` plays the scenario's scripted tools.
     pub tools: Option<Arc<dyn ToolExecutor>>,
@@ -244,20 +246,31 @@ impl Play {
         let server = FakeServer::start(server_config)
             .await
             .expect("the fake server starts on loopback");
-        let mut http =
-            HttpProviderConfig::new(self.provider, "test-model", ApiKey::new("test-key"));
-        http.base_url = server.base_url_for(self.provider);
-        let provider = HttpProvider::new(http).expect("a valid provider config");
         let mut config = self.config;
-        config.targets =
-            vec![TargetSpec::new(self.provider, "test-model")
+        if config.targets.is_empty() {
+            config.targets = vec![TargetSpec::new(self.provider, "test-model")
                 .with_context_window(self.context_window)];
+        }
+        // One provider per target, each on the same server in its target's wire format.
+        let providers: Vec<Box<dyn Provider>> = config
+            .targets
+            .iter()
+            .map(|target| {
+                let mut http = HttpProviderConfig::new(
+                    target.provider,
+                    target.model.clone(),
+                    ApiKey::new("test-key"),
+                );
+                http.base_url = server.base_url_for(target.provider);
+                Box::new(HttpProvider::new(http).expect("a valid provider config"))
+                    as Box<dyn Provider>
+            })
+            .collect();
         let scenario = Arc::new(self.scenario);
         let tools = self
             .tools
             .unwrap_or_else(|| Arc::new(ScenarioTools::new(Arc::clone(&scenario), 0.0)));
         let trace = SharedBuf::default();
-        let providers: Vec<Box<dyn Provider>> = vec![Box::new(provider)];
         let mut runner = Runner::new(config, providers)
             .seed(3)
             .tools(tools)

@@ -1,7 +1,11 @@
-//! One scripted world, several drivers, one trace: the tokio runner against the fake server
-//! on loopback, the simulator on its virtual clock, and the durable service on a real
-//! restate-server all drive core's `Run`, so for the same scripted faults they must hand the
-//! machine the same events, get the same commands back, and count the run the same way.
+//! One scripted world, every driver, one trace: the tokio runner against the fake server on
+//! loopback, the simulator on its virtual clock, the durable service on a real
+//! restate-server and the Python binding (the example agent's loop over httpx, in CI's
+//! Python step) all drive core's `Run`, so for the same scripted faults they must hand the
+//! machine the same events, get the same commands back, and count the run the same way. The
+//! worlds, the machine's configuration and the seeds are `tests/worlds.json`: 5xx, a
+//! `retry-after` window, streams cut mid-answer, tool errors, an overflow that compacts, a
+//! fallback to a second target.
 //!
 //! Compared, step by step: what each event told the machine and what each command asked
 //! for (kinds, ids, attempts, delays, targets, the size of each conversation sent, tool
@@ -12,16 +16,17 @@
 //! If any driver decided one thing differently (a retry more, a delay, a compaction, a
 //! different tool outcome, a stream reset not counted), a line differs: checked by keeping
 //! the durable driver from telling the run an answer had begun (every world then differs,
-//! and stream-cuts' tally too). The Python binding joins when it drives `Run` as well.
+//! and stream-cuts' tally too), and the Python driver from telling the machine an answer
+//! began (stream-cuts' steps and tally differ).
 
 #[path = "../../durable/tests/support/restate.rs"]
 mod restate;
 
 use rebound_cli::scenario_tools::ScenarioTools;
 use rebound_core::trace::TraceStep;
-use rebound_core::{ContentBlock, Event, ProviderKind, RunTally, TargetSpec};
+use rebound_core::{ContentBlock, Event, MachineConfig, ProviderKind, RunTally, TargetSpec};
 use rebound_durable::DurableAgent;
-use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig};
+use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider};
 use rebound_sim::fake::{FakeServer, FakeServerConfig};
 use rebound_sim::{simulate, Scenario, SimConfig, Trace};
 use rebound_tests::{counts, Play};
@@ -30,19 +35,79 @@ use serde_json::Value;
 use std::path::Path;
 use std::sync::Arc;
 
-/// The script cursor's seed, the same in the fake server and the simulator.
-const SCRIPT_SEED: u64 = 1;
+/// The worlds every driver plays, with the machine's configuration and seeds: one file the
+/// Python driver reads as well.
+const WORLDS_JSON: &str = include_str!("../worlds.json");
 
-/// The worlds: 5xx with and without `retry-after`, streams cut mid-answer, tool errors, and
-/// (see [`world`]) an overflow that compacts. The built-in `overflow` starts from a long
-/// history, which a durable object cannot be given but by running it; this one grows its own.
-const WORLDS: [&str; 5] = [
-    "blip",
-    "rate-limit-window",
-    "stream-cuts",
-    "tool-errors",
-    "compaction",
-];
+/// One scripted world as `tests/worlds.json` writes it.
+struct World {
+    name: String,
+    scenario: Scenario,
+    /// The machine's configuration, its targets filled in.
+    config: MachineConfig,
+    /// The world's JSON entry, the machine's configuration and the seeds (for the Python
+    /// driver).
+    json: Value,
+    /// Counts the runner's tally must show (`retries=2`), so that the world tests what it
+    /// is there for.
+    expect: Vec<String>,
+}
+
+/// The seeds of `tests/worlds.json`.
+fn seeds() -> (u64, u64) {
+    let all: Value = serde_json::from_str(WORLDS_JSON).expect("tests/worlds.json is JSON");
+    let seed = |k: &str| {
+        all[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("worlds.json: {k}"))
+    };
+    (seed("script_seed"), seed("machine_seed"))
+}
+
+/// The worlds of `tests/worlds.json`: 5xx with and without `retry-after`, streams cut
+/// mid-answer, tool errors, an overflow that compacts, a fallback.
+fn worlds() -> Vec<World> {
+    let all: Value = serde_json::from_str(WORLDS_JSON).expect("tests/worlds.json is JSON");
+    let entries = all["worlds"].as_array().expect("worlds.json: worlds");
+    entries
+        .iter()
+        .map(|entry| {
+            let name = entry["name"].as_str().expect("a world's name").to_owned();
+            let mut scenario = match &entry["scenario"] {
+                Value::String(builtin) => Scenario::builtin(builtin).expect("a built-in scenario"),
+                inline => Scenario::from_json(&inline.to_string()).expect("a scenario"),
+            };
+            scenario.provider = ProviderKind::Anthropic;
+            let mut config: MachineConfig =
+                serde_json::from_value(all["machine"].clone()).expect("worlds.json: machine");
+            let models: Vec<String> = match entry.get("models") {
+                Some(models) => serde_json::from_value(models.clone()).expect("models"),
+                None => vec!["test-model".to_owned()],
+            };
+            config.targets = models
+                .iter()
+                .map(|m| TargetSpec::new(ProviderKind::Anthropic, m).with_context_window(None))
+                .collect();
+            let json = serde_json::json!({
+                "name": name,
+                "scenario": entry["scenario"],
+                "user_message": scenario.user_message,
+                "machine": config,
+                "script_seed": seeds().0,
+                "machine_seed": seeds().1,
+            });
+            let expect = serde_json::from_value(entry["expect"].clone())
+                .unwrap_or_else(|e| panic!("{name}: expect: {e}"));
+            World {
+                name,
+                scenario,
+                config,
+                json,
+                expect,
+            }
+        })
+        .collect()
+}
 
 /// What one step told the machine and what it asked for, as comparable lines.
 fn lines(steps: &[TraceStep]) -> Vec<String> {
@@ -158,35 +223,13 @@ fn tally_line(tally: &RunTally) -> String {
     format!("{} stream_resets={}", counts(tally), tally.stream_resets)
 }
 
-/// The scenario as the runner plays it (Anthropic, Play's machine config).
-fn world(name: &str) -> Scenario {
-    let mut scenario = match name {
-        // Eight tool rounds, then the provider says the context is full: compacted by
-        // elision, retried once, answered.
-        "compaction" => {
-            let mut turns: Vec<Value> = (0..8)
-                .map(|i| {
-                    serde_json::json!({"answer": {"tool_calls": [
-                        {"name": "read", "input": {"path": format!("f{i}.rs")}}]}})
-                })
-                .collect();
-            turns.push(serde_json::json!({
-                "faults": [{"type": "context_overflow"}],
-                "answer": {"text": "All files read."}
-            }));
-            let json = serde_json::json!({"name": "compaction", "turns": turns}).to_string();
-            Scenario::from_json(&json).expect("a scenario")
-        }
-        _ => Scenario::builtin(name).expect("a built-in scenario"),
-    };
-    scenario.provider = ProviderKind::Anthropic;
-    scenario
-}
-
-async fn by_runner(scenario: &Scenario) -> (Vec<String>, String) {
-    let played = Play::new(scenario.clone(), ProviderKind::Anthropic)
-        .run()
-        .await;
+/// The runner against the fake server (`Play` plays `script_seed` 1 and machine seed 3, as
+/// `tests/worlds.json` says).
+async fn by_runner(world: &World) -> (Vec<String>, String) {
+    assert_eq!(seeds(), (1, 3), "Play's seeds are those of worlds.json");
+    let mut play = Play::new(world.scenario.clone(), ProviderKind::Anthropic);
+    play.config = world.config.clone();
+    let played = play.run().await;
     let trace = Trace::parse(&played.trace).expect("the runner's trace parses");
     let tally = match &played.result {
         Ok(summary) => tally_line(&summary.stats),
@@ -196,12 +239,9 @@ async fn by_runner(scenario: &Scenario) -> (Vec<String>, String) {
     (lines(&trace.steps), tally)
 }
 
-fn by_simulator(scenario: &Scenario) -> (Vec<String>, String) {
-    let play = Play::new(scenario.clone(), ProviderKind::Anthropic);
-    let mut config = SimConfig::default().with_machine(play.config);
-    config.machine.targets = vec![TargetSpec::new(ProviderKind::Anthropic, "test-model")
-        .with_context_window(play.context_window)];
-    let outcome = simulate(scenario, &config, SCRIPT_SEED).expect("the simulation runs");
+fn by_simulator(world: &World) -> (Vec<String>, String) {
+    let config = SimConfig::default().with_machine(world.config.clone());
+    let outcome = simulate(&world.scenario, &config, seeds().0).expect("the simulation runs");
     let trace = outcome.trace();
     let tally = match &outcome.result {
         Ok(_) => tally_line(&outcome.tally()),
@@ -210,30 +250,34 @@ fn by_simulator(scenario: &Scenario) -> (Vec<String>, String) {
     (lines(&trace.steps), tally)
 }
 
+/// One HTTP provider per target of `config`, all on `server`.
+fn providers(config: &MachineConfig, server: &FakeServer) -> Vec<Box<dyn Provider>> {
+    config
+        .targets
+        .iter()
+        .map(|target| {
+            let mut http =
+                HttpProviderConfig::new(target.provider, &target.model, ApiKey::new("test-key"));
+            http.base_url = server.base_url_for(target.provider);
+            Box::new(HttpProvider::new(http).expect("a provider")) as Box<dyn Provider>
+        })
+        .collect()
+}
+
 /// The durable service on `restate`, its endpoint in this process, against a fake server
-/// of its own playing `scenario`.
+/// of its own playing the world.
 async fn by_durable(
     restate: &RestateServer,
-    scenario: &Scenario,
-    key: &str,
+    world: &World,
     traces: &Path,
 ) -> (Vec<String>, String) {
-    let server = FakeServer::start(FakeServerConfig::new(scenario.clone(), SCRIPT_SEED))
+    let key = &world.name;
+    let server = FakeServer::start(FakeServerConfig::new(world.scenario.clone(), seeds().0))
         .await
         .expect("the fake server starts");
-    let mut http = HttpProviderConfig::new(
-        ProviderKind::Anthropic,
-        "test-model",
-        ApiKey::new("test-key"),
-    );
-    http.base_url = server.base_url_for(ProviderKind::Anthropic);
-    let provider = HttpProvider::new(http).expect("a provider");
-    let play = Play::new(scenario.clone(), ProviderKind::Anthropic);
-    let mut config = play.config;
-    config.targets = vec![TargetSpec::new(ProviderKind::Anthropic, "test-model")
-        .with_context_window(play.context_window)];
-    let scenario = Arc::new(scenario.clone());
-    let agent = DurableAgent::new(config, vec![Box::new(provider)])
+    let scenario = Arc::new(world.scenario.clone());
+    let agent = DurableAgent::new(world.config.clone(), providers(&world.config, &server))
+        .seed(seeds().1)
         .tools(Arc::new(ScenarioTools::new(Arc::clone(&scenario), 0.0)))
         .traces(traces);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", free_port()))
@@ -295,6 +339,101 @@ fn difference(what: &str, a: &[String], b: &[String]) -> Option<String> {
     ))
 }
 
+/// The Python interpreter that has `rebound_agent` and httpx installed: `$REBOUND_PYTHON`.
+/// Without it the Python driver's test is skipped, unless `REBOUND_REQUIRE_PYTHON=1` (CI's
+/// Python step, which builds the package first).
+fn python() -> Option<String> {
+    match std::env::var("REBOUND_PYTHON") {
+        Ok(python) if !python.is_empty() => Some(python),
+        _ => {
+            assert!(
+                std::env::var("REBOUND_REQUIRE_PYTHON").as_deref() != Ok("1"),
+                "REBOUND_REQUIRE_PYTHON=1 but REBOUND_PYTHON names no interpreter"
+            );
+            eprintln!("skipped: set REBOUND_PYTHON to a Python with rebound_agent and httpx");
+            None
+        }
+    }
+}
+
+/// The Python binding: the example agent's loop (python/examples/agent.py) over httpx,
+/// driven by `python/tests/world_driver.py`, against a fake server of its own playing the
+/// world.
+async fn by_python(python: &str, world: &World, dir: &Path) -> (Vec<String>, String) {
+    let server = FakeServer::start(FakeServerConfig::new(world.scenario.clone(), seeds().0))
+        .await
+        .expect("the fake server starts");
+    let input = dir.join(format!("{}.json", world.name));
+    let trace = dir.join(format!("{}-python.jsonl", world.name));
+    std::fs::write(&input, world.json.to_string()).expect("the world's file");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../python/tests/world_driver.py");
+    let output = tokio::process::Command::new(python)
+        .arg(script)
+        .arg(&input)
+        .arg(server.base_url_for(ProviderKind::Anthropic))
+        .arg(&trace)
+        .output()
+        .await
+        .expect("the Python driver starts");
+    server.shutdown().await;
+    assert!(
+        output.status.success(),
+        "{}: the Python driver failed: {}\n{}",
+        world.name,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let ended: Value = serde_json::from_slice(&output.stdout).expect("the driver's JSON line");
+    let tally = match ended["failed"].as_str() {
+        Some(kind) => format!("failed {kind}"),
+        None => {
+            tally_line(&serde_json::from_value(ended["tally"].clone()).expect("the driver's tally"))
+        }
+    };
+    let trace = Trace::read(std::io::BufReader::new(
+        std::fs::File::open(trace).expect("the Python driver's trace"),
+    ))
+    .expect("the Python driver's trace parses");
+    (lines(&trace.steps), tally)
+}
+
+/// The differences between the runner's run of `world` and each other driver's.
+fn compare(
+    world: &World,
+    runner: &(Vec<String>, String),
+    others: &[(&str, &(Vec<String>, String))],
+) -> Vec<String> {
+    let name = &world.name;
+    assert!(
+        runner.0.len() > 4,
+        "{name}: the runner's trace is too short to compare: {:?}",
+        runner.0
+    );
+    let counts: Vec<&str> = runner.1.split(' ').collect();
+    for expected in &world.expect {
+        assert!(
+            counts.contains(&expected.as_str()),
+            "{name}: the runner's tally should show {expected}: {}",
+            runner.1
+        );
+    }
+    let mut differences = Vec::new();
+    for (driver, (steps, tally)) in others {
+        differences.extend(difference(
+            &format!("{name}: runner vs {driver}, steps"),
+            &runner.0,
+            steps,
+        ));
+        if runner.1 != *tally {
+            differences.push(format!(
+                "{name}: runner vs {driver}, tally\n  {}\n  {tally}",
+                runner.1
+            ));
+        }
+    }
+    differences
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_runner_the_simulator_and_the_durable_service_make_the_same_decisions() {
     let Some(restate) = RestateServer::start("drivers_make_the_same_decisions") else {
@@ -302,29 +441,32 @@ async fn the_runner_the_simulator_and_the_durable_service_make_the_same_decision
     };
     let traces = tempfile::tempdir().expect("a folder");
     let mut differences = Vec::new();
-    for name in WORLDS {
-        let scenario = world(name);
-        let runner = by_runner(&scenario).await;
-        let simulator = by_simulator(&scenario);
-        let durable = by_durable(&restate, &scenario, name, traces.path()).await;
-        assert!(
-            runner.0.len() > 4,
-            "{name}: the runner's trace is too short to compare: {:?}",
-            runner.0
-        );
-        for (driver, (steps, tally)) in [("simulator", &simulator), ("durable", &durable)] {
-            differences.extend(difference(
-                &format!("{name}: runner vs {driver}, steps"),
-                &runner.0,
-                steps,
-            ));
-            if runner.1 != *tally {
-                differences.push(format!(
-                    "{name}: runner vs {driver}, tally\n  {}\n  {tally}",
-                    runner.1
-                ));
-            }
-        }
+    for world in worlds() {
+        let runner = by_runner(&world).await;
+        let simulator = by_simulator(&world);
+        let durable = by_durable(&restate, &world, traces.path()).await;
+        differences.extend(compare(
+            &world,
+            &runner,
+            &[("simulator", &simulator), ("durable", &durable)],
+        ));
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
+
+/// The same worlds through the Python binding (run in CI's Python step, once the package
+/// is built).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_binding_makes_the_runners_decisions() {
+    let Some(python) = python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("a folder");
+    let mut differences = Vec::new();
+    for world in worlds() {
+        let runner = by_runner(&world).await;
+        let python = by_python(&python, &world, dir.path()).await;
+        differences.extend(compare(&world, &runner, &[("Python", &python)]));
     }
     assert!(differences.is_empty(), "{}", differences.join("\n"));
 }
