@@ -46,11 +46,17 @@ pub fn totals_json(stats: &RunTally) -> Value {
     })
 }
 
+/// `n` and the noun for that many: `1 retry`, `2 retries`, `0 errors`.
+pub(crate) fn counted(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// One line of totals for people, e.g. `3 requests (1 retry), 12,345 input + 678 output
 /// tokens (cache: 0 read, 0 written), 1 compaction, 4.2s`.
 #[must_use]
 pub fn totals_line(stats: &RunTally) -> String {
-    let plural = |n: u32, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let plural = counted;
     format!(
         "{} ({}), {} input + {} output tokens (cache: {} read, {} written), {}, {:.1}s",
         plural(stats.requests, "request", "requests"),

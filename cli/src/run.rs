@@ -4,6 +4,7 @@ use super::{
     AgentArgs, DemoArgs, EventsFormat, HumanView, JsonEvents, RunArgs, ServeArgs, EXIT_CANCELED,
     EXIT_FAILED, EXIT_OK, EXIT_USAGE,
 };
+use crate::events::counted;
 use crate::scenario_tools::ScenarioTools;
 use rebound_core::{
     BudgetConfig, BudgetUse, MachineConfig, ProviderKind, RetryConfig, RunError, TargetSpec,
@@ -621,16 +622,19 @@ pub async fn demo(args: DemoArgs) -> i32 {
                 )
             })
             .count();
+        let requests = u64::try_from(requests.len()).unwrap_or(u64::MAX);
+        let faults = u64::try_from(faults).unwrap_or(u64::MAX);
         eprintln!(
-            "\nsummary: {} requests ({faults} answered with a fault), {} retries waiting {:.1}s, \
-             {} stream resets, {} tool calls ({} errors), {} compactions — {:.1}s wall time",
-            requests.len(),
-            stats.retries,
+            "\nsummary: {} ({} answered with a fault), {} waiting {:.1}s, {}, {} ({}), {} — \
+             {:.1}s wall time",
+            counted(requests, "request", "requests"),
+            faults,
+            counted(stats.retries, "retry", "retries"),
             stats.retry_wait_ms as f64 / 1000.0,
-            stats.stream_resets,
-            stats.tool_calls,
-            stats.tool_errors,
-            stats.compactions,
+            counted(stats.stream_resets, "stream reset", "stream resets"),
+            counted(stats.tool_calls, "tool call", "tool calls"),
+            counted(stats.tool_errors, "error", "errors"),
+            counted(stats.compactions, "compaction", "compactions"),
             started.elapsed().as_secs_f64()
         );
         match &result {

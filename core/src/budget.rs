@@ -46,7 +46,7 @@ use std::collections::{BTreeMap, VecDeque};
 /// before it: the seconds of an outage, in which nothing succeeds, do not push the rate it
 /// served out of memory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(remote = "Self", default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct BudgetConfig {
     /// Most tokens the bucket holds.
@@ -64,6 +64,8 @@ pub struct BudgetConfig {
     /// success. Paid once per request, on top of `deposit_per_success`.
     pub deposit_per_answered_retry: f64,
 }
+
+crate::objects_only!(BudgetConfig, "an object of budget settings");
 
 impl Default for BudgetConfig {
     fn default() -> Self {

@@ -308,7 +308,7 @@ pub fn summarized(conversation: &Conversation, keep_from: usize, summary: &str) 
 /// The kept tail starts at an assistant message, so the first user message is followed by an
 /// assistant message and every `tool_use` in the tail is answered inside it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(remote = "Self", default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct CompactionPolicy {
     /// At least this many of the newest messages are kept verbatim.
@@ -320,6 +320,8 @@ pub struct CompactionPolicy {
     /// Tool results in the kept tail longer than this are cut too.
     pub max_tail_result_bytes: usize,
 }
+
+crate::objects_only!(CompactionPolicy, "an object of compaction settings");
 
 impl Default for CompactionPolicy {
     fn default() -> Self {

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 /// assert_eq!(config.stream.silence_limit_ms(), 30_000);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(remote = "Self", default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct StreamDeadlines {
     /// How long a response may stay silent (no byte before the headers, or between stream
@@ -32,6 +32,8 @@ pub struct StreamDeadlines {
     /// server dripping keep-alives cannot hold a request open forever. 10 minutes by default.
     pub progress_ms: u64,
 }
+
+crate::objects_only!(StreamDeadlines, "an object of stream deadlines");
 
 impl StreamDeadlines {
     /// Deadlines of `idle_ms` without a byte and `progress_ms` without content (each at

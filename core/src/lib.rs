@@ -15,6 +15,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod object_form;
+
 pub mod budget;
 pub mod classify;
 pub mod compaction;

@@ -56,7 +56,7 @@ use serde::{Deserialize, Serialize};
 /// assert_eq!(policy.delay_for(1, &down, &mut rng), RetryDelay::Backoff(500));
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(remote = "Self", default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct RetryConfig {
     /// Attempts per request, counting the first. Values below 1 are treated as 1.
@@ -73,14 +73,16 @@ pub struct RetryConfig {
     pub max_retry_after_ms: u64,
     /// The longest server-requested delay worth waiting while the fallback chain has a next
     /// target, in ms: above it the machine moves to that target at once. Missing from a
-    /// serialized config (a trace recorded before this field), it is `u64::MAX`: never move
-    /// on early, as those runs did.
-    #[serde(default = "never")]
+    /// configuration, it is the default's 30 s, as every other missing field takes the
+    /// default's value (a trace recorded before this field existed is read with `u64::MAX`,
+    /// never moving on early, as those runs did: the trace reader sees to that).
     pub fallback_after_ms: u64,
     /// Empty assistant responses tolerated per request before giving up (a small cap: an
     /// empty answer is more often the model's choice than a fault).
     pub max_empty_responses: u32,
 }
+
+crate::objects_only!(RetryConfig, "an object of retry settings");
 
 impl Default for RetryConfig {
     fn default() -> Self {
@@ -156,11 +158,6 @@ impl RetryConfig {
         self.max_empty_responses = count;
         self
     }
-}
-
-/// `fallback_after_ms` of a config serialized before it existed.
-fn never() -> u64 {
-    u64::MAX
 }
 
 /// The delay chosen before a retry.
@@ -506,13 +503,11 @@ mod tests {
     }
 
     #[test]
-    fn a_config_serialized_before_the_fallback_threshold_never_moves_on_early() {
-        let old = r#"{"max_attempts":4,"initial_delay_ms":500,"max_delay_ms":10000,
-            "multiplier":2.0,"jitter":true,"max_retry_after_ms":60000,"max_empty_responses":2}"#;
-        let c: RetryConfig = serde_json::from_str(old).unwrap();
-        assert_eq!(c.fallback_after_ms, u64::MAX);
-        assert!(!c.moves_on(60_000));
-        assert!(c.moves_on(60_001));
+    fn a_partial_retry_config_takes_every_missing_setting_from_the_default() {
+        let c: RetryConfig = serde_json::from_str(r#"{"jitter": false}"#).unwrap();
+        assert_eq!(c, RetryConfig::default().with_jitter(false));
+        assert_eq!(c.fallback_after_ms, 30_000);
+        assert!(c.moves_on(30_001));
     }
 
     #[test]

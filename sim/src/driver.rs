@@ -45,7 +45,7 @@ use std::sync::Arc;
 
 /// How the simulated world is set up, beyond the scenario.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(remote = "Self", default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct SimConfig {
     /// The machine's configuration. Its `tools` are replaced by the scenario's.
@@ -56,6 +56,8 @@ pub struct SimConfig {
     /// when `machine.retry_budget` is set; without a budget, permits are always granted.
     pub budget: Option<BudgetConfig>,
 }
+
+rebound_core::objects_only!(SimConfig, "an object of simulator settings");
 
 impl Default for SimConfig {
     fn default() -> Self {

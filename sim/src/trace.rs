@@ -174,7 +174,8 @@ impl Trace {
             };
             match &header {
                 None => {
-                    let value: Value = serde_json::from_str(text).map_err(|e| bad("header", e))?;
+                    let mut value: Value =
+                        serde_json::from_str(text).map_err(|e| bad("header", e))?;
                     let format = value.get("format").and_then(Value::as_str).unwrap_or("");
                     if format != TRACE_FORMAT {
                         return Err(TraceError::UnknownFormat {
@@ -189,6 +190,16 @@ impl Trace {
                                 supported: TRACE_VERSION,
                             })
                         }
+                    }
+                    // Recorded before `fallback_after_ms` existed: those runs never moved
+                    // on to the next target early, so the replay must not either.
+                    if let Some(retry) = value
+                        .pointer_mut("/config/retry")
+                        .and_then(Value::as_object_mut)
+                    {
+                        retry
+                            .entry("fallback_after_ms")
+                            .or_insert(Value::from(u64::MAX));
                     }
                     header =
                         Some(
@@ -394,6 +405,28 @@ mod tests {
         let trace = Trace::parse(&text).unwrap();
         assert_eq!(trace.to_jsonl(), text);
         assert!(replay(&trace).unwrap().outcome.unwrap().is_ok());
+    }
+
+    #[test]
+    fn a_trace_recorded_before_the_fallback_threshold_never_moves_on_early() {
+        let text = demo_trace();
+        let field = "\"fallback_after_ms\":30000,";
+        assert!(
+            text.contains(field),
+            "the header writes every retry setting"
+        );
+        let old = text.replacen(field, "", 1);
+        let trace = Trace::parse(&old).unwrap();
+        assert_eq!(trace.header.config.retry.fallback_after_ms, u64::MAX);
+        assert_eq!(
+            Trace::parse(&text)
+                .unwrap()
+                .header
+                .config
+                .retry
+                .fallback_after_ms,
+            30_000
+        );
     }
 
     #[test]

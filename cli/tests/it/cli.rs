@@ -388,6 +388,25 @@ async fn demo_completes_offline() {
 }
 
 #[tokio::test]
+async fn the_demos_summary_counts_one_of_a_thing_in_the_singular() {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("demo")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY");
+    let out = output(cmd).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let summary = stderr
+        .lines()
+        .find(|l| l.starts_with("summary: "))
+        .unwrap_or_else(|| panic!("no summary line: {stderr}"));
+    // The demo has one stream reset, one tool error and one compaction.
+    for one in ["1 stream reset,", "(1 error)", "1 compaction —"] {
+        assert!(summary.contains(one), "{one:?} in {summary}");
+    }
+}
+
+#[tokio::test]
 async fn replay_accepts_a_recorded_trace_and_rejects_an_altered_one() {
     let s = server(
         r#"{"turns": [{"faults": [{"type": "http", "status": 500}], "answer": {"text": "ok"}}]}"#,

@@ -11,6 +11,7 @@ use std::fmt;
 /// One model on one provider that requests can go to. Secrets and URLs stay with the driver;
 /// the machine only names targets by index into [`MachineConfig::targets`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(remote = "Self", deny_unknown_fields)]
 #[non_exhaustive]
 pub struct TargetSpec {
     /// The wire format the target speaks.
@@ -35,6 +36,8 @@ pub struct TargetSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<TargetIdentity>,
 }
+
+crate::objects_only!(TargetSpec, "an object describing a target");
 
 impl TargetSpec {
     /// A target for `model` on `provider`, its context window looked up in the built-in
@@ -100,7 +103,7 @@ impl fmt::Display for TargetSpec {
 /// provider is rate-limited), charged retries wait for a token, and the machine tells the
 /// budget of every success and every 429 with a delay ([`Command::NoteBudget`](crate::Command)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(remote = "Self", default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct BudgetUse {
     /// How long a charged retry may wait for a token, in ms, after its backoff ended. Tokens
@@ -109,6 +112,8 @@ pub struct BudgetUse {
     /// in a total outage nothing pays, and the wait ends in a denial.
     pub max_wait_ms: u64,
 }
+
+crate::objects_only!(BudgetUse, "an object of budget-use settings");
 
 impl BudgetUse {
     /// A charged retry waits up to `max_wait_ms` for a token.
@@ -147,6 +152,12 @@ pub use crate::deadline::StreamDeadlines;
 /// Everything an [`AgentMachine`](crate::AgentMachine) needs to decide. Serializable, so a
 /// trace header can carry it and a replay can rebuild the same machine. Holds no secrets.
 ///
+/// Read from JSON (a trace header, Python's `config=`, the simulator's settings), every
+/// record in it is an object: a missing field takes the default's value, also inside a
+/// partial nested object (`{"retry": {"jitter": false}}` is the default with jitter off), a
+/// key that is no setting is an error naming it, and fields given by position (an array)
+/// are refused.
+///
 /// New fields may come in a minor release (it is `#[non_exhaustive]`), so build one from
 /// [`default`](Self::default) or [`resilient`](Self::resilient) and chain `with_*` calls,
 /// or set the public fields:
@@ -166,7 +177,7 @@ pub use crate::deadline::StreamDeadlines;
 /// assert_eq!(config, same);
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(remote = "Self", default, deny_unknown_fields)]
 #[non_exhaustive]
 pub struct MachineConfig {
     /// Retry policy for provider failures.
@@ -208,6 +219,8 @@ pub struct MachineConfig {
     #[serde(skip_serializing_if = "StreamDeadlines::is_default")]
     pub stream: StreamDeadlines,
 }
+
+crate::objects_only!(MachineConfig, "an object of machine settings");
 
 impl Default for MachineConfig {
     fn default() -> Self {

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 /// Answers carry the id of the command they answer; an answer whose id the machine is not
 /// waiting for is ignored (see [`Handled`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 #[non_exhaustive]
 pub enum Event {
     /// The person sent a message: starts the run. Only accepted before the run started.

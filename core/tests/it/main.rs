@@ -10,6 +10,7 @@ mod budget_properties;
 mod budget_recovery;
 mod classify_fixtures;
 mod classify_never_panics;
+mod config_readers;
 mod error_body_shapes;
 mod hint_dates;
 #[cfg(feature = "server")]
