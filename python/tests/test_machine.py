@@ -15,10 +15,13 @@ from rebound_agent import (
     EventError,
     ReboundError,
     Snapshot,
+    StreamDeadlines,
     UnexpectedEventError,
     UnknownAnswerError,
     commands as c,
     events as e,
+    read_trace,
+    simulate,
 )
 
 
@@ -202,6 +205,53 @@ def test_a_config_is_read_with_defaults_filled_in():
     m = AgentMachine(config=json.dumps({"retry": {"max_attempts": 9}}))
     assert m.config()["retry"]["max_attempts"] == 9
     assert m.config()["retry"]["initial_delay_ms"] == 500
+
+
+def test_a_partial_nested_config_takes_every_missing_setting_from_the_default():
+    default = AgentMachine(config={}).config()
+    m = AgentMachine(config={"retry": {"jitter": False}, "stream": {"idle_ms": 5000}})
+    assert m.config()["retry"] == {**default["retry"], "jitter": False}
+    assert m.config()["retry"]["fallback_after_ms"] == 30_000  # the documented default
+    assert m.config()["stream"]["progress_ms"] == StreamDeadlines().progress_ms
+    run = simulate("blip", seed=1, config={"machine": {"retry": {"jitter": False}}})
+    assert read_trace(run.trace).header["config"]["retry"]["fallback_after_ms"] == 30_000
+
+
+@pytest.mark.parametrize(
+    "config, key",
+    [
+        ({"retyr": {"max_attempts": 9}}, "retyr"),
+        ({"retry": {"max_atempts": 9}}, "max_atempts"),
+        ({"stream": {"idle": 5}}, "idle"),
+        ({"retry_budget": {"max_wait": 5}}, "max_wait"),
+        ({"targets": [{"provider": "anthropic", "model": "m", "window": 5}]}, "window"),
+    ],
+)
+def test_a_typo_in_a_config_is_a_config_error_naming_the_key(config, key):
+    with pytest.raises(ConfigError, match=f"unknown field `{key}`"):
+        AgentMachine(config=config)
+    with pytest.raises(ConfigError, match=f"unknown field `{key}`"):
+        simulate("blip", config={"machine": config})
+    with pytest.raises(ConfigError, match="unknown field `machnie`"):
+        simulate("blip", config={"machnie": config})
+
+
+@pytest.mark.parametrize("config", [{"retry": [9, 100]}, {"stream": [5000, 60000]}, {"targets": [["anthropic", "m"]]}])
+def test_settings_by_position_are_a_config_error(config):
+    with pytest.raises(ConfigError, match="expected an object"):
+        AgentMachine(config=config)
+
+
+def test_an_event_dict_with_a_field_it_does_not_have_is_refused_as_from_json_refuses_it():
+    m = AgentMachine()
+    [_, send] = m.step(0, e.UserMessage.text("hi"))
+    extra = {"type": "provider_responding", "request": send.request, "attempt": 1}
+    with pytest.raises(EventError, match="unknown field `attempt`"):
+        m.handle(5, extra)
+    with pytest.raises(EventError):
+        e.Event.from_json(extra)
+    # The machine is untouched and goes on.
+    assert m.handle(6, e.ProviderResponding(send.request)) == "accepted"
 
 
 def test_a_trace_summary_snapshot_has_no_messages():
