@@ -4,7 +4,8 @@
 use crate::clock::{unix_ms, BudgetOffset, RunClock};
 use crate::failure::RunFailure;
 use crate::idempotency::with_key;
-use crate::journal::{CallStep, CancelStep, Step};
+use crate::journal::{CallStep, CancelStep, Entry, NoteStep, Step};
+use crate::live::Live;
 use rebound_core::run::{Action, Ended, Run, RunParts};
 use rebound_core::{
     BatchOutcome, BudgetNote, CallOutcome, Command, CompactionError, ContentBlock, Conversation,
@@ -15,13 +16,14 @@ use rebound_effects::budget::BudgetStore;
 use rebound_effects::provider::{Provider, ProviderRequest, SendError};
 use rebound_effects::receiver::{NullReceiver, Receiver};
 use rebound_effects::runner::{Compactor, NoTools, ToolExecutor};
+use rebound_effects::telemetry::Telemetry;
 use restate_sdk::prelude::*;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tracing::Instrument;
 
 /// The object state key holding the conversation.
 pub const CONVERSATION_KEY: &str = "conversation";
@@ -69,6 +71,8 @@ struct Effects {
     seed: Option<u64>,
     /// Where each run's trace is written.
     traces: Option<std::path::PathBuf>,
+    /// What each run's telemetry records.
+    telemetry: Telemetry,
 }
 
 /// A rebound agent as a Restate Virtual Object named `Agent`, keyed by conversation id.
@@ -130,6 +134,7 @@ impl DurableAgent {
                 receivers: Arc::new(|_: &str| Box::new(NullReceiver) as Box<dyn Receiver>),
                 seed: None,
                 traces: None,
+                telemetry: Telemetry::new(),
             }),
         }
     }
@@ -178,6 +183,20 @@ impl DurableAgent {
     #[must_use]
     pub fn seed(self, seed: u64) -> Self {
         self.with(|e| e.seed = Some(seed))
+    }
+
+    /// Sets what each run's telemetry records beyond its spans' standard attributes (an
+    /// agent name, message content) and, with the `otel` feature of `rebound-effects`, the
+    /// meter of its metrics. A run makes the spans and metrics of
+    /// [`Runner::run`](rebound_effects::runner::Runner::run)
+    /// ([`telemetry`](rebound_effects::telemetry)) whatever is set here, when a `tracing`
+    /// subscriber listens; its `gen_ai.conversation.id` is the object's key. Only what
+    /// happens live is exported: after a crash, the steps read back from the journal are
+    /// not exported again, and the resumed run's `invoke_agent` span begins at its
+    /// resumption.
+    #[must_use]
+    pub fn telemetry(self, telemetry: Telemetry) -> Self {
+        self.with(|e| e.telemetry = telemetry)
     }
 
     /// Writes each run's trace into `dir` (created if missing), as
@@ -237,17 +256,36 @@ impl DurableAgent {
     }
 }
 
-/// Serves `agent` on `listener` until the process ends: the endpoint Restate calls.
+/// Serves `agent` on `listener` until the process ends: the endpoint Restate calls, over
+/// HTTP/2.
+///
+/// Each connection is accepted with `TCP_NODELAY`: a journaled step is two messages to
+/// Restate, the step's start and, when its work (a request, a tool call) ends, its outcome;
+/// with Nagle's algorithm on, the outcome waited for Restate to acknowledge the start, which
+/// Linux delays by up to 40 ms, on every step whose work was not done at once.
 pub async fn serve(agent: DurableAgent, listener: tokio::net::TcpListener) {
-    HttpServer::new(Endpoint::builder().bind(agent).build())
-        .serve(listener)
-        .await;
-}
-
-fn lock(receiver: &Mutex<Box<dyn Receiver>>) -> MutexGuard<'_, Box<dyn Receiver>> {
-    receiver
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    let endpoint = restate_sdk::hyper::HyperEndpoint::new(Endpoint::builder().bind(agent).build());
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            // Out of file descriptors and the like: back off briefly, keep serving.
+            Err(e) => {
+                tracing::warn!(target: "rebound::durable", "cannot accept a connection: {e}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::warn!(target: "rebound::durable", "cannot set TCP_NODELAY: {e}");
+        }
+        let connection =
+            hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), endpoint.clone());
+        tokio::spawn(async move {
+            // A connection Restate closed, or lost: Restate calls again.
+            let _ = connection.await;
+        });
+    }
 }
 
 /// Whether a failed context call is Restate's cancel of the invocation.
@@ -255,16 +293,16 @@ fn canceled(error: &TerminalError) -> bool {
     error.code() == 409
 }
 
-/// One turn inside the `run` handler: the effects, the engine's context, the run's clock
-/// and the side channel. The run itself (machine, tally, trace, end) is core's [`Run`].
+/// One turn inside the `run` handler: the effects, the engine's context, the run's clock,
+/// its side channel and telemetry. The run itself (machine, tally, trace, end) is core's
+/// [`Run`].
 struct Turn<'a, 'ctx> {
     effects: &'a Arc<Effects>,
     ctx: &'a ObjectContext<'ctx>,
     clock: RunClock,
-    /// Whether a step has run here rather than been read from the journal: from then on
-    /// the run is live, and its side channel is told what happens.
-    live: Arc<AtomicBool>,
-    receiver: Arc<Mutex<Box<dyn Receiver>>>,
+    /// The side channel and the telemetry, told what happens once a step has run here
+    /// rather than been read from the journal.
+    live: Live,
     /// Whether the invocation's cancel took effect: no work starts after it, and the
     /// machine hears the cancel at the first command that would start some.
     canceled: bool,
@@ -286,28 +324,27 @@ async fn drive(
     conversation: Conversation,
     message: String,
 ) -> Result<Json<TurnReply>, HandlerError> {
-    let mut turn = Turn {
-        effects,
-        ctx,
-        clock: RunClock::new(0),
-        live: Arc::new(AtomicBool::new(false)),
-        receiver: Arc::new(Mutex::new((effects.receivers)(ctx.key()))),
-        canceled: false,
-        canceled_at: None,
-    };
-    let started = match turn
-        .journaled("start".into(), || async { unix_ms() })
-        .await?
-    {
-        Stepped::Done(at) | Stepped::Canceled(Some(at)) => at,
-        // Canceled before the run started: it starts, and ends, then (or, canceled twice
-        // so quickly that no time was journaled, at the clock's origin).
-        Stepped::Canceled(None) => turn.canceled_at.unwrap_or(0),
-    };
-    turn.clock = RunClock::new(started);
     // The engine's deterministic seed (the same on every replay of this invocation, and
     // below 2^53 so that JSON readers keep it exact), unless the agent was given one.
     let seed = effects.seed.unwrap_or_else(|| ctx.random_seed() >> 11);
+    let live = Live::new(
+        (effects.receivers)(ctx.key()),
+        effects.telemetry.clone().conversation_id(ctx.key()),
+        effects.config.clone(),
+        effects.providers.iter().map(|p| p.label()).collect(),
+        seed,
+        // Each call's span is the executor's when it makes them, else this shell's.
+        true,
+    );
+    let mut turn = Turn {
+        effects,
+        ctx,
+        // No step of its own for the run's start: its first step journals the origin.
+        clock: RunClock::unstarted(),
+        live,
+        canceled: false,
+        canceled_at: None,
+    };
     let mut run = Run::with_conversation(effects.config.clone(), seed, conversation)
         .recording(effects.traces.is_some())
         .meta("driver", "rebound-durable")
@@ -315,17 +352,21 @@ async fn drive(
     for (i, p) in effects.providers.iter().enumerate() {
         run = run.meta(format!("target.{i}"), p.label());
     }
-    turn.show(|r| {
-        let _ = r.started(seed);
-    });
     let first = Event::UserMessage {
         content: vec![ContentBlock::text(message)],
     };
+    turn.live.event(&first);
     let _ = run.handle(turn.clock.now(), first);
     while let Some(action) = run.poll() {
         if let Some(event) = turn.execute(action, &mut run).await? {
+            turn.live.event(&event);
             let _ = run.handle(turn.clock.now(), event);
         }
+    }
+    if turn.clock.is_unstarted() {
+        // No step journaled, here or before: the run is new (or ended with no step before,
+        // and is told again), and is told from its start.
+        turn.live.go_live(true);
     }
     let header = run.header();
     let RunParts {
@@ -349,20 +390,18 @@ async fn drive(
             tracing::warn!(target: "rebound::durable", "cannot write the run's trace: {e}");
         }
     }
-    let live = turn.live.load(Ordering::SeqCst);
-    let mut receiver = lock(&turn.receiver);
     let result = match end {
-        Some(result) => result,
+        Some(Ok(Ended { reason, turns })) => Ok((reason, turns)),
+        Some(Err(error)) => Err(error),
         None => Err(RunError::Invariant {
             message: "the run ended without a terminal command".into(),
         }),
     };
+    turn.live.finish(&result, &stats);
+    // The run's span ends here, after every span in it.
+    drop(turn);
     match result {
-        Ok(Ended { reason, turns }) => {
-            if live {
-                let _ = receiver.totals(&stats);
-                let _ = receiver.finished(&reason, turns);
-            }
+        Ok((reason, turns)) => {
             let text = conversation
                 .messages()
                 .iter()
@@ -378,16 +417,10 @@ async fn drive(
                 stats,
             }))
         }
-        Err(error) => {
-            if live {
-                let _ = receiver.totals(&stats);
-                receiver.error(&error);
-            }
-            Err(RunFailure::new(error, stats)
-                .with_seed(seed)
-                .into_terminal()
-                .into())
-        }
+        Err(error) => Err(RunFailure::new(error, stats)
+            .with_seed(seed)
+            .into_terminal()
+            .into()),
     }
 }
 
@@ -419,17 +452,6 @@ fn write_trace(
 }
 
 impl Turn<'_, '_> {
-    fn is_live(&self) -> bool {
-        self.live.load(Ordering::SeqCst)
-    }
-
-    /// Tells the side channel, when the run is live (a replay already told it).
-    fn show(&self, tell: impl FnOnce(&mut dyn Receiver)) {
-        if self.is_live() {
-            tell(lock(&self.receiver).as_mut());
-        }
-    }
-
     /// Runs `work` as the journaled step `name` (or reads its outcome from the journal).
     ///
     /// A cancel that arrives while it runs takes effect when it ends: Restate runs a step to
@@ -444,26 +466,31 @@ impl Turn<'_, '_> {
     ) -> Result<Stepped<T>, HandlerError>
     where
         T: Serialize + DeserializeOwned + Clone + Send + Sync + 'static,
-        F: FnOnce() -> Fut + Send + 'static,
+        F: FnOnce(RunClock) -> Fut + Send + 'static,
         Fut: Future<Output = T> + Send,
     {
-        let live = Arc::clone(&self.live);
-        let finished: Arc<Mutex<Option<T>>> = Arc::new(Mutex::new(None));
+        let live = self.live.clone();
+        let clock = self.clock;
+        let finished: Arc<Mutex<Option<Entry<T>>>> = Arc::new(Mutex::new(None));
         let kept = Arc::clone(&finished);
         let step = self
             .ctx
             .run(move || async move {
-                live.store(true, Ordering::SeqCst);
-                let outcome = work().await;
+                let (clock, origin_ms) = clock.in_step(unix_ms());
+                live.go_live(origin_ms.is_some());
+                let entry = Entry {
+                    origin_ms,
+                    step: work(clock).await,
+                };
                 *kept
                     .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(outcome.clone());
-                Ok(Json(outcome))
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(entry.clone());
+                Ok(Json(entry))
             })
             .name(name)
             .await;
         match step {
-            Ok(outcome) => Ok(Stepped::Done(outcome.into_inner())),
+            Ok(entry) => Ok(Stepped::Done(self.started(entry.into_inner()))),
             Err(e) if canceled(&e) => {
                 let finished = finished
                     .lock()
@@ -477,34 +504,55 @@ impl Turn<'_, '_> {
         }
     }
 
+    /// Reads a journaled entry's origin into the clock (the run's first step has one).
+    fn started<T>(&mut self, entry: Entry<T>) -> T {
+        if let Some(origin) = entry.origin_ms {
+            self.clock.start_at(origin);
+        }
+        entry.step
+    }
+
     /// Journals the cancel ([`CancelStep`]) with `finished`, the outcome of the step it
     /// interrupted when that step had finished; returns that outcome as the journal holds
     /// it. From now on no work starts.
     async fn cancel_took_effect<T>(
         &mut self,
-        finished: Option<T>,
+        finished: Option<Entry<T>>,
     ) -> Result<Option<T>, HandlerError>
     where
         T: Serialize + DeserializeOwned + Send + Sync + 'static,
     {
-        let live = Arc::clone(&self.live);
+        let live = self.live.clone();
+        let clock = self.clock;
         let step = self
             .ctx
             .run(move || async move {
-                live.store(true, Ordering::SeqCst);
-                Ok(Json(CancelStep {
-                    at_ms: unix_ms(),
-                    finished,
+                let now = unix_ms();
+                // Canceled before any step finished: the cancel starts the run's clock.
+                let origin_ms = match &finished {
+                    Some(Entry {
+                        origin_ms: Some(_), ..
+                    }) => None,
+                    _ => clock.in_step(now).1,
+                };
+                live.go_live(origin_ms.is_some());
+                Ok(Json(Entry {
+                    origin_ms,
+                    step: CancelStep {
+                        at_ms: now,
+                        finished,
+                    },
                 }))
             })
             .name("cancel")
             .await;
         self.canceled = true;
         match step {
-            Ok(step) => {
-                let step = step.into_inner();
-                self.canceled_at = Some(step.at_ms);
-                Ok(step.finished)
+            Ok(entry) => {
+                let CancelStep { at_ms, finished } = self.started(entry.into_inner());
+                let finished = finished.map(|entry| self.started(entry));
+                self.canceled_at = Some(at_ms);
+                Ok(finished)
             }
             // Canceled again while journaling the first: the run stops here, as it was.
             Err(e) if canceled(&e) => Ok(None),
@@ -529,9 +577,7 @@ impl Turn<'_, '_> {
     ) -> Result<Option<Event>, HandlerError> {
         let command = match action {
             Action::StreamReset { attempt, .. } => {
-                self.show(|r| {
-                    let _ = r.stream_reset(attempt);
-                });
+                self.live.stream_reset(attempt);
                 return Ok(None);
             }
             Action::Command(command) => command,
@@ -540,22 +586,13 @@ impl Turn<'_, '_> {
         if self.canceled && command.awaits_answer() {
             return Ok(Some(self.cancel()));
         }
+        // Shown and traced when live; the effect below.
+        self.live.command(&command, run.tally());
         match command {
-            Command::AppendMessage { message } => self.show(|r| {
-                let _ = r.message(&message);
-                for result in message.tool_results() {
-                    let _ = r.tool_result(result);
-                }
-            }),
-            Command::ReplaceConversation { report, .. } => self.show(|r| {
-                let _ = r.compaction(&report);
-            }),
-            Command::NotifyRetry { info } => self.show(|r| {
-                let _ = r.provider_retry(&info);
-            }),
-            Command::NotifyFallback { info } => self.show(|r| {
-                let _ = r.fallback(&info);
-            }),
+            Command::AppendMessage { .. }
+            | Command::ReplaceConversation { .. }
+            | Command::NotifyRetry { .. }
+            | Command::NotifyFallback { .. } => {}
             Command::SendRequest {
                 request,
                 target,
@@ -565,24 +602,20 @@ impl Turn<'_, '_> {
                 ..
             } => {
                 let effects = Arc::clone(self.effects);
-                let receiver = Arc::clone(&self.receiver);
+                let live = self.live.clone();
                 let name = format!("{request} attempt {attempt}");
                 let step = self
-                    .journaled(name, move || async move {
+                    .journaled(name, move |_| async move {
                         let began = Mutex::new(None);
-                        let event = send(
-                            &effects,
-                            target,
-                            &conversation.0,
-                            deadlines,
-                            &receiver,
-                            &began,
-                        )
-                        .await
-                        .map(|outcome| match outcome {
-                            Ok(response) => Event::ProviderSucceeded { request, response },
-                            Err(failure) => Event::ProviderFailed { request, failure },
-                        });
+                        let attempt = live.attempt_span();
+                        let event =
+                            send(&effects, target, &conversation.0, deadlines, &live, &began)
+                                .instrument(attempt)
+                                .await
+                                .map(|outcome| match outcome {
+                                    Ok(response) => Event::ProviderSucceeded { request, response },
+                                    Err(failure) => Event::ProviderFailed { request, failure },
+                                });
                         let began_at_ms = began
                             .into_inner()
                             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -605,18 +638,13 @@ impl Turn<'_, '_> {
                         Ok(Some(Event::TimerFired { timer }))
                     }
                     Err(e) if canceled(&e) => {
-                        self.cancel_took_effect(None::<()>).await?;
+                        self.cancel_took_effect(None::<Entry<()>>).await?;
                         Ok(Some(self.cancel()))
                     }
                     Err(e) => Err(e.into()),
                 };
             }
             Command::RunTools { batch, calls } => {
-                self.show(|r| {
-                    for call in &calls {
-                        let _ = r.tool_start(call);
-                    }
-                });
                 return self.run_tools(batch, calls).await.map(Some);
             }
             Command::Compact {
@@ -626,7 +654,7 @@ impl Turn<'_, '_> {
                 let effects = Arc::clone(self.effects);
                 let default = run.default_compaction();
                 let step = self
-                    .journaled(compaction.to_string(), move || async move {
+                    .journaled(compaction.to_string(), move |_| async move {
                         let result = match &effects.compactor {
                             Some(c) => c
                                 .compact(&conversation)
@@ -646,39 +674,47 @@ impl Turn<'_, '_> {
                         decision: rebound_core::PermitDecision::Granted,
                     }));
                 };
-                let clock = self.clock;
+                let live = self.live.clone();
                 let step = self
-                    .journaled(permit.to_string(), move || async move {
+                    .journaled(permit.to_string(), move |clock| async move {
                         let offset = budget_offset(&clock, budget.as_ref());
                         let decision = offset.decision(budget.acquire(offset.ask(ask)).await);
+                        live.budget_tokens(budget.tokens());
                         Step::event(Event::PermitAnswered { permit, decision })
                     })
                     .await?;
                 return Ok(self.stepped(step, run));
             }
-            Command::NoteBudget { note } => self.note(note).await?,
+            Command::NoteBudget { note } => self.note(vec![note]).await?,
             // The run's end is core's; the reply says it.
             Command::Finish { .. } | Command::Fail { .. } => {}
         }
         Ok(None)
     }
 
-    /// Tells the shared budget `note`, as a journaled step (a replay does not tell it twice).
-    async fn note(&mut self, note: BudgetNote) -> Result<(), HandlerError> {
+    /// Tells the shared budget `notes`, as one journaled step (a replay does not tell them
+    /// twice).
+    async fn note(&mut self, notes: Vec<BudgetNote>) -> Result<(), HandlerError> {
         let Some(budget) = self.effects.budget.clone() else {
             return Ok(());
         };
-        let clock = self.clock;
+        if notes.is_empty() {
+            return Ok(());
+        }
+        let live = self.live.clone();
         let noted = self
-            .journaled("budget note".into(), move || async move {
+            .journaled("budget note".into(), move |clock| async move {
                 let offset = budget_offset(&clock, budget.as_ref());
-                budget.record(offset.note(note)).await;
-                unix_ms()
+                for note in notes {
+                    budget.record(offset.note(note)).await;
+                }
+                live.budget_tokens(budget.tokens());
+                NoteStep { at_ms: unix_ms() }
             })
             .await?;
         match noted {
-            Stepped::Done(at_ms) => self.clock.finished_at(at_ms),
-            // The note was made (or not); the machine hears the cancel at the next command
+            Stepped::Done(step) => self.clock.finished_at(step.at_ms),
+            // The notes were told (or not); the machine hears the cancel at the next command
             // that awaits an answer.
             Stepped::Canceled(_) => {}
         }
@@ -703,9 +739,8 @@ impl Turn<'_, '_> {
         };
         if let Some(at_ms) = began {
             self.clock.finished_at(at_ms);
-            for note in run.responding(self.clock.now(), request) {
-                self.note(note).await?;
-            }
+            let notes = run.responding(self.clock.now(), request);
+            self.note(notes).await?;
             if run.is_ended() {
                 return Ok(None);
             }
@@ -745,12 +780,12 @@ impl Turn<'_, '_> {
             let effects = Arc::clone(self.effects);
             let key = format!("{invocation}/{batch}/{}", call.id);
             let name = format!("tool {} {}", call.name, call.id);
+            let live = self.live.clone();
             let step = self
-                .journaled(name, move || async move {
+                .journaled(name, move |_| async move {
                     let id = call.id.clone();
-                    let cancel = tokio_util::sync::CancellationToken::new();
                     let outcomes =
-                        match with_key(key, effects.tools.run_batch(vec![call], &cancel)).await {
+                        match with_key(key, live.in_tool_batch(one_call(&effects, call))).await {
                             BatchOutcome::PerCall(each) => each,
                             BatchOutcome::WholeBatch(failure) => {
                                 vec![CallOutcome::new(id, Err(failure))]
@@ -805,6 +840,33 @@ impl Turn<'_, '_> {
     }
 }
 
+/// Runs one tool call inside an `execute_tool` span: the executor's, when it makes them,
+/// else one made here (the current span is the run's, with its content capture).
+async fn one_call(effects: &Effects, call: ToolCall) -> BatchOutcome {
+    let cancel = tokio_util::sync::CancellationToken::new();
+    if effects.tools.traces_calls() {
+        return effects.tools.run_batch(vec![call], &cancel).await;
+    }
+    let span = rebound_effects::telemetry::tool_span(&call);
+    let id = call.id.clone();
+    let outcome = effects
+        .tools
+        .run_batch(vec![call], &cancel)
+        .instrument(span.clone())
+        .await;
+    match &outcome {
+        BatchOutcome::PerCall(each) => {
+            if let Some(call) = each.iter().find(|c| c.tool_use_id == id) {
+                rebound_effects::telemetry::record_tool_result(&span, &call.result);
+            }
+        }
+        BatchOutcome::WholeBatch(failure) => {
+            rebound_effects::telemetry::record_tool_result(&span, &Err(failure.clone()));
+        }
+    }
+    outcome
+}
+
 /// The offset between the run's clock and `budget`'s, read now (inside a step).
 fn budget_offset(clock: &RunClock, budget: &dyn BudgetStore) -> BudgetOffset {
     let machine = clock.machine_time_of(unix_ms());
@@ -820,7 +882,7 @@ async fn send(
     target: usize,
     conversation: &Conversation,
     deadlines: rebound_core::StreamDeadlines,
-    receiver: &Mutex<Box<dyn Receiver>>,
+    live: &Live,
     began: &Mutex<Option<u64>>,
 ) -> Result<Result<rebound_core::AssistantResponse, rebound_core::ProviderFailure>, String> {
     let Some(provider) = effects.providers.get(target) else {
@@ -835,7 +897,7 @@ async fn send(
         }
         drop(began);
         // The side channel is best effort: a UI that went away does not stop the run.
-        let _ = lock(receiver).delta(&delta);
+        live.delta(&delta);
         true
     };
     let request =

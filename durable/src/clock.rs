@@ -1,7 +1,8 @@
 //! The durable run's clock: the machine's time, rebuilt the same on every replay.
 //!
-//! A run's time starts at a journaled wall-clock reading and moves only with journaled facts:
-//! the wall-clock time each journaled step finished at, and the delay of each durable timer.
+//! A run's time starts at a journaled wall-clock reading (when its first journaled step began)
+//! and moves only with journaled facts: the wall-clock time each journaled step finished at,
+//! and the delay of each durable timer.
 //! Replaying the journal therefore gives the machine the very `now` values it saw the first
 //! time, and so the very same decisions.
 
@@ -17,17 +18,57 @@ pub(crate) fn unix_ms() -> u64 {
 /// The machine's time in a durable run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RunClock {
-    /// Unix milliseconds when the run started (journaled).
-    started_unix_ms: u64,
+    /// Unix milliseconds when the run started (journaled by its first step); `None` until
+    /// then: the machine's time is 0 until a journaled step moves it.
+    started_unix_ms: Option<u64>,
     now: Millis,
 }
 
 impl RunClock {
+    /// A clock at 0 whose origin is not known yet: the run's first journaled step gives it
+    /// ([`RunClock::in_step`], [`RunClock::start_at`]).
+    pub(crate) fn unstarted() -> Self {
+        RunClock {
+            started_unix_ms: None,
+            now: Millis(0),
+        }
+    }
+
     /// A clock at 0, counting from `started_unix_ms`.
+    #[cfg(test)]
     pub(crate) fn new(started_unix_ms: u64) -> Self {
         RunClock {
-            started_unix_ms,
+            started_unix_ms: Some(started_unix_ms),
             now: Millis(0),
+        }
+    }
+
+    /// The clock as a step that begins now (at `unix_ms`) reads it: when the run has no
+    /// origin yet, this step is its first and starts it, and the origin is returned to be
+    /// journaled with the step.
+    pub(crate) fn in_step(self, unix_ms: u64) -> (RunClock, Option<u64>) {
+        match self.started_unix_ms {
+            Some(_) => (self, None),
+            None => (
+                RunClock {
+                    started_unix_ms: Some(unix_ms),
+                    ..self
+                },
+                Some(unix_ms),
+            ),
+        }
+    }
+
+    /// Whether no step journaled the run's origin yet.
+    pub(crate) fn is_unstarted(&self) -> bool {
+        self.started_unix_ms.is_none()
+    }
+
+    /// The run started at `unix_ms` (its first step's journaled origin), unless an origin is
+    /// known already.
+    pub(crate) fn start_at(&mut self, unix_ms: u64) {
+        if self.started_unix_ms.is_none() {
+            self.started_unix_ms = Some(unix_ms);
         }
     }
 
@@ -39,8 +80,14 @@ impl RunClock {
     /// A journaled step finished at `unix_ms`. Never goes back: a step journaled by a
     /// process whose clock is behind (a restart on another host) keeps the time where it is.
     pub(crate) fn finished_at(&mut self, unix_ms: u64) {
-        let at = Millis(unix_ms.saturating_sub(self.started_unix_ms));
+        let at = Millis(unix_ms.saturating_sub(self.origin(unix_ms)));
         self.now = self.now.max(at);
+    }
+
+    /// The origin, or (none known yet: no step journaled one) `unix_ms` itself, which
+    /// keeps the time where it is.
+    fn origin(&self, unix_ms: u64) -> u64 {
+        self.started_unix_ms.unwrap_or(unix_ms)
     }
 
     /// A durable timer of `delay_ms` fired: the time it was set for.
@@ -50,7 +97,7 @@ impl RunClock {
 
     /// The machine's time of a wall-clock reading taken now (inside a step).
     pub(crate) fn machine_time_of(&self, unix_ms: u64) -> Millis {
-        Millis(unix_ms.saturating_sub(self.started_unix_ms)).max(self.now)
+        Millis(unix_ms.saturating_sub(self.origin(unix_ms))).max(self.now)
     }
 }
 
@@ -124,6 +171,25 @@ mod tests {
         assert_eq!(clock.now(), Millis(30_250));
         // One before the run's start (a clock stepped back) reads as the start.
         assert_eq!(RunClock::new(5_000).machine_time_of(4_000), Millis(0));
+    }
+
+    #[test]
+    fn the_first_step_starts_the_clock_and_only_the_first() {
+        let clock = RunClock::unstarted();
+        assert_eq!(clock.now(), Millis(0));
+        // The first step begins at 1_000_000: it carries the origin, and reads time 0.
+        let (inside, origin) = clock.in_step(1_000_000);
+        assert_eq!(origin, Some(1_000_000));
+        assert_eq!(inside.machine_time_of(1_000_040), Millis(40));
+        let mut clock = clock;
+        clock.start_at(1_000_000);
+        clock.finished_at(1_000_250);
+        assert_eq!(clock.now(), Millis(250));
+        // Later steps carry none, and a second origin changes nothing.
+        assert_eq!(clock.in_step(1_000_300).1, None);
+        clock.start_at(2_000_000);
+        clock.finished_at(1_000_500);
+        assert_eq!(clock.now(), Millis(500));
     }
 
     #[test]

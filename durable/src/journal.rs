@@ -1,9 +1,27 @@
 //! What a durable run writes to the journal: the outcome of each step, as the event it
-//! gives the machine, and the wall-clock time it finished at.
+//! gives the machine, and the wall-clock time it finished at; the run's first step also
+//! the time the run's clock starts from.
+//!
+//! Only what the machine cannot derive is journaled: the outside world's answers (a provider
+//! attempt's outcome, a tool call's, a compaction's, a budget's) and their times. Everything
+//! the machine decides from them (retries, backoffs, tool results, messages) is decided again
+//! on replay, from the same seed.
 
 use crate::clock::unix_ms;
 use rebound_core::{CallOutcome, Event};
 use serde::{Deserialize, Serialize};
+
+/// What every journaled step writes: its outcome, and, for the run's first step, the
+/// origin of the run's clock (no step of its own is spent on it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Entry<T> {
+    /// Unix milliseconds when the run's first step began: the run's clock counts from it.
+    /// Only on that step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) origin_ms: Option<u64>,
+    /// The step's outcome.
+    pub(crate) step: T,
+}
 
 /// One journaled step that answers the machine: a provider attempt, a compaction, a
 /// budget decision.
@@ -39,6 +57,13 @@ impl Step {
     pub(crate) fn began_at(&self) -> Option<u64> {
         self.began_at_ms.or(self.streamed.then_some(self.at_ms))
     }
+}
+
+/// A step that told the shared budget the notes the run made since the last step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct NoteStep {
+    /// Unix milliseconds when the notes were told.
+    pub(crate) at_ms: u64,
 }
 
 /// One tool call of a batch, journaled on its own.

@@ -40,6 +40,7 @@ mod clock;
 mod failure;
 mod idempotency;
 mod journal;
+mod live;
 mod register;
 
 pub use agent::{serve, DurableAgent, ReceiverFactory, TurnInput, TurnReply, CONVERSATION_KEY};

@@ -659,11 +659,7 @@ impl Runner {
                         // the cancel) and the outcomes of those that finished (the
                         // machine keeps them): it is asked once more when the cancel
                         // comes, and one that does not answer then is dropped.
-                        let batch_run = crate::telemetry::with_capture(
-                            telemetry.captures_content(),
-                            tools.run_batch(calls, &cancel),
-                        )
-                        .instrument(telemetry.agent_span().clone());
+                        let batch_run = telemetry.in_tool_batch(tools.run_batch(calls, &cancel));
                         tokio::pin!(batch_run);
                         let outcome = tokio::select! {
                             biased;

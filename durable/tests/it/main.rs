@@ -7,3 +7,4 @@ mod restate;
 
 mod cancel;
 mod crash;
+mod telemetry;

@@ -60,7 +60,7 @@ mod metrics;
 pub mod names;
 mod run;
 
-pub(crate) use run::RunTelemetry;
+pub use run::RunTelemetry;
 
 use rebound_core::{ToolCall, ToolFailure, ToolOutput};
 use std::future::Future;

@@ -1,6 +1,6 @@
-//! One run's spans, events and metrics, built from what the runner already sees: the events
-//! it hands the machine and the commands the machine emits (as [`RunTally`] is), plus the
-//! few things only the runner knows (an attempt's stream was reset, a store's tokens).
+//! One run's spans, events and metrics, built from what a shell already sees: the events it
+//! hands the run and the commands the run emits (as [`RunTally`] is), plus the few things
+//! only the shell knows (an attempt's stream was reset, a store's tokens).
 
 use super::content;
 use super::metrics::Metrics;
@@ -38,10 +38,48 @@ struct Chat {
     failure: Option<&'static str>,
 }
 
-/// One run's telemetry. Every method is cheap when no `tracing` subscriber listens and no
-/// meter is set: spans are then disabled, and nothing is formatted or serialized.
+/// One run's telemetry: the spans, span events and metrics of
+/// [`telemetry`](crate::telemetry), made from what a shell of core's
+/// [`Run`](rebound_core::run::Run) already sees. The tokio runner makes one per run; a shell
+/// that drives a `Run` itself (the durable service, an embedder's own loop) makes the same
+/// spans and metrics with it:
+///
+/// - [`start`](RunTelemetry::start) when the run starts (the `invoke_agent` span opens);
+/// - [`event`](RunTelemetry::event) with each event, just before the run is handed it;
+/// - [`command`](RunTelemetry::command) with each command the run emits, before executing
+///   it, with the run's tally as it stands then; [`stream_reset`](RunTelemetry::stream_reset)
+///   when the run says a stream was reset;
+/// - [`attempt_span`](RunTelemetry::attempt_span) around a request being sent, and
+///   [`in_tool_batch`](RunTelemetry::in_tool_batch) around a tool batch (the spans a provider
+///   or a tool set makes nest there);
+/// - [`finish`](RunTelemetry::finish) when the run ended, then drop it: the run's span ends
+///   when it is dropped, after every span in it.
+///
+/// Every method is cheap when no `tracing` subscriber listens and no meter is set: spans are
+/// then disabled, and nothing is formatted or serialized.
+///
+/// ```
+/// use rebound_core::run::{Action, Run};
+/// use rebound_core::{ContentBlock, Event, MachineConfig};
+/// use rebound_effects::telemetry::{RunTelemetry, Telemetry};
+///
+/// let config = MachineConfig::default();
+/// let mut telemetry = RunTelemetry::start(&Telemetry::new(), &config, std::iter::empty(), 7, false);
+/// let mut run = Run::new(config, 7);
+/// let first = Event::UserMessage { content: vec![ContentBlock::text("Hi.")] };
+/// telemetry.event(&first);
+/// let _ = run.handle(rebound_core::Millis(0), first);
+/// while let Some(action) = run.poll() {
+///     if let Action::Command(command) = &action {
+///         telemetry.command(command, run.tally());
+///     }
+///     # break;
+///     // ... execute it, hand the run (and the telemetry) the event it brought
+/// }
+/// # let _ = telemetry;
+/// ```
 #[derive(Debug)]
-pub(crate) struct RunTelemetry {
+pub struct RunTelemetry {
     agent: Span,
     capture: bool,
     targets: Vec<Target>,
@@ -164,8 +202,13 @@ fn record_some<V: tracing::Value>(span: &Span, field: &str, value: Option<V>) {
 
 impl RunTelemetry {
     /// Opens the run's `invoke_agent` span (a child of the caller's current span).
-    /// `labels` are the providers' labels, for targets the config does not name.
-    pub(crate) fn start(
+    /// `labels` are the providers' labels (`Provider::label`), one per target, for targets
+    /// the config does not name. `executor_traces`: the tool executor makes each call's
+    /// `execute_tool` span itself
+    /// ([`traces_calls`](crate::runner::ToolExecutor::traces_calls)), or the shell does; the
+    /// tool calls are counted in the metrics either way.
+    #[must_use]
+    pub fn start(
         options: &Telemetry,
         config: &MachineConfig,
         labels: impl Iterator<Item = String>,
@@ -256,18 +299,35 @@ impl RunTelemetry {
     }
 
     /// The run's span: the parent of everything the run does.
-    pub(crate) fn agent_span(&self) -> &Span {
+    #[must_use]
+    pub fn agent_span(&self) -> &Span {
         &self.agent
     }
 
-    /// The span of the attempt being sent (disabled when there is none).
-    pub(crate) fn attempt_span(&self) -> Span {
+    /// The span of the attempt being sent (disabled when there is none): send the request
+    /// inside it, so that the spans the provider makes nest there.
+    #[must_use]
+    pub fn attempt_span(&self) -> Span {
         self.attempt.clone().unwrap_or_else(Span::none)
     }
 
     /// Whether message content is recorded.
-    pub(crate) fn captures_content(&self) -> bool {
+    #[must_use]
+    pub fn captures_content(&self) -> bool {
         self.capture
+    }
+
+    /// `batch` (a tool executor's work) inside the run's span, with the run's content
+    /// capture: the `execute_tool` spans it makes ([`tool_span`](super::tool_span)) are the
+    /// run's children.
+    pub fn in_tool_batch<F: std::future::Future>(
+        &self,
+        batch: F,
+    ) -> impl std::future::Future<Output = F::Output> {
+        tracing::Instrument::instrument(
+            super::with_capture(self.capture, batch),
+            self.agent.clone(),
+        )
     }
 
     fn target(&self, index: usize) -> (&'static str, &str) {
@@ -288,8 +348,8 @@ impl RunTelemetry {
         }
     }
 
-    /// Takes an event the runner is about to hand the machine.
-    pub(crate) fn event(&mut self, event: &Event) {
+    /// Takes an event the shell is about to hand the run.
+    pub fn event(&mut self, event: &Event) {
         match event {
             Event::ProviderSucceeded { response, .. } => {
                 self.end_attempt();
@@ -405,10 +465,10 @@ impl RunTelemetry {
         }
     }
 
-    /// Takes a command the machine emitted, before the runner executes it, once the run's
+    /// Takes a command the run emitted, before the shell executes it, once the run's
     /// `tally` has counted its step (a step sends at most one request, so at a request the
     /// tally's retries are those sent up to it).
-    pub(crate) fn command(&mut self, command: &Command, tally: &RunTally) {
+    pub fn command(&mut self, command: &Command, tally: &RunTally) {
         match command {
             Command::SendRequest {
                 target,
@@ -608,15 +668,16 @@ impl RunTelemetry {
         }
     }
 
-    /// The tokens a budget store holds now, when it can tell.
-    pub(crate) fn budget_tokens(&self, tokens: Option<f64>) {
+    /// The tokens a budget store holds now, when it can tell (`BudgetStore::tokens`).
+    pub fn budget_tokens(&self, tokens: Option<f64>) {
         if let (Some(m), Some(tokens)) = (&self.metrics, tokens) {
             m.budget_tokens(tokens);
         }
     }
 
-    /// The attempt being sent had shown streamed text, now discarded.
-    pub(crate) fn stream_reset(&self) {
+    /// The attempt being sent had shown streamed text, now discarded (the run's
+    /// `Action::StreamReset`).
+    pub fn stream_reset(&self) {
         if let Some(attempt) = &self.attempt {
             tracing::info!(target: TARGET, parent: attempt, "stream.reset");
         }
@@ -643,12 +704,9 @@ impl RunTelemetry {
         end_span(chat.span);
     }
 
-    /// Ends the run's spans: `result` is how it ended.
-    pub(crate) fn finish(
-        &mut self,
-        result: &Result<(FinishReason, u32), RunError>,
-        stats: &RunTally,
-    ) {
+    /// Ends the run's spans but its own, which ends when this is dropped: `result` is how
+    /// the run ended (its finish reason and turns, or its error), `stats` its tally.
+    pub fn finish(&mut self, result: &Result<(FinishReason, u32), RunError>, stats: &RunTally) {
         let error = result.as_ref().err().map(RunError::kind);
         if self.permit.take().is_some() {
             self.permit_left();

@@ -60,6 +60,10 @@ pub(super) async fn accept_loop(
             _ = stopped.changed() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
+                    // An answer is many small writes (one per event): without this, a
+                    // kept-alive connection waits out the client's delayed ACK (40 ms on
+                    // Linux) once per answer, which a real provider does not make it do.
+                    let _ = stream.set_nodelay(true);
                     let shared = Arc::clone(&shared);
                     connections.spawn(async move {
                         let service = service_fn(move |req| handle(Arc::clone(&shared), req));
