@@ -1,6 +1,6 @@
 //! `rebound durable serve`: the agent of `rebound run` as a Restate Virtual Object.
 
-use crate::run::{receiver_for, usage_error, wait_for_signal, Agent};
+use crate::run::{receiver_for, telemetry_options, usage_error, wait_for_signal, Agent};
 use crate::{DurableServeArgs, EXIT_FAILED, EXIT_OK};
 use rebound_durable::{register, serve as serve_endpoint, DurableAgent};
 use std::sync::Arc;
@@ -31,6 +31,8 @@ pub async fn serve(args: DurableServeArgs) -> i32 {
         }
         durable = durable.traces(dir.clone());
     }
+    // The spans and metrics of `rebound run`, exported when the OTEL_* environment asks.
+    durable = durable.telemetry(telemetry_options(args.otel_capture_content));
     let events = args.events;
     durable = durable.receivers(Arc::new(move |_: &str| receiver_for(events)));
     let listener = match tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await {

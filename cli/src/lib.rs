@@ -102,6 +102,12 @@ pub struct DurableServeArgs {
     /// resumed has one whole trace).
     #[arg(long, value_name = "DIR")]
     pub trace_dir: Option<PathBuf>,
+    /// Record message content (prompts, answers, tool inputs and outputs) in exported
+    /// telemetry, as OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true does. Telemetry
+    /// is exported as `rebound run` exports it, when OTEL_EXPORTER_OTLP_ENDPOINT is set (see
+    /// docs/telemetry.md); a step replayed after a crash is not exported again.
+    #[arg(long)]
+    pub otel_capture_content: bool,
     /// The agent: provider, tools, retry policy, budget, compaction, request options.
     #[command(flatten)]
     pub agent: AgentArgs,
@@ -505,7 +511,9 @@ pub fn main() -> i32 {
             // Telemetry export, when the OTEL_* environment asks for it, for the commands
             // that run an agent; set up and flushed outside the async runtime.
             let export = match command {
-                Commands::Run(_) | Commands::Demo(_) => telemetry::install_from_env(),
+                Commands::Run(_) | Commands::Demo(_) | Commands::Durable(_) => {
+                    telemetry::install_from_env()
+                }
                 _ => None,
             };
             let code = run_async(command);

@@ -228,7 +228,7 @@ pub(crate) fn receiver_for(events: EventsFormat) -> Box<dyn Receiver> {
 
 /// What the run's telemetry records: content only when asked for, by the flag or by the
 /// conventions' environment variable.
-fn telemetry_options(capture_content: bool) -> Telemetry {
+pub(crate) fn telemetry_options(capture_content: bool) -> Telemetry {
     Telemetry::new()
         .agent_name("rebound")
         .capture_content(capture_content || crate::telemetry::capture_content_from_env())

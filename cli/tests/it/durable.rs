@@ -2,13 +2,10 @@
 //! runs started through Restate's ingress, continued, followed and canceled; and a clear
 //! exit 2 when there is no Restate to register with.
 
-#[path = "../../../durable/tests/support/restate.rs"]
-mod restate;
-
+use crate::restate::{free_port, run_failure, Client, RestateServer};
 use rebound_core::Conversation;
 use rebound_sim::fake::{FakeServer, FakeServerConfig};
 use rebound_sim::scenario::Scenario;
-use restate::{free_port, run_failure, Client, RestateServer};
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};

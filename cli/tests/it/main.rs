@@ -4,10 +4,13 @@
 //! every test in one parallel pool, where the tests that wait on the `rebound` processes they
 //! start overlap. `cargo test -p rebound-cli --test it redis_fleet` runs one module.
 //!
-//! The helpers the modules share are declared here, once: `table` keeps docs/robustness.md
+//! The helpers the modules share are declared here, once (`restate` starts a Restate server
+//! for `durable` and `telemetry`): `table` keeps docs/robustness.md
 //! under one lock for the whole binary (with `REBOUND_UPDATE_ROBUSTNESS` two modules may rewrite
 //! it at the same time).
 
+#[path = "../../../durable/tests/support/restate.rs"]
+mod restate;
 #[path = "../../../effects/tests/hostile_support/server.rs"]
 mod server;
 #[path = "../../../effects/tests/hostile_support/table.rs"]

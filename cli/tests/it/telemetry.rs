@@ -1041,3 +1041,134 @@ async fn per_signal_variables_choose_each_signals_protocol_and_endpoint() {
     assert!(!paths.is_empty());
     assert!(paths.iter().all(|p| p == "/custom/traces"), "{paths:?}");
 }
+
+use crate::restate;
+
+/// `rebound durable serve` exports as `rebound run` does: a turn through Restate (two
+/// retries, two tool calls, the answer after them) is the same span tree, every span within
+/// its parent, with the same metrics, flushed when the endpoint stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn durable_serve_exports_the_spans_and_metrics_of_rebound_run() {
+    let Some(restate) = restate::RestateServer::start("durable_serve_exports") else {
+        return;
+    };
+    let receiver = Receiver::start(Answer::Ok);
+    let server = provider(RETRIES_AND_TOOLS).await;
+    let root = tools_root();
+    let port = restate::free_port();
+    let mut cmd = Command::new(BIN);
+    cmd.args(["durable", "serve", "--port", &port.to_string()])
+        .args(["--register", &restate.admin_url()])
+        .args(["--base-url", &server.base_url()])
+        .args(["--model", "claude-test", "--no-jitter", "--seed", "5"])
+        .args(["--initial-delay-ms", "10", "--events", "json"])
+        .arg("--tools-root")
+        .arg(root.path())
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+        .env_remove("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut endpoint = cmd.spawn().expect("rebound runs");
+    let client = restate::Client::new(&restate);
+    // Registered once the ingress knows the service.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (status, body) = loop {
+        let (status, body) = client
+            .call("Agent/otel/run", Some(r#"{"message": "Fix the parser."}"#))
+            .await;
+        if status != 404 || Instant::now() > deadline {
+            break (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(status, 200, "{body}");
+    // SIGTERM: the endpoint stops, and flushes its telemetry on the way out.
+    let stopped = Command::new("kill")
+        .args(["-TERM", &endpoint.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(stopped.success());
+    let out = tokio::task::spawn_blocking(move || {
+        let status = endpoint.wait().expect("the endpoint exits");
+        let mut stderr = String::new();
+        if let Some(mut pipe) = endpoint.stderr.take() {
+            let _ = pipe.read_to_string(&mut stderr);
+        }
+        (status, stderr)
+    })
+    .await
+    .expect("join");
+    server.shutdown().await;
+    assert_eq!(out.0.code(), Some(0), "{}", out.1);
+
+    let received = receiver.received();
+    for r in &received {
+        assert!(
+            !String::from_utf8_lossy(&r.body).contains(KEY),
+            "the API key was exported"
+        );
+    }
+    let spans: Vec<Span> = decode_traces(&received)
+        .iter()
+        .flat_map(|t| &t.resource_spans)
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| s.spans.clone())
+        .collect();
+    let roots: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.parent_span_id.is_empty())
+        .collect();
+    assert_eq!(roots.len(), 1, "{spans:#?}");
+    let agent = roots[0];
+    assert_eq!(agent.name, "invoke_agent rebound");
+    assert_eq!(int(agent, "rebound.seed"), Some(5));
+    assert_eq!(int(agent, "rebound.retries"), Some(2));
+    assert_eq!(
+        string(agent, "gen_ai.conversation.id").as_deref(),
+        Some("otel")
+    );
+    let top = children(&spans, agent);
+    let names: Vec<&str> = top.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "chat claude-test",
+            "execute_tool read",
+            "execute_tool read",
+            "chat claude-test"
+        ],
+        "{top:#?}"
+    );
+    assert_each_span_within_its_parent(&spans);
+    let attempts = children(&spans, top[0]);
+    assert_eq!(attempts.len(), 3, "{attempts:#?}");
+    assert_eq!(int(attempts[0], "http.response.status_code"), Some(529));
+    assert_eq!(int(attempts[1], "http.response.status_code"), Some(429));
+    assert_eq!(
+        top[0].events.iter().filter(|e| e.name == "retry").count(),
+        2
+    );
+
+    let metrics: Vec<String> = decode_metrics(&received)
+        .iter()
+        .flat_map(|m| &m.resource_metrics)
+        .flat_map(|r| &r.scope_metrics)
+        .flat_map(|s| s.metrics.iter().map(|m| m.name.clone()))
+        .collect();
+    for name in [
+        "gen_ai.client.operation.duration",
+        "gen_ai.client.token.usage",
+        "rebound.retries",
+        "rebound.tool.calls",
+    ] {
+        assert!(
+            metrics.iter().any(|m| m == name),
+            "{name} missing from {metrics:?}"
+        );
+    }
+}
