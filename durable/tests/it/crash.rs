@@ -34,6 +34,62 @@ const PROVIDER_URL: &str = "REBOUND_DURABLE_CHILD_PROVIDER";
 const RECORD: &str = "REBOUND_DURABLE_CHILD_RECORD";
 const CRASH_MARK: &str = "REBOUND_DURABLE_CHILD_CRASH_MARK";
 const TRACES: &str = "REBOUND_DURABLE_CHILD_TRACES";
+const SPANS: &str = "REBOUND_DURABLE_CHILD_SPANS";
+
+/// An OpenTelemetry exporter that appends each span it is given to a file, one JSON line
+/// each (the process, the span's name, ids and the attributes the test reads), as it ends:
+/// a process killed later has written what it exported.
+#[derive(Debug)]
+struct SpanFile(PathBuf);
+
+impl opentelemetry_sdk::trace::SpanExporter for SpanFile {
+    async fn export(
+        &self,
+        batch: Vec<opentelemetry_sdk::trace::SpanData>,
+    ) -> opentelemetry_sdk::error::OTelSdkResult {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.0)
+            .expect("the span file");
+        for span in batch {
+            let attribute = |key: &str| {
+                span.attributes
+                    .iter()
+                    .find(|kv| kv.key.as_str() == key)
+                    .map(|kv| kv.value.to_string())
+            };
+            let line = json!({
+                "process": std::process::id(),
+                "name": span.name,
+                "span": span.span_context.span_id().to_string(),
+                "parent": span.parent_span_id.to_string(),
+                "tool_call": attribute("gen_ai.tool.call.id"),
+                "attempt": attribute("rebound.attempt"),
+            });
+            writeln!(file, "{line}").expect("a span line");
+        }
+        Ok(())
+    }
+}
+
+/// Exports this process's rebound spans to `path` (a [`SpanFile`]).
+fn export_spans_to(path: PathBuf) {
+    use opentelemetry::trace::TracerProvider as _;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::Layer;
+    let tracer = opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_simple_exporter(SpanFile(path))
+        .build();
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(tracer.tracer("durable-crash-test"))
+        .with_tracked_inactivity(false)
+        .with_filter(tracing_subscriber::filter::filter_fn(|m| {
+            m.target() == rebound_effects::telemetry::names::TRACING_TARGET
+        }));
+    tracing::subscriber::set_global_default(tracing_subscriber::registry().with(layer))
+        .expect("one subscriber");
+}
 
 /// A tool with a side effect: appends one line per call (its id and idempotency key) to a
 /// file.
@@ -135,6 +191,9 @@ async fn endpoint_process() {
         DurableAgent::new(machine, vec![Box::new(provider)]).tools(Arc::new(Record(record)));
     if let Some(dir) = std::env::var_os(TRACES) {
         agent = agent.traces(PathBuf::from(dir));
+    }
+    if let Some(path) = std::env::var_os(SPANS) {
+        export_spans_to(PathBuf::from(path));
     }
     let listener =
         tokio::net::TcpListener::bind(("127.0.0.1", port.parse::<u16>().expect("a port")))
@@ -341,6 +400,7 @@ async fn a_killed_endpoint_loses_nothing_and_repeats_nothing() {
             (RECORD, record.display().to_string()),
             (CRASH_MARK, dir.path().join("crashed").display().to_string()),
             (TRACES, dir.path().display().to_string()),
+            (SPANS, dir.path().join("spans.txt").display().to_string()),
         ],
     );
     register(&restate.admin_url(), &endpoint.url())
@@ -429,6 +489,44 @@ async fn a_killed_endpoint_loses_nothing_and_repeats_nothing() {
     let conversation: Conversation = serde_json::from_str(&body).expect("a conversation");
     assert_eq!(conversation.len(), 6, "{conversation:?}");
     drop(endpoint);
+
+    // Telemetry: each of the four processes exported the spans of what it did live, and a
+    // step the journal replayed was not exported again: one span per tool call and per
+    // attempt that ended (the attempt cut mid-stream never ended), a `chat` per request
+    // whose answer came, and one run span, the last process's, holding only the request
+    // it sent.
+    let spans: Vec<serde_json::Value> = std::fs::read_to_string(dir.path().join("spans.txt"))
+        .expect("the exported spans")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a span line"))
+        .collect();
+    let named = |name: &str| -> Vec<&serde_json::Value> {
+        spans.iter().filter(|s| s["name"] == name).collect()
+    };
+    let tools: Vec<&str> = named("execute_tool record")
+        .iter()
+        .filter_map(|s| s["tool_call"].as_str())
+        .collect();
+    assert_eq!(tools, ["toolu_1", "toolu_2"], "{spans:#?}");
+    let attempts: Vec<&str> = named("attempt")
+        .iter()
+        .filter_map(|s| s["attempt"].as_str())
+        .collect();
+    // The first request; the second's 429 and its retry; the third, sent again.
+    assert_eq!(attempts, ["1", "1", "2", "1"], "{spans:#?}");
+    assert_eq!(named("chat claude-sonnet-4-5").len(), 3, "{spans:#?}");
+    let runs = named("invoke_agent");
+    assert_eq!(runs.len(), 1, "{spans:#?}");
+    let last = runs[0];
+    let children: Vec<&str> = spans
+        .iter()
+        .filter(|s| s["parent"] == last["span"])
+        .map(|s| s["name"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(children, ["chat claude-sonnet-4-5"], "{spans:#?}");
+    let processes: std::collections::BTreeSet<u64> =
+        spans.iter().filter_map(|s| s["process"].as_u64()).collect();
+    assert_eq!(processes.len(), 4, "{spans:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
