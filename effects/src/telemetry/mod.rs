@@ -36,6 +36,9 @@
 //! Prompts, answers and tool inputs and outputs are recorded only with
 //! [`Telemetry::capture_content`]; an API key never reaches the runner, so never a span.
 //!
+//! Another shell of core's `Run` (the durable service, an embedder's own loop) makes the same
+//! spans and metrics with [`RunTelemetry`], which the runner uses too.
+//!
 //! The library installs no subscriber and no exporter. To export, install a
 //! `tracing-opentelemetry` layer (and an OpenTelemetry meter provider, with the `otel`
 //! feature) as for any other `tracing` instrumentation; the `rebound` binary does it when
@@ -72,7 +75,8 @@ use tracing::Span;
 
 /// What the runner's telemetry records beyond its spans' standard attributes: an agent
 /// name, a conversation id, whether message content is recorded, and (feature `otel`) the
-/// meter its metrics go to. Set with [`Runner::telemetry`](crate::runner::Runner::telemetry).
+/// meter its metrics go to. Set with [`Runner::telemetry`](crate::runner::Runner::telemetry),
+/// or given to [`RunTelemetry::start`].
 #[derive(Debug, Clone, Default)]
 pub struct Telemetry {
     capture_content: bool,
