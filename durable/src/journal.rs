@@ -59,7 +59,8 @@ impl Step {
     }
 }
 
-/// A step that told the shared budget the notes the run made since the last step.
+/// A step that told the shared budget a note of the run, or the notes an answer's start
+/// made (one step for them all).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct NoteStep {
     /// Unix milliseconds when the notes were told.

@@ -10,9 +10,8 @@
 //! telemetry then starts there: a resumed run exports an `invoke_agent` span from its
 //! resumption to its end, holding the model calls, attempts and tool calls made from then on
 //! (its request and retry counts, from the run's tally, count the whole run; its token counts
-//! the model calls made live); the commands since the
-//! last replayed event (the request the first live step sends) are told to it as it starts,
-//! so that step has its spans.
+//! the model calls made live). The commands since the last replayed event (the request the
+//! first live step sends) are told to it as it starts, so that step has its spans.
 
 use rebound_core::wire::StreamDelta;
 use rebound_core::{Command, Event, FinishReason, MachineConfig, RunError, RunTally};
