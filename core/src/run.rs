@@ -64,6 +64,8 @@ pub struct Run {
     record: bool,
     steps: Vec<Step>,
     handled: usize,
+    /// Why the last event was refused as not fitting its command.
+    refusal: Option<String>,
     /// Told before the step's commands (a stream reset).
     front: Option<Action>,
     /// The step's commands, not polled yet.
@@ -254,6 +256,7 @@ impl Run {
             record: false,
             steps: Vec::new(),
             handled: 0,
+            refusal: None,
             front: None,
             queue: VecDeque::new(),
             back: None,
@@ -302,8 +305,13 @@ impl Run {
     /// After the run ended, events are ignored, except a host failure after a finish (the
     /// step that ended the run could not be stored or shown), which fails the run. An event
     /// the machine did not ask for ([`IgnoreReason::Unexpected`]) changes nothing: it is
-    /// neither recorded nor counted, and what was queued stays.
+    /// neither recorded nor counted, and what was queued stays. A `now` earlier than one
+    /// handed before is taken as that one (the clock never goes backwards), by the machine
+    /// and in what is recorded and counted.
     pub fn handle(&mut self, now: Millis, event: Event) -> Handled {
+        // An earlier time than one already handed counts as that one, for the machine and
+        // for what is recorded.
+        let now = self.machine.clock(now);
         if let Some(end) = &self.end {
             if let (Ok(_), Event::HostFailed { failure }) = (end, &event) {
                 self.end = Some(Err(RunError::from(failure.clone())));
@@ -327,11 +335,17 @@ impl Run {
         // The tally reads the event before the machine takes it. It counts only answers to
         // the request awaited, which the machine never refuses as unexpected; of an event it
         // does refuse, the tally would keep only the time: put back.
+        self.refusal = match &event {
+            Event::ToolsFinished { batch, outcome } => {
+                self.machine.tool_outcome_mismatch(*batch, outcome)
+            }
+            _ => None,
+        };
         let elapsed_ms = self.tally.elapsed_ms;
         self.tally.event(now, &event);
         let recorded = self.record.then(|| event.clone());
         let handled = self.machine.handle(now, event);
-        if handled == Handled::Ignored(IgnoreReason::Unexpected) {
+        if let Handled::Ignored(IgnoreReason::Unexpected | IgnoreReason::Mismatched) = handled {
             self.tally.elapsed_ms = elapsed_ms;
             return handled;
         }
@@ -416,6 +430,28 @@ impl Run {
         self.front = None;
         self.queue.clear();
         self.back = None;
+    }
+
+    /// [`Run::handle`] for a shell reporting what happened when it executed a command: an
+    /// answer that does not fit its command ([`IgnoreReason::Mismatched`]: tool outcomes
+    /// that do not answer the batch's calls, from a tool executor of the embedder's, say)
+    /// is the shell's bug, not something to wait out, and ends the run with an invariant
+    /// failure saying why. A driver whose caller may correct the answer (Python's machine)
+    /// uses `handle` and reads [`Run::refusal`].
+    pub fn report(&mut self, now: Millis, event: Event) -> Handled {
+        let handled = self.handle(now, event);
+        if handled == Handled::Ignored(IgnoreReason::Mismatched) {
+            let why = self.refusal.take().unwrap_or_default();
+            self.broken(format!("the answer does not fit its command: {why}"));
+        }
+        handled
+    }
+
+    /// Why the last event handed was refused as not fitting its command
+    /// ([`IgnoreReason::Mismatched`]); `None` after any other event.
+    #[must_use]
+    pub fn refusal(&self) -> Option<&str> {
+        self.refusal.as_deref()
     }
 
     /// Ends the run with an invariant failure the shell found: a command it cannot execute

@@ -203,8 +203,12 @@ impl FromIterator<CallOutcome> for BatchOutcome {
 ///      You may fix the arguments, try a different tool, or explain the failure to the user."
 /// );
 /// ```
+///
+/// The tool's name is quoted by its first 80 bytes: the name comes from the model, which may
+/// send anything (a megabyte-long name is not sent back whole).
 #[must_use]
 pub fn tool_error_text(tool: &str, message: &str) -> String {
+    let tool = bounded(tool, 80);
     format!(
         "Tool execution failed for `{tool}`: {message}\n\
          You may fix the arguments, try a different tool, or explain the failure to the user."
@@ -291,6 +295,14 @@ pub fn nests_deeper_than(value: &Value, limit: usize) -> bool {
 #[cfg(test)]
 mod unknown_tool_tests {
     use super::*;
+
+    #[test]
+    fn a_huge_tool_name_is_quoted_back_bounded() {
+        let name = "x".repeat(1 << 20);
+        let text = tool_error_text(&name, &unknown_tool_message(&name, &["read"]));
+        assert!(text.len() < 400, "{} bytes", text.len());
+        assert!(text.starts_with("Tool execution failed for `xxx"));
+    }
 
     #[test]
     fn a_hostile_name_or_a_huge_tool_list_stays_bounded() {

@@ -360,7 +360,7 @@ async fn drive(
     while let Some(action) = run.poll() {
         if let Some(event) = turn.execute(action, &mut run).await? {
             turn.live.event(&event);
-            let _ = run.handle(turn.clock.now(), event);
+            let _ = run.report(turn.clock.now(), event);
         }
     }
     if turn.clock.is_unstarted() {

@@ -548,7 +548,7 @@ impl Runner {
     /// written fails the run (the host failure is handed on; the trace is closed).
     fn handle(&mut self, driving: &mut Driving, event: Event, telemetry: &mut RunTelemetry) {
         telemetry.event(&event);
-        let _ = driving.run.handle(driving.now(), event);
+        let _ = driving.run.report(driving.now(), event);
         self.write_steps(driving, telemetry);
     }
 

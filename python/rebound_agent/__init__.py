@@ -167,6 +167,9 @@ class AgentMachine:
         Commands of the previous event not polled yet are dropped: the new event supersedes
         them. So drain after every handle, ``ProviderResponding``'s too (its only commands
         are ``NoteBudget``, for a shared retry budget).
+
+        The clock never goes backwards: a ``now_ms`` earlier than one handed before is taken
+        as that one, by the machine and in the trace and the tally.
         """
         return self._m.handle(now_ms, event)
 

@@ -304,6 +304,13 @@ impl PyMachine {
                      during a run, or Resume after it started); it was ignored",
                 ))
             }
+            Handled::Ignored(IgnoreReason::Mismatched) => {
+                return Err(EventError::new_err(format!(
+                    "the tool outcomes do not answer the batch's calls: {}; the event was \
+                     refused and the machine still waits for the batch",
+                    self.run.refusal().unwrap_or("they do not fit")
+                )))
+            }
             Handled::Accepted => "accepted",
             Handled::Ignored(IgnoreReason::Terminal) => "terminal",
             _ => "stale",

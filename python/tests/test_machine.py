@@ -267,3 +267,24 @@ def test_a_snapshot_digest_matches_the_trace_of_the_same_conversation():
     m, request = started()
     assert Snapshot.of(request.conversation.messages()).digest == request.conversation.digest
     assert Snapshot.of(request.conversation.messages()) == request.conversation
+
+
+@pytest.mark.parametrize(
+    "outcomes, why",
+    [
+        (["toolu_1", "toolu_x"], "not a call"),  # an id the batch does not hold
+        (["toolu_1", "toolu_1"], "two outcomes"),  # one call answered twice
+        ([], "no outcome"),  # a call without its outcome
+    ],
+)
+def test_tool_outcomes_that_do_not_answer_the_batch_are_refused_and_the_machine_waits(outcomes, why):
+    m = AgentMachine(config={"tools": [READ_TOOL]}, seed=1)
+    [_, send] = m.step(0, e.UserMessage.text("hi"))
+    [_, run] = m.step(10, e.ProviderSucceeded(send.request, tool_response("toolu_1", "a.rs")))
+    assert isinstance(run, c.RunTools)
+    wrong = e.ToolsFinished.per_call(run.batch, [e.tool_ok(i, "text") for i in outcomes])
+    with pytest.raises(EventError, match=why):
+        m.handle(20, wrong)
+    assert list(m.drain()) == [] and not m.is_terminal
+    right = e.ToolsFinished.per_call(run.batch, [e.tool_ok("toolu_1", "text")])
+    assert [type(x).__name__ for x in m.step(30, right)] == ["AppendMessage", "SendRequest"]

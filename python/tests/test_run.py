@@ -249,3 +249,11 @@ def test_compact_default_is_cores_compaction_with_the_machines_policy():
     assert mine == compact(conversation, m.config()["compaction"])
     assert mine != compact(conversation)  # the machine's policy, not the default one
     assert len(json.dumps(mine["Ok"])) < len(json.dumps(conversation))
+
+
+def test_a_time_earlier_than_one_handled_before_is_taken_as_that_one():
+    m = AgentMachine(seed=1, record=True)
+    [_, send] = m.step(1000, e.UserMessage.text("hi"))
+    m.step(500, e.ProviderSucceeded(send.request, text_response()))
+    assert [s.t_ms for s in read_trace(m.trace_jsonl()).steps] == [1000, 1000]
+    assert m.tally.elapsed_ms == 0

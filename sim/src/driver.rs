@@ -446,7 +446,7 @@ pub(crate) fn run_world<'s, R: Record>(
         }
         // Shown if the check below fails; release builds skip the check and this copy.
         let shown = cfg!(debug_assertions).then(|| event.clone());
-        let handled = state.run.handle(at, event);
+        let handled = state.run.report(at, event);
         // Answers racing a cancel or the run's end are normal (`Stale`, `Terminal`); an
         // event the machine never asked for is a bug of this driver.
         debug_assert_ne!(

@@ -54,6 +54,11 @@ pub enum Event {
     /// host failure for the others (or no outcome at all). The run then fails with the
     /// cancel, and the calls that finished keep their results in the conversation; the
     /// others are answered as interrupted. [`Event::Cancel`] instead forgets the whole batch.
+    ///
+    /// Per-call outcomes answer exactly the calls of the batch's `RunTools`, each once, in
+    /// any order; outcomes that do not (another id, one call twice, a call left out of a
+    /// batch no host failure stopped) are refused ([`IgnoreReason::Mismatched`]) and the
+    /// machine keeps waiting for the batch.
     ToolsFinished {
         /// The batch this answers.
         batch: BatchId,
@@ -107,7 +112,8 @@ impl Event {
 /// be done. `Ignored(Unexpected)` means the driver broke the protocol (it sent an event the
 /// machine never asked for, like a second user message during a run): drivers check it with
 /// a debug assertion, as [`AgentMachine::step`](crate::AgentMachine::step) does for its
-/// callers.
+/// callers. `Ignored(Mismatched)` is a driver's bug too: an answer that does not fit its
+/// command (tool outcomes that do not answer the batch's calls).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[must_use = "an ignored event can mean the driver broke the protocol; see `Handled`"]
@@ -130,4 +136,10 @@ pub enum IgnoreReason {
     Stale,
     /// An event that makes no sense now (a second user message during a run).
     Unexpected,
+    /// An answer to the awaited command that does not fit it: tool outcomes for a call the
+    /// batch does not hold, two for one call, or none for a call
+    /// ([`AgentMachine::tool_outcome_mismatch`](crate::AgentMachine::tool_outcome_mismatch)
+    /// says which). The driver's bug, not the run's: the machine keeps waiting for a
+    /// fitting answer.
+    Mismatched,
 }

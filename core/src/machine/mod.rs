@@ -409,16 +409,27 @@ impl AgentMachine {
         std::mem::swap(&mut self.queue, other);
     }
 
+    /// The time an event handed at `now` is taken at: `now`, or the latest time seen if
+    /// `now` is earlier (the clock never goes backwards; what a driver records of the
+    /// event, its trace and tally, records this time too).
+    pub(crate) fn clock(&self, now: Millis) -> Millis {
+        self.now.max(now)
+    }
+
     /// [`handle`](Self::handle) followed by draining [`poll`](Self::poll), for drivers that
     /// never send an event the machine did not ask for: in debug builds it panics on
-    /// [`Handled::Ignored`]`(`[`IgnoreReason::Unexpected`]`)`, a driver bug (see
+    /// [`Handled::Ignored`]`(`[`IgnoreReason::Unexpected`]`)` or
+    /// `Ignored(`[`Mismatched`](IgnoreReason::Mismatched)`)`, a driver bug (see
     /// [`Handled`]).
     pub fn step(&mut self, now: Millis, event: Event) -> Vec<Command> {
         let handled = self.handle(now, event);
-        debug_assert_ne!(
-            handled,
-            Handled::Ignored(IgnoreReason::Unexpected),
-            "the driver sent an event the machine did not ask for"
+        debug_assert!(
+            !matches!(
+                handled,
+                Handled::Ignored(IgnoreReason::Unexpected | IgnoreReason::Mismatched)
+            ),
+            "the driver sent an event the machine did not ask for, or an answer that does not \
+             fit its command"
         );
         self.queue.drain(..).collect()
     }
@@ -426,7 +437,7 @@ impl AgentMachine {
     /// Feeds one event at time `now` (on the driver's monotonic clock; see
     /// [Time](Self#time)). See the type's documentation for the protocol.
     pub fn handle(&mut self, now: Millis, event: Event) -> Handled {
-        self.now = self.now.max(now);
+        self.now = self.clock(now);
         if self.is_terminal() {
             return Handled::Ignored(IgnoreReason::Terminal);
         }
@@ -468,13 +479,16 @@ impl AgentMachine {
             },
             Event::ToolsFinished { batch, outcome } => match &self.phase {
                 Phase::RunningTools { batch: b, .. } if *b == batch => {
+                    if self.tool_outcome_mismatch(batch, &outcome).is_some() {
+                        return Handled::Ignored(IgnoreReason::Mismatched);
+                    }
                     let Phase::RunningTools {
                         message, answers, ..
                     } = std::mem::replace(&mut self.phase, Phase::Idle)
                     else {
                         unreachable!("matched RunningTools just above");
                     };
-                    self.on_tools_finished(batch, &message, answers, outcome);
+                    self.on_tools_finished(&message, answers, outcome);
                 }
                 _ => return Handled::Ignored(IgnoreReason::Stale),
             },
@@ -1285,7 +1299,6 @@ impl AgentMachine {
 
     fn on_tools_finished(
         &mut self,
-        batch: BatchId,
         message: &Message,
         mut answers: Vec<Answer>,
         outcome: BatchOutcome,
@@ -1313,8 +1326,8 @@ impl AgentMachine {
                         Err(ToolFailure::Model { message }) => Answer::Failed(message),
                         Ok(output) => Answer::Ran(output.parts),
                     };
-                    // An outcome for an id the batch did not hold, or for a refused call, is
-                    // ignored; a second outcome for one call replaces the first.
+                    // Each outcome answers one open call of the batch, once:
+                    // `tool_outcome_mismatch` refused the event else.
                     if let Some(slot) = calls
                         .position(&outcome.tool_use_id)
                         .and_then(|i| answers.get_mut(i))
@@ -1328,16 +1341,65 @@ impl AgentMachine {
                 }
             }
         }
-        let missing = message
-            .tool_uses()
-            .zip(&answers)
-            .find(|(_, answer)| matches!(answer, Answer::Pending));
-        if let Some(((id, name, _), _)) = missing {
-            return self.fail(RunError::Invariant {
-                message: format!("tool batch {batch} reported no outcome for call `{id}` ({name})"),
-            });
-        }
+        // Every open call has its outcome: `tool_outcome_mismatch` refused the event else.
         self.answer_tools(message, answers)
+    }
+
+    /// Why `outcome` does not answer tool batch `batch`, the batch this machine waits for,
+    /// or `None` when it does (or the machine waits for no such batch). Per-call outcomes
+    /// must answer exactly the calls of the batch's [`Command::RunTools`], each once: an
+    /// outcome for another id, two for one call, or none for a call (unless a host failure
+    /// among them stopped the batch, when the calls without one count as interrupted) do
+    /// not, and the machine refuses such an event ([`IgnoreReason::Mismatched`]) and keeps
+    /// waiting. A whole-batch outcome always answers.
+    #[must_use]
+    pub fn tool_outcome_mismatch(&self, batch: BatchId, outcome: &BatchOutcome) -> Option<String> {
+        let Phase::RunningTools {
+            batch: b,
+            message,
+            answers,
+        } = &self.phase
+        else {
+            return None;
+        };
+        let BatchOutcome::PerCall(outcomes) = outcome else {
+            return None;
+        };
+        if *b != batch {
+            return None;
+        }
+        let calls = CallIndex::new(message);
+        let mut answered = vec![false; answers.len()];
+        let mut stopped = false;
+        for outcome in outcomes {
+            let id = &outcome.tool_use_id;
+            let slot = calls
+                .position(id)
+                .filter(|&i| answers.get(i).is_some_and(Answer::is_open));
+            let Some(i) = slot else {
+                return Some(format!(
+                    "an outcome for `{}`, which is not a call of tool batch {batch}",
+                    crate::tool::bounded(id, 80)
+                ));
+            };
+            if std::mem::replace(&mut answered[i], true) {
+                return Some(format!(
+                    "two outcomes for call `{}` of tool batch {batch}",
+                    crate::tool::bounded(id, 80)
+                ));
+            }
+            stopped |= matches!(outcome.result, Err(ToolFailure::Host(_)));
+        }
+        if stopped {
+            return None;
+        }
+        message
+            .tool_uses()
+            .zip(answers.iter().zip(&answered))
+            .find(|(_, (answer, done))| answer.is_open() && !**done)
+            .map(|((id, name, _), _)| {
+                format!("no outcome for call `{id}` ({name}) of tool batch {batch}")
+            })
     }
 
     /// Appends one result per tool use of `message`, in order, from its answer (none is

@@ -791,48 +791,55 @@ fn duplicate_and_empty_tool_ids_are_made_unique() {
 }
 
 /// Few calls are matched to outcomes by a scan, many through a sorted index: either way
-/// results keep the calls' order, a refused call keeps its refusal whatever outcome arrives
-/// for it, a stray outcome is ignored, and a missing one fails the run.
+/// results keep the calls' order and a refused call keeps its refusal. Outcomes that do not
+/// answer the batch's calls, each once (a stray id, the refused call's, one twice, one
+/// missing), are refused with the reason and leave the machine waiting for the right ones.
 #[test]
 fn outcomes_are_matched_to_calls_by_id_for_few_and_many_calls() {
     for n in [3, 40] {
         // Ids in an order unlike their sort order; the last call names an unknown tool.
         let ids: Vec<String> = (0..n).map(|i| format!("call_{}", (i * 7) % n)).collect();
-        let start = || {
-            let mut calls: Vec<(&str, &str, serde_json::Value)> = ids
-                .iter()
-                .map(|id| (id.as_str(), "read", json!({})))
-                .collect();
-            calls[n - 1].1 = "delete";
-            let (m, out) = answered_with_tools(&calls);
-            let (batch, run) = run_tools(&out);
-            assert_eq!(run.len(), n - 1, "n = {n}");
-            (m, batch)
-        };
+        let mut calls: Vec<(&str, &str, serde_json::Value)> = ids
+            .iter()
+            .map(|id| (id.as_str(), "read", json!({})))
+            .collect();
+        calls[n - 1].1 = "delete";
+        let (mut m, out) = answered_with_tools(&calls);
+        let (batch, run) = run_tools(&out);
+        assert_eq!(run.len(), n - 1, "n = {n}");
         let outcome = |id: &str| CallOutcome {
             tool_use_id: id.to_owned(),
             result: Ok(ToolOutput::text(format!("out {id}"))),
         };
-        let mut outcomes: Vec<CallOutcome> = ids.iter().rev().map(|id| outcome(id)).collect();
-        // A stray id that sorts between two of the batch's ids.
-        outcomes.push(outcome(&format!("{}x", ids[1])));
-        let mut short = outcomes.clone();
-        short.retain(|o| o.tool_use_id != ids[1]);
-
-        let (mut missing, batch) = start();
-        let error = fail_error(&missing.step(
-            Millis(2),
-            Event::ToolsFinished {
-                batch,
-                outcome: BatchOutcome::PerCall(short),
-            },
-        ));
-        assert!(
-            matches!(&error, RunError::Invariant { message } if message.contains(&ids[1])),
-            "n = {n}: {error:?}"
-        );
-
-        let (mut m, batch) = start();
+        let outcomes: Vec<CallOutcome> = ids[..n - 1].iter().rev().map(|id| outcome(id)).collect();
+        let with = |change: &dyn Fn(&mut Vec<CallOutcome>)| {
+            let mut changed = outcomes.clone();
+            change(&mut changed);
+            BatchOutcome::PerCall(changed)
+        };
+        let wrong = [
+            // A stray id that sorts between two of the batch's ids.
+            (
+                with(&|o| o.push(outcome(&format!("{}x", ids[1])))),
+                "not a call",
+            ),
+            (with(&|o| o.push(outcome(&ids[n - 1]))), "not a call"),
+            (with(&|o| o.push(outcome(&ids[0]))), "two outcomes"),
+            (
+                with(&|o| o.retain(|x| x.tool_use_id != ids[1])),
+                "no outcome",
+            ),
+        ];
+        for (outcome, why) in wrong {
+            let told = m.tool_outcome_mismatch(batch, &outcome).unwrap_or_default();
+            assert!(told.contains(why), "n = {n}: {told:?}");
+            assert_eq!(
+                m.handle(Millis(2), Event::ToolsFinished { batch, outcome }),
+                Handled::Ignored(IgnoreReason::Mismatched),
+                "n = {n}: {why}"
+            );
+            assert_eq!(m.poll(), None);
+        }
         let out = m.step(
             Millis(2),
             Event::ToolsFinished {

@@ -203,3 +203,15 @@ fn an_event_the_machine_did_not_ask_for_changes_nothing() {
         Some(Action::Command(Command::SendRequest { .. }))
     ));
 }
+
+#[test]
+fn a_time_earlier_than_one_handed_before_is_recorded_and_counted_as_that_one() {
+    let mut run = Run::new(config(), 1).recording(true);
+    let _ = run.handle(Millis(1_000), Event::user_text("hi"));
+    let request = request_of(&drain(&mut run));
+    let _ = run.handle(Millis(500), answer(request));
+    drain(&mut run);
+    let times: Vec<Millis> = run.steps().iter().map(|s| s.at).collect();
+    assert_eq!(times, [Millis(1_000), Millis(1_000)]);
+    assert_eq!(run.tally().elapsed_ms, 0);
+}
