@@ -29,6 +29,7 @@ pub mod machine;
 pub mod response;
 pub mod retry;
 pub mod run;
+pub mod shared_budget;
 pub mod tally;
 pub mod time;
 pub mod tool;

@@ -19,6 +19,7 @@ mod one_awaited_command;
 mod request_conformance;
 mod request_options;
 mod server_hints;
+mod shared_budget_client;
 
 /// Without the `server` feature (the stream encoders) `hostile_stream` is not built: said in
 /// the test list rather than passed over in silence.

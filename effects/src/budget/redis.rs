@@ -122,28 +122,33 @@
 //! queue when Redis fails asks the local budget instead, with the same deadline. Rate
 //! limits are also noted locally, so a process that falls back still honours the window it
 //! heard of.
+//!
+//! # One state machine, two drivers
+//!
+//! Every decision above — where to decide, what to call again, when to read the inbox,
+//! what to withdraw — is made by core's [`BudgetClient`], a state machine with no I/O. This
+//! store executes what it asks for over a real connection (and its timers on tokio's
+//! clock); the simulator (`rebound-sim`) executes the same machine over a virtual Redis, so
+//! a simulated fleet runs this very logic.
 
 use super::{BudgetStore, RedisUrl, SharedBudget};
 use async_trait::async_trait;
+use rebound_core::shared_budget::{Answer, BudgetClient, ClientTiming, OpId, Output};
+pub use rebound_core::shared_budget::{
+    PollAnswer, RedisBudgetError, RedisBudgetStats, ScriptOp, ScriptReply, POLL_BATCH,
+};
 use rebound_core::{
     BudgetConfig, BudgetNote, BudgetStats, Millis, PermitAsk, PermitDecision, PermitKind,
 };
 use redis::aio::MultiplexedConnection;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 use tokio::sync::{oneshot, Notify};
 use tokio::time::Instant;
-
 /// The script: core's budget rules for Redis (see the module documentation).
 pub const SCRIPT: &str = include_str!("redis.lua");
-
-/// A retry deadline the local clock has passed by this much is over whatever Redis says:
-/// a safety net for a Redis whose clock runs slow, or that took a real pause of the whole
-/// fleet for a step of its clock (see the module documentation).
-const DEADLINE_GRACE_MS: u64 = 1_000;
 
 /// The largest milli-token figure sent to the script: Lua counts in doubles, exact to 2^53.
 const MAX_MILLI: u64 = 1 << 40;
@@ -193,125 +198,6 @@ impl fmt::Display for BudgetEvent {
                     "retry budget {budget} answers again: shared budget in use"
                 )
             }
-        }
-    }
-}
-
-/// What went wrong between this process and the budget in Redis. None of them stops a run:
-/// each sends the process to its local budget (see the module documentation).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum RedisBudgetError {
-    /// The client could not be set up from the URL.
-    #[error("bad redis address: {message}")]
-    Address {
-        /// The client's reason (never the password).
-        message: String,
-    },
-    /// No connection, or it broke.
-    #[error("cannot reach redis: {message}")]
-    Connection {
-        /// The client's reason.
-        message: String,
-    },
-    /// Redis refused this process's credentials: none where Redis asks for a password
-    /// (`NOAUTH`), or a wrong user name or password (`WRONGPASS`, a refused `AUTH`). Asked
-    /// again every `retry_redis_after`, in case the server's password changes.
-    #[error("authentication failed: {message}")]
-    Authentication {
-        /// What Redis refused (never the password).
-        message: String,
-    },
-    /// The Redis named is a read-only replica (`READONLY`): the budget's script writes.
-    /// Asked again every `retry_redis_after`, in case a failover promotes it.
-    #[error("read-only replica: this redis is a replica and the budget writes: name its master")]
-    ReadOnly,
-    /// No connection opened within the connect timeout (connecting, the handshake and
-    /// reading what this Redis is).
-    #[error("no connection to redis within {timeout_ms} ms")]
-    ConnectTimeout {
-        /// The bound that passed.
-        timeout_ms: u64,
-    },
-    /// No answer within the call timeout.
-    #[error("redis did not answer within {timeout_ms} ms")]
-    Timeout {
-        /// The bound that passed.
-        timeout_ms: u64,
-    },
-    /// Redis answered with an error (the script failed, a command was refused).
-    #[error("redis refused the budget script: {message}")]
-    Script {
-        /// Redis's error.
-        message: String,
-    },
-    /// Redis answered something the budget does not understand.
-    #[error("malformed reply from the budget script: {reply}")]
-    MalformedReply {
-        /// The reply, abridged.
-        reply: String,
-    },
-    /// This Redis cannot keep the budget: a Redis Cluster, a Sentinel, or a version before
-    /// 5. Not retried: the process decides locally for the rest of its life.
-    #[error("{reason}")]
-    Unsupported {
-        /// What it is and what to do instead.
-        reason: String,
-    },
-    /// The budget in Redis was made with other settings than this process's: processes
-    /// sharing a budget must share its settings. Not retried, as [`Self::Unsupported`].
-    #[error(
-        "the budget in redis has other settings ({theirs}) than this process ({ours}): \
-         processes sharing a budget must share its settings, or name another budget"
-    )]
-    OtherSettings {
-        /// The budget's, as kept in Redis.
-        theirs: String,
-        /// This process's.
-        ours: String,
-    },
-}
-
-impl RedisBudgetError {
-    /// Whether asking again cannot help: this Redis cannot keep the budget, or the budget
-    /// has other settings. The process decides locally for the rest of its life, and a
-    /// command line stops at start.
-    #[must_use]
-    pub fn is_permanent(&self) -> bool {
-        matches!(
-            self,
-            RedisBudgetError::Unsupported { .. } | RedisBudgetError::OtherSettings { .. }
-        )
-    }
-
-    /// Whether Redis answered but refused this process (its credentials, or a read-only
-    /// replica): not an outage that ends by itself but a setting to fix, although Redis is
-    /// asked again every `retry_redis_after` in case it changes.
-    #[must_use]
-    pub fn is_refusal(&self) -> bool {
-        matches!(
-            self,
-            RedisBudgetError::Authentication { .. } | RedisBudgetError::ReadOnly
-        )
-    }
-
-    /// A short stable name of what went wrong, for programs (the `error_kind` of
-    /// `rebound run`'s `budget_fallback` event): `address`, `unreachable`,
-    /// `authentication`, `read_only`, `connect_timeout`, `timeout`, `script`,
-    /// `malformed_reply`, `unsupported`, `other_settings`.
-    #[must_use]
-    pub fn kind(&self) -> &'static str {
-        match self {
-            RedisBudgetError::Address { .. } => "address",
-            RedisBudgetError::Connection { .. } => "unreachable",
-            RedisBudgetError::Authentication { .. } => "authentication",
-            RedisBudgetError::ReadOnly => "read_only",
-            RedisBudgetError::ConnectTimeout { .. } => "connect_timeout",
-            RedisBudgetError::Timeout { .. } => "timeout",
-            RedisBudgetError::Script { .. } => "script",
-            RedisBudgetError::MalformedReply { .. } => "malformed_reply",
-            RedisBudgetError::Unsupported { .. } => "unsupported",
-            RedisBudgetError::OtherSettings { .. } => "other_settings",
         }
     }
 }
@@ -448,134 +334,6 @@ impl fmt::Debug for RedisOptions {
     }
 }
 
-/// One operation of the budget script, with times relative to the script's clock. Requests
-/// are named by a number the caller chooses, unique among its own asks; the script sees it
-/// prefixed with the caller's random owner id.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ScriptOp {
-    /// Ask for a permit. Asking again under the same `request` reads the answer already
-    /// decided (or the place already taken) instead of deciding again.
-    Ask {
-        /// Names this ask.
-        request: u64,
-        /// What for.
-        kind: PermitKind,
-        /// The target asked for.
-        target: usize,
-        /// How long a charged permit may wait (its deadline minus now).
-        wait_ms: u64,
-        /// How old the request is (now minus its `since`).
-        age_ms: u64,
-    },
-    /// Read this process's answers from the queue (and say it is still waiting), after
-    /// acknowledging those it got from the previous read.
-    Inbox {
-        /// Requests whose answers this process got: forgotten now.
-        acks: Vec<u64>,
-    },
-    /// Ask whether queued requests were decided, one by one (and say their process is still
-    /// waiting).
-    Poll {
-        /// The requests, at most [`POLL_BATCH`].
-        requests: Vec<u64>,
-    },
-    /// Withdraw requests: a queued one leaves the queue; a charged permit granted to one but
-    /// never used is paid back.
-    Cancel {
-        /// The requests.
-        requests: Vec<u64>,
-    },
-    /// A request to `target` succeeded.
-    Succeeded {
-        /// The target.
-        target: usize,
-    },
-    /// A retry of a request to `target` is being answered (once a request).
-    RetryAnswered {
-        /// The target.
-        target: usize,
-    },
-    /// `target` is rate-limited for `for_ms` from now.
-    RateLimited {
-        /// The target.
-        target: usize,
-        /// How long.
-        for_ms: u64,
-    },
-    /// Read the budget's figures.
-    Stats,
-}
-
-/// The most requests one [`ScriptOp::Poll`] carries (Redis's Lua unpacks at most 8,000
-/// values; a process with more waiters polls in several calls).
-pub const POLL_BATCH: usize = 1_000;
-
-/// The script's answer to a [`ScriptOp`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ScriptReply {
-    /// Go ahead.
-    Granted,
-    /// Do not retry.
-    Denied,
-    /// The target is rate-limited for this many more ms.
-    Wait(u64),
-    /// Waiting in the queue: poll within `retry_in_ms`.
-    Queued {
-        /// When the script expects the answer may change, at the latest.
-        retry_in_ms: u64,
-    },
-    /// This process's requests still waiting, and its answers not yet acknowledged.
-    Inbox {
-        /// When the script expects an answer may change, at the latest.
-        retry_in_ms: u64,
-        /// How many of this process's requests wait in the queue.
-        waiting: u64,
-        /// Answered requests (never [`PollAnswer::Queued`]).
-        answers: Vec<(u64, PollAnswer)>,
-    },
-    /// The answers of the requests polled, in the order polled.
-    Polled {
-        /// When the script expects an answer may change, at the latest.
-        retry_in_ms: u64,
-        /// One per request polled.
-        answers: Vec<PollAnswer>,
-    },
-    /// Done.
-    Ok,
-    /// The budget's figures.
-    Stats(RedisBudgetStats),
-}
-
-/// What a poll says of one request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PollAnswer {
-    /// Granted.
-    Granted,
-    /// Denied.
-    Denied,
-    /// The target is rate-limited for this many more ms.
-    Wait(u64),
-    /// Still waiting.
-    Queued,
-    /// Not known here (it went stale, or Redis restarted empty): ask again.
-    Gone,
-}
-
-/// What the budget in Redis holds and did, shared by every process using it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct RedisBudgetStats {
-    /// Milli-tokens in the bucket.
-    pub balance_milli: u64,
-    /// The counters, as core's budget keeps them.
-    pub stats: BudgetStats,
-    /// Charged permits waiting in the queue.
-    pub waiting: u64,
-    /// The budget's clock (Redis's `TIME`, never going back, in ms).
-    pub now_ms: u64,
-}
-
 /// A handle to one retry budget in Redis, cheap to clone, shared by every
 /// [`Runner`](crate::runner::Runner) of this process and every process naming the same
 /// budget. Creating it does no I/O; see the [module documentation](self) for the design.
@@ -608,67 +366,46 @@ struct Inner {
     fallback: SharedBudget,
     /// This process's random name in the budget: the first half of its request ids.
     owner: u64,
-    next_request: AtomicU64,
     connection: Mutex<Option<MultiplexedConnection>>,
-    /// Calls that timed out since the last answer (two in a row: a new connection).
-    timeouts_in_row: AtomicU64,
-    health: Mutex<Health>,
-    waiters: Mutex<Waiters>,
-    /// Requests to withdraw once Redis answers again (their process decided locally).
-    orphans: Mutex<Vec<u64>>,
-    /// Rung when the script wakes this process (its channel) or the subscription changes.
-    wake: Arc<Notify>,
-    /// The subscription to this process's wake-up channel.
-    listener: Mutex<Listener>,
-    /// Whether that subscription is live, so waiters need not be polled for often.
-    listening: Arc<AtomicBool>,
+    /// Held while one input is handed to the machine and its outputs executed, so outputs
+    /// are executed in the order the machine gave them.
+    exec: Mutex<()>,
+    machine: Mutex<Driven>,
+    /// Rung when the machine's next timeout may have changed.
+    timer: Notify,
+    /// The task holding this process's subscription to its wake-up channel.
+    listener: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if let Some(task) = lock(&self.listener).task.take() {
+        if let Some(task) = lock(&self.listener).take() {
             task.abort();
         }
     }
 }
 
-/// The task holding this process's subscription to its wake-up channel, and when to try
-/// subscribing again after it failed.
-#[derive(Default)]
-struct Listener {
-    task: Option<tokio::task::AbortHandle>,
-    next_try: Option<Instant>,
+/// The machine, and who waits for the end of each of its operations.
+struct Driven {
+    client: BudgetClient,
+    ends: BTreeMap<OpId, oneshot::Sender<End>>,
+    /// Whether the task running the machine's timeouts runs.
+    timer_running: bool,
 }
 
-/// The requests of this process waiting in Redis's queue, each with the way to tell its
-/// waiter and its deadline, and whether the one task polling them all runs.
-#[derive(Default)]
-struct Waiters {
-    slots: BTreeMap<u64, (oneshot::Sender<Heard>, Millis)>,
-    polling: bool,
-}
-
-/// What the polling task tells a waiter.
+/// The end of an operation of the machine, for the task awaiting it.
 #[derive(Debug)]
-enum Heard {
-    Decided(PermitDecision),
-    /// Redis does not know the request (any more): ask again.
-    Gone,
-    /// Redis failed: decide locally.
-    Failed,
+enum End {
+    Answer(Answer),
+    Noted,
+    Checked(Result<RedisBudgetStats, RedisBudgetError>),
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Health {
-    Shared,
-    Local {
-        next_try: Instant,
-    },
-    /// This Redis cannot keep the budget, or the budget has other settings
-    /// ([`RedisBudgetError::is_permanent`]): local for good.
-    Refused,
+/// What executing the machine's outputs does, once its lock is released.
+enum Todo {
+    End(oneshot::Sender<End>, End),
+    Do(Output),
 }
-
 impl fmt::Debug for RedisBudget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisBudget")
@@ -774,6 +511,10 @@ impl RedisBudget {
             "served",
         ]
         .map(|part| format!("rebound:budget:{{{name}}}:{part}"));
+        let timing = ClientTiming::default()
+            .with_poll_interval_ms(millis_of(options.poll_interval))
+            .with_retry_redis_after_ms(millis_of(options.retry_redis_after))
+            .with_waiter_stale_after_ms(millis_of(options.waiter_stale_after));
         Ok(RedisBudget {
             inner: Arc::new(Inner {
                 url: url.clone(),
@@ -791,15 +532,15 @@ impl RedisBudget {
                 options,
                 fallback: SharedBudget::new(config),
                 owner: random_owner(),
-                next_request: AtomicU64::new(1),
                 connection: Mutex::new(None),
-                timeouts_in_row: AtomicU64::new(0),
-                health: Mutex::new(Health::Shared),
-                waiters: Mutex::new(Waiters::default()),
-                orphans: Mutex::new(Vec::new()),
-                wake: Arc::new(Notify::new()),
-                listener: Mutex::new(Listener::default()),
-                listening: Arc::new(AtomicBool::new(false)),
+                exec: Mutex::new(()),
+                machine: Mutex::new(Driven {
+                    client: BudgetClient::new(timing),
+                    ends: BTreeMap::new(),
+                    timer_running: false,
+                }),
+                timer: Notify::new(),
+                listener: Mutex::new(None),
             }),
         })
     }
@@ -813,7 +554,7 @@ impl RedisBudget {
     /// Whether decisions go to Redis (`false`: this process fell back to its local budget).
     #[must_use]
     pub fn is_shared(&self) -> bool {
-        matches!(*lock(&self.inner.health), Health::Shared)
+        lock(&self.inner.machine).client.is_shared()
     }
 
     /// The local budget this process falls back to when Redis fails.
@@ -827,16 +568,18 @@ impl RedisBudget {
     /// that is down is reported before the first request rather than at the first retry,
     /// and one that can never work ([`RedisBudgetError::is_permanent`]) can stop the run.
     pub async fn check(&self) -> Result<RedisBudgetStats, RedisBudgetError> {
-        let result = match self.call(ScriptOp::Stats, None).await {
-            Ok(ScriptReply::Stats(stats)) => Ok(stats),
-            Ok(other) => Err(malformed(&format!("{other:?}"))),
-            Err(e) => Err(e),
-        };
-        match &result {
-            Ok(_) => self.succeeded(),
-            Err(e) => self.failed(e.clone()),
+        let (send, receive) = oneshot::channel();
+        self.drive(|d, now| {
+            let op = d.client.check(now);
+            d.ends.insert(op, send);
+        });
+        match receive.await {
+            Ok(End::Checked(result)) => result,
+            _ => Err(RedisBudgetError::Connection {
+                message: "the check was not made: no tokio runtime runs the budget's calls"
+                    .to_owned(),
+            }),
         }
-        result
     }
 
     /// The shared budget's figures, read from Redis (no fallback: an error when it does not
@@ -862,49 +605,18 @@ impl RedisBudget {
         let result =
             tokio::time::timeout(timeout, self.call_unbounded(connection, op, now_ms)).await;
         match result {
-            Ok(Ok(reply)) => {
-                self.inner.timeouts_in_row.store(0, Ordering::SeqCst);
-                Ok(reply)
-            }
+            Ok(Ok(reply)) => Ok(reply),
             Ok(Err(e)) => {
                 if matches!(e, RedisBudgetError::Connection { .. }) {
                     *lock(&self.inner.connection) = None;
                 }
                 Err(e)
             }
-            Err(_) => {
-                // One late reply is a busy Redis (or a busy machine): a new connection would
-                // only add a connect and a handshake to the wait. Two in a row may be a
-                // connection that went silent: the next call starts afresh.
-                if self.inner.timeouts_in_row.fetch_add(1, Ordering::SeqCst) >= 1 {
-                    self.inner.timeouts_in_row.store(0, Ordering::SeqCst);
-                    *lock(&self.inner.connection) = None;
-                }
-                Err(RedisBudgetError::Timeout {
-                    timeout_ms: millis_of(timeout),
-                })
-            }
+            Err(_) => Err(RedisBudgetError::Timeout {
+                timeout_ms: millis_of(timeout),
+            }),
         }
     }
-
-    /// A call that reads the same answer when repeated ([`ScriptOp::Ask`] under the same
-    /// request, a poll, a cancel, the figures), made once more when the first one's reply
-    /// was lost (a timeout or a broken connection): what the first call decided is read, not
-    /// decided again. The repeat always goes on a fresh connection: the one that lost a reply
-    /// may have gone silent, and waiting on it again would turn one lost reply into a
-    /// fallback. A connection that could not be opened in time is not tried again: the call
-    /// never reached Redis, and a second connect would double the wait.
-    async fn call_idempotent(&self, op: ScriptOp) -> Result<ScriptReply, RedisBudgetError> {
-        match self.call(op.clone(), None).await {
-            Err(RedisBudgetError::Timeout { .. } | RedisBudgetError::Connection { .. }) => {
-                self.inner.timeouts_in_row.store(0, Ordering::SeqCst);
-                *lock(&self.inner.connection) = None;
-                self.call(op, None).await
-            }
-            other => other,
-        }
-    }
-
     async fn call_unbounded(
         &self,
         mut connection: MultiplexedConnection,
@@ -1051,65 +763,106 @@ impl RedisBudget {
         self.inner.fallback.now()
     }
 
-    /// Whether this decision should try Redis: always while shared; once per
-    /// `retry_redis_after` while fallen back; never once refused.
-    fn try_redis(&self) -> bool {
-        let mut health = lock(&self.inner.health);
-        match *health {
-            Health::Shared => true,
-            Health::Refused => false,
-            Health::Local { next_try } => {
-                let now = Instant::now();
-                if now < next_try {
-                    return false;
-                }
-                *health = Health::Local {
-                    next_try: now + self.inner.options.retry_redis_after,
+    /// Hands one input to the machine (with the time), then executes what it asks for, in
+    /// order: calls and the subscription on tasks of their own, answers to their waiters,
+    /// notes to the local budget, events to the hook; and keeps the timer task running
+    /// while the machine has a timeout.
+    fn drive<R>(&self, input: impl FnOnce(&mut Driven, Millis) -> R) -> R {
+        let _exec = lock(&self.inner.exec);
+        let now = self.now();
+        let (result, todo, start_timer) = {
+            let mut driven = lock(&self.inner.machine);
+            let result = input(&mut driven, now);
+            let mut todo = Vec::new();
+            while let Some(output) = driven.client.poll() {
+                let (op, end) = match output {
+                    Output::Answer { op, answer } => (op, End::Answer(answer)),
+                    Output::Noted { op } => (op, End::Noted),
+                    Output::Checked { op, result } => (op, End::Checked(result)),
+                    other => {
+                        todo.push(Todo::Do(other));
+                        continue;
+                    }
                 };
-                true
+                if let Some(waiter) = driven.ends.remove(&op) {
+                    todo.push(Todo::End(waiter, end));
+                }
+            }
+            let start_timer = driven.client.poll_timeout().is_some() && !driven.timer_running;
+            if start_timer {
+                driven.timer_running = true;
+            }
+            (result, todo, start_timer)
+        };
+        for item in todo {
+            match item {
+                // A waiter that stopped waiting withdraws its ask itself.
+                Todo::End(waiter, end) => drop(waiter.send(end)),
+                Todo::Do(output) => self.execute(output),
             }
         }
+        if start_timer {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(self.clone().run_timer());
+            } else {
+                lock(&self.inner.machine).timer_running = false;
+            }
+        } else {
+            self.inner.timer.notify_one();
+        }
+        result
     }
 
-    fn failed(&self, error: RedisBudgetError) {
-        let next = if error.is_permanent() {
-            Health::Refused
-        } else {
-            Health::Local {
-                next_try: Instant::now() + self.inner.options.retry_redis_after,
+    fn execute(&self, output: Output) {
+        match output {
+            Output::Call { call, op, fresh } => {
+                if fresh {
+                    *lock(&self.inner.connection) = None;
+                }
+                let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                    return;
+                };
+                let budget = self.clone();
+                runtime.spawn(async move {
+                    let outcome = budget.call(op, None).await;
+                    budget.drive(|d, now| d.client.handle_reply(now, call, outcome));
+                });
             }
-        };
-        let was = {
-            let mut health = lock(&self.inner.health);
-            if matches!(*health, Health::Refused) {
-                return;
-            }
-            std::mem::replace(&mut *health, next)
-        };
-        if matches!(was, Health::Shared) || matches!(next, Health::Refused) {
-            self.tell(&BudgetEvent::FellBack {
+            Output::Subscribe => self.subscribe(),
+            Output::RecordLocally(note) => self.inner.fallback.record(note),
+            Output::FellBack(error) => self.tell(&BudgetEvent::FellBack {
                 budget: self.inner.url.to_string(),
                 error,
-            });
+            }),
+            Output::Restored => self.tell(&BudgetEvent::Restored {
+                budget: self.inner.url.to_string(),
+            }),
+            // Ends of operations are taken in `drive`; later outputs of core are not ours.
+            _ => {}
         }
     }
 
-    fn succeeded(&self) {
-        let was = {
-            let mut health = lock(&self.inner.health);
-            if matches!(*health, Health::Refused) {
-                return;
+    /// Runs the machine's timeouts (its inbox reads, its waiters' deadlines) on tokio's
+    /// clock until it has none.
+    async fn run_timer(self) {
+        loop {
+            let next = {
+                let mut driven = lock(&self.inner.machine);
+                match driven.client.poll_timeout() {
+                    Some(next) => next,
+                    None => {
+                        driven.timer_running = false;
+                        return;
+                    }
+                }
+            };
+            let at = self.origin() + Duration::from_millis(next.0);
+            tokio::select! {
+                () = tokio::time::sleep_until(at) => {
+                    self.drive(|d, now| d.client.handle_timeout(now));
+                }
+                () = self.inner.timer.notified() => {}
             }
-            std::mem::replace(&mut *health, Health::Shared)
-        };
-        if matches!(was, Health::Local { .. }) {
-            self.tell(&BudgetEvent::Restored {
-                budget: self.inner.url.to_string(),
-            });
-        }
-        let orphans = std::mem::take(&mut *lock(&self.inner.orphans));
-        if !orphans.is_empty() {
-            self.release(orphans);
         }
     }
 
@@ -1119,220 +872,9 @@ impl RedisBudget {
         }
     }
 
-    /// Withdraws `requests` from Redis, off the calling task; when Redis does not answer,
-    /// keeps them to withdraw once it does.
-    fn release(&self, requests: Vec<u64>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let budget = self.clone();
-        runtime.spawn(async move {
-            for chunk in requests.chunks(POLL_BATCH) {
-                let op = ScriptOp::Cancel {
-                    requests: chunk.to_vec(),
-                };
-                if !matches!(budget.call(op, None).await, Ok(ScriptReply::Ok)) {
-                    lock(&budget.inner.orphans).extend_from_slice(chunk);
-                }
-            }
-        });
-    }
-
-    /// Asks Redis, waiting for a queued request's answer from this process's poll. `None`:
-    /// Redis failed (the failure is recorded), decide locally.
-    async fn acquire_shared(&self, ask: PermitAsk) -> Option<PermitDecision> {
-        loop {
-            let now = self.now();
-            if now > ask.deadline.plus(DEADLINE_GRACE_MS) && ask.kind == PermitKind::Charged {
-                return Some(PermitDecision::Denied);
-            }
-            let request = self.inner.next_request.fetch_add(1, Ordering::Relaxed);
-            let op = ScriptOp::Ask {
-                request,
-                kind: ask.kind,
-                target: ask.target,
-                wait_ms: ask.deadline.since(now),
-                age_ms: now.since(ask.since),
-            };
-            // Dropped while the ask is on its way (the run was canceled): Redis may have
-            // queued the request, which would hold its place until its deadline, or granted
-            // it a token nobody uses; either goes back.
-            let mut in_flight = Registered {
-                budget: self,
-                request,
-                armed: ask.kind == PermitKind::Charged,
-            };
-            let reply = self.call_idempotent(op).await;
-            in_flight.armed = false;
-            drop(in_flight);
-            let reply = match reply {
-                Ok(reply) => reply,
-                Err(e) => {
-                    if ask.kind == PermitKind::Charged {
-                        // Redis may have granted or queued it: a token it took goes back
-                        // once Redis answers again.
-                        lock(&self.inner.orphans).push(request);
-                    }
-                    self.failed(e);
-                    return None;
-                }
-            };
-            let decided = match reply {
-                ScriptReply::Granted => PermitDecision::Granted,
-                ScriptReply::Denied => PermitDecision::Denied,
-                ScriptReply::Wait(ms) => PermitDecision::WaitUntil(self.now().plus(ms)),
-                ScriptReply::Queued { retry_in_ms } if ask.kind == PermitKind::Charged => {
-                    self.succeeded();
-                    match self.wait_queued(request, ask.deadline, retry_in_ms).await {
-                        Heard::Decided(decision) => return Some(decision),
-                        // Redis forgot the request (restarted empty, or it went stale): ask
-                        // again, as a newcomer with the same request age.
-                        Heard::Gone => continue,
-                        Heard::Failed => return None,
-                    }
-                }
-                other => {
-                    self.failed(malformed(&format!("{other:?}")));
-                    return None;
-                }
-            };
-            self.succeeded();
-            return Some(decided);
-        }
-    }
-
-    /// Waits for the answer to `request`, queued in Redis, from this process's poll; past
-    /// the deadline (and a grace for a Redis whose clock runs slow) it is denied.
-    async fn wait_queued(&self, request: u64, deadline: Millis, retry_in_ms: u64) -> Heard {
-        let (send, answer) = oneshot::channel();
-        let mut registered = Registered {
-            budget: self,
-            request,
-            armed: true,
-        };
-        let start_polling = {
-            let mut waiters = lock(&self.inner.waiters);
-            waiters.slots.insert(request, (send, deadline));
-            !std::mem::replace(&mut waiters.polling, true)
-        };
-        if start_polling {
-            let budget = self.clone();
-            tokio::spawn(async move { budget.poll_waiters(retry_in_ms).await });
-        }
-        let limit = self.origin() + Duration::from_millis(deadline.plus(DEADLINE_GRACE_MS).0);
-        tokio::select! {
-            // An answer delivered in the same instant as the limit is still the answer: Redis
-            // spent a token on it, and the poll acknowledged it.
-            biased;
-            heard = answer => {
-                let heard = heard.unwrap_or(Heard::Failed);
-                // Decided or gone: nothing left in Redis to withdraw. Failed: withdrawn once
-                // Redis answers again.
-                registered.armed = matches!(heard, Heard::Failed);
-                heard
-            }
-            () = tokio::time::sleep_until(limit) => Heard::Decided(PermitDecision::Denied),
-        }
-    }
-
-    /// The one task of this process that polls the answers of all its waiters, until none
-    /// is left: one [`ScriptOp::Inbox`] per poll, whatever the number of waiters, and one by
-    /// one only when Redis holds fewer of them than this process waits for (some went stale,
-    /// or Redis forgot them).
-    ///
-    /// When it polls: at once when the script wakes this process (it answered one of its
-    /// requests); when refill could pay the head of the queue; at its earliest waiter's
-    /// deadline (at most every [`DEADLINE_POLL_MS`]); and at least every
-    /// `waiter_stale_after / 2`, which says the process is still here and finds requests
-    /// Redis forgot (a flush, a failover) or a wake-up that was lost. Without a live
-    /// subscription (it could not be made, or broke) also every `poll_interval`.
-    async fn poll_waiters(self, first_in_ms: u64) {
-        let stale = millis_of(self.inner.options.waiter_stale_after);
-        let fast = millis_of(self.inner.options.poll_interval)
-            .min(stale / 2)
-            .max(1);
-        let slow = (stale / 2).max(fast);
-        let mut pause = first_in_ms.clamp(1, fast);
-        let mut acks: Vec<u64> = Vec::new();
-        loop {
-            self.listen();
-            tokio::select! {
-                () = tokio::time::sleep(Duration::from_millis(pause)) => {}
-                () = self.inner.wake.notified() => {}
-            }
-            let expected: BTreeSet<u64> = {
-                let mut waiters = lock(&self.inner.waiters);
-                if waiters.slots.is_empty() {
-                    waiters.polling = false;
-                    return;
-                }
-                waiters.slots.keys().copied().collect()
-            };
-            // At most a batch at a time (Lua unpacks at most 8,000 values); the rest next time.
-            let op = ScriptOp::Inbox {
-                acks: acks.drain(..acks.len().min(POLL_BATCH)).collect(),
-            };
-            let (retry_in_ms, waiting, answers) = match self.call_idempotent(op).await {
-                Ok(ScriptReply::Inbox {
-                    retry_in_ms,
-                    waiting,
-                    answers,
-                }) => (retry_in_ms, waiting, answers),
-                other => {
-                    self.poll_failed(other);
-                    return;
-                }
-            };
-            self.succeeded();
-            let answered: BTreeSet<u64> = answers.iter().map(|(r, _)| *r).collect();
-            acks.extend(self.deliver(answers));
-            let unanswered: Vec<u64> = expected.difference(&answered).copied().collect();
-            if waiting < unanswered.len() as u64 {
-                // Some of ours are neither waiting nor answered: ask for each.
-                for chunk in unanswered.chunks(POLL_BATCH) {
-                    let op = ScriptOp::Poll {
-                        requests: chunk.to_vec(),
-                    };
-                    match self.call_idempotent(op).await {
-                        Ok(ScriptReply::Polled { answers, .. }) if answers.len() == chunk.len() => {
-                            let answers = chunk.iter().copied().zip(answers).collect();
-                            acks.extend(self.deliver(answers));
-                        }
-                        other => {
-                            self.poll_failed(other);
-                            return;
-                        }
-                    }
-                }
-            }
-            let most = if self.inner.listening.load(Ordering::SeqCst) {
-                slow
-            } else {
-                fast
-            };
-            let deadline = lock(&self.inner.waiters)
-                .slots
-                .values()
-                .map(|(_, deadline)| *deadline)
-                .min()
-                .map_or(u64::MAX, |d| d.since(self.now()).max(DEADLINE_POLL_MS));
-            pause = most.min(retry_in_ms.max(1)).min(deadline);
-        }
-    }
-
-    /// Keeps this process subscribed to its wake-up channel while it has waiters: starts
-    /// the subscribing task when none runs (at most once per `retry_redis_after` after a
-    /// failure).
-    fn listen(&self) {
-        let mut listener = lock(&self.inner.listener);
-        if listener.task.as_ref().is_some_and(|t| !t.is_finished()) {
-            return;
-        }
-        let now = Instant::now();
-        if listener.next_try.is_some_and(|t| now < t) {
-            return;
-        }
-        listener.next_try = Some(now + self.inner.options.retry_redis_after);
+    /// Subscribes this process to its wake-up channel, on a task of its own (replacing one
+    /// that ended).
+    fn subscribe(&self) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -1340,10 +882,11 @@ impl RedisBudget {
             self.inner.client.clone(),
             format!("{}wake:{:016x}", self.channel_prefix(), self.inner.owner),
             self.inner.options.connect_timeout,
-            Arc::clone(&self.inner.wake),
-            Arc::clone(&self.inner.listening),
+            Arc::downgrade(&self.inner),
         ));
-        listener.task = Some(task.abort_handle());
+        if let Some(old) = lock(&self.inner.listener).replace(task.abort_handle()) {
+            old.abort();
+        }
     }
 
     /// `rebound:budget:{NAME}:`, the prefix of the budget's keys and channels.
@@ -1351,62 +894,19 @@ impl RedisBudget {
         let state = &self.inner.keys[0];
         &state[..state.len() - "state".len()]
     }
-
-    /// Hands answers to their waiters; returns those delivered (to acknowledge). An answer
-    /// whose waiter stopped waiting is not acknowledged: its withdrawal pays back a token it
-    /// was granted.
-    fn deliver(&self, answers: Vec<(u64, PollAnswer)>) -> Vec<u64> {
-        let now = self.now();
-        let mut waiters = lock(&self.inner.waiters);
-        let mut delivered = Vec::new();
-        for (request, answer) in answers {
-            let heard = match answer {
-                PollAnswer::Queued => continue,
-                PollAnswer::Granted => Heard::Decided(PermitDecision::Granted),
-                PollAnswer::Denied => Heard::Decided(PermitDecision::Denied),
-                PollAnswer::Wait(ms) => Heard::Decided(PermitDecision::WaitUntil(now.plus(ms))),
-                PollAnswer::Gone => Heard::Gone,
-            };
-            if let Some((waiter, _)) = waiters.slots.remove(&request) {
-                if waiter.send(heard).is_ok() {
-                    delivered.push(request);
-                }
-            }
-        }
-        delivered
-    }
-
-    /// The poll failed: every waiter of this process decides locally.
-    fn poll_failed(&self, outcome: Result<ScriptReply, RedisBudgetError>) {
-        self.failed(match outcome {
-            Err(e) => e,
-            Ok(reply) => malformed(&format!("{reply:?}")),
-        });
-        let mut waiters = lock(&self.inner.waiters);
-        for (_, (waiter, _)) in std::mem::take(&mut waiters.slots) {
-            let _ = waiter.send(Heard::Failed);
-        }
-        waiters.polling = false;
-    }
 }
 
-/// How long a process lets pass between two polls for its waiters' deadlines: a retry is
-/// denied at most this late, and a fleet whose deadlines come every millisecond polls for
-/// them a few times a second, not a thousand.
-const DEADLINE_POLL_MS: u64 = 200;
-
-/// The subscription to a process's wake-up channel: rings `wake` on every message, and once
-/// when it starts or ends (so the polling task re-reads its inbox, and its pace). Needs its
-/// own connection (a subscribed connection runs no script), opened and subscribed within
-/// `timeout` (the connect timeout).
-async fn listen(
-    client: redis::Client,
-    channel: String,
-    timeout: Duration,
-    wake: Arc<Notify>,
-    listening: Arc<AtomicBool>,
-) {
+/// The subscription to a process's wake-up channel: tells the machine when it is live, of
+/// every message, and when it ends (or could not be made). Needs its own connection (a
+/// subscribed connection runs no script), opened and subscribed within `timeout` (the
+/// connect timeout). Holds the budget weakly: a budget dropped ends it.
+async fn listen(client: redis::Client, channel: String, timeout: Duration, budget: Weak<Inner>) {
     use futures_util::StreamExt;
+    let tell = |input: fn(&mut BudgetClient, Millis)| {
+        budget.upgrade().map(|inner| {
+            RedisBudget { inner }.drive(|d, now| input(&mut d.client, now));
+        })
+    };
     let subscribed = tokio::time::timeout(timeout, async {
         let mut pubsub = client.get_async_pubsub().await?;
         pubsub.subscribe(&channel).await?;
@@ -1414,49 +914,42 @@ async fn listen(
     })
     .await;
     if let Ok(Ok(pubsub)) = subscribed {
-        listening.store(true, Ordering::SeqCst);
-        wake.notify_one();
+        if tell(|c, now| c.handle_subscription(now, true)).is_none() {
+            return;
+        }
         let mut messages = pubsub.into_on_message();
         while messages.next().await.is_some() {
-            wake.notify_one();
+            if tell(BudgetClient::handle_wake).is_none() {
+                return;
+            }
         }
     }
-    listening.store(false, Ordering::SeqCst);
-    wake.notify_one();
+    tell(|c, now| c.handle_subscription(now, false));
 }
 
-/// A request asked of Redis or waiting in its queue: withdrawn when its wait ends without
-/// an answer (canceled run, deadline passed), paying back a token granted to it too late.
-struct Registered<'a> {
+/// An ask on its way or waiting: withdrawn when its wait ends without an answer (a canceled
+/// run), so Redis drops its place or pays back a token granted to it too late.
+struct Withdraw<'a> {
     budget: &'a RedisBudget,
-    request: u64,
+    op: OpId,
     armed: bool,
 }
 
-impl Drop for Registered<'_> {
+impl Drop for Withdraw<'_> {
     fn drop(&mut self) {
-        lock(&self.budget.inner.waiters).slots.remove(&self.request);
         if self.armed {
-            // Best effort, off the dropping task: a request left behind leaves the queue
-            // at its deadline anyway.
-            self.budget.release(vec![self.request]);
+            let op = self.op;
+            self.budget.drive(|d, now| {
+                d.ends.remove(&op);
+                d.client.withdraw(now, op);
+            });
         }
     }
 }
 
 fn malformed(reply: &str) -> RedisBudgetError {
-    let mut reply = reply.to_owned();
-    if reply.len() > 200 {
-        let mut end = 200;
-        while !reply.is_char_boundary(end) {
-            end -= 1;
-        }
-        reply.truncate(end);
-        reply.push('…');
-    }
-    RedisBudgetError::MalformedReply { reply }
+    RedisBudgetError::malformed(reply)
 }
-
 /// A request's id in Redis: the owner's random id, then the owner's own number for it.
 fn request_id(owner: u64, request: u64) -> String {
     format!("{owner:016x}{request:016x}")
@@ -1600,12 +1093,23 @@ impl BudgetStore for RedisBudget {
     }
 
     async fn acquire(&self, ask: PermitAsk) -> PermitDecision {
-        if self.try_redis() {
-            if let Some(decision) = self.acquire_shared(ask).await {
-                return decision;
-            }
+        let (send, receive) = oneshot::channel();
+        let op = self.drive(|d, now| {
+            let op = d.client.ask(now, ask);
+            d.ends.insert(op, send);
+            op
+        });
+        let mut withdraw = Withdraw {
+            budget: self,
+            op,
+            armed: true,
+        };
+        let end = receive.await;
+        withdraw.armed = false;
+        match end {
+            Ok(End::Answer(Answer::Decided(decision))) => decision,
+            _ => self.inner.fallback.acquire(ask).await,
         }
-        self.inner.fallback.acquire(ask).await
     }
 
     /// The local budget's tokens while this process decides locally (fallen back or
@@ -1616,44 +1120,14 @@ impl BudgetStore for RedisBudget {
     }
 
     async fn record(&self, note: BudgetNote) {
-        if let BudgetNote::RateLimited { .. } = note {
-            // Also here, so a fall back keeps honouring the window.
-            self.inner.fallback.record(note);
-        }
-        let deposit = matches!(
-            note,
-            BudgetNote::Succeeded { .. } | BudgetNote::RetryAnswered { .. }
-        );
-        if !self.try_redis() {
-            if deposit {
-                self.inner.fallback.record(note);
-            }
-            return;
-        }
-        let now = self.now();
-        let op = match note {
-            BudgetNote::Succeeded { target } => ScriptOp::Succeeded { target },
-            BudgetNote::RetryAnswered { target } => ScriptOp::RetryAnswered { target },
-            BudgetNote::RateLimited { target, until } => ScriptOp::RateLimited {
-                target,
-                for_ms: until.since(now),
-            },
-        };
-        match self.call(op, None).await {
-            Ok(ScriptReply::Ok) => self.succeeded(),
-            other => {
-                self.failed(match other {
-                    Err(e) => e,
-                    Ok(reply) => malformed(&format!("{reply:?}")),
-                });
-                if deposit {
-                    self.inner.fallback.record(note);
-                }
-            }
-        }
+        let (send, receive) = oneshot::channel();
+        self.drive(|d, now| {
+            let op = d.client.note(now, note);
+            d.ends.insert(op, send);
+        });
+        let _ = receive.await;
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
