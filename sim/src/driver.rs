@@ -9,8 +9,8 @@
 //!
 //! Many agents can share one simulated world — one clock, one [`RetryBudget`] — with
 //! [`simulate_fleet`]; [`simulate`] is the one-agent case. A fleet of processes sharing one
-//! budget in Redis runs with [`simulate_fleet_in_redis`], on the model of
-//! [`redis_store`](crate::redis_store).
+//! budget in Redis runs with [`simulate_fleet_in_redis`], on a virtual Redis
+//! ([`redis_store`](crate::redis_store)) with core's Redis client in each process.
 //!
 //! ```
 //! use rebound_sim::{simulate, Scenario, SimConfig};
@@ -325,8 +325,9 @@ pub fn simulate_fleet_with(
     .map(|runs| runs.into_iter().map(SimOutcome::from).collect())
 }
 
-/// Runs a fleet of processes sharing one retry budget in Redis, on the model of
-/// [`RedisStore`]: `processes[p]` are the agents of process [`ProcessId`]`(p)`, all in one
+/// Runs a fleet of processes sharing one retry budget in a virtual Redis,
+/// [`RedisStore`] (each process deciding with core's Redis client, as the real ones do):
+/// `processes[p]` are the agents of process [`ProcessId`]`(p)`, all in one
 /// world (one clock). Machines ask `store` for permits only when `machine.retry_budget` is
 /// set (`config.budget` is ignored: the store holds the budget). Outcomes come back per
 /// process, in the order given; `store` keeps what the processes did with it.

@@ -7,7 +7,7 @@
 //!   [`ScriptCursor`](scenario::ScriptCursor) that plays them request by request.
 //! - [`driver`]: a discrete-event loop on a virtual clock that runs one machine
 //!   ([`simulate`]) or many sharing one retry budget ([`simulate_fleet`]), in one process
-//!   or, on the model of [`redis_store`], in Redis ([`simulate_fleet_in_redis`]).
+//!   or, on a virtual Redis ([`redis_store`]), in Redis ([`simulate_fleet_in_redis`]).
 //! - [`trace`]: JSON Lines traces, written while simulating (or by any driver) and
 //!   replayed ([`replay`]) into a fresh machine, reporting the first divergence.
 //! - [`stats`]: many seeded runs summarized ([`run_many`]).

@@ -1,93 +1,43 @@
-//! A model of the retry budget kept in Redis and shared by many processes: what the Redis
-//! store of `rebound-effects` (`RedisBudget`) does differently from one budget in memory.
+//! A virtual Redis holding the retry budget shared by many processes, and the processes
+//! that reach it, in virtual time.
 //!
 //! [`RedisStore`] is a budget as the simulator's driver sees one — asked for permits
 //! ([`request`](RedisStore::request)), told what machines noted
 //! ([`record`](RedisStore::record)), ticked at [`next_wakeup`](RedisStore::next_wakeup), its
 //! later answers drained with [`poll_decision`](RedisStore::poll_decision) — and
 //! [`simulate_fleet_in_redis`](crate::driver::simulate_fleet_in_redis) runs a fleet of
-//! processes on it. The rules are core's [`RetryBudget`], kept in one place (the server) as
-//! the Lua script keeps them; what the model adds is the way the processes reach them. Each
-//! piece, and the code it models (`effects/src/budget/redis.rs` unless named otherwise):
+//! processes on it. It is made of three parts, none of which is a copy of another:
 //!
-//! - **Every decision is a call.** An ask or a note reaches the server half a
-//!   [`round_trip_ms`](RedisTiming::round_trip_ms) after it is made and its answer comes
-//!   back half a round trip later, even a grant that needed no wait (`acquire_shared`, lines
-//!   1143–1202; `record`, 1618–1654). A request's wait and age are read on its process's
-//!   clock before the call (lines 1145–1156), so the server sees it younger, and its
-//!   deadline later, by the way there.
-//! - **The server decides only when called.** Redis runs no timer: refill and deadlines take
-//!   effect at the next call of any process, and a reply tells the caller when refill could
-//!   pay the head of the queue (`retry_in`, `redis.lua` lines 437–452).
-//! - **A grant reaches a queued waiter when its process reads its inbox.** One poll loop per
-//!   process with waiters (`poll_waiters`, lines 1249–1321): it reads the answers of all its
-//!   waiters in one call, at once when woken, else after a pause — the first at most
-//!   [`poll_interval_ms`](RedisTiming::poll_interval_ms), then the least of the script's
-//!   `retry_in`, the earliest own deadline (at least [`DEADLINE_POLL_MS`] away, line 1396)
-//!   and `waiter_stale_after / 2` (or `poll_interval` while the subscription is not live).
-//!   A loop that found no waiter left ends only at the end of its pause, so a retry queued
-//!   meanwhile waits for that pause unless a wake-up comes.
-//! - **Wake-ups.** A call that grants a queued request (or sends it to wait out a rate
-//!   limit) publishes on its process's channel, except to the process whose own inbox read
-//!   decided it (`decide`, `redis.lua` lines 245–253 and 685–695); denials are not
-//!   published. A message reaches a process only while its subscription is live: it is
-//!   made when the loop first runs, [`subscribe_ms`](RedisTiming::subscribe_ms) later, and
-//!   tried again at most every `retry_redis_after` after it broke (`listen`, lines
-//!   1326–1347 and 1402–1426). A wake-up that comes while the process polls is kept for its
-//!   next pause, as a tokio `Notify` keeps one.
-//! - **Redis down** ([`RedisOutage`]): every call fails, each subscription breaks, and the
-//!   process decides with its own local budget (same configuration): a first failure is a
-//!   [`StoreEvent::FellBack`]; every `retry_redis_after` the next decision tries Redis
-//!   again, and the first answer is a [`StoreEvent::Restored`] (lines 104–124, 1056–1114,
-//!   1602–1654). A retry queued in Redis asks the local budget with the same deadline when
-//!   its process's poll fails (lines 1380–1390). Rate limits are noted locally as well.
-//!   Redis comes back empty (no persistence, as the fleet experiment runs it): the requests
-//!   it held are gone, and a process that still waits for one asks again (line
-//!   1190).
-//! - **Slow calls** ([`CallStalls`], none by default): with a chance drawn per call from
-//!   the store's seeded RNG, a call stalls: its reply comes back late. A call on a new
-//!   connection (a process's first, the repeat of a call that timed out, the call after two
-//!   timeouts in a row, a refusal or a connection that did not open) connects first, and its
-//!   connecting stalls with a chance of its own, bounded on its own: past
-//!   [`connect_timeout_ms`](RedisTiming::connect_timeout_ms) (1 s) the process gives up
-//!   without the call reaching Redis and falls back, not trying again (`call_idempotent`);
-//!   within it the call leaves that much later. Past
-//!   [`call_timeout_ms`](RedisTiming::call_timeout_ms) (50 ms) from then without a reply,
-//!   the process hears a timeout instead (`call`, lines 855–888) and does what the real store does. An ask or an inbox
-//!   read is made once more under the same request (`call_idempotent`, lines 897–906), and
-//!   Redis reads the answer it already decided or the place already taken instead of
-//!   deciding twice (`redis.lua` lines 485–491). A second timeout, or a note's first (a note
-//!   is not repeated: `record`, lines 1642–1653), sends the process to its local budget
-//!   with a [`StoreEvent::FellBack`], for `retry_redis_after`, exactly as a refused call
-//!   does: the ask is decided locally, a deposit is made locally. A charged ask given up so
-//!   may hold a token or a place in Redis: it is an orphan (lines 1170–1177), withdrawn by
-//!   its process's next call that Redis answers (`succeeded` and `release`, lines
-//!   1097–1139), and a token granted to it goes back to the bucket (`redis.lua` lines
-//!   597–622) while Redis still remembers the answer (`waiter_stale_after`). A poll loop
-//!   whose read times out twice ends, and each of its waiters is withdrawn from Redis and
-//!   asks the local budget (`poll_failed`, lines 1380–1390; each waiter's drop, lines
-//!   1223–1235 and 1436–1445).
-//! - **The check at start** ([`check`](RedisStore::check)): a process that checks Redis at
-//!   its start, as `rebound run` does, makes its first call then, on a new connection
-//!   (its connecting bounded by the connect timeout, its call by the call timeout); a
-//!   timeout falls back for `retry_redis_after` like any failed call.
+//! - **The processes' side is core's [`BudgetClient`]**, the state machine the Redis store
+//!   of `rebound-effects` runs over a real connection: one per process, with a local
+//!   [`RetryBudget`] it falls back to. What a process calls, when it reads its inbox,
+//!   repeats a call, falls back, comes back and withdraws is decided there; this module
+//!   only executes what it asks for, as the real store does.
+//! - **The virtual Redis runs the budget script's operations** ([`ScriptOp`]) with core's
+//!   [`RetryBudget`] as the rules, as the Lua script runs them: requests named by their
+//!   process, answers kept for `waiter_stale_after` and read again by a repeated ask, each
+//!   process's inbox of answers until it acknowledges them, wake-ups published for grants
+//!   and waits (not denials, nor to the process whose own inbox read decided), a token
+//!   granted to a request withdrawn unheard paid back.
+//! - **The network** ([`RedisTiming`]): a call reaches Redis half a
+//!   [`round_trip_ms`](RedisTiming::round_trip_ms) after it is made and its reply comes
+//!   back half a round trip later; a wake-up takes the way back too, and reaches a process
+//!   only while its subscription is live ([`subscribe_ms`](RedisTiming::subscribe_ms) after
+//!   it is asked for). Slow calls ([`CallStalls`]) come back late, or past
+//!   [`call_timeout_ms`](RedisTiming::call_timeout_ms) never (the client hears a
+//!   timeout); a new connection may stall on its own, past
+//!   [`connect_timeout_ms`](RedisTiming::connect_timeout_ms) without the call reaching
+//!   Redis. Redis stopped ([`RedisOutage`]) refuses every call and breaks every
+//!   subscription, and starts again empty.
 //!
 //! What it leaves out: a call takes the round trip, or a stall more, drawn for each call on
 //! its own (on a loaded machine a process that waits for a CPU stalls all its calls at
-//! once); a stall on an open connection delays the reply, never the call's arrival in
-//! Redis; a connection takes no round trips of its own to open (the handshake, `INFO` and
-//! the script's load), only its stall; concurrent calls of a process share the connection
-//! its first one opens (the real ones each open one while none is kept); the subscription
-//! never stalls; an outage is Redis stopped (calls refused at once, an idempotent one not
-//! repeated), not a Redis that stops answering (that is every call stalling); a note's round trip does not hold its agent (the runner awaits
-//! `record`); a withdrawal reaches the server at once, except an orphan's and a failed poll
-//! loop's waiters', which are calls, and a withdrawal of a request whose machine stopped
-//! waiting pays back no grant (the real one does); an owner that stops polling is never
-//! dropped from the queue as stale (the simulated processes never die); a denial reaches
-//! its agent at its process's next poll, never later through the local `deadline + 1 s`
-//! limit; and when tokens wait for the pace, `retry_in` is core's next wake-up, which also
-//! counts the earliest deadline of any process's waiter (the script leaves deadlines to
-//! their processes), so processes poll a little more often than the real ones there.
+//! once); a stall delays the reply, never the call's arrival in Redis; a connection takes no
+//! round trips of its own to open, only its stall; the subscription never stalls; Redis's
+//! clock is the simulation's (never stepping); an owner that stops polling is never dropped
+//! from the queue as stale (the simulated processes never die); and when tokens wait for
+//! the pace, `retry_in` is core's next wake-up, which also counts the earliest deadline of
+//! any process's waiter.
 //!
 //! ```
 //! use rebound_core::{BudgetConfig, Millis, PermitAsk, PermitDecision, PermitKind, Ticket};
@@ -109,19 +59,17 @@
 //! assert_eq!(store.poll_decision(), Some((Ticket(1), PermitDecision::Granted)));
 //! ```
 
+use rebound_core::shared_budget::{
+    Answer, BudgetClient, CallId, ClientTiming, OpId, Output, PollAnswer, RedisBudgetError,
+    RedisBudgetStats, ScriptOp, ScriptReply,
+};
 use rebound_core::{
     BudgetConfig, BudgetNote, BudgetStats, Millis, PermitAsk, PermitDecision, PermitKind,
     RetryBudget, Ticket,
 };
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-/// How long a process lets pass, at least, between two polls for its waiters' deadlines
-/// (`DEADLINE_POLL_MS` in `effects/src/budget/redis.rs`).
-pub const DEADLINE_POLL_MS: u64 = 200;
-
-/// How late past its deadline a retry may still be answered by a second ask after Redis
-/// forgot it (`DEADLINE_GRACE_MS` in `effects/src/budget/redis.rs`).
-const DEADLINE_GRACE_MS: u64 = 1_000;
+pub use rebound_core::shared_budget::DEADLINE_POLL_MS;
 
 /// The times that shape how processes reach the budget in Redis: the network's round trip
 /// and the store's own pauses (`RedisOptions`' defaults).
@@ -240,34 +188,27 @@ impl RedisTiming {
     fn back(&self) -> u64 {
         self.round_trip_ms - self.there()
     }
-
-    /// The pause between polls without a live subscription, and with one.
-    fn pauses(&self) -> (u64, u64) {
-        let half_stale = self.waiter_stale_after_ms / 2;
-        let fast = self.poll_interval_ms.min(half_stale).max(1);
-        (fast, half_stale.max(fast))
-    }
 }
 
 /// Calls to Redis that take longer than the round trip: each call, with a chance drawn
 /// from the store's seeded RNG, stalls — its reply comes back [`ms`](Self::ms) late. A
 /// reply later than [`RedisTiming::call_timeout_ms`] is lost to the process, which then does
-/// what the real store does on a timeout (see the [module documentation](self)).
+/// what the real store does on a timeout: its [`BudgetClient`] hears the timeout.
 ///
 /// A call on a new connection first connects, and its connecting (with reading
 /// `INFO server` and loading the script) stalls with a chance of its own
 /// ([`fresh_per_million`](Self::fresh_per_million)), bounded by
-/// [`RedisTiming::connect_timeout_ms`] on its own, before the call's own bound starts
-/// (`connection`, lines 942–995): past it the call never reaches Redis. A
-/// process connects at its first call, again for the repeat of a call that timed out
-/// (`call_idempotent`, lines 897–906), after two timeouts in a row (`call`, lines
-/// 875–886) and after a refused call or a connection that did not open.
+/// [`RedisTiming::connect_timeout_ms`] on its own, before the call's own bound starts:
+/// past it the call never reaches Redis. A process connects at its first call, and again
+/// whenever core's [`BudgetClient`] asks for a new connection (the repeat of a call that
+/// timed out, the call after two timeouts in a row, after a broken connection) or the last
+/// one did not open.
 ///
 /// A stall delays the way back: Redis ran the call in time (a script runs in
 /// microseconds), and the process, or its connection's task, heard the reply late — on a
 /// loaded machine, the part of a call that waits for a CPU. So a call that timed out may
 /// still have taken a token, queued a request or made a deposit in Redis, which is what
-/// the real store's idempotent retry and its orphans are for.
+/// the client's idempotent repeat and its orphans are for.
 ///
 /// ```
 /// use rebound_sim::redis_store::{CallStalls, RedisTiming};
@@ -406,284 +347,233 @@ pub struct StoreCounts {
     /// Calls whose reply came back later than the call timeout, or whose connection did
     /// not open within the connect timeout ([`CallStalls`]).
     pub timed_out: u64,
-    /// Charged asks given up after their second timeout, which Redis may have granted or
-    /// queued: withdrawn once Redis answers their process again.
+    /// Charged asks given up because their call failed (a second timeout, a refusal),
+    /// which Redis may have granted or queued: withdrawn once Redis answers their process
+    /// again.
     pub orphaned: u64,
     /// Tokens paid back by a withdrawal: granted in Redis to a request whose process never
     /// heard the grant.
     pub repaid: u64,
 }
 
-/// A decision as it crosses the wire: a wait is a duration, read on the receiver's clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Heard {
-    Granted,
-    Denied,
-    Wait(u64),
-}
+/// A request as the virtual Redis names it: its process, and the process's number for it
+/// (the real script's request id is the process's random owner id, then that number).
+type Req = (ProcessId, u64);
 
-impl Heard {
-    fn of(decision: PermitDecision, now: Millis) -> Heard {
-        match decision {
-            PermitDecision::WaitUntil(until) => Heard::Wait(until.since(now)),
-            PermitDecision::Denied => Heard::Denied,
-            // Granted, and whatever core adds later: go ahead, as core's default.
-            _ => Heard::Granted,
-        }
-    }
-
-    fn at(self, now: Millis) -> PermitDecision {
-        match self {
-            Heard::Granted => PermitDecision::Granted,
-            Heard::Denied => PermitDecision::Denied,
-            Heard::Wait(ms) => PermitDecision::WaitUntil(now.plus(ms)),
-        }
-    }
-}
-
-/// A request as Redis knows it, named by the store when its ticket is first sent to Redis
-/// (the real process names each ask, `acquire_shared`, line 1149), so an answer or a
-/// withdrawal of an old request never meets a later one under a reused ticket. A request
-/// asked again after Redis restarted keeps its name: the new Redis knows nothing of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Req(u64);
-
-impl Req {
-    /// Its name in the budget's queue.
-    fn ticket(self) -> Ticket {
-        Ticket(self.0)
-    }
-}
-
-/// Redis did not answer (it is stopped).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Refused;
-
-/// A call from a process to Redis.
-#[derive(Debug, Clone)]
-enum Call {
-    Ask {
-        req: Req,
-        ask: PermitAsk,
-    },
-    Note(BudgetNote),
-    Inbox,
-    /// Withdraw requests the process no longer waits for in Redis (`release`, lines
-    /// 1124–1139).
-    Cancel(Vec<Req>),
-    /// Read the budget's figures, to see that Redis answers (`check`, lines 829–840).
-    Check,
-}
-
-/// What Redis said to an ask.
+/// An answer Redis decided, kept for `waiter_stale_after` (the script's `decided`).
 #[derive(Debug, Clone, Copy)]
-enum AskAnswer {
-    Decided(Heard),
-    /// Waiting in the queue of Redis's `generation` (it changes when Redis restarts).
-    Queued {
-        retry_in: u64,
-        generation: u64,
-    },
-}
-
-/// A reply on its way back to its process.
-#[derive(Debug, Clone)]
-enum Reply {
-    Ask {
-        req: Req,
-        ask: PermitAsk,
-        answer: Result<AskAnswer, Refused>,
-    },
-    Note {
-        note: BudgetNote,
-        answer: Result<(), Refused>,
-    },
-    Inbox(Result<Inbox, Refused>),
-    Cancel {
-        reqs: Vec<Req>,
-        answer: Result<(), Refused>,
-    },
-    Check(Result<(), Refused>),
-}
-
-impl Reply {
-    fn refused(&self) -> bool {
-        match self {
-            Reply::Ask { answer, .. } => answer.is_err(),
-            Reply::Note { answer, .. } | Reply::Cancel { answer, .. } | Reply::Check(answer) => {
-                answer.is_err()
-            }
-            Reply::Inbox(answer) => answer.is_err(),
-        }
-    }
-}
-
-/// What an inbox read returns: the process's answers (`None`: Redis does not know the
-/// request) and `retry_in`.
-#[derive(Debug, Clone)]
-struct Inbox {
-    answers: Vec<(Req, Option<Heard>)>,
-    retry_in: u64,
-}
-
-/// What comes due, in order of time, then of scheduling.
-#[derive(Debug, Clone)]
-enum Due {
-    Stop,
-    Restart,
-    Arrive {
-        process: ProcessId,
-        sent: Millis,
-        call: Call,
-        /// How much later than the round trip its reply comes back.
-        late: u64,
-        /// Whether its reply comes back within the call timeout (else it is never heard).
-        heard: bool,
-    },
-    Reply {
-        process: ProcessId,
-        reply: Reply,
-    },
-    /// A call's reply did not come within the call timeout, or its connection did not
-    /// open within the connect timeout.
-    TimedOut {
-        process: ProcessId,
-        call: Call,
-        /// Whether it was already the second try of an idempotent call.
-        retried: bool,
-        /// Whether its new connection never opened (the call never reached Redis).
-        connecting: bool,
-    },
-    Wake {
-        process: ProcessId,
-    },
-    Poll {
-        process: ProcessId,
-        id: u64,
-    },
-    Subscribed {
-        process: ProcessId,
-        epoch: u64,
-    },
-}
-
-/// Where a process decides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Health {
-    Shared,
-    Local { next_try: Millis },
-}
-
-/// A process's poll loop.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Poll {
-    /// Not running: the next queued request starts it.
-    Idle,
-    /// Pausing until its `Due::Poll` with this id, or a wake-up.
-    Sleeping { id: u64 },
-    /// An inbox read is on its way.
-    Reading,
-}
-
-/// A process's subscription to its wake-up channel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Subscription {
-    /// None running (never made, or it broke).
-    Off,
-    /// Being made; live at its `Due::Subscribed` with this epoch.
-    Connecting { epoch: u64 },
-    /// Live: wake-ups reach the process.
-    Live,
-}
-
-/// A request of a process waiting in Redis's queue.
-#[derive(Debug, Clone, Copy)]
-struct Waiter {
-    /// The caller's name for it.
-    ticket: Ticket,
-    /// As the machine asked, on the process's clock.
-    ask: PermitAsk,
-    /// The Redis that queued it.
-    generation: u64,
-}
-
-#[derive(Debug, Clone)]
-struct Process {
-    health: Health,
-    /// The budget it falls back to.
-    local: RetryBudget,
-    waiters: BTreeMap<Req, Waiter>,
-    poll: Poll,
-    /// A wake-up rang that no pause has taken yet.
-    woken: bool,
-    subscription: Subscription,
-    /// Not before this may it subscribe again.
-    subscribe_again: Millis,
-    /// Requests to withdraw once Redis answers this process again (`orphans`: lines
-    /// 1170–1177, 1097–1114, 1124–1139).
-    orphans: Vec<Req>,
-    /// Whether it has a connection to Redis (its next call makes one if not).
-    connected: bool,
-    /// Calls that timed out since the last answer (the second in a row drops the
-    /// connection).
-    timeouts_in_row: u32,
-}
-
-/// Where a permit request is until its answer reaches its process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Place {
-    Asking { process: ProcessId, req: Req },
-    InRedis { process: ProcessId, req: Req },
-    Local(ProcessId),
-}
-
-/// An answer Redis decided, as the script keeps it (`decided`): whether it took a token.
-#[derive(Debug, Clone, Copy)]
-struct Answer {
+struct Kept {
     decision: PermitDecision,
-    /// A charged permit granted: a token left the bucket.
+    /// A charged permit granted: a token left the bucket (paid back if withdrawn unheard).
     took_token: bool,
+    at: Millis,
 }
 
-/// What Redis holds: the budget, for each queued request its process, the answers not yet
-/// read, and every answer decided for `waiter_stale_after`.
+/// What Redis holds: the budget (core's rules, as the script runs them), its queued
+/// requests, the answers it decided, and each process's inbox of answers it has not
+/// acknowledged.
 #[derive(Debug, Clone)]
 struct Server {
     budget: RetryBudget,
     up: bool,
-    generation: u64,
-    owner_of: BTreeMap<Req, ProcessId>,
-    inbox: BTreeMap<ProcessId, Vec<(Req, PermitDecision)>>,
-    /// Read again by an ask under the same request, and looked up by a withdrawal that
-    /// pays back a grant nobody heard (the script's `decided` and `answered`, `redis.lua`
-    /// lines 233–267 and 455–468).
-    answers: BTreeMap<Req, Answer>,
+    /// The queued requests, by the ticket the budget knows each by.
+    queued: BTreeMap<Ticket, Req>,
+    tickets: BTreeMap<Req, Ticket>,
+    next_ticket: u64,
+    answers: BTreeMap<Req, Kept>,
     /// When each answer was decided, oldest first: forgotten `waiter_stale_after` later.
     answered: VecDeque<(Millis, Req)>,
+    inbox: BTreeMap<ProcessId, BTreeSet<u64>>,
+}
+
+/// What one operation did besides its reply: the processes to wake, the tokens paid back.
+#[derive(Debug, Default)]
+struct Effects {
+    wake: BTreeSet<ProcessId>,
+    repaid: u64,
 }
 
 impl Server {
-    fn new(config: &BudgetConfig, generation: u64) -> Server {
+    fn new(config: &BudgetConfig) -> Server {
         Server {
             budget: RetryBudget::new(config.clone()),
             up: true,
-            generation,
-            owner_of: BTreeMap::new(),
-            inbox: BTreeMap::new(),
+            queued: BTreeMap::new(),
+            tickets: BTreeMap::new(),
+            next_ticket: 0,
             answers: BTreeMap::new(),
             answered: VecDeque::new(),
+            inbox: BTreeMap::new(),
+        }
+    }
+
+    /// Runs one operation of the script for `process` at `now`.
+    fn run(
+        &mut self,
+        now: Millis,
+        process: ProcessId,
+        op: ScriptOp,
+        stale_ms: u64,
+        refill_milli: u64,
+        effects: &mut Effects,
+    ) -> ScriptReply {
+        self.forget(now, stale_ms);
+        let reader = matches!(op, ScriptOp::Inbox { .. }).then_some(process);
+        if !matches!(op, ScriptOp::Cancel { .. }) {
+            self.budget.tick(now);
+            self.settle(now, reader, effects);
+        }
+        let reply = match op {
+            ScriptOp::Ask {
+                request,
+                kind,
+                target,
+                wait_ms,
+                age_ms,
+            } => {
+                let req = (process, request);
+                if let Some(known) = self.answers.get(&req) {
+                    ask_reply(known.decision, now)
+                } else if self.tickets.contains_key(&req) {
+                    ScriptReply::Queued {
+                        retry_in_ms: self.retry_in(now, stale_ms, refill_milli),
+                    }
+                } else {
+                    self.next_ticket += 1;
+                    let ticket = Ticket(self.next_ticket);
+                    let seen = PermitAsk {
+                        kind,
+                        target,
+                        deadline: now.plus(wait_ms),
+                        since: Millis(now.0.saturating_sub(age_ms)),
+                    };
+                    match self.budget.request(now, ticket, seen) {
+                        Some(decision) => {
+                            let took_token =
+                                kind == PermitKind::Charged && decision == PermitDecision::Granted;
+                            self.remember(now, req, decision, took_token);
+                            ask_reply(decision, now)
+                        }
+                        None => {
+                            self.queued.insert(ticket, req);
+                            self.tickets.insert(req, ticket);
+                            self.settle(now, reader, effects);
+                            match self.answers.get(&req) {
+                                Some(known) => ask_reply(known.decision, now),
+                                None => ScriptReply::Queued {
+                                    retry_in_ms: self.retry_in(now, stale_ms, refill_milli),
+                                },
+                            }
+                        }
+                    }
+                }
+            }
+            ScriptOp::Inbox { acks } => {
+                for request in acks {
+                    self.unremember((process, request));
+                }
+                let waiting = self.tickets.keys().filter(|(p, _)| *p == process).count();
+                let answers = self
+                    .inbox
+                    .get(&process)
+                    .into_iter()
+                    .flatten()
+                    .take(1_000)
+                    .map(|r| (*r, self.poll_answer((process, *r), now)))
+                    .collect();
+                ScriptReply::Inbox {
+                    retry_in_ms: self.retry_in(now, stale_ms, refill_milli),
+                    waiting: waiting as u64,
+                    answers,
+                }
+            }
+            ScriptOp::Poll { requests } => ScriptReply::Polled {
+                retry_in_ms: self.retry_in(now, stale_ms, refill_milli),
+                answers: requests
+                    .iter()
+                    .map(|r| self.poll_answer((process, *r), now))
+                    .collect(),
+            },
+            ScriptOp::Cancel { requests } => {
+                let mut repaid = false;
+                for request in requests {
+                    let req = (process, request);
+                    if let Some(ticket) = self.tickets.remove(&req) {
+                        self.queued.remove(&ticket);
+                        self.budget.cancel(ticket);
+                    } else if self.answers.get(&req).is_some_and(|k| k.took_token) {
+                        self.budget.repay(now);
+                        effects.repaid += 1;
+                        repaid = true;
+                    }
+                    self.unremember(req);
+                }
+                if repaid {
+                    self.budget.tick(now);
+                    self.settle(now, None, effects);
+                }
+                ScriptReply::Ok
+            }
+            ScriptOp::Succeeded { target } => {
+                self.note(now, BudgetNote::Succeeded { target }, effects)
+            }
+            ScriptOp::RetryAnswered { target } => {
+                self.note(now, BudgetNote::RetryAnswered { target }, effects)
+            }
+            ScriptOp::RateLimited { target, for_ms } => self.note(
+                now,
+                BudgetNote::RateLimited {
+                    target,
+                    until: now.plus(for_ms),
+                },
+                effects,
+            ),
+            ScriptOp::Stats => ScriptReply::Stats(RedisBudgetStats {
+                balance_milli: milli(self.budget.balance(now)),
+                stats: self.budget.stats(),
+                waiting: self.budget.waiting() as u64,
+                now_ms: now.0,
+            }),
+        };
+        reply
+    }
+
+    fn note(&mut self, now: Millis, note: BudgetNote, effects: &mut Effects) -> ScriptReply {
+        self.budget.record(now, note);
+        self.settle(now, None, effects);
+        ScriptReply::Ok
+    }
+
+    /// What a poll says of `req`.
+    fn poll_answer(&self, req: Req, now: Millis) -> PollAnswer {
+        match self.answers.get(&req) {
+            Some(kept) => match kept.decision {
+                PermitDecision::Denied => PollAnswer::Denied,
+                PermitDecision::WaitUntil(until) => PollAnswer::Wait(until.since(now)),
+                _ => PollAnswer::Granted,
+            },
+            None if self.tickets.contains_key(&req) => PollAnswer::Queued,
+            None => PollAnswer::Gone,
         }
     }
 
     fn remember(&mut self, now: Millis, req: Req, decision: PermitDecision, took_token: bool) {
         self.answers.insert(
             req,
-            Answer {
+            Kept {
                 decision,
                 took_token,
+                at: now,
             },
         );
         self.answered.push_back((now, req));
+    }
+
+    fn unremember(&mut self, req: Req) {
+        self.answers.remove(&req);
+        if let Some(inbox) = self.inbox.get_mut(&req.0) {
+            inbox.remove(&req.1);
+        }
     }
 
     /// Forgets the answers decided more than `stale_ms` ago (the script's `forget`).
@@ -693,14 +583,117 @@ impl Server {
                 break;
             }
             self.answered.pop_front();
-            self.answers.remove(&req);
+            if self.answers.get(&req).is_some_and(|k| k.at == at) {
+                self.unremember(req);
+            }
         }
+    }
+
+    /// Takes the decisions the budget made for queued requests into their processes'
+    /// inboxes, and wakes each process with a grant or a wait (not `reader`, whose inbox
+    /// read is the reply).
+    fn settle(&mut self, now: Millis, reader: Option<ProcessId>, effects: &mut Effects) {
+        while let Some((ticket, decision)) = self.budget.poll_decision() {
+            let Some(req) = self.queued.remove(&ticket) else {
+                continue;
+            };
+            self.tickets.remove(&req);
+            self.remember(now, req, decision, decision == PermitDecision::Granted);
+            self.inbox.entry(req.0).or_default().insert(req.1);
+            if decision != PermitDecision::Denied && reader != Some(req.0) {
+                effects.wake.insert(req.0);
+            }
+        }
+    }
+
+    /// The script's `retry_in`: when refill alone could pay the head of the queue (or the
+    /// pace let a paid one go), else `waiter_stale_after`.
+    fn retry_in(&mut self, now: Millis, stale_ms: u64, refill_milli: u64) -> u64 {
+        let budget = &mut self.budget;
+        if budget.waiting() == 0 {
+            return stale_ms;
+        }
+        let balance = milli(budget.balance(now));
+        if balance >= 1_000 {
+            return budget
+                .next_wakeup()
+                .map_or(stale_ms, |at| at.since(now).max(1));
+        }
+        if refill_milli == 0 {
+            return stale_ms;
+        }
+        ((1_000 - balance) * 1_000).div_ceil(refill_milli).max(1)
     }
 }
 
-/// One retry budget in Redis shared by many processes, in virtual time: see the
-/// [module documentation](self) for what it models. Fed with `now` like core's
-/// [`RetryBudget`], which it holds (one in "Redis", one local per process); time must not
+fn ask_reply(decision: PermitDecision, now: Millis) -> ScriptReply {
+    match decision {
+        PermitDecision::Denied => ScriptReply::Denied,
+        PermitDecision::WaitUntil(until) => ScriptReply::Wait(until.since(now)),
+        // Granted, and whatever core adds later: go ahead, as core's default.
+        _ => ScriptReply::Granted,
+    }
+}
+
+/// What comes due, in order of time, then of scheduling.
+#[derive(Debug, Clone)]
+enum Due {
+    Stop,
+    Restart,
+    /// A call reaches Redis.
+    Arrive {
+        process: ProcessId,
+        call: CallId,
+        op: ScriptOp,
+        /// How much later than the round trip its reply comes back.
+        late: u64,
+        /// Whether its reply comes back within the call timeout (else it is never heard).
+        heard: bool,
+    },
+    /// A call's outcome reaches its process: a reply, a refusal, a timeout.
+    Outcome {
+        process: ProcessId,
+        call: CallId,
+        outcome: Result<ScriptReply, RedisBudgetError>,
+    },
+    Wake {
+        process: ProcessId,
+    },
+    Subscribed {
+        process: ProcessId,
+        epoch: u64,
+    },
+    SubscriptionFailed {
+        process: ProcessId,
+        epoch: u64,
+    },
+}
+
+/// One process sharing the budget: the client that decides, the local budget it falls back
+/// to, and what the network knows of it.
+#[derive(Debug, Clone)]
+struct Process {
+    client: BudgetClient,
+    local: RetryBudget,
+    /// The asks its client has not answered, with the caller's ticket.
+    asks: BTreeMap<OpId, (Ticket, PermitAsk)>,
+    /// Whether it has a connection to Redis (its next call makes one if not).
+    connected: bool,
+    /// Whether its subscription is live (wake-ups reach it).
+    live: bool,
+    /// The subscription being made, if any.
+    subscribing: Option<u64>,
+}
+
+/// Where a permit request is until its answer reaches its process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Shared { process: ProcessId, op: OpId },
+    Local(ProcessId),
+}
+
+/// One retry budget in a virtual Redis shared by many processes, in virtual time: see the
+/// [module documentation](self). Fed with `now` like core's [`RetryBudget`]; time must not
 /// go backwards (an earlier `now` counts as the latest one seen). Tickets are the caller's,
 /// unique among the requests it has waiting, as for `RetryBudget`. Slow calls
 /// ([`CallStalls`]) are drawn from an RNG seeded with [`with_seed`](Self::with_seed): one
@@ -714,13 +707,9 @@ pub struct RedisStore {
     server: Server,
     processes: BTreeMap<ProcessId, Process>,
     tickets: BTreeMap<Ticket, Place>,
-    /// The caller's ticket of each request asked of Redis and not yet answered.
-    asks: BTreeMap<Req, Ticket>,
-    next_req: u64,
     due: BTreeMap<(Millis, u64), Due>,
     seq: u64,
-    /// Names each subscription attempt and each pause, so a superseded one is skipped.
-    ids: u64,
+    epochs: u64,
     decided: VecDeque<(Ticket, PermitDecision)>,
     counts: StoreCounts,
     notifications: Vec<Notification>,
@@ -735,18 +724,16 @@ impl RedisStore {
     #[must_use]
     pub fn new(config: BudgetConfig, timing: RedisTiming) -> RedisStore {
         RedisStore {
-            server: Server::new(&config, 0),
+            server: Server::new(&config),
             config,
             timing,
             outage: None,
             now: Millis::ZERO,
             processes: BTreeMap::new(),
             tickets: BTreeMap::new(),
-            asks: BTreeMap::new(),
-            next_req: 0,
             due: BTreeMap::new(),
             seq: 0,
-            ids: 0,
+            epochs: 0,
             decided: VecDeque::new(),
             counts: StoreCounts::default(),
             notifications: Vec::new(),
@@ -802,7 +789,9 @@ impl RedisStore {
     /// What the processes did with the store.
     #[must_use]
     pub fn counts(&self) -> StoreCounts {
-        self.counts
+        let mut counts = self.counts;
+        counts.orphaned = self.processes.values().map(|p| p.client.orphaned()).sum();
+        counts
     }
 
     /// Every [`StoreEvent`], in order.
@@ -831,13 +820,13 @@ impl RedisStore {
     pub fn is_shared(&self, process: ProcessId) -> bool {
         self.processes
             .get(&process)
-            .is_none_or(|p| p.health == Health::Shared)
+            .map_or(true, |p| p.client.is_shared())
     }
 
-    /// Asks for a permit for a machine of `process` at `now`. Returns the decision when its
-    /// local budget decides at once (Redis is down); `None` otherwise: the answer comes from
-    /// [`poll_decision`](Self::poll_decision) once it reaches the process, a round trip
-    /// later at the soonest.
+    /// Asks for a permit for a machine of `process` at `now`. Returns the decision when it
+    /// is made at once (its local budget decides, Redis being down); `None` otherwise: the
+    /// answer comes from [`poll_decision`](Self::poll_decision) once it reaches the
+    /// process, a round trip later at the soonest.
     pub fn request(
         &mut self,
         now: Millis,
@@ -846,46 +835,38 @@ impl RedisStore {
         ask: PermitAsk,
     ) -> Option<PermitDecision> {
         self.advance(now);
-        self.process(process);
-        if self.try_redis(process) {
-            self.next_req += 1;
-            let req = Req(self.next_req);
-            self.tickets.insert(ticket, Place::Asking { process, req });
-            self.asks.insert(req, ticket);
-            self.send(process, Call::Ask { req, ask });
-            // Without latency the answer is already back.
-            self.advance(now);
-            return None;
-        }
-        self.ask_locally(process, ticket, ask)
+        let now = self.now;
+        let p = self.process(process);
+        let op = p.client.ask(now, ask);
+        p.asks.insert(op, (ticket, ask));
+        self.tickets.insert(ticket, Place::Shared { process, op });
+        self.run(process);
+        // Without latency the answer is already back.
+        self.advance(now);
+        let at = self.decided.iter().position(|(t, _)| *t == ticket)?;
+        self.decided.remove(at).map(|(_, decision)| decision)
     }
 
-    /// Tells the budget what a machine of `process` noted at `now`: sent to Redis (and a
-    /// rate limit also kept locally), or to the local budget while Redis is down.
+    /// Tells the budget what a machine of `process` noted at `now`, as its client decides:
+    /// sent to Redis (a rate limit also kept locally), or to the local budget while Redis
+    /// is down.
     pub fn record(&mut self, now: Millis, process: ProcessId, note: BudgetNote) {
         self.advance(now);
         let now = self.now;
-        if let BudgetNote::RateLimited { .. } = note {
-            self.process(process).local.record(now, note);
-        }
-        if self.try_redis(process) {
-            self.send(process, Call::Note(note));
-            self.advance(now);
-        } else if !matches!(note, BudgetNote::RateLimited { .. }) {
-            self.process(process).local.record(now, note);
-        }
-        self.drain_local(process);
+        self.process(process).client.note(now, note);
+        self.run(process);
+        self.advance(now);
     }
 
     /// `process` checks at `now` that Redis answers, as a process sharing the budget does
-    /// at its start (`rebound run`, the fleet example: `RedisBudget::check`, lines
-    /// 829–840): one call, its first, so on a new connection. A timeout or a refusal sends
-    /// it to its local budget for `retry_redis_after`, with a [`StoreEvent::FellBack`];
-    /// an answer changes nothing.
+    /// at its start (`rebound run`, the fleet example): one call, its first, so on a new
+    /// connection. A timeout or a refusal sends it to its local budget for
+    /// `retry_redis_after`, with a [`StoreEvent::FellBack`]; an answer changes nothing.
     pub fn check(&mut self, now: Millis, process: ProcessId) {
         self.advance(now);
-        self.process(process);
-        self.send(process, Call::Check);
+        let now = self.now;
+        self.process(process).client.check(now);
+        self.run(process);
         self.advance(now);
     }
 
@@ -894,14 +875,13 @@ impl RedisStore {
         let Some(place) = self.tickets.remove(&ticket) else {
             return false;
         };
+        let now = self.now;
         match place {
-            // Its reply (or timeout) is dropped when it comes, and a place it took
-            // withdrawn.
-            Place::Asking { .. } => {}
-            Place::InRedis { process, req } => {
-                self.process(process).waiters.remove(&req);
-                self.asks.remove(&req);
-                self.withdraw(req);
+            Place::Shared { process, op } => {
+                let p = self.process(process);
+                p.asks.remove(&op);
+                p.client.withdraw(now, op);
+                self.run(process);
             }
             Place::Local(process) => {
                 self.process(process).local.cancel(ticket);
@@ -910,8 +890,9 @@ impl RedisStore {
         true
     }
 
-    /// Lets time pass to `now`: calls and replies arrive, polls and wake-ups happen, local
-    /// budgets refill. Drain [`poll_decision`](Self::poll_decision) afterwards.
+    /// Lets time pass to `now`: calls and replies arrive, processes read their inboxes and
+    /// are woken, local budgets refill. Drain [`poll_decision`](Self::poll_decision)
+    /// afterwards.
     pub fn tick(&mut self, now: Millis) {
         self.advance(now);
     }
@@ -922,32 +903,35 @@ impl RedisStore {
     }
 
     /// When [`tick`](Self::tick) next has something to do: a call, reply or wake-up
-    /// arriving, a timeout, a poll, a local budget's refill or deadline. `None` when
-    /// nothing is on its way and nobody waits locally.
+    /// arriving, a timeout, a client's timer, a local budget's refill or deadline. `None`
+    /// when nothing is on its way and nobody waits.
     #[must_use]
     pub fn next_wakeup(&self) -> Option<Millis> {
         let due = self.due.keys().next().map(|(at, _)| *at);
-        let local = self
+        let processes = self
             .processes
             .values()
-            .filter_map(|p| p.local.next_wakeup())
+            .flat_map(|p| [p.client.poll_timeout(), p.local.next_wakeup()])
+            .flatten()
             .min();
-        due.into_iter().chain(local).min()
+        due.into_iter().chain(processes).min()
     }
 
     fn process(&mut self, id: ProcessId) -> &mut Process {
         let config = &self.config;
+        let timing = self.timing;
         self.processes.entry(id).or_insert_with(|| Process {
-            health: Health::Shared,
+            client: BudgetClient::new(
+                ClientTiming::default()
+                    .with_poll_interval_ms(timing.poll_interval_ms)
+                    .with_retry_redis_after_ms(timing.retry_redis_after_ms)
+                    .with_waiter_stale_after_ms(timing.waiter_stale_after_ms),
+            ),
             local: RetryBudget::new(config.clone()),
-            waiters: BTreeMap::new(),
-            poll: Poll::Idle,
-            woken: false,
-            subscription: Subscription::Off,
-            subscribe_again: Millis::ZERO,
-            orphans: Vec::new(),
+            asks: BTreeMap::new(),
             connected: false,
-            timeouts_in_row: 0,
+            live: false,
+            subscribing: None,
         })
     }
 
@@ -956,20 +940,31 @@ impl RedisStore {
         self.due.insert((at, self.seq), due);
     }
 
-    fn next_id(&mut self) -> u64 {
-        self.ids += 1;
-        self.ids
-    }
-
+    /// Runs what comes due and the clients' timers, in order of time, up to `now`.
     fn advance(&mut self, now: Millis) {
         let now = now.max(self.now);
-        while let Some(entry) = self.due.first_entry() {
-            if entry.key().0 > now {
-                break;
+        loop {
+            let due = self.due.keys().next().map(|(at, _)| *at);
+            let timer = self
+                .processes
+                .iter()
+                .filter_map(|(id, p)| p.client.poll_timeout().map(|t| (t, *id)))
+                .min();
+            match (due, timer) {
+                (Some(at), timer) if at <= now && timer.map_or(true, |(t, _)| at <= t) => {
+                    if let Some(((at, _), due)) = self.due.pop_first() {
+                        self.now = self.now.max(at);
+                        self.handle(due);
+                    }
+                }
+                (_, Some((at, id))) if at <= now => {
+                    self.now = self.now.max(at);
+                    let now = self.now;
+                    self.process(id).client.handle_timeout(now);
+                    self.run(id);
+                }
+                _ => break,
             }
-            let ((at, _), due) = entry.remove_entry();
-            self.now = at;
-            self.handle(due);
         }
         self.now = now;
         let waiting: Vec<ProcessId> = self
@@ -985,92 +980,153 @@ impl RedisStore {
     }
 
     fn handle(&mut self, due: Due) {
+        let now = self.now;
         match due {
             Due::Stop => {
                 self.server.up = false;
                 let ids: Vec<ProcessId> = self.processes.keys().copied().collect();
                 for id in ids {
                     let p = self.process(id);
-                    if p.subscription != Subscription::Off {
-                        // The subscription's stream ends: its task rings the poll loop.
-                        p.subscription = Subscription::Off;
-                        self.ring(id);
+                    if p.live || p.subscribing.is_some() {
+                        // The subscription's stream ends.
+                        p.live = false;
+                        p.subscribing = None;
+                        p.client.handle_subscription(now, false);
+                        self.run(id);
                     }
                 }
             }
-            Due::Restart => self.server = Server::new(&self.config, self.server.generation + 1),
+            Due::Restart => self.server = Server::new(&self.config),
             Due::Arrive {
                 process,
-                sent,
                 call,
+                op,
                 late,
                 heard,
-            } => self.arrive(process, sent, call, late, heard),
-            Due::Reply { process, reply } => self.on_reply(process, reply),
-            Due::TimedOut {
+            } => self.arrive(process, call, op, late, heard),
+            Due::Outcome {
                 process,
                 call,
-                retried,
-                connecting,
-            } => self.timed_out(process, call, retried, connecting),
-            Due::Wake { process } => {
-                if self.process(process).subscription == Subscription::Live {
-                    self.counts.wakes += 1;
-                    self.ring(process);
-                }
+                outcome,
+            } => {
+                self.process(process)
+                    .client
+                    .handle_reply(now, call, outcome);
+                self.run(process);
             }
-            Due::Poll { process, id } => {
-                if self.process(process).poll == (Poll::Sleeping { id }) {
-                    self.read_inbox(process);
+            Due::Wake { process } => {
+                let p = self.process(process);
+                if p.live {
+                    p.client.handle_wake(now);
+                    self.counts.wakes += 1;
+                    self.run(process);
                 }
             }
             Due::Subscribed { process, epoch } => {
                 let up = self.server.up;
                 let p = self.process(process);
-                if p.subscription == (Subscription::Connecting { epoch }) {
-                    p.subscription = if up {
-                        Subscription::Live
-                    } else {
-                        Subscription::Off
-                    };
-                    self.ring(process);
+                if p.subscribing == Some(epoch) {
+                    p.subscribing = None;
+                    p.live = up;
+                    p.client.handle_subscription(now, up);
+                    self.run(process);
+                }
+            }
+            Due::SubscriptionFailed { process, epoch } => {
+                let p = self.process(process);
+                if p.subscribing == Some(epoch) {
+                    p.subscribing = None;
+                    p.client.handle_subscription(now, false);
+                    self.run(process);
                 }
             }
         }
     }
 
-    /// Sends `call` to Redis from `process`, now, for the first time.
-    fn send(&mut self, process: ProcessId, call: Call) {
-        self.send_try(process, call, false);
+    /// Executes what the client of `process` asks for.
+    fn run(&mut self, process: ProcessId) {
+        while let Some(output) = self.process(process).client.poll() {
+            let now = self.now;
+            match output {
+                Output::Call { call, op, fresh } => self.send(process, call, op, fresh),
+                Output::Subscribe => {
+                    self.epochs += 1;
+                    let epoch = self.epochs;
+                    self.process(process).subscribing = Some(epoch);
+                    if self.server.up {
+                        let at = now.plus(self.timing.subscribe_ms);
+                        self.schedule(at, Due::Subscribed { process, epoch });
+                    } else {
+                        // Refused at once.
+                        self.schedule(now, Due::SubscriptionFailed { process, epoch });
+                    }
+                }
+                Output::Answer { op, answer } => {
+                    let Some((ticket, ask)) = self.process(process).asks.remove(&op) else {
+                        continue;
+                    };
+                    if self.tickets.get(&ticket) != Some(&Place::Shared { process, op }) {
+                        continue;
+                    }
+                    match answer {
+                        Answer::Decided(decision) => {
+                            self.tickets.remove(&ticket);
+                            self.decided.push_back((ticket, decision));
+                        }
+                        Answer::Local => self.ask_locally(process, ticket, ask),
+                    }
+                }
+                Output::RecordLocally(note) => {
+                    self.process(process).local.record(now, note);
+                    self.drain_local(process);
+                }
+                Output::FellBack(_) => {
+                    self.counts.fell_back += 1;
+                    self.notify(process, StoreEvent::FellBack);
+                }
+                Output::Restored => {
+                    self.counts.restored += 1;
+                    self.notify(process, StoreEvent::Restored);
+                }
+                // A note's or a check's end: nothing waits on it here.
+                _ => {}
+            }
+        }
     }
 
-    /// Sends `call` from `process` (`retried`: the second try of an idempotent call). On a
-    /// new connection it first connects, which may stall with the chance of a new
-    /// connection: past the connect timeout the process gives up without the call ever
-    /// reaching Redis; within it the call leaves that much later (`connection`, lines
-    /// 942–995). Then, like any call, it may stall with the chance of a call: it reaches
-    /// Redis half a round trip later, and its reply comes back after the rest of the round
-    /// trip and its stall — or, past the call timeout, never: the process hears a timeout
-    /// at the call timeout instead (`call`, lines 855–888).
-    fn send_try(&mut self, process: ProcessId, call: Call, retried: bool) {
+    /// Sends a call from `process`. On a new connection it first connects, which may stall
+    /// with the chance of a new connection: past the connect timeout the process hears
+    /// that, the call never reaching Redis; within it the call leaves that much later.
+    /// Then, like any call, it may stall with the chance of a call: it reaches Redis half a
+    /// round trip later, and its reply comes back after the rest of the round trip and its
+    /// stall — or, past the call timeout, never: the process hears a timeout instead.
+    fn send(&mut self, process: ProcessId, call: CallId, op: ScriptOp, fresh: bool) {
         self.counts.calls += 1;
+        if matches!(op, ScriptOp::Inbox { .. }) {
+            self.counts.polls += 1;
+        }
         let stalls = self.timing.stalls;
-        let fresh = !std::mem::replace(&mut self.process(process).connected, true);
-        let connecting = if fresh && self.stalls(stalls.fresh_per_million) {
+        let now = self.now;
+        let p = self.process(process);
+        let new = fresh || !p.connected;
+        p.connected = true;
+        let connecting = if new && self.stalls(stalls.fresh_per_million) {
             stalls.ms
         } else {
             0
         };
-        let now = self.now;
         if connecting > self.timing.connect_timeout_ms {
-            let at = now.plus(self.timing.connect_timeout_ms);
+            self.counts.timed_out += 1;
+            self.process(process).connected = false;
+            let timeout_ms = self.timing.connect_timeout_ms;
+            let outcome = Err(RedisBudgetError::ConnectTimeout { timeout_ms });
+            let at = now.plus(timeout_ms);
             self.schedule(
                 at,
-                Due::TimedOut {
+                Due::Outcome {
                     process,
                     call,
-                    retried,
-                    connecting: true,
+                    outcome,
                 },
             );
             return;
@@ -1082,14 +1138,16 @@ impl RedisStore {
         };
         let heard = self.timing.round_trip_ms.saturating_add(late) <= self.timing.call_timeout_ms;
         if !heard {
-            let at = now.plus(connecting).plus(self.timing.call_timeout_ms);
+            self.counts.timed_out += 1;
+            let timeout_ms = self.timing.call_timeout_ms;
+            let at = now.plus(connecting).plus(timeout_ms);
+            let outcome = Err(RedisBudgetError::Timeout { timeout_ms });
             self.schedule(
                 at,
-                Due::TimedOut {
+                Due::Outcome {
                     process,
-                    call: call.clone(),
-                    retried,
-                    connecting: false,
+                    call,
+                    outcome,
                 },
             );
         }
@@ -1098,8 +1156,8 @@ impl RedisStore {
             at,
             Due::Arrive {
                 process,
-                sent: now,
                 call,
+                op,
                 late,
                 heard,
             },
@@ -1111,569 +1169,44 @@ impl RedisStore {
         per_million > 0 && self.rng.u32(..1_000_000) < per_million
     }
 
-    /// What Redis does with a call that reaches it now (and the reply it sends, if its
-    /// process will hear it).
-    fn arrive(&mut self, process: ProcessId, sent: Millis, call: Call, late: u64, heard: bool) {
+    /// What Redis does with a call that reaches it now, and the reply it sends back (heard
+    /// by its process if it comes within the call timeout).
+    fn arrive(&mut self, process: ProcessId, call: CallId, op: ScriptOp, late: u64, heard: bool) {
         let now = self.now;
-        let back = now.plus(self.timing.back()).plus(late);
-        let reply = if !self.server.up {
-            match call {
-                Call::Ask { req, ask } => Reply::Ask {
-                    req,
-                    ask,
-                    answer: Err(Refused),
-                },
-                Call::Note(note) => Reply::Note {
-                    note,
-                    answer: Err(Refused),
-                },
-                Call::Inbox => Reply::Inbox(Err(Refused)),
-                Call::Cancel(reqs) => Reply::Cancel {
-                    reqs,
-                    answer: Err(Refused),
-                },
-                Call::Check => Reply::Check(Err(Refused)),
+        let outcome = if self.server.up {
+            let mut effects = Effects::default();
+            let reply = self.server.run(
+                now,
+                process,
+                op,
+                self.timing.waiter_stale_after_ms,
+                milli(self.config.refill_per_sec),
+                &mut effects,
+            );
+            self.counts.repaid += effects.repaid;
+            let at = now.plus(self.timing.back());
+            for owner in effects.wake {
+                // Published; heard only on a live subscription.
+                if self.processes.get(&owner).is_some_and(|p| p.live) {
+                    self.schedule(at, Due::Wake { process: owner });
+                }
             }
+            Ok(reply)
         } else {
-            self.server.forget(now, self.timing.waiter_stale_after_ms);
-            match call {
-                Call::Ask { req, ask } => Reply::Ask {
-                    req,
-                    ask,
-                    answer: Ok(self.ask_in_redis(process, sent, req, ask)),
-                },
-                Call::Note(note) => {
-                    let seen = match note {
-                        BudgetNote::RateLimited { target, until } => BudgetNote::RateLimited {
-                            target,
-                            until: now.plus(until.since(sent)),
-                        },
-                        other => other,
-                    };
-                    self.server.budget.record(now, seen);
-                    self.settle(None);
-                    Reply::Note {
-                        note,
-                        answer: Ok(()),
-                    }
-                }
-                Call::Inbox => Reply::Inbox(Ok(self.inbox_in_redis(process, heard))),
-                Call::Cancel(reqs) => {
-                    self.cancel_in_redis(&reqs);
-                    Reply::Cancel {
-                        reqs,
-                        answer: Ok(()),
-                    }
-                }
-                Call::Check => Reply::Check(Ok(())),
-            }
+            Err(RedisBudgetError::Connection {
+                message: "connection refused".to_owned(),
+            })
         };
         if heard {
-            self.schedule(back, Due::Reply { process, reply });
-        }
-    }
-
-    /// The script's `ask` (`redis.lua` lines 476–538): an ask under a request Redis already
-    /// answered or queued reads that (a second try after a lost reply); else Redis decides.
-    fn ask_in_redis(
-        &mut self,
-        process: ProcessId,
-        sent: Millis,
-        req: Req,
-        ask: PermitAsk,
-    ) -> AskAnswer {
-        let now = self.now;
-        let known = |server: &Server| {
-            server
-                .answers
-                .get(&req)
-                .map(|a| AskAnswer::Decided(Heard::of(a.decision, now)))
-        };
-        if let Some(answer) = known(&self.server) {
-            self.server.budget.tick(now);
-            self.settle(None);
-            return answer;
-        }
-        if self.server.owner_of.contains_key(&req) {
-            self.server.budget.tick(now);
-            self.settle(None);
-            return known(&self.server).unwrap_or(AskAnswer::Queued {
-                retry_in: self.retry_in(),
-                generation: self.server.generation,
-            });
-        }
-        // Durations read on the process's clock when it sent the call.
-        let wait_ms = ask.deadline.since(sent);
-        let age_ms = sent.since(ask.since);
-        let seen = PermitAsk {
-            deadline: now.plus(wait_ms),
-            since: Millis(now.0.saturating_sub(age_ms)),
-            ..ask
-        };
-        let answer = match self.server.budget.request(now, req.ticket(), seen) {
-            Some(decision) => {
-                let took_token =
-                    ask.kind == PermitKind::Charged && decision == PermitDecision::Granted;
-                self.server.remember(now, req, decision, took_token);
-                AskAnswer::Decided(Heard::of(decision, now))
-            }
-            None => {
-                self.server.owner_of.insert(req, process);
-                AskAnswer::Queued {
-                    retry_in: self.retry_in(),
-                    generation: self.server.generation,
-                }
-            }
-        };
-        self.settle(None);
-        answer
-    }
-
-    /// The script's `inbox` (lines 539–570): the answers of `process` that it knows to
-    /// wait for. They stay in Redis until the process has them (`heard`): the real process
-    /// acknowledges only the answers it could deliver, at its next read.
-    fn inbox_in_redis(&mut self, process: ProcessId, heard: bool) -> Inbox {
-        let now = self.now;
-        self.server.budget.tick(now);
-        self.settle(Some(process));
-        let retry_in = self.retry_in();
-        self.settle(Some(process));
-        // An answer stays in the inbox until its process knows the request (its ask's
-        // reply may still be on its way).
-        let inbox = self.server.inbox.remove(&process).unwrap_or_default();
-        let (asks, tickets) = (&self.asks, &self.tickets);
-        let (known, unknown): (Vec<_>, Vec<_>) = inbox
-            .into_iter()
-            .filter(|(req, _)| asks.contains_key(req))
-            .partition(|(req, _)| {
-                asks.get(req).and_then(|t| tickets.get(t))
-                    == Some(&Place::InRedis { process, req: *req })
-            });
-        let mut answers: Vec<(Req, Option<Heard>)> = known
-            .iter()
-            .map(|(req, decision)| (*req, Some(Heard::of(*decision, now))))
-            .collect();
-        let kept: Vec<(Req, PermitDecision)> = if heard {
-            unknown
-        } else {
-            // The reply is lost: nothing is acknowledged.
-            known.into_iter().chain(unknown).collect()
-        };
-        if !kept.is_empty() {
-            self.server.inbox.insert(process, kept);
-        }
-        // Requests of an earlier Redis are unknown here (the real process finds them with
-        // a `poll` of each).
-        let generation = self.server.generation;
-        answers.extend(
-            self.process(process)
-                .waiters
-                .iter()
-                .filter(|(_, w)| w.generation != generation)
-                .map(|(req, _)| (*req, None)),
-        );
-        Inbox { answers, retry_in }
-    }
-
-    /// The script's `cancel` (lines 597–622): a queued request leaves the queue; a charged
-    /// permit granted but never heard pays its token back, which may grant the next waiter.
-    fn cancel_in_redis(&mut self, reqs: &[Req]) {
-        let mut repaid = false;
-        for req in reqs {
-            if self.server.owner_of.remove(req).is_some() {
-                self.server.budget.cancel(req.ticket());
-            } else if self.server.answers.get(req).is_some_and(|a| a.took_token) {
-                let now = self.now;
-                self.server.budget.repay(now);
-                self.counts.repaid += 1;
-                repaid = true;
-            }
-            self.server.answers.remove(req);
-            for entries in self.server.inbox.values_mut() {
-                entries.retain(|(r, _)| r != req);
-            }
-        }
-        if repaid {
-            self.settle(None);
-        }
-    }
-
-    /// Takes the decisions Redis made for queued requests into their processes' inboxes,
-    /// and wakes each process with a grant or a wait (not `reader`, whose inbox read is
-    /// the reply).
-    fn settle(&mut self, reader: Option<ProcessId>) {
-        let now = self.now;
-        let mut wake = BTreeSet::new();
-        while let Some((ticket, decision)) = self.server.budget.poll_decision() {
-            let req = Req(ticket.0);
-            let Some(owner) = self.server.owner_of.remove(&req) else {
-                continue;
-            };
-            let took_token = decision == PermitDecision::Granted;
-            self.server.remember(now, req, decision, took_token);
-            self.server
-                .inbox
-                .entry(owner)
-                .or_default()
-                .push((req, decision));
-            if decision != PermitDecision::Denied && reader != Some(owner) {
-                wake.insert(owner);
-            }
-        }
-        let at = self.now.plus(self.timing.back());
-        for owner in wake {
-            // Published; heard only on a live subscription.
-            if self.process(owner).subscription == Subscription::Live {
-                self.schedule(at, Due::Wake { process: owner });
-            }
-        }
-    }
-
-    /// The script's `retry_in`: when refill alone could pay the head of the queue (or the
-    /// pace let a paid one go), else `waiter_stale_after`.
-    fn retry_in(&mut self) -> u64 {
-        let now = self.now;
-        let stale = self.timing.waiter_stale_after_ms;
-        let budget = &mut self.server.budget;
-        if budget.waiting() == 0 {
-            return stale;
-        }
-        let balance = milli(budget.balance(now));
-        if balance >= 1_000 {
-            return budget
-                .next_wakeup()
-                .map_or(stale, |at| at.since(now).max(1));
-        }
-        let refill = milli(self.config.refill_per_sec);
-        if refill == 0 {
-            return stale;
-        }
-        ((1_000 - balance) * 1_000).div_ceil(refill).max(1)
-    }
-
-    /// A request leaves Redis's queue (a withdrawal the model lets reach Redis at once).
-    fn withdraw(&mut self, req: Req) {
-        if self.server.owner_of.remove(&req).is_some() {
-            self.server.budget.cancel(req.ticket());
-        }
-    }
-
-    /// The ticket of `req` if `process` still waits for the answer to its ask.
-    fn asking(&self, process: ProcessId, req: Req) -> Option<Ticket> {
-        let ticket = *self.asks.get(&req)?;
-        (self.tickets.get(&ticket) == Some(&Place::Asking { process, req })).then_some(ticket)
-    }
-
-    fn on_reply(&mut self, process: ProcessId, reply: Reply) {
-        let p = self.process(process);
-        if reply.refused() {
-            // A connection error drops the connection (`call`, lines 869–874).
-            p.connected = false;
-        } else {
-            p.timeouts_in_row = 0;
-        }
-        match reply {
-            Reply::Ask { req, ask, answer } => {
-                let Some(ticket) = self.asking(process, req) else {
-                    // Withdrawn while asking.
-                    self.asks.remove(&req);
-                    self.withdraw(req);
-                    return;
-                };
-                match answer {
-                    Err(Refused) => {
-                        self.asks.remove(&req);
-                        self.failed(process);
-                        if let Some(decision) = self.ask_locally(process, ticket, ask) {
-                            self.decided.push_back((ticket, decision));
-                        }
-                    }
-                    Ok(AskAnswer::Decided(heard)) => {
-                        self.asks.remove(&req);
-                        self.succeeded(process);
-                        self.tickets.remove(&ticket);
-                        self.decided.push_back((ticket, heard.at(self.now)));
-                    }
-                    Ok(AskAnswer::Queued {
-                        retry_in,
-                        generation,
-                    }) => {
-                        self.succeeded(process);
-                        self.tickets.insert(ticket, Place::InRedis { process, req });
-                        let (fast, _) = self.timing.pauses();
-                        let p = self.process(process);
-                        p.waiters.insert(
-                            req,
-                            Waiter {
-                                ticket,
-                                ask,
-                                generation,
-                            },
-                        );
-                        if p.poll == Poll::Idle {
-                            self.pause(process, retry_in.clamp(1, fast));
-                        }
-                    }
-                }
-            }
-            Reply::Note { note, answer } => match answer {
-                Ok(()) => self.succeeded(process),
-                Err(Refused) => self.note_failed(process, note),
-            },
-            Reply::Inbox(Err(Refused)) => self.poll_failed(process, false),
-            Reply::Inbox(Ok(Inbox { answers, retry_in })) => {
-                self.succeeded(process);
-                let now = self.now;
-                for (req, heard) in answers {
-                    let Some(waiter) = self.process(process).waiters.remove(&req) else {
-                        continue;
-                    };
-                    let ticket = waiter.ticket;
-                    match heard {
-                        Some(heard) => {
-                            self.asks.remove(&req);
-                            self.tickets.remove(&ticket);
-                            self.decided.push_back((ticket, heard.at(now)));
-                        }
-                        // Redis forgot it: ask again, as a newcomer with the same age.
-                        None if waiter.ask.kind == PermitKind::Charged
-                            && now > waiter.ask.deadline.plus(DEADLINE_GRACE_MS) =>
-                        {
-                            self.asks.remove(&req);
-                            self.tickets.remove(&ticket);
-                            self.decided.push_back((ticket, PermitDecision::Denied));
-                        }
-                        None => {
-                            self.tickets.insert(ticket, Place::Asking { process, req });
-                            self.send(
-                                process,
-                                Call::Ask {
-                                    req,
-                                    ask: waiter.ask,
-                                },
-                            );
-                        }
-                    }
-                }
-                let (fast, slow) = self.timing.pauses();
-                let p = self.process(process);
-                let most = if p.subscription == Subscription::Live {
-                    slow
-                } else {
-                    fast
-                };
-                let deadline = p
-                    .waiters
-                    .values()
-                    .map(|w| w.ask.deadline)
-                    .min()
-                    .map_or(u64::MAX, |d| d.since(now).max(DEADLINE_POLL_MS));
-                self.pause(process, most.min(retry_in.max(1)).min(deadline));
-            }
-            Reply::Cancel { reqs, answer } => {
-                if answer.is_err() {
-                    // Withdrawn once Redis answers again (`release`, lines 1134–1136).
-                    self.process(process).orphans.extend(reqs);
-                }
-            }
-            Reply::Check(Ok(())) => self.succeeded(process),
-            Reply::Check(Err(Refused)) => self.failed(process),
-        }
-    }
-
-    /// A call's reply missed the call timeout, or its connection the connect timeout
-    /// (`connecting`). After a call timeout an ask or an inbox read is made once more,
-    /// under the same request (`call_idempotent`, lines 897–906); a second timeout, a
-    /// connect timeout, or a note's first (`record`, lines 1642–1653), sends the process to
-    /// its local budget as a refused call does. An ask given up may have been granted or
-    /// queued in Redis: it is an orphan, withdrawn once Redis answers again (lines
-    /// 1170–1177); so is one whose connection never opened, as the real process does not
-    /// tell them apart.
-    fn timed_out(&mut self, process: ProcessId, call: Call, retried: bool, connecting: bool) {
-        self.counts.timed_out += 1;
-        // A call whose connection never opened is not repeated: it never reached Redis,
-        // and a second connect would double the wait.
-        let retried = retried || connecting;
-        let repeat = !retried && matches!(call, Call::Ask { .. } | Call::Inbox);
-        let p = self.process(process);
-        if connecting {
-            // No connection was made; the call timeouts in a row are the open one's.
-            p.connected = false;
-        } else if repeat || p.timeouts_in_row >= 1 {
-            // The repeat goes on a new connection; so does the call after a second
-            // timeout in a row (`call`, lines 875–886; `call_idempotent`, 897–906).
-            p.timeouts_in_row = 0;
-            p.connected = false;
-        } else {
-            p.timeouts_in_row += 1;
-        }
-        match call {
-            Call::Ask { req, ask } => {
-                let Some(ticket) = self.asking(process, req) else {
-                    // Withdrawn while asking.
-                    self.asks.remove(&req);
-                    self.withdraw(req);
-                    return;
-                };
-                if !retried {
-                    self.send_try(process, Call::Ask { req, ask }, true);
-                    return;
-                }
-                self.asks.remove(&req);
-                if ask.kind == PermitKind::Charged {
-                    self.counts.orphaned += 1;
-                    self.process(process).orphans.push(req);
-                }
-                self.failed(process);
-                if let Some(decision) = self.ask_locally(process, ticket, ask) {
-                    self.decided.push_back((ticket, decision));
-                }
-            }
-            Call::Note(note) => self.note_failed(process, note),
-            Call::Inbox if !retried => {
-                self.counts.polls += 1;
-                self.send_try(process, Call::Inbox, true);
-            }
-            Call::Inbox => self.poll_failed(process, true),
-            Call::Cancel(reqs) => self.process(process).orphans.extend(reqs),
-            Call::Check => self.failed(process),
-        }
-    }
-
-    /// A note did not reach Redis: the process falls back, and a deposit is made locally
-    /// (a rate limit already was).
-    fn note_failed(&mut self, process: ProcessId, note: BudgetNote) {
-        self.failed(process);
-        if !matches!(note, BudgetNote::RateLimited { .. }) {
-            let now = self.now;
-            self.process(process).local.record(now, note);
-            self.drain_local(process);
-        }
-    }
-
-    /// The poll loop's read failed (`poll_failed`, lines 1380–1390): the process falls
-    /// back, its loop ends, and each of its waiters asks the local budget with the same
-    /// deadline. After a timeout Redis still holds those requests: each is withdrawn at
-    /// once, as each waiter's drop does (lines 1223–1235, 1436–1445); while Redis is down
-    /// (`withdraw_in_redis` false) nothing is sent: Redis comes back empty.
-    fn poll_failed(&mut self, process: ProcessId, withdraw_in_redis: bool) {
-        self.failed(process);
-        let p = self.process(process);
-        p.poll = Poll::Idle;
-        let waiters = std::mem::take(&mut p.waiters);
-        for (req, waiter) in waiters {
-            self.asks.remove(&req);
-            if withdraw_in_redis {
-                self.send(process, Call::Cancel(vec![req]));
-            }
-            if let Some(decision) = self.ask_locally(process, waiter.ticket, waiter.ask) {
-                self.decided.push_back((waiter.ticket, decision));
-            }
-        }
-    }
-
-    /// The poll loop of `process` pauses `ms`, or less when a wake-up rings (one may
-    /// already have).
-    fn pause(&mut self, process: ProcessId, ms: u64) {
-        self.listen(process);
-        let p = self.process(process);
-        if p.woken {
-            self.read_inbox(process);
-            return;
-        }
-        let id = self.next_id();
-        let at = self.now.plus(ms);
-        self.process(process).poll = Poll::Sleeping { id };
-        self.schedule(at, Due::Poll { process, id });
-    }
-
-    /// A wake-up rings for `process`: its pausing loop reads its inbox now; a loop reading
-    /// it, or none, keeps it for its next pause.
-    fn ring(&mut self, process: ProcessId) {
-        let p = self.process(process);
-        if matches!(p.poll, Poll::Sleeping { .. }) {
-            self.read_inbox(process);
-        } else {
-            p.woken = true;
-        }
-    }
-
-    /// The poll loop's turn: it ends when no waiter is left, else reads the inbox.
-    fn read_inbox(&mut self, process: ProcessId) {
-        let p = self.process(process);
-        p.woken = false;
-        if p.waiters.is_empty() {
-            p.poll = Poll::Idle;
-            return;
-        }
-        p.poll = Poll::Reading;
-        self.counts.polls += 1;
-        self.send(process, Call::Inbox);
-    }
-
-    /// Keeps `process` subscribed while its loop runs: subscribes when no subscription is
-    /// live or being made, at most once per `retry_redis_after`.
-    fn listen(&mut self, process: ProcessId) {
-        let now = self.now;
-        let retry = self.timing.retry_redis_after_ms;
-        let up = self.server.up;
-        let p = self.process(process);
-        if p.subscription != Subscription::Off || now < p.subscribe_again {
-            return;
-        }
-        p.subscribe_again = now.plus(retry);
-        if !up {
-            // Refused at once: the task ends and rings the loop.
-            p.woken = true;
-            return;
-        }
-        let epoch = self.next_id();
-        self.process(process).subscription = Subscription::Connecting { epoch };
-        let at = now.plus(self.timing.subscribe_ms);
-        self.schedule(at, Due::Subscribed { process, epoch });
-    }
-
-    /// Whether a decision of `process` tries Redis: always while shared; once per
-    /// `retry_redis_after` while fallen back.
-    fn try_redis(&mut self, process: ProcessId) -> bool {
-        let now = self.now;
-        let retry = self.timing.retry_redis_after_ms;
-        let p = self.process(process);
-        match p.health {
-            Health::Shared => true,
-            Health::Local { next_try } if now < next_try => false,
-            Health::Local { .. } => {
-                p.health = Health::Local {
-                    next_try: now.plus(retry),
-                };
-                true
-            }
-        }
-    }
-
-    fn failed(&mut self, process: ProcessId) {
-        let now = self.now;
-        let next_try = now.plus(self.timing.retry_redis_after_ms);
-        let p = self.process(process);
-        let was = std::mem::replace(&mut p.health, Health::Local { next_try });
-        if was == Health::Shared {
-            self.counts.fell_back += 1;
-            self.notify(process, StoreEvent::FellBack);
-        }
-    }
-
-    /// Redis answered `process`: it decides in Redis again, and withdraws its orphans
-    /// (`succeeded`, lines 1097–1114).
-    fn succeeded(&mut self, process: ProcessId) {
-        let p = self.process(process);
-        let was = std::mem::replace(&mut p.health, Health::Shared);
-        let orphans = std::mem::take(&mut p.orphans);
-        if was != Health::Shared {
-            self.counts.restored += 1;
-            self.notify(process, StoreEvent::Restored);
-        }
-        if !orphans.is_empty() {
-            self.send(process, Call::Cancel(orphans));
+            let at = now.plus(self.timing.back()).plus(late);
+            self.schedule(
+                at,
+                Due::Outcome {
+                    process,
+                    call,
+                    outcome,
+                },
+            );
         }
     }
 
@@ -1685,23 +1218,20 @@ impl RedisStore {
         });
     }
 
-    /// The local budget of `process` decides `ask`: now, or later through
-    /// [`poll_decision`](Self::poll_decision).
-    fn ask_locally(
-        &mut self,
-        process: ProcessId,
-        ticket: Ticket,
-        ask: PermitAsk,
-    ) -> Option<PermitDecision> {
+    /// The local budget of `process` decides `ask`: now, or later.
+    fn ask_locally(&mut self, process: ProcessId, ticket: Ticket, ask: PermitAsk) {
         self.counts.local_decisions += 1;
         let now = self.now;
-        let decision = self.process(process).local.request(now, ticket, ask);
-        match decision {
-            Some(_) => self.tickets.remove(&ticket),
-            None => self.tickets.insert(ticket, Place::Local(process)),
-        };
+        match self.process(process).local.request(now, ticket, ask) {
+            Some(decision) => {
+                self.tickets.remove(&ticket);
+                self.decided.push_back((ticket, decision));
+            }
+            None => {
+                self.tickets.insert(ticket, Place::Local(process));
+            }
+        }
         self.drain_local(process);
-        decision
     }
 
     /// Hands on the answers `process`'s local budget gave its waiters.

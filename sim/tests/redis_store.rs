@@ -175,10 +175,12 @@ fn with_redis_down_a_process_decides_locally_says_so_once_and_returns_when_redis
         store.request(Millis(1_500), A, Ticket(2), first_attempt()),
         None
     );
+    // A refused call may have lost its reply: the ask is made once more, then decided
+    // locally.
     let answers = run_until(&mut store, 1_550);
     assert_eq!(
         answer_of(&answers, Ticket(2)),
-        Some((Millis(1_500 + rt), PermitDecision::Granted))
+        Some((Millis(1_500 + 2 * rt), PermitDecision::Granted))
     );
     assert!(!store.is_shared(A));
     assert!(store.is_shared(B), "B never called");
@@ -188,7 +190,7 @@ fn with_redis_down_a_process_decides_locally_says_so_once_and_returns_when_redis
         Some(PermitDecision::Granted)
     );
     // Then one decision tries Redis, still stopped: local again, told once only.
-    let tried = 1_500 + rt + retry;
+    let tried = 1_500 + 2 * rt + retry;
     assert_eq!(
         store.request(Millis(tried), A, Ticket(4), first_attempt()),
         None
@@ -215,7 +217,7 @@ fn with_redis_down_a_process_decides_locally_says_so_once_and_returns_when_redis
     assert_eq!(
         events,
         vec![
-            (Millis(1_500 + rt), A, StoreEvent::FellBack),
+            (Millis(1_500 + 2 * rt), A, StoreEvent::FellBack),
             (Millis(back + rt), A, StoreEvent::Restored),
         ]
     );
@@ -439,17 +441,21 @@ fn sum(sent: &[Vec<u64>]) -> (usize, u64) {
 }
 
 #[test]
-fn without_slow_calls_a_fleet_runs_as_it_did_before_slow_calls_were_modelled() {
-    // Figures of the model at 43633c6, before slow calls: requests (how many, and the sum
-    // of their times), calls, polls, wake-ups, local decisions, fallbacks and returns.
+fn without_slow_calls_a_fleet_keeps_its_figures_whatever_the_seed() {
+    // Figures of the fleet on core's client, without slow calls: requests (how many, and
+    // the sum of their times), calls, polls, wake-ups, local decisions, fallbacks and
+    // returns. (The hand-kept model before it sent the same 155 requests, 347 ms earlier in
+    // sum, with 293 calls and 10 wake-ups: it did not repeat an ask Redis refused, withdrew
+    // waiters without a call, and woke a process whose own ask decided one of its
+    // waiters.)
     let outage = RedisOutage::new(2_000, 6_000);
     let before = [
         (
             "total-outage",
             RedisTiming::default().with_round_trip_ms(3),
             outage,
-            (155, 1_107_104),
-            [293, 141, 10, 82, 4, 4],
+            (155, 1_107_451),
+            [307, 141, 5, 82, 4, 4],
         ),
         (
             "rate-limit-shared",
@@ -466,20 +472,23 @@ fn without_slow_calls_a_fleet_runs_as_it_did_before_slow_calls_were_modelled() {
             (timing.with_stalls(CallStalls::new(0, 500)), 7),
         ] {
             let (sent, c, _) = play_in_redis(model, 4, timing, outage, seed);
-            assert_eq!(sum(&sent), requests, "{model}");
             assert_eq!(
-                [
-                    c.calls,
-                    c.polls,
-                    c.wakes,
-                    c.local_decisions,
-                    c.fell_back,
-                    c.restored
-                ],
-                counts,
+                (
+                    sum(&sent),
+                    [
+                        c.calls,
+                        c.polls,
+                        c.wakes,
+                        c.local_decisions,
+                        c.fell_back,
+                        c.restored
+                    ]
+                ),
+                (requests, counts),
                 "{model}"
             );
-            assert_eq!((c.timed_out, c.orphaned, c.repaid), (0, 0, 0), "{model}");
+            // Asks Redis refused are orphans (withdrawn once it answers), never timeouts.
+            assert_eq!((c.timed_out, c.repaid), (0, 0), "{model}");
         }
     }
 }
