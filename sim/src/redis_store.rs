@@ -820,7 +820,7 @@ impl RedisStore {
     pub fn is_shared(&self, process: ProcessId) -> bool {
         self.processes
             .get(&process)
-            .map_or(true, |p| p.client.is_shared())
+            .is_none_or(|p| p.client.is_shared())
     }
 
     /// Asks for a permit for a machine of `process` at `now`. Returns the decision when it
@@ -951,7 +951,7 @@ impl RedisStore {
                 .filter_map(|(id, p)| p.client.poll_timeout().map(|t| (t, *id)))
                 .min();
             match (due, timer) {
-                (Some(at), timer) if at <= now && timer.map_or(true, |(t, _)| at <= t) => {
+                (Some(at), timer) if at <= now && timer.is_none_or(|(t, _)| at <= t) => {
                     if let Some(((at, _), due)) = self.due.pop_first() {
                         self.now = self.now.max(at);
                         self.handle(due);

@@ -9,16 +9,17 @@
 //! Two fleets per model: `200 runners, 1 process` (one `SharedBudget` for all) and
 //! `20 processes × 10` (child processes of this binary, each with its own budget); with
 //! `--redis`, a third: the same 20 processes sharing one `RedisBudget` in that redis-server
-//! (a fleet on many machines), against the same processes simulated on the model of the
-//! Redis store (`rebound_sim::redis_store`: every decision a round trip, a grant reaching a
-//! waiting process when it reads its inbox, woken or polling, with `RedisOptions`'
-//! defaults). The real processes time their budget's calls (see [`TimedBudget`]); the
+//! (a fleet on many machines), against the same processes simulated on a virtual Redis
+//! (`rebound_sim::redis_store`: each process runs core's `BudgetClient`, the state machine
+//! `RedisBudget` drives, over a network where every call is a round trip, with
+//! `RedisOptions`' defaults). The real processes time their budget's calls (see [`TimedBudget`]); the
 //! simulated ones run with what that play measured: the median call as the round trip, the
 //! calls that missed the 50 ms call timeout as stalls of that chance, and the calls on a new
 //! connection that missed (checks at start, repeats after a timeout) as the chance that
 //! opening a connection misses its own bound (`rebound_sim::redis_store::CallStalls`); each simulated process checks Redis at its
-//! start, as the real ones do. So the model falls back, repeats and withdraws orphaned asks
-//! about as often as the real store had to on this machine, loaded or not. Time is
+//! start, as the real ones do. So the simulated processes fall back, repeat and withdraw
+//! orphaned asks about as often as the real store had to on this machine, loaded or not.
+//! `tests/tests/fleet.rs` is a small version of this comparison that `cargo test` runs. Time is
 //! scaled by `--scale` on both sides — the scenario's windows, latencies and `retry-after`,
 //! the retry policy's delays, the budget's wait and refill — so a model that takes a minute
 //! of virtual time plays in twelve seconds. The server plays the scenario's latencies
