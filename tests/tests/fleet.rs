@@ -37,12 +37,11 @@ const PROCESSES: usize = 3;
 const PER_PROCESS: usize = 10;
 const SEED: u64 = 1;
 
-/// What a fleet did: per agent, whether its turn completed and how many requests it sent.
+/// What a fleet did: how many turns completed, and how many requests it sent.
 #[derive(Debug)]
 struct Fleet {
     completed: usize,
     requests: usize,
-    per_agent: Vec<f64>,
 }
 
 impl Fleet {
@@ -162,7 +161,6 @@ fn simulated(experiment: &ExperimentConfig, m: usize, model: &OutageModel, scale
             .flat_map(|o| o.commands())
             .filter(|(_, c)| matches!(c, Command::SendRequest { .. }))
             .count(),
-        per_agent: outcomes.iter().map(|o| f64::from(o.requests())).collect(),
     }
 }
 
@@ -235,7 +233,6 @@ async fn real(
     let fleet = Fleet {
         completed,
         requests,
-        per_agent: Vec::new(),
     };
     (fleet, fell_back.load(Ordering::Relaxed))
 }
@@ -266,21 +263,17 @@ fn compare(test: &str, name: &str, scale: f64) {
         scale,
     )));
     let played = started.elapsed();
-    // Noise: three standard errors of the difference of two samples of this size (the
-    // fake server draws its faults from one stream, the simulator per agent), and at least
-    // 3 points of success and 10 % of requests per agent (as the example judges).
+    // Noise. Success: three standard errors of the difference of two samples of this size,
+    // and at least 3 points (as the example judges). Requests: the two sides play the same
+    // agents (seeds, start times), so they are paired, and the example's three standard
+    // errors of two independent samples would be loose enough here, with 30 agents, to let a
+    // budget per process pass for one shared budget in the total outage (5.5 requests per
+    // agent against 2.7): 15 % of the simulated figure, and at least 0.2, instead (measured:
+    // within 9 %).
     let n = real.agents();
     let p = sim.success();
     let success_noise = (3.0 * (2.0 * p * (1.0 - p) / n).sqrt()).max(0.03);
-    let mean = sim.requests_per_agent();
-    let sd = (sim
-        .per_agent
-        .iter()
-        .map(|r| (r - mean).powi(2))
-        .sum::<f64>()
-        / n)
-        .sqrt();
-    let requests_noise = (3.0 * sd * (2.0 / n).sqrt()).max(0.1 * mean.max(1.0));
+    let requests_noise = (0.15 * sim.requests_per_agent()).max(0.2);
     let report = format!(
         "{name}, {PROCESSES} processes × {PER_PROCESS}, scale {scale}: real {} of {n} turns, \
          {:.2} requests per agent ({fell_back} fallbacks; played in {:.1} s); simulated {} \
