@@ -1061,7 +1061,7 @@ impl RedisStore {
                         self.schedule(now, Due::SubscriptionFailed { process, epoch });
                     }
                 }
-                Output::Answer { op, answer } => {
+                Output::Answer { op, answer, .. } => {
                     let Some((ticket, ask)) = self.process(process).asks.remove(&op) else {
                         continue;
                     };

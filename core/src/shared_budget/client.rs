@@ -119,6 +119,10 @@ pub enum Output {
         op: OpId,
         /// What to do.
         answer: Answer,
+        /// For a charged permit Redis granted (a token taken): its request, to hand to
+        /// [`unheard`](BudgetClient::unheard) should the asker stop waiting before it hears
+        /// the answer, so the token goes back. `None` for every other answer.
+        unheard: Option<u64>,
     },
     /// Tell the local budget this note too (a rate limit always; a deposit while Redis
     /// cannot take it).
@@ -247,7 +251,7 @@ enum Loop {
 /// client.handle_reply(Millis(11), call, Ok(ScriptReply::Granted));
 /// assert_eq!(
 ///     client.poll(),
-///     Some(Output::Answer { op, answer: Answer::Decided(PermitDecision::Granted) })
+///     Some(Output::Answer { op, answer: Answer::Decided(PermitDecision::Granted), unheard: Some(1) })
 /// );
 /// assert_eq!(client.poll(), None);
 /// ```
@@ -432,6 +436,15 @@ impl BudgetClient {
         }
     }
 
+    /// The asker of an ask answered with a grant stopped waiting before it heard it (the
+    /// answer was on its way to it): `request`, named by the answer's
+    /// [`unheard`](Output::Answer::unheard), is withdrawn, so the token Redis granted to it
+    /// goes back instead of being spent on nothing.
+    pub fn unheard(&mut self, _now: Millis, request: u64) {
+        self.acks.retain(|r| *r != request);
+        self.cancel(vec![request]);
+    }
+
     // ----- inputs from the world -----
 
     /// The outcome of a call: Redis's reply, or what went wrong (a timeout, a broken
@@ -569,7 +582,28 @@ impl BudgetClient {
     }
 
     fn answer(&mut self, op: OpId, answer: Answer) {
-        self.outputs.push_back(Output::Answer { op, answer });
+        self.outputs.push_back(Output::Answer {
+            op,
+            answer,
+            unheard: None,
+        });
+    }
+
+    /// Answers `op` with what Redis decided for its `request`.
+    fn answer_shared(
+        &mut self,
+        op: OpId,
+        kind: PermitKind,
+        request: u64,
+        decision: PermitDecision,
+    ) {
+        let unheard =
+            (kind == PermitKind::Charged && decision == PermitDecision::Granted).then_some(request);
+        self.outputs.push_back(Output::Answer {
+            op,
+            answer: Answer::Decided(decision),
+            unheard,
+        });
     }
 
     fn call(&mut self, purpose: Purpose, op: ScriptOp, repeat: bool) {
@@ -728,7 +762,7 @@ impl BudgetClient {
         };
         self.asks.remove(&op);
         self.succeeded(now);
-        self.answer(op, Answer::Decided(decision));
+        self.answer_shared(op, asked.ask.kind, request, decision);
     }
 
     /// The inbox loop pauses `ms` (keeping the process subscribed), or reads at once when a
@@ -871,8 +905,11 @@ impl BudgetClient {
             self.acks.push(request);
             match decided {
                 Some(decision) => {
-                    self.asks.remove(&op);
-                    self.answer(op, Answer::Decided(decision));
+                    let kind = self
+                        .asks
+                        .remove(&op)
+                        .map_or(PermitKind::Charged, |a| a.ask.kind);
+                    self.answer_shared(op, kind, request, decision);
                 }
                 // Redis forgot the request (restarted empty, or it went stale): ask again,
                 // as a newcomer with the same request age.

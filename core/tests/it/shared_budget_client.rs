@@ -70,7 +70,8 @@ fn a_reply_lost_once_is_asked_again_under_the_same_request_on_a_new_connection()
         drain(&mut client),
         vec![Output::Answer {
             op,
-            answer: Answer::Decided(PermitDecision::Granted)
+            answer: Answer::Decided(PermitDecision::Granted),
+            unheard: Some(request_of(&ask)),
         }]
     );
     assert!(client.is_shared());
@@ -92,7 +93,8 @@ fn a_reply_lost_twice_decides_locally_once_and_the_orphan_is_withdrawn_when_redi
             Output::FellBack(timeout()),
             Output::Answer {
                 op,
-                answer: Answer::Local
+                answer: Answer::Local,
+                unheard: None
             }
         ]
     );
@@ -104,7 +106,8 @@ fn a_reply_lost_twice_decides_locally_once_and_the_orphan_is_withdrawn_when_redi
         drain(&mut client),
         vec![Output::Answer {
             op: local,
-            answer: Answer::Local
+            answer: Answer::Local,
+            unheard: None
         }]
     );
     // Then Redis again; its answer restores the budget and withdraws the orphan.
@@ -121,7 +124,8 @@ fn a_reply_lost_twice_decides_locally_once_and_the_orphan_is_withdrawn_when_redi
         outputs[2],
         Output::Answer {
             op: shared,
-            answer: Answer::Decided(PermitDecision::Granted)
+            answer: Answer::Decided(PermitDecision::Granted),
+            unheard: None
         }
     );
     assert!(client.is_shared());
@@ -171,7 +175,8 @@ fn a_queued_ask_is_answered_by_the_inbox_read_a_wake_up_makes_at_once_and_acknow
         drain(&mut client),
         vec![Output::Answer {
             op,
-            answer: Answer::Decided(PermitDecision::Granted)
+            answer: Answer::Decided(PermitDecision::Granted),
+            unheard: Some(request)
         }]
     );
     // The loop ends at its next turn, with nobody left; a new waiter's first read
@@ -208,7 +213,8 @@ fn a_waiter_past_its_deadline_and_grace_is_denied_and_withdrawn_from_redis() {
     let outputs = drain(&mut client);
     assert!(outputs.contains(&Output::Answer {
         op,
-        answer: Answer::Decided(PermitDecision::Denied)
+        answer: Answer::Decided(PermitDecision::Denied),
+        unheard: None
     }));
     assert!(outputs.iter().any(|o| matches!(
         o,
@@ -257,7 +263,8 @@ fn a_request_redis_forgot_is_asked_again_under_a_new_name() {
         drain(&mut client),
         vec![Output::Answer {
             op,
-            answer: Answer::Decided(PermitDecision::Denied)
+            answer: Answer::Decided(PermitDecision::Denied),
+            unheard: None
         }]
     );
 }
@@ -288,7 +295,8 @@ fn a_budget_redis_cannot_keep_is_local_for_good_and_said_once() {
             drain(&mut client),
             vec![Output::Answer {
                 op,
-                answer: Answer::Local
+                answer: Answer::Local,
+                unheard: None
             }]
         );
     }
@@ -309,7 +317,8 @@ fn a_malformed_reply_is_a_typed_error_and_the_local_budget_decides() {
         outputs[1],
         Output::Answer {
             op,
-            answer: Answer::Local
+            answer: Answer::Local,
+            unheard: None
         }
     );
 }
@@ -652,4 +661,29 @@ fn an_answer_never_leaves_a_request_in_redis_when_the_asker_withdraws_while_it_i
         "no answer for a withdrawn ask"
     );
     assert_eq!(client.waiting(), 0);
+}
+
+#[test]
+fn a_grant_the_asker_did_not_hear_is_withdrawn_so_its_token_goes_back() {
+    let mut client = BudgetClient::new(ClientTiming::default());
+    let op = client.ask(Millis(0), charged(10_000));
+    let (call, ask, _) = the_call(&drain(&mut client));
+    client.handle_reply(Millis(1), call, Ok(ScriptReply::Granted));
+    let Some(Output::Answer {
+        op: answered,
+        unheard: Some(request),
+        ..
+    }) = client.poll()
+    else {
+        panic!("a charged grant names its request");
+    };
+    assert_eq!((answered, request), (op, request_of(&ask)));
+    client.unheard(Millis(2), request);
+    let (_, cancel, _) = the_call(&drain(&mut client));
+    assert_eq!(
+        cancel,
+        ScriptOp::Cancel {
+            requests: vec![request]
+        }
+    );
 }

@@ -396,7 +396,8 @@ struct Driven {
 /// The end of an operation of the machine, for the task awaiting it.
 #[derive(Debug)]
 enum End {
-    Answer(Answer),
+    /// The answer, and the request to withdraw should it not be heard.
+    Answer(Answer, Option<u64>),
     Noted,
     Checked(Result<RedisBudgetStats, RedisBudgetError>),
 }
@@ -776,7 +777,11 @@ impl RedisBudget {
             let mut todo = Vec::new();
             while let Some(output) = driven.client.poll() {
                 let (op, end) = match output {
-                    Output::Answer { op, answer } => (op, End::Answer(answer)),
+                    Output::Answer {
+                        op,
+                        answer,
+                        unheard,
+                    } => (op, End::Answer(answer, unheard)),
                     Output::Noted { op } => (op, End::Noted),
                     Output::Checked { op, result } => (op, End::Checked(result)),
                     other => {
@@ -927,11 +932,13 @@ async fn listen(client: redis::Client, channel: String, timeout: Duration, budge
     tell(|c, now| c.handle_subscription(now, false));
 }
 
-/// An ask on its way or waiting: withdrawn when its wait ends without an answer (a canceled
-/// run), so Redis drops its place or pays back a token granted to it too late.
+/// An ask on its way or waiting, with the way its answer comes: withdrawn when its wait
+/// ends without the answer heard (a canceled run), so Redis drops its place or pays back a
+/// token granted to it — also when the grant had already come but was not yet read.
 struct Withdraw<'a> {
     budget: &'a RedisBudget,
     op: OpId,
+    answer: oneshot::Receiver<End>,
     armed: bool,
 }
 
@@ -939,9 +946,14 @@ impl Drop for Withdraw<'_> {
     fn drop(&mut self) {
         if self.armed {
             let op = self.op;
+            let answer = &mut self.answer;
+            // Under the budget's lock: no answer is sent meanwhile.
             self.budget.drive(|d, now| {
                 d.ends.remove(&op);
                 d.client.withdraw(now, op);
+                if let Ok(End::Answer(_, Some(request))) = answer.try_recv() {
+                    d.client.unheard(now, request);
+                }
             });
         }
     }
@@ -1102,12 +1114,13 @@ impl BudgetStore for RedisBudget {
         let mut withdraw = Withdraw {
             budget: self,
             op,
+            answer: receive,
             armed: true,
         };
-        let end = receive.await;
+        let end = (&mut withdraw.answer).await;
         withdraw.armed = false;
         match end {
-            Ok(End::Answer(Answer::Decided(decision))) => decision,
+            Ok(End::Answer(Answer::Decided(decision), _)) => decision,
             _ => self.inner.fallback.acquire(ask).await,
         }
     }
