@@ -312,6 +312,7 @@ impl Run {
         // An earlier time than one already handed counts as that one, for the machine and
         // for what is recorded.
         let now = self.machine.clock(now);
+        let event = crate::machine::at_the_door(event);
         if let Some(end) = &self.end {
             if let (Ok(_), Event::HostFailed { failure }) = (end, &event) {
                 self.end = Some(Err(RunError::from(failure.clone())));

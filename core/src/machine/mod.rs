@@ -1529,6 +1529,32 @@ fn excerpt(raw: &str) -> String {
     }
 }
 
+/// `event` as the machine takes it in, which is what a trace records of it: an answer's tool
+/// inputs nesting deeper than [`MAX_TOOL_INPUT_DEPTH`] are `{}` with a
+/// [`InputProblemKind::TooDeep`] problem, as the machine answers them (see
+/// `refuse_deep_inputs`). Recorded whole, such an input would make the trace unreadable
+/// (`serde_json` reads 128 levels); recorded so, it replays to the same commands.
+pub(crate) fn at_the_door(event: Event) -> Event {
+    match event {
+        Event::ProviderSucceeded {
+            request,
+            mut response,
+        } if response
+            .message
+            .tool_uses()
+            .any(|(_, _, input)| nests_deeper_than(input, MAX_TOOL_INPUT_DEPTH)) =>
+        {
+            let problems = response.take_input_problems().into_boxed_slice();
+            let problems = refuse_deep_inputs(&mut response.message, problems);
+            Event::ProviderSucceeded {
+                request,
+                response: response.with_input_problems(problems.into_vec()),
+            }
+        }
+        other => other,
+    }
+}
+
 /// Gives every tool use a non-empty id unique within the message (a broken
 /// OpenAI-compatible server may send none or repeat one), re-keying input problems to match.
 /// Replaces every tool input nesting deeper than [`MAX_TOOL_INPUT_DEPTH`] by `{}` and adds a

@@ -215,3 +215,41 @@ fn a_time_earlier_than_one_handed_before_is_recorded_and_counted_as_that_one() {
     assert_eq!(times, [Millis(1_000), Millis(1_000)]);
     assert_eq!(run.tally().elapsed_ms, 0);
 }
+
+#[test]
+fn a_tool_input_too_deep_to_read_back_is_recorded_as_the_machine_takes_it() {
+    use crate::trace::TraceStep;
+    use crate::{ContentBlock, StopReason, ToolSpec};
+    let mut deep = serde_json::json!({});
+    for _ in 0..150 {
+        deep = serde_json::json!({ "a": deep });
+    }
+    let config = config().with_tools(vec![ToolSpec {
+        name: "read".into(),
+        description: "Reads.".into(),
+        input_schema: serde_json::json!({"type": "object"}),
+    }]);
+    let mut run = Run::new(config.clone(), 1).recording(true);
+    let _ = run.handle(Millis(0), Event::user_text("hi"));
+    let request = request_of(&drain(&mut run));
+    let message = Message {
+        role: crate::Role::Assistant,
+        content: vec![ContentBlock::ToolUse {
+            id: "t1".into(),
+            name: "read".into(),
+            input: std::sync::Arc::new(deep),
+        }],
+    };
+    let response = AssistantResponse::new(message, StopReason::ToolUse);
+    let _ = run.handle(Millis(5), Event::ProviderSucceeded { request, response });
+    drain(&mut run);
+    let steps = run.take_steps();
+    let mut machine = AgentMachine::new(config, 1);
+    for step in &steps {
+        let line =
+            serde_json::to_string(&TraceStep::new(step.at, step.event.clone(), &step.commands))
+                .expect("a step line");
+        let read: TraceStep = serde_json::from_str(&line).expect("the step reads back");
+        assert_eq!(machine.step(step.at, read.event), step.commands);
+    }
+}
