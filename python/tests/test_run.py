@@ -257,3 +257,18 @@ def test_a_time_earlier_than_one_handled_before_is_taken_as_that_one():
     m.step(500, e.ProviderSucceeded(send.request, text_response()))
     assert [s.t_ms for s in read_trace(m.trace_jsonl()).steps] == [1000, 1000]
     assert m.tally.elapsed_ms == 0
+
+
+@pytest.mark.parametrize("depth", [120, 150, 190])
+def test_a_tool_input_nested_too_deep_is_refused_and_its_trace_replays(depth):
+    m = AgentMachine(config={"tools": [READ_TOOL]}, seed=1, record=True)
+    [_, send] = m.step(0, e.UserMessage.text("hi"))
+    nested: dict = {}
+    for _ in range(depth):
+        nested = {"a": nested}
+    answer = tool_response("t1", "a.rs")
+    answer["message"]["content"][0]["input"] = nested
+    cmds = m.step(10, e.ProviderSucceeded(send.request, answer))
+    assert [type(x).__name__ for x in cmds] == ["AppendMessage", "AppendMessage", "SendRequest"]
+    assert "nests deeper" in json.dumps(cmds[1].message)
+    assert replay(m.trace_jsonl()).identical
