@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from . import _native
-from ._native import RunTally
+from ._native import RunTally, TraceError
 from .commands import Command
 from .events import Event
 
@@ -228,15 +229,23 @@ class ReplayReport:
 
 
 def _text(trace: str | bytes | os.PathLike[str]) -> str | bytes:
+    """The trace's text: ``trace`` itself, or the file it names. A trace's text starts with
+    its JSON header (``{``), so a non-empty ``str`` that does not is taken as a path."""
+    if isinstance(trace, str) and trace.strip() and not trace.lstrip().startswith("{"):
+        trace = Path(trace)
     if isinstance(trace, os.PathLike):
-        with open(trace, "rb") as f:
-            return f.read()
+        try:
+            with open(trace, "rb") as f:
+                return f.read()
+        except OSError as error:
+            raise TraceError(f"cannot read the trace file {os.fspath(trace)!r}: {error.strerror or error}") from None
     return trace
 
 
 def replay(trace: str | bytes | os.PathLike[str]) -> ReplayReport:
-    """Replays a trace (its text, or a path to its file). Raises TraceError for a trace
-    that cannot be read (empty, another format or version, a bad or cut line)."""
+    """Replays a trace (its text, or a path to its file as a ``str`` or a path). Raises
+    TraceError for a trace that cannot be read (no such file, empty, another format or
+    version, a bad or cut line)."""
     d = _native.replay(_text(trace))
     if d["divergence"] is not None:
         d["divergence"] = Divergence(**d["divergence"])
@@ -262,7 +271,8 @@ class Trace:
 
 
 def read_trace(trace: str | bytes | os.PathLike[str]) -> Trace:
-    """Reads a trace (its text, or a path to its file); raises TraceError."""
+    """Reads a trace (its text, or a path to its file as a ``str`` or a path); raises
+    TraceError."""
     text = _text(trace)
     if isinstance(text, bytes):
         text = text.decode("utf-8")

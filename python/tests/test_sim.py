@@ -218,3 +218,13 @@ def test_scenario_tools_refuse_bad_scenarios_and_calls_with_typed_errors():
         ScenarioTools("no-such-scenario")
     with pytest.raises(EventError):
         ScenarioTools("tool-errors").run([{"name": "read"}])
+
+
+def test_replay_reads_a_trace_file_named_by_a_str_path(tmp_path):
+    trace = simulate("blip", seed=1).trace
+    path = tmp_path / "run.jsonl"
+    path.write_text(trace)
+    assert replay(str(path)).identical and replay(path).identical
+    assert len(read_trace(str(path)).steps) == len(read_trace(trace).steps)
+    with pytest.raises(TraceError, match="cannot read the trace file"):
+        replay(str(tmp_path / "missing.jsonl"))
