@@ -22,8 +22,10 @@ with one :class:`SharedBudget` (see :mod:`rebound_agent.budget`).
 
 Every decision (retry or not, how long to wait, compaction, tool error results, failing) is
 made by the Rust crates, and so is the run's tally (:attr:`AgentMachine.tally`); this package
-only converts and forwards. Bad input raises a
-:class:`ReboundError` subclass and leaves the machine as it was.
+only converts and forwards. A bad value (a malformed event or configuration, a number out
+of range, a negative seed) raises a :class:`ReboundError` subclass (``ConfigError``,
+``EventError``, ``RequestError``, ``TraceError``…) and leaves the machine as it was; an
+argument of the wrong Python type (a ``str`` where an ``int`` goes) raises ``TypeError``.
 """
 
 from __future__ import annotations

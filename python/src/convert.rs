@@ -64,6 +64,41 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
 /// # Errors
 ///
 /// [`ReboundError`] for a negative, too large or non-integer value.
+/// `error` as the error `make` builds from its message (without the `EventError: ` its
+/// `Display` starts with); a `TypeError` (a value of the wrong Python type) stays one.
+pub fn retyped(error: PyErr, make: impl FnOnce(String) -> PyErr) -> PyErr {
+    Python::attach(|py| {
+        if error.is_instance_of::<PyTypeError>(py) {
+            error
+        } else {
+            make(error.value(py).to_string())
+        }
+    })
+}
+
+/// A non-negative integer argument that fits `T`: `TypeError` for anything but an int (a
+/// bool included), and the error `out_of_range` builds for a value below 0 or past `T`'s
+/// range (never a bare `OverflowError`).
+pub fn int_arg<T: TryFrom<u64>>(
+    obj: &Bound<'_, PyAny>,
+    what: &str,
+    out_of_range: impl FnOnce(String) -> PyErr,
+) -> PyResult<T> {
+    if obj.cast::<PyBool>().is_ok() || obj.cast::<PyInt>().is_err() {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be an int, got {}",
+            type_name(obj)
+        )));
+    }
+    match obj.extract::<u64>().ok().and_then(|v| T::try_from(v).ok()) {
+        Some(v) => Ok(v),
+        None => Err(out_of_range(format!(
+            "{what} must be an integer from 0 to 2**{} - 1, got {obj}",
+            std::mem::size_of::<T>() * 8
+        ))),
+    }
+}
+
 pub fn to_u64(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
     if obj.cast::<PyBool>().is_ok() || obj.cast::<PyInt>().is_err() {
         return Err(PyTypeError::new_err(format!(

@@ -3,7 +3,7 @@
 //! makes them typed objects), conversations as shared snapshots. The tally, the trace, the
 //! end of the run and the stream resets are the run's; this module only converts.
 
-use crate::convert::{from_py, to_py, to_u64};
+use crate::convert::{from_py, retyped, to_py, to_u64};
 use crate::deadlines::PyStreamDeadlines;
 use crate::errors::{
     ConfigError, EventError, ReboundError, UnexpectedEventError, UnknownAnswerError,
@@ -264,12 +264,12 @@ impl PyMachine {
             None => MachineConfig::default(),
             Some(c) if c.is_none() => MachineConfig::default(),
             Some(c) => {
-                from_py(c, "machine config").map_err(|e| ConfigError::new_err(e.to_string()))?
+                from_py(c, "machine config").map_err(|e| retyped(e, ConfigError::new_err))?
             }
         };
         let conversation: Option<Conversation> = match conversation {
             Some(c) if !c.is_none() => {
-                Some(from_py(c, "conversation").map_err(|e| ConfigError::new_err(e.to_string()))?)
+                Some(from_py(c, "conversation").map_err(|e| retyped(e, ConfigError::new_err))?)
             }
             _ => None,
         };

@@ -2,7 +2,7 @@
 //! retry budget), the outage experiment's report, and trace replay with the first
 //! divergence as `rebound replay` prints it.
 
-use crate::convert::{from_py, to_py};
+use crate::convert::{from_py, int_arg, retyped, to_py};
 use crate::errors::{ConfigError, EventError, SimulationError, TraceError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
@@ -33,14 +33,14 @@ fn scenario(obj: &Bound<'_, PyAny>) -> PyResult<Scenario> {
             .map_err(|e| ConfigError::new_err(format!("bad scenario: {e}")));
     }
     let value: serde_json::Value =
-        from_py(obj, "scenario").map_err(|e| ConfigError::new_err(e.to_string()))?;
+        from_py(obj, "scenario").map_err(|e| retyped(e, ConfigError::new_err))?;
     Scenario::from_json(&value.to_string())
         .map_err(|e| ConfigError::new_err(format!("bad scenario: {e}")))
 }
 
 fn sim_config(obj: Option<&Bound<'_, PyAny>>) -> PyResult<SimConfig> {
     match obj.filter(|o| !o.is_none()) {
-        Some(c) => from_py(c, "simulator config").map_err(|e| ConfigError::new_err(e.to_string())),
+        Some(c) => from_py(c, "simulator config").map_err(|e| retyped(e, ConfigError::new_err)),
         None => Ok(SimConfig::default()),
     }
 }
@@ -57,13 +57,14 @@ pub fn builtin_scenarios() -> Vec<&'static str> {
 /// counts every run's) and `trace` (JSON Lines, replayable). Raises
 /// `SimulationError` when the machine livelocks or stalls (a bug in rebound, with the seed).
 #[pyfunction]
-#[pyo3(signature = (scenario, seed=0, config=None))]
+#[pyo3(signature = (scenario, seed=None, config=None))]
 pub fn simulate<'py>(
     py: Python<'py>,
     scenario: &Bound<'py, PyAny>,
-    seed: u64,
+    seed: Option<&Bound<'py, PyAny>>,
     config: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let seed: u64 = seed.map_or(Ok(0), |s| int_arg(s, "seed", ConfigError::new_err))?;
     let scenario = self::scenario(scenario)?;
     let config = sim_config(config)?;
     let outcome = py
@@ -98,9 +99,11 @@ pub fn simulate<'py>(
 pub fn simulate_fleet<'py>(
     py: Python<'py>,
     scenario: &Bound<'py, PyAny>,
-    agents: Vec<(u64, u64)>,
+    agents: &Bound<'py, PyAny>,
     config: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let agents: Vec<(u64, u64)> =
+        from_py(agents, "agents (seed, start_ms)").map_err(|e| retyped(e, ConfigError::new_err))?;
     let scenario = self::scenario(scenario)?;
     let config = sim_config(config)?;
     let fleet: Vec<FleetAgent<'_>> = agents
@@ -140,14 +143,17 @@ pub fn simulate_fleet<'py>(
 /// `runs` simulated runs of `scenario` with seeds `first_seed..first_seed + runs`: the
 /// statistics `rebound sim` prints, as a dict (`table` is its Markdown table).
 #[pyfunction]
-#[pyo3(signature = (scenario, runs=100, first_seed=0, config=None))]
+#[pyo3(signature = (scenario, runs=None, first_seed=None, config=None))]
 pub fn simulate_many<'py>(
     py: Python<'py>,
     scenario: &Bound<'py, PyAny>,
-    runs: u32,
-    first_seed: u64,
+    runs: Option<&Bound<'py, PyAny>>,
+    first_seed: Option<&Bound<'py, PyAny>>,
     config: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let runs: u32 = runs.map_or(Ok(100), |r| int_arg(r, "runs", ConfigError::new_err))?;
+    let first_seed: u64 =
+        first_seed.map_or(Ok(0), |s| int_arg(s, "first_seed", ConfigError::new_err))?;
     let scenario = self::scenario(scenario)?;
     let config = sim_config(config)?;
     let stats = py.detach(|| run_many(&scenario, &config, first_seed, runs));
@@ -188,12 +194,14 @@ pub fn simulate_many<'py>(
 /// model. A dict: `table` (the Markdown report), `rows`, `met` (rebound met its bar) and
 /// `misses`.
 #[pyfunction]
-#[pyo3(signature = (seed=1, agents=1000))]
+#[pyo3(signature = (seed=None, agents=None))]
 pub fn outage_report<'py>(
     py: Python<'py>,
-    seed: u64,
-    agents: usize,
+    seed: Option<&Bound<'py, PyAny>>,
+    agents: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    let seed: u64 = seed.map_or(Ok(1), |s| int_arg(s, "seed", ConfigError::new_err))?;
+    let agents: usize = agents.map_or(Ok(1000), |a| int_arg(a, "agents", ConfigError::new_err))?;
     let config = ExperimentConfig::default()
         .with_seed(seed)
         .with_agents(agents);
@@ -331,7 +339,7 @@ impl ScenarioTools {
         calls: &Bound<'py, PyAny>,
     ) -> PyResult<(u64, Bound<'py, PyAny>)> {
         let calls: Vec<ToolCall> =
-            from_py(calls, "tool calls").map_err(|e| EventError::new_err(e.to_string()))?;
+            from_py(calls, "tool calls").map_err(|e| retyped(e, EventError::new_err))?;
         let (ms, outcome) =
             ScriptedTools::new(&self.scenario).run(&calls, self.scenario.timing.tool_ms);
         Ok((ms, to_py(py, &outcome)?))

@@ -1,7 +1,7 @@
 //! The wire helpers of rebound-core for drivers with their own HTTP client: request bodies,
 //! the incremental stream decoder, and the classification of HTTP and transport failures.
 
-use crate::convert::{from_py, to_py, to_u64};
+use crate::convert::{from_py, int_arg, retyped, to_py, to_u64};
 use crate::errors::{ConfigError, ReboundError, RequestError, StreamError};
 use crate::machine::PySnapshot;
 use pyo3::intern;
@@ -37,7 +37,7 @@ pub fn conversation(obj: &Bound<'_, PyAny>) -> PyResult<Arc<Conversation>> {
     }
     from_py::<Conversation>(obj, "conversation")
         .map(Arc::new)
-        .map_err(|e| RequestError::new_err(e.to_string()))
+        .map_err(|e| retyped(e, RequestError::new_err))
 }
 
 /// The bytes of `bytes`, `bytearray`, `memoryview` or `str` (as UTF-8).
@@ -72,7 +72,7 @@ fn options_from(obj: &Bound<'_, PyAny>) -> PyResult<RequestOptions> {
         extra_body: Map<String, Value>,
     }
     let o: Options =
-        from_py(obj, "request options").map_err(|e| ConfigError::new_err(e.to_string()))?;
+        from_py(obj, "request options").map_err(|e| retyped(e, ConfigError::new_err))?;
     let mut options = RequestOptions::new().with_extra_body(o.extra_body);
     if let Some(t) = o.temperature {
         options = options.with_temperature(t);
@@ -124,14 +124,14 @@ fn options_from(obj: &Bound<'_, PyAny>) -> PyResult<RequestOptions> {
 /// checked against the provider's API. Raises `RequestError` for a conversation no request
 /// can be built from (empty, tool calls not answered in order) or refused options.
 #[pyfunction]
-#[pyo3(signature = (provider, conversation, model, max_tokens=4096, *, system=None, tools=None, stream=true, options=None, base_url=None, identity=None))]
+#[pyo3(signature = (provider, conversation, model, max_tokens=None, *, system=None, tools=None, stream=true, options=None, base_url=None, identity=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn request_body<'py>(
     py: Python<'py>,
     provider: &str,
     conversation: &Bound<'py, PyAny>,
     model: &str,
-    max_tokens: u32,
+    max_tokens: Option<&Bound<'py, PyAny>>,
     system: Option<&str>,
     tools: Option<&Bound<'py, PyAny>>,
     stream: bool,
@@ -140,10 +140,13 @@ pub fn request_body<'py>(
     identity: Option<&str>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let kind = provider_kind(provider)?;
+    let max_tokens: u32 = max_tokens.map_or(Ok(4096), |m| {
+        int_arg(m, "max_tokens", RequestError::new_err)
+    })?;
     let conversation = self::conversation(conversation)?;
     let tools: Vec<ToolSpec> = match tools {
         Some(t) if !t.is_none() => {
-            from_py(t, "tools").map_err(|e| ConfigError::new_err(e.to_string()))?
+            from_py(t, "tools").map_err(|e| retyped(e, ConfigError::new_err))?
         }
         _ => Vec::new(),
     };
@@ -417,9 +420,7 @@ pub fn compact<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let conversation = self::conversation(conversation)?;
     let policy: rebound_core::CompactionPolicy = match policy.filter(|p| !p.is_none()) {
-        Some(p) => {
-            from_py(p, "compaction policy").map_err(|e| ConfigError::new_err(e.to_string()))?
-        }
+        Some(p) => from_py(p, "compaction policy").map_err(|e| retyped(e, ConfigError::new_err))?,
         None => rebound_core::CompactionPolicy::default(),
     };
     let result = rebound_core::compact(&conversation, &policy);

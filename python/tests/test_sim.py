@@ -22,6 +22,7 @@ from rebound_agent import (
     read_trace,
     replay,
     simulate,
+    simulate_fleet,
     simulate_many,
 )
 
@@ -228,3 +229,27 @@ def test_replay_reads_a_trace_file_named_by_a_str_path(tmp_path):
     assert len(read_trace(str(path)).steps) == len(read_trace(trace).steps)
     with pytest.raises(TraceError, match="cannot read the trace file"):
         replay(str(tmp_path / "missing.jsonl"))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: simulate("blip", seed=-1),
+        lambda: simulate("blip", seed=2**64),
+        lambda: simulate_many("blip", runs=-1),
+        lambda: simulate_many("blip", runs=2**32),
+        lambda: simulate_many("blip", first_seed=-5),
+        lambda: outage_report(agents=-1),
+        lambda: simulate_fleet("blip", [(-1, 0)]),
+    ],
+)
+def test_numbers_out_of_range_are_config_errors_not_overflow_errors(call):
+    with pytest.raises(ConfigError, match="must be|invalid"):
+        call()
+
+
+def test_a_number_of_the_wrong_type_is_a_type_error():
+    with pytest.raises(TypeError):
+        simulate("blip", seed="1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        simulate("blip", seed=True)  # type: ignore[arg-type]

@@ -256,3 +256,19 @@ def test_compaction_answers_a_compact_command():
     assert "Ok" in result
     assert len(json.dumps(result["Ok"])) < len(json.dumps(convo))
     assert compact(Snapshot.of(convo)) == result
+
+
+@pytest.mark.parametrize("max_tokens", [-1, 2**70])
+def test_max_tokens_out_of_range_is_a_request_error(max_tokens):
+    conversation = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    with pytest.raises(RequestError, match="max_tokens must be"):
+        request_body("anthropic", conversation, "m", max_tokens)
+
+
+def test_a_config_error_says_what_was_wrong_without_another_errors_name():
+    with pytest.raises(ConfigError) as raised:
+        AgentMachine(config={"retry": {"max_attempts": "four"}})
+    assert not str(raised.value).startswith("EventError")
+    with pytest.raises(RequestError) as refused:
+        request_body("anthropic", [{"role": "nobody"}], "m")
+    assert not str(refused.value).startswith("EventError")
