@@ -25,13 +25,16 @@ use rebound_effects::tools::{files, ToolSet};
 use rebound_sim::fake::{FakeServer, FakeServerConfig};
 use std::sync::Arc;
 
-/// Model aliases accepted as `@name`.
+/// Model aliases accepted as `@name`, and (the first of each provider) the default models:
+/// the providers' current models (Anthropic's models overview, December 2026: Sonnet 4.5
+/// was retired on 2026-11-30). The one place to move them forward.
 const ALIASES: &[(&str, &str)] = &[
-    ("sonnet", "claude-sonnet-4-5"),
-    ("opus", "claude-opus-4-1"),
+    ("sonnet", "claude-sonnet-4-6"),
+    ("opus", "claude-opus-4-7"),
     ("haiku", "claude-haiku-4-5"),
     ("gpt", "gpt-4o"),
     ("gpt-mini", "gpt-4o-mini"),
+    ("gpt-5", "gpt-5"),
 ];
 
 /// One target of the fallback chain as given on the command line.
@@ -44,13 +47,17 @@ struct TargetArg {
 }
 
 fn default_model(provider: ProviderKind) -> &'static str {
-    match provider {
-        ProviderKind::Anthropic => "claude-sonnet-4-5",
-        ProviderKind::OpenAi => "gpt-4o",
+    let alias = match provider {
+        ProviderKind::Anthropic => "sonnet",
+        ProviderKind::OpenAi => "gpt",
         ProviderKind::OpenAiResponses => "gpt-5",
         // The CLI offers only the kinds above (`--provider`).
-        _ => "",
-    }
+        _ => return "",
+    };
+    ALIASES
+        .iter()
+        .find(|(name, _)| *name == alias)
+        .map_or("", |(_, model)| model)
 }
 
 fn default_key_env(provider: ProviderKind) -> &'static str {
@@ -681,6 +688,15 @@ pub async fn serve(args: ServeArgs) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_models_are_current_and_are_the_aliases_models() {
+        assert_eq!(default_model(ProviderKind::Anthropic), "claude-sonnet-4-6");
+        assert_eq!(resolve_model("@sonnet").unwrap(), "claude-sonnet-4-6");
+        assert_eq!(resolve_model("@opus").unwrap(), "claude-opus-4-7");
+        assert_eq!(default_model(ProviderKind::OpenAi), "gpt-4o");
+        assert_eq!(default_model(ProviderKind::OpenAiResponses), "gpt-5");
+    }
 
     #[test]
     fn fallback_specs_parse_with_optional_base_url() {
