@@ -87,8 +87,17 @@ impl fmt::Display for HostFailureKind {
 }
 
 /// A host failure with its context.
+///
+/// New fields may come in a minor release (it is `#[non_exhaustive]`): build one with
+/// [`HostFailure::new`], not a struct literal:
+///
+/// ```compile_fail
+/// use rebound_core::{HostFailure, HostFailureKind};
+/// let failure = HostFailure { kind: HostFailureKind::Internal, message: "x".into() };
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
 #[error("{kind}: {message}")]
+#[non_exhaustive]
 pub struct HostFailure {
     /// What failed.
     pub kind: HostFailureKind,

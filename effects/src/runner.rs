@@ -157,8 +157,18 @@ impl RunInput {
     }
 }
 
-/// How a successful run ended.
+/// How a successful run ended. New fields may come in a minor release (it is
+/// `#[non_exhaustive]`): read it, do not build one.
+///
+/// ```compile_fail
+/// use rebound_effects::runner::RunSummary;
+/// fn turns(summary: &RunSummary) -> u32 {
+///     let RunSummary { turns, reason: _, stats: _, conversation: _ } = summary;
+///     *turns
+/// }
+/// ```
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RunSummary {
     /// Why it finished.
     pub reason: FinishReason,

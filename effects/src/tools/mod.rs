@@ -81,7 +81,21 @@ pub use set::{ToolSet, ToolSetBuilder, ToolSetConfig, ToolSetError};
 /// result (`is_error: true`) and the loop continues; [`ToolError::Host`] fails the run and is
 /// never shown to the model. Choose `Host` only for failures of the machine the agent runs on
 /// (cancellation, memory exhaustion), never for a bad argument or a missing file.
+///
+/// More kinds may come in a minor release (it is `#[non_exhaustive]`): a `match` on it ends
+/// with a catch-all arm.
+///
+/// ```compile_fail
+/// use rebound_effects::tools::ToolError;
+/// fn shown_to_the_model(error: &ToolError) -> bool {
+///     match error {
+///         ToolError::Model(_) => true,
+///         ToolError::Host(_) => false,
+///     }
+/// }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ToolError {
     /// A failure the model can act on: a bad argument, a missing file, a handler error. The
     /// text is what the model reads, so say what to do: "file not found: src/foo.rs".
