@@ -236,3 +236,44 @@ pub trait Provider: Send + Sync {
         deltas: DeltaSink<'a>,
     ) -> BoxFuture<'a, Result<AssistantResponse, SendError>>;
 }
+
+/// A shared provider is a provider: runners (or a runner and the embedder's own code) can
+/// share one `Arc<HttpProvider>`, its connection pool included, or an `Arc<dyn Provider>`
+/// chosen at run time.
+impl<P: Provider + ?Sized> Provider for std::sync::Arc<P> {
+    fn label(&self) -> String {
+        (**self).label()
+    }
+
+    fn identity(&self) -> Option<TargetIdentity> {
+        (**self).identity()
+    }
+
+    fn send<'a>(
+        &'a self,
+        request: ProviderRequest<'a>,
+        deltas: DeltaSink<'a>,
+    ) -> BoxFuture<'a, Result<AssistantResponse, SendError>> {
+        (**self).send(request, deltas)
+    }
+}
+
+/// A boxed provider is a provider: a `Box<dyn Provider>` can be handed where a provider is
+/// taken by value and wrapped again.
+impl<P: Provider + ?Sized> Provider for Box<P> {
+    fn label(&self) -> String {
+        (**self).label()
+    }
+
+    fn identity(&self) -> Option<TargetIdentity> {
+        (**self).identity()
+    }
+
+    fn send<'a>(
+        &'a self,
+        request: ProviderRequest<'a>,
+        deltas: DeltaSink<'a>,
+    ) -> BoxFuture<'a, Result<AssistantResponse, SendError>> {
+        (**self).send(request, deltas)
+    }
+}

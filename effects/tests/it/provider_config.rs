@@ -293,3 +293,34 @@ fn headers_rebound_sets_are_refused_and_values_never_show_in_errors() {
     assert_eq!(headers.as_map()["x-org"], "org-7");
     assert!(headers.as_map()["x-org"].is_sensitive());
 }
+
+/// One provider, shared: two runners take the same `Arc<HttpProvider>` (and a runner a
+/// `Box<dyn Provider>` boxed again), each run is answered, and all requests reach the one
+/// server through it.
+#[tokio::test]
+async fn a_shared_or_boxed_provider_is_a_provider() {
+    use rebound_effects::runner::{RunInput, Runner};
+    use std::sync::Arc;
+    let server = FakeServer::start(FakeServerConfig::healthy())
+        .await
+        .expect("fake server");
+    let shared =
+        Arc::new(HttpProvider::new(config(ProviderKind::Anthropic, &server)).expect("valid"));
+    let boxed: Box<dyn Provider> = Box::new(Arc::clone(&shared));
+    assert_eq!(boxed.label(), shared.label());
+    assert_eq!(boxed.identity(), shared.identity());
+    let config = rebound_core::MachineConfig::default();
+    let runners = [
+        Runner::new(config.clone(), vec![Box::new(Arc::clone(&shared))]),
+        Runner::new(config.clone(), vec![Box::new(Arc::clone(&shared))]),
+        Runner::new(config, vec![Box::new(boxed)]),
+    ];
+    for mut runner in runners {
+        let run = tokio::time::timeout(OUTER, runner.run(RunInput::text("hi")))
+            .await
+            .expect("the run ends");
+        assert!(run.is_ok(), "{run:?}");
+    }
+    assert_eq!(server.requests().len(), 3);
+    server.shutdown().await;
+}
