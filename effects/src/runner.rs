@@ -431,7 +431,8 @@ impl Runner {
         self
     }
 
-    /// Uses `cancel` to stop the run.
+    /// Uses `cancel` to stop the run (see [`canceler`](Self::canceler) for how long a cancel
+    /// lasts).
     #[must_use]
     pub fn cancel_handle(mut self, cancel: CancelHandle) -> Self {
         self.cancel = cancel;
@@ -439,6 +440,12 @@ impl Runner {
     }
 
     /// A handle that cancels this runner's runs.
+    ///
+    /// A cancel lasts: once the handle is canceled, the run under way fails with
+    /// `RunError::Canceled`, and so does every later run of this runner, at once and without
+    /// a request, until [`cancel_handle`](Self::cancel_handle) gives it a fresh handle
+    /// (`CancelHandle::new()`). So a cancel meant for one run cannot be lost by arriving
+    /// just after it ended; to go on with the conversation, hand the runner a new handle.
     #[must_use]
     pub fn canceler(&self) -> CancelHandle {
         self.cancel.clone()

@@ -453,3 +453,22 @@ async fn a_compactor_failing_after_an_overflow_fails_the_run_with_its_message() 
         s.shutdown().await;
     }
 }
+
+/// A cancel lasts, as `Runner::canceler` says: the run after it fails at once without a
+/// request, until the runner gets a fresh handle; then the conversation goes on.
+#[tokio::test]
+async fn a_cancel_lasts_until_the_runner_gets_a_fresh_handle() {
+    let s =
+        server(r#"{"turns": [{"answer": {"text": "one"}}, {"answer": {"text": "two"}}]}"#).await;
+    let mut r = runner(&s);
+    assert!(r.run(RunInput::text("first")).await.is_ok());
+    r.canceler().cancel();
+    let late = r.run(RunInput::text("second")).await;
+    assert!(matches!(late, Err(RunError::Canceled)), "{late:?}");
+    assert_eq!(s.requests().len(), 1, "a canceled runner sends nothing");
+    let mut r = r.cancel_handle(rebound_effects::runner::CancelHandle::new());
+    let resumed = r.run(RunInput::text("second")).await;
+    assert!(resumed.is_ok(), "{resumed:?}");
+    assert_eq!(s.requests().len(), 2);
+    s.shutdown().await;
+}
