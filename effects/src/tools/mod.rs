@@ -98,7 +98,11 @@ pub use set::{ToolSet, ToolSetBuilder, ToolSetConfig, ToolSetError};
 #[non_exhaustive]
 pub enum ToolError {
     /// A failure the model can act on: a bad argument, a missing file, a handler error. The
-    /// text is what the model reads, so say what to do: "file not found: src/foo.rs".
+    /// text is what the model reads, so say what to do: "file not found: src/foo.rs". It
+    /// reaches the model wrapped, as every error result is
+    /// ([`tool_error_text`](rebound_core::tool_error_text)): "Tool execution failed for
+    /// \`read\`: file not found: src/foo.rs" and a line saying it may fix the arguments, try
+    /// another tool or explain the failure to the user.
     #[error("{0}")]
     Model(String),
     /// The host failed: the run ends and the embedder hears about it.
