@@ -551,3 +551,35 @@ fn the_study_sits_between_the_simulator_and_the_binary() {
     }
     assert!(!normal_closure("rebound-study", &[]).contains_key("plotters"));
 }
+
+/// Every crate that is published ships both license texts beside its manifest (a crate's
+/// package holds only its own folder), and one with features asks docs.rs to document them
+/// all (docs.rs builds the default features only unless told).
+#[test]
+fn each_published_crate_ships_its_licenses_and_documents_every_feature() {
+    let metadata = metadata();
+    let mut problems = Vec::new();
+    for (name, package) in packages(&metadata) {
+        let unpublished = package["publish"]
+            .as_array()
+            .is_some_and(std::vec::Vec::is_empty);
+        if unpublished {
+            continue;
+        }
+        let manifest = PathBuf::from(package["manifest_path"].as_str().unwrap_or_default());
+        let dir = manifest.parent().unwrap_or(Path::new("."));
+        for license in ["LICENSE-MIT", "LICENSE-APACHE"] {
+            if !dir.join(license).is_file() {
+                problems.push(format!("{name}: no {license}"));
+            }
+        }
+        let features = package["features"].as_object().map_or(0, |f| f.len());
+        let all = package["metadata"]["docs"]["rs"]["all-features"].as_bool() == Some(true);
+        if features > 0 && !all {
+            problems.push(format!(
+                "{name}: has features, no [package.metadata.docs.rs] all-features = true"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
