@@ -549,6 +549,35 @@ fn run_async(command: Commands) -> i32 {
     })
 }
 
+/// The built-in scenarios, what each plays and which tools its model calls, for the help of
+/// `rebound serve` and `rebound demo`.
+fn scenarios_help() -> String {
+    let mut help = String::from("Built-in scenarios (--scenario NAME):\n");
+    for name in rebound_sim::Scenario::builtin_names() {
+        let Some(scenario) = rebound_sim::Scenario::builtin(name) else {
+            continue;
+        };
+        let mut called: Vec<&str> = scenario
+            .turns
+            .iter()
+            .flat_map(|turn| std::iter::once(&turn.answer).chain(&turn.when_last_tool_error))
+            .flat_map(|answer| answer.tool_calls.iter().map(|c| c.name.as_str()))
+            .collect();
+        called.sort_unstable();
+        called.dedup();
+        let calls = if called.is_empty() {
+            "no tool calls".to_owned()
+        } else {
+            format!("its model calls {}", called.join(", "))
+        };
+        help.push_str(&format!(
+            "  {name:<18} {} ({calls})\n",
+            scenario.description
+        ));
+    }
+    help
+}
+
 /// Parses a command line (program name first), including what depends on the order of the
 /// options: which `--mcp` each `--mcp-env` follows.
 pub fn parse<I, T>(args: I) -> Result<Cli, clap::Error>
@@ -556,7 +585,10 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let matches = Cli::command().try_get_matches_from(args)?;
+    let matches = Cli::command()
+        .mut_subcommand("serve", |serve| serve.after_help(scenarios_help()))
+        .mut_subcommand("demo", |demo| demo.after_help(scenarios_help()))
+        .try_get_matches_from(args)?;
     let mut cli = Cli::from_arg_matches(&matches)?;
     match (&mut cli.command, matches.subcommand()) {
         (Commands::Run(args), Some(("run", run))) => {

@@ -917,3 +917,20 @@ async fn tool_ids_nine_sends_nine_letter_ids_and_the_session_keeps_the_originals
     assert!(saved.contains("\"call_0\""), "{saved}");
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn serve_help_lists_every_builtin_scenario_and_the_tools_its_model_calls() {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--help"]);
+    let out = output(cmd).await;
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for name in rebound_sim::Scenario::builtin_names() {
+        let line = help
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} is not listed:\n{help}"));
+        assert!(line.contains("its model calls"), "{line}");
+    }
+    assert!(help.contains("tool-errors") && help.contains("bash, edit, grep, read"));
+}
