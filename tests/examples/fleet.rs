@@ -27,9 +27,7 @@
 //! they compare with `docs/outages.md`. Exit status 1 when real and simulated runs differ
 //! beyond noise (see [`differs`]): one of the two has a bug.
 
-use rebound_core::{
-    BudgetConfig, BudgetNote, MachineConfig, PermitAsk, PermitDecision, PermitKind, ProviderKind,
-};
+use rebound_core::{BudgetConfig, BudgetNote, PermitAsk, PermitDecision, PermitKind, ProviderKind};
 use rebound_effects::budget::{
     BudgetEvent, BudgetStore, RedisBudget, RedisOptions, RedisUrl, SharedBudget,
 };
@@ -37,8 +35,7 @@ use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig};
 use rebound_effects::runner::{RunInput, Runner};
 use rebound_sim::fake::{FakeServer, FakeServerConfig, Outcome};
 use rebound_sim::redis_store::{CallStalls, ProcessId, RedisStore, RedisTiming};
-use rebound_sim::scenario::FaultKind;
-use rebound_sim::{simulate_fleet, simulate_fleet_in_redis, FleetAgent, Scenario, SimConfig};
+use rebound_sim::{simulate_fleet, simulate_fleet_in_redis, FleetAgent, SimConfig};
 use rebound_study::compare::{ExperimentConfig, OutageModel};
 use std::future::Future;
 use std::pin::Pin;
@@ -439,70 +436,6 @@ async fn parent(options: Options) -> ExitCode {
     }
 }
 
-/// The machine and budget of `resilient()`, with every duration scaled by `scale`.
-fn scaled_config(scale: f64) -> (MachineConfig, BudgetConfig) {
-    let ms = |v: u64| ((v as f64) * scale).round() as u64;
-    let mut machine = MachineConfig::resilient();
-    machine.retry.initial_delay_ms = ms(machine.retry.initial_delay_ms);
-    machine.retry.max_delay_ms = ms(machine.retry.max_delay_ms);
-    machine.retry.max_retry_after_ms = ms(machine.retry.max_retry_after_ms);
-    machine.retry.fallback_after_ms = ms(machine.retry.fallback_after_ms);
-    if let Some(b) = machine.retry_budget.as_mut() {
-        b.max_wait_ms = ms(b.max_wait_ms);
-    }
-    let mut budget = BudgetConfig::default();
-    budget.refill_per_sec /= scale;
-    (machine, budget)
-}
-
-/// `scenario` with its windows, latencies and server delays scaled by `scale`.
-fn scaled_scenario(scenario: &Scenario, scale: f64) -> Scenario {
-    let ms = |v: u64| ((v as f64) * scale).round() as u64;
-    let mut s = scenario.clone();
-    let t = &mut s.timing;
-    for v in [
-        &mut t.answer_ms,
-        &mut t.error_ms,
-        &mut t.connect_ms,
-        &mut t.timeout_ms,
-        &mut t.first_event_ms,
-        &mut t.event_ms,
-        &mut t.tool_ms,
-        &mut t.compaction_ms,
-    ] {
-        *v = ms(*v);
-    }
-    let scale_fault = |fault: &mut rebound_sim::scenario::Fault| {
-        fault.after_ms = fault.after_ms.map(ms);
-        if let FaultKind::Http { headers, .. } = &mut fault.kind {
-            let seconds = headers.remove("retry-after");
-            let millis = headers.remove("retry-after-ms");
-            let delay_ms = millis
-                .and_then(|v| v.parse::<f64>().ok())
-                .or_else(|| seconds.and_then(|v| v.parse::<f64>().ok()).map(|s| s * 1e3));
-            if let Some(d) = delay_ms {
-                headers.insert("retry-after-ms".into(), ms(d as u64).to_string());
-            }
-        }
-    };
-    if let Some(random) = s.random.as_mut() {
-        for outage in &mut random.outages {
-            outage.from_ms = ms(outage.from_ms);
-            outage.until_ms = ms(outage.until_ms);
-            scale_fault(&mut outage.fault);
-        }
-        for weighted in &mut random.mix {
-            scale_fault(&mut weighted.fault);
-        }
-    }
-    for turn in &mut s.turns {
-        for fault in &mut turn.faults {
-            scale_fault(fault);
-        }
-    }
-    s
-}
-
 /// Which agents process `p` of `processes` runs.
 fn share(agents: usize, processes: usize, p: usize) -> std::ops::Range<usize> {
     let per = agents.div_ceil(processes);
@@ -519,8 +452,8 @@ fn play_sim(
     sharing: Sharing,
     timing: RedisTiming,
 ) -> Result<Figures, rebound_sim::SimError> {
-    let scenario = scaled_scenario(&model.scenario, options.scale);
-    let (machine, budget) = scaled_config(options.scale);
+    let scenario = rebound_tests::scaled::scenario(&model.scenario, options.scale);
+    let (machine, budget) = rebound_tests::scaled::config(options.scale);
     let config = SimConfig::default()
         .with_machine(machine)
         .with_budget(budget.clone());
@@ -623,7 +556,7 @@ async fn play_real(
     sharing: Sharing,
 ) -> Result<(Figures, Option<CallTimes>), String> {
     let processes = sharing.processes();
-    let scenario = scaled_scenario(&model.scenario, options.scale);
+    let scenario = rebound_tests::scaled::scenario(&model.scenario, options.scale);
     let mut server_config = FakeServerConfig::new(scenario, options.seed);
     server_config.play_latency = true;
     let server = FakeServer::start(server_config)
@@ -636,7 +569,7 @@ async fn play_real(
     let mut redis_events = None;
     let mut calls = None;
     if processes == 1 {
-        let budget = SharedBudget::new(scaled_config(options.scale).1);
+        let budget = SharedBudget::new(rebound_tests::scaled::config(options.scale).1);
         for (i, done) in run_agents(
             &url,
             options,
@@ -763,7 +696,7 @@ async fn run_agents(
     t0_epoch_ms: u64,
     budget: &(impl BudgetStore + Clone + 'static),
 ) -> Vec<(usize, bool)> {
-    let (machine, _) = scaled_config(options.scale);
+    let (machine, _) = rebound_tests::scaled::config(options.scale);
     let mut tasks = tokio::task::JoinSet::new();
     for i in range {
         let start_at = t0_epoch_ms + scaled_start(experiment, i, options.scale);
@@ -933,7 +866,7 @@ fn child(args: &[String]) -> ExitCode {
     else {
         return ExitCode::from(3);
     };
-    let config = scaled_config(scale).1;
+    let config = rebound_tests::scaled::config(scale).1;
     let fell_back = Arc::new(AtomicU64::new(0));
     let restored = Arc::new(AtomicU64::new(0));
     let at_start = Arc::new(AtomicU64::new(0));

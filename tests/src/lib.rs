@@ -323,6 +323,85 @@ pub fn scenario(json: &str) -> Scenario {
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeExamples;
 
+/// Fleets played faster: every duration of a machine's configuration, a budget's refill and a
+/// scenario scaled by one factor, so a real fleet (tests/tests/fleet.rs, the fleet example)
+/// plays a simulated outage in seconds.
+pub mod scaled {
+    use rebound_core::{BudgetConfig, MachineConfig};
+    use rebound_sim::scenario::{Fault, FaultKind};
+    use rebound_sim::Scenario;
+
+    /// `v` ms scaled by `scale`, rounded.
+    #[must_use]
+    pub fn ms(v: u64, scale: f64) -> u64 {
+        ((v as f64) * scale).round() as u64
+    }
+
+    /// The machine and budget of `resilient()`, with every duration scaled by `scale`.
+    pub fn config(scale: f64) -> (MachineConfig, BudgetConfig) {
+        let ms = |v: u64| ms(v, scale);
+        let mut machine = MachineConfig::resilient();
+        machine.retry.initial_delay_ms = ms(machine.retry.initial_delay_ms);
+        machine.retry.max_delay_ms = ms(machine.retry.max_delay_ms);
+        machine.retry.max_retry_after_ms = ms(machine.retry.max_retry_after_ms);
+        machine.retry.fallback_after_ms = ms(machine.retry.fallback_after_ms);
+        if let Some(b) = machine.retry_budget.as_mut() {
+            b.max_wait_ms = ms(b.max_wait_ms);
+        }
+        let mut budget = BudgetConfig::default();
+        budget.refill_per_sec /= scale;
+        (machine, budget)
+    }
+
+    /// `scenario` with its windows, latencies and server delays scaled by `scale`.
+    pub fn scenario(scenario: &Scenario, scale: f64) -> Scenario {
+        let ms = |v: u64| ms(v, scale);
+        let mut s = scenario.clone();
+        let t = &mut s.timing;
+        for v in [
+            &mut t.answer_ms,
+            &mut t.error_ms,
+            &mut t.connect_ms,
+            &mut t.timeout_ms,
+            &mut t.first_event_ms,
+            &mut t.event_ms,
+            &mut t.tool_ms,
+            &mut t.compaction_ms,
+        ] {
+            *v = ms(*v);
+        }
+        let scale_fault = |fault: &mut Fault| {
+            fault.after_ms = fault.after_ms.map(ms);
+            if let FaultKind::Http { headers, .. } = &mut fault.kind {
+                let seconds = headers.remove("retry-after");
+                let millis = headers.remove("retry-after-ms");
+                let delay_ms = millis
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .or_else(|| seconds.and_then(|v| v.parse::<f64>().ok()).map(|s| s * 1e3));
+                if let Some(d) = delay_ms {
+                    headers.insert("retry-after-ms".into(), ms(d as u64).to_string());
+                }
+            }
+        };
+        if let Some(random) = s.random.as_mut() {
+            for outage in &mut random.outages {
+                outage.from_ms = ms(outage.from_ms);
+                outage.until_ms = ms(outage.until_ms);
+                scale_fault(&mut outage.fault);
+            }
+            for weighted in &mut random.mix {
+                scale_fault(&mut weighted.fault);
+            }
+        }
+        for turn in &mut s.turns {
+            for fault in &mut turn.faults {
+                scale_fault(fault);
+            }
+        }
+        s
+    }
+}
+
 /// The code blocks of the reference pages in docs/, compiled (and run where they can) as doc
 /// tests as the README's are: each page's blocks under a name of its own.
 #[cfg(doctest)]

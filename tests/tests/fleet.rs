@@ -19,15 +19,15 @@
 #[path = "../../effects/tests/redis_support/server.rs"]
 mod server;
 
-use rebound_core::{BudgetConfig, Command, MachineConfig, Millis, ProviderKind};
+use rebound_core::{Command, Millis, ProviderKind};
 use rebound_effects::budget::{BudgetEvent, RedisBudget, RedisOptions};
 use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig};
 use rebound_effects::runner::{RunInput, Runner};
 use rebound_sim::fake::{FakeServer, FakeServerConfig, Outcome};
 use rebound_sim::redis_store::{ProcessId, RedisStore, RedisTiming};
-use rebound_sim::scenario::{Fault, FaultKind};
-use rebound_sim::{simulate_fleet_in_redis, FleetAgent, Scenario, SimConfig};
+use rebound_sim::{simulate_fleet_in_redis, FleetAgent, SimConfig};
 use rebound_study::compare::{ExperimentConfig, OutageModel};
+use rebound_tests::scaled;
 use server::RedisServer;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -58,70 +58,6 @@ impl Fleet {
     }
 }
 
-fn scaled(v: u64, scale: f64) -> u64 {
-    ((v as f64) * scale).round() as u64
-}
-
-/// `resilient()` and the default budget, every duration scaled.
-fn scaled_config(scale: f64) -> (MachineConfig, BudgetConfig) {
-    let ms = |v| scaled(v, scale);
-    let mut machine = MachineConfig::resilient();
-    machine.retry.initial_delay_ms = ms(machine.retry.initial_delay_ms);
-    machine.retry.max_delay_ms = ms(machine.retry.max_delay_ms);
-    machine.retry.max_retry_after_ms = ms(machine.retry.max_retry_after_ms);
-    machine.retry.fallback_after_ms = ms(machine.retry.fallback_after_ms);
-    if let Some(b) = machine.retry_budget.as_mut() {
-        b.max_wait_ms = ms(b.max_wait_ms);
-    }
-    let mut budget = BudgetConfig::default();
-    budget.refill_per_sec /= scale;
-    (machine, budget)
-}
-
-/// The scenario with its windows, latencies and server delays scaled.
-fn scaled_scenario(scenario: &Scenario, scale: f64) -> Scenario {
-    let ms = |v| scaled(v, scale);
-    let mut s = scenario.clone();
-    let t = &mut s.timing;
-    for v in [
-        &mut t.answer_ms,
-        &mut t.error_ms,
-        &mut t.connect_ms,
-        &mut t.timeout_ms,
-        &mut t.first_event_ms,
-        &mut t.event_ms,
-        &mut t.tool_ms,
-        &mut t.compaction_ms,
-    ] {
-        *v = ms(*v);
-    }
-    let scale_fault = |fault: &mut Fault| {
-        fault.after_ms = fault.after_ms.map(ms);
-        if let FaultKind::Http { headers, .. } = &mut fault.kind {
-            assert!(
-                !headers.contains_key("retry-after") && !headers.contains_key("retry-after-ms"),
-                "the models compared have no server delay to scale"
-            );
-        }
-    };
-    if let Some(random) = s.random.as_mut() {
-        for outage in &mut random.outages {
-            outage.from_ms = ms(outage.from_ms);
-            outage.until_ms = ms(outage.until_ms);
-            scale_fault(&mut outage.fault);
-        }
-        for weighted in &mut random.mix {
-            scale_fault(&mut weighted.fault);
-        }
-    }
-    for turn in &mut s.turns {
-        for fault in &mut turn.faults {
-            scale_fault(fault);
-        }
-    }
-    s
-}
-
 fn epoch_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -131,8 +67,8 @@ fn epoch_ms() -> u64 {
 /// The fleet in virtual time, on the virtual Redis, each process checking Redis at its
 /// start as the real ones do.
 fn simulated(experiment: &ExperimentConfig, m: usize, model: &OutageModel, scale: f64) -> Fleet {
-    let scenario = scaled_scenario(&model.scenario, scale);
-    let (machine, budget) = scaled_config(scale);
+    let scenario = scaled::scenario(&model.scenario, scale);
+    let (machine, budget) = scaled::config(scale);
     let config = SimConfig::default()
         .with_machine(machine)
         .with_budget(budget.clone());
@@ -142,7 +78,7 @@ fn simulated(experiment: &ExperimentConfig, m: usize, model: &OutageModel, scale
                 .map(|i| FleetAgent {
                     scenario: &scenario,
                     seed: experiment.agent_seed(m, i),
-                    start_ms: scaled(experiment.start_ms(i), scale),
+                    start_ms: scaled::ms(experiment.start_ms(i), scale),
                 })
                 .collect()
         })
@@ -173,14 +109,14 @@ async fn real(
     model: &OutageModel,
     scale: f64,
 ) -> (Fleet, u64) {
-    let mut server_config = FakeServerConfig::new(scaled_scenario(&model.scenario, scale), SEED);
+    let mut server_config = FakeServerConfig::new(scaled::scenario(&model.scenario, scale), SEED);
     server_config.play_latency = true;
     let server = FakeServer::start(server_config)
         .await
         .expect("the fake provider server starts");
     let t0 = epoch_ms();
     let url = server.base_url();
-    let (machine, budget_config) = scaled_config(scale);
+    let (machine, budget_config) = scaled::config(scale);
     let fell_back = Arc::new(AtomicU64::new(0));
     let name: rebound_effects::budget::RedisUrl = redis
         .budget_url(&format!("fleet-{t0}"))
@@ -200,7 +136,7 @@ async fn real(
             assert!(!e.is_permanent(), "{e}");
         }
         for i in p * PER_PROCESS..(p + 1) * PER_PROCESS {
-            let start_at = t0 + scaled(experiment.start_ms(i), scale);
+            let start_at = t0 + scaled::ms(experiment.start_ms(i), scale);
             let seed = experiment.agent_seed(m, i);
             let (url, machine, budget) = (url.clone(), machine.clone(), budget.clone());
             tasks.spawn_local(async move {
