@@ -6,6 +6,11 @@
 //! added. [`objects_only!`](crate::objects_only) gives a record the derived reading of an
 //! object (defaults, `deny_unknown_fields`, renames: whatever its `#[serde]` attributes say)
 //! and refuses every other shape with an error naming what was expected.
+//!
+//! What `remote = "Self"` leaves behind: the derived readers stay inherent functions of the
+//! record (`RetryConfig::deserialize`, `RetryConfig::serialize`, listed undocumented in its
+//! rustdoc), and the inherent `deserialize` still takes an array. Read a record through the
+//! `Deserialize` trait (`serde_json::from_str`, `from_value`), as every reader in rebound does.
 
 /// Implements `Serialize` and `Deserialize` for a struct whose derives carry
 /// `#[serde(remote = "Self")]`, so that it is read only from a map (a JSON object):
