@@ -93,8 +93,8 @@ fn worlds() -> Vec<World> {
                 "scenario": entry["scenario"],
                 "user_message": scenario.user_message,
                 "machine": config,
-                "script_seed": seeds().0,
-                "machine_seed": seeds().1,
+                "script_seed": all["script_seed"],
+                "machine_seed": all["machine_seed"],
             });
             let expect = serde_json::from_value(entry["expect"].clone())
                 .unwrap_or_else(|e| panic!("{name}: expect: {e}"));
