@@ -29,6 +29,7 @@ pub mod machine;
 pub mod response;
 pub mod retry;
 pub mod run;
+pub mod secrets;
 pub mod shared_budget;
 pub mod tally;
 pub mod time;
@@ -58,6 +59,7 @@ pub use machine::{
 };
 pub use response::{AssistantResponse, InputProblemKind, StopReason, ToolInputProblem, Usage};
 pub use retry::{RetryConfig, RetryDelay};
+pub use secrets::{SecretError, Secrets};
 pub use tally::{RequestUsage, RunTally};
 pub use time::Millis;
 pub use tool::{

@@ -278,6 +278,15 @@ impl Run {
         self
     }
 
+    /// The embedder's secrets: masked in every failure the run is told of, before the
+    /// machine takes it in, the tally counts it or the trace records it (see
+    /// [`AgentMachine::with_secrets`]).
+    #[must_use]
+    pub fn with_secrets(mut self, secrets: crate::Secrets) -> Self {
+        self.machine.set_secrets(secrets);
+        self
+    }
+
     /// Adds a `key: value` fact to the trace header (the driver, a scenario's name, a
     /// target's label; never a secret).
     #[must_use]
@@ -312,7 +321,7 @@ impl Run {
         // An earlier time than one already handed counts as that one, for the machine and
         // for what is recorded.
         let now = self.machine.clock(now);
-        let event = crate::machine::at_the_door(event);
+        let event = self.machine.at_the_door(event);
         if let Some(end) = &self.end {
             if let (Ok(_), Event::HostFailed { failure }) = (end, &event) {
                 self.end = Some(Err(RunError::from(failure.clone())));

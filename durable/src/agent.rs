@@ -10,7 +10,7 @@ use rebound_core::run::{Action, Ended, Run, RunParts};
 use rebound_core::{
     BatchOutcome, BudgetNote, CallOutcome, Command, CompactionError, ContentBlock, Conversation,
     Event, FinishReason, HostFailure, HostFailureKind, MachineConfig, Millis, RequestId, Role,
-    RunError, RunTally, ToolCall, ToolFailure,
+    RunError, RunTally, Secrets, ToolCall, ToolFailure,
 };
 use rebound_effects::budget::BudgetStore;
 use rebound_effects::provider::{Provider, ProviderRequest, SendError};
@@ -73,6 +73,19 @@ struct Effects {
     traces: Option<std::path::PathBuf>,
     /// What each run's telemetry records.
     telemetry: Telemetry,
+    /// The embedder's secrets ([`DurableAgent::secrets`]); the providers' are added to them
+    /// for each run.
+    secrets: Secrets,
+}
+
+impl Effects {
+    /// The secrets masked in every failure of a run, before it is journaled: the
+    /// embedder's and each provider's ([`Provider::secrets`]).
+    fn all_secrets(&self) -> Secrets {
+        self.providers
+            .iter()
+            .fold(self.secrets.clone(), |all, p| all.and(&p.secrets()))
+    }
 }
 
 /// A rebound agent as a Restate Virtual Object named `Agent`, keyed by conversation id.
@@ -135,6 +148,7 @@ impl DurableAgent {
                 seed: None,
                 traces: None,
                 telemetry: Telemetry::new(),
+                secrets: Secrets::none(),
             }),
         }
     }
@@ -197,6 +211,15 @@ impl DurableAgent {
     #[must_use]
     pub fn telemetry(self, telemetry: Telemetry) -> Self {
         self.with(|e| e.telemetry = telemetry)
+    }
+
+    /// Names the embedder's `secrets` (keys, tokens its tools or gateways use), besides the
+    /// credentials each provider names ([`Provider::secrets`]): every failure of a run has
+    /// them masked (`***`) before it is journaled, shown, exported or traced, as
+    /// [`Runner::secrets`](rebound_effects::runner::Runner::secrets) does.
+    #[must_use]
+    pub fn secrets(self, secrets: Secrets) -> Self {
+        self.with(|e| e.secrets = secrets)
     }
 
     /// Writes each run's trace into `dir` (created if missing), as
@@ -308,6 +331,8 @@ struct Turn<'a, 'ctx> {
     canceled: bool,
     /// When it took effect (Unix ms, journaled).
     canceled_at: Option<u64>,
+    /// Masked in every failure before it is journaled or told.
+    secrets: Secrets,
 }
 
 /// What a journaled step gave.
@@ -344,9 +369,11 @@ async fn drive(
         live,
         canceled: false,
         canceled_at: None,
+        secrets: effects.all_secrets(),
     };
     let mut run = Run::with_conversation(effects.config.clone(), seed, conversation)
         .recording(effects.traces.is_some())
+        .with_secrets(turn.secrets.clone())
         .meta("driver", "rebound-durable")
         .meta("object", ctx.key());
     for (i, p) in effects.providers.iter().enumerate() {
@@ -359,6 +386,7 @@ async fn drive(
     let _ = run.handle(turn.clock.now(), first);
     while let Some(action) = run.poll() {
         if let Some(event) = turn.execute(action, &mut run).await? {
+            let event = turn.secrets.redact_event(event);
             turn.live.event(&event);
             let _ = run.report(turn.clock.now(), event);
         }
@@ -603,6 +631,7 @@ impl Turn<'_, '_> {
             } => {
                 let effects = Arc::clone(self.effects);
                 let live = self.live.clone();
+                let secrets = self.secrets.clone();
                 let name = format!("{request} attempt {attempt}");
                 let step = self
                     .journaled(name, move |_| async move {
@@ -614,7 +643,10 @@ impl Turn<'_, '_> {
                                 .await
                                 .map(|outcome| match outcome {
                                     Ok(response) => Event::ProviderSucceeded { request, response },
-                                    Err(failure) => Event::ProviderFailed { request, failure },
+                                    Err(failure) => Event::ProviderFailed {
+                                        request,
+                                        failure: secrets.redact_failure(failure),
+                                    },
                                 });
                         let began_at_ms = began
                             .into_inner()
@@ -653,6 +685,7 @@ impl Turn<'_, '_> {
             } => {
                 let effects = Arc::clone(self.effects);
                 let default = run.default_compaction();
+                let secrets = self.secrets.clone();
                 let step = self
                     .journaled(compaction.to_string(), move |_| async move {
                         let result = match &effects.compactor {
@@ -662,7 +695,9 @@ impl Turn<'_, '_> {
                                 .map_err(CompactionError::from),
                             None => default.compact(&conversation),
                         };
-                        Step::event(Event::CompactionFinished { compaction, result })
+                        Step::event(
+                            secrets.redact_event(Event::CompactionFinished { compaction, result }),
+                        )
                     })
                     .await?;
                 return Ok(self.stepped(step, run));
@@ -781,6 +816,7 @@ impl Turn<'_, '_> {
             let key = format!("{invocation}/{batch}/{}", call.id);
             let name = format!("tool {} {}", call.name, call.id);
             let live = self.live.clone();
+            let secrets = self.secrets.clone();
             let step = self
                 .journaled(name, move |_| async move {
                     let id = call.id.clone();
@@ -793,7 +829,10 @@ impl Turn<'_, '_> {
                         };
                     CallStep {
                         at_ms: unix_ms(),
-                        outcomes,
+                        outcomes: outcomes
+                            .into_iter()
+                            .map(|o| secrets.redact_outcome(o))
+                            .collect(),
                     }
                 })
                 .await?;

@@ -11,7 +11,7 @@ use rebound_core::trace::{TraceHeader, TraceStep, TraceWriter};
 use rebound_core::{
     BatchOutcome, Command, CompactionError, ContentBlock, Conversation, Event, FinishReason,
     HostFailure, HostFailureKind, MachineConfig, Message, Millis, RequestId, RunError, RunTally,
-    StreamDeadlines, ToolCall, ToolFailure, ToolSpec,
+    Secrets, StreamDeadlines, ToolCall, ToolFailure, ToolSpec,
 };
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -294,6 +294,8 @@ pub struct Runner {
     cancel: CancelHandle,
     trace_meta: Vec<(String, String)>,
     telemetry: Telemetry,
+    /// The embedder's secrets, besides those its providers name.
+    secrets: Secrets,
     /// When the current run started (for its wall time).
     started: Option<Instant>,
 }
@@ -334,6 +336,7 @@ impl Runner {
             cancel: CancelHandle::new(),
             trace_meta: Vec::new(),
             telemetry: Telemetry::default(),
+            secrets: Secrets::none(),
             started: None,
         }
     }
@@ -424,6 +427,18 @@ impl Runner {
         self
     }
 
+    /// Names the embedder's `secrets` (keys, tokens, passwords its tools or gateways use) to
+    /// the machine, besides the credentials each provider names
+    /// ([`Provider::secrets`](crate::provider::Provider::secrets)): every failure the run is
+    /// told of has them masked (`***`) before anything shows, counts or records it — retry
+    /// and fallback notices, the run's error, tool error results sent to the model, telemetry
+    /// and the trace. See [`Secrets`].
+    #[must_use]
+    pub fn secrets(mut self, secrets: Secrets) -> Self {
+        self.secrets = secrets;
+        self
+    }
+
     /// Continues `conversation` (a loaded session).
     #[must_use]
     pub fn conversation(mut self, conversation: Conversation) -> Self {
@@ -496,9 +511,14 @@ impl Runner {
         }
         // A copy of the conversation, not the runner's own: a run whose future is dropped
         // leaves the runner with the conversation it had. Cheap: the copy shares the messages.
+        let secrets = self
+            .providers
+            .iter()
+            .fold(self.secrets.clone(), |all, p| all.and(&p.secrets()));
         let mut run =
             Run::with_conversation(self.config.clone(), self.seed, self.conversation.clone())
                 .recording(self.trace.is_some())
+                .with_secrets(secrets)
                 .meta("driver", "rebound-effects runner");
         for (i, p) in self.providers.iter().enumerate() {
             run = run.meta(format!("target.{i}"), p.label());
@@ -564,6 +584,8 @@ impl Runner {
     /// Hands the run `event` now, and writes what it recorded. A trace that cannot be
     /// written fails the run (the host failure is handed on; the trace is closed).
     fn handle(&mut self, driving: &mut Driving, event: Event, telemetry: &mut RunTelemetry) {
+        // The secrets masked as the run will take it, for telemetry too.
+        let event = driving.run.machine().secrets().redact_event(event);
         telemetry.event(&event);
         let _ = driving.run.report(driving.now(), event);
         self.write_steps(driving, telemetry);

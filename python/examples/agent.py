@@ -133,12 +133,15 @@ class Agent:
         say: Callable[..., None],
         record: bool = False,
         config: Mapping[str, Any] | None = None,
+        secrets: list[str] | None = None,
     ) -> None:
         self.provider, self.model, self.tools, self.say = provider, model, tools, say
         # `config`: more of the MachineConfig (its JSON shape), e.g. {"stream": {"idle_ms": …}}.
         config = {"tools": TOOLS, **(config or {})}
         self.tool_specs = config["tools"]
-        self.machine = AgentMachine(config=config, seed=seed, record=record)
+        # `secrets` (the API key): masked in every failure the machine is told of, so a
+        # server echoing the key never gets it into a notice, the run's error or the trace.
+        self.machine = AgentMachine(config=config, seed=seed, record=record, secrets=secrets)
         self.started = time.monotonic()
 
     def now(self) -> int:
@@ -234,7 +237,10 @@ class HttpxAgent(Agent):
         record: bool = False,
         config: Mapping[str, Any] | None = None,
     ) -> None:
-        super().__init__(provider, model, tools, seed, say, record, config)
+        # A key shorter than 8 bytes (a fake server's) cannot be masked: rebound refuses it
+        # as a secret, since masking it would mask ordinary words.
+        secrets = [api_key] if len(api_key.strip()) >= 8 else None
+        super().__init__(provider, model, tools, seed, say, record, config, secrets)
         self.client = client
         self.url = base_url.rstrip("/") + request_path(provider)
         if provider == "anthropic":

@@ -26,11 +26,19 @@ only converts and forwards. A bad value (a malformed event or configuration, a n
 of range, a negative seed) raises a :class:`ReboundError` subclass (``ConfigError``,
 ``EventError``, ``RequestError``, ``TraceError``…) and leaves the machine as it was; an
 argument of the wrong Python type (a ``str`` where an ``int`` goes) raises ``TypeError``.
+
+Threads: a machine, a :class:`StreamDecoder` and a :class:`RetryBudget` may be reached from
+several threads (a retry budget is meant to be shared by a process's agents). Calls take
+turns: a call waits, with the GIL released, while another thread's call on the same object
+runs, so none ever sees another half done. A machine's events and commands are still one
+sequence, though: drive each machine from one loop. Only a call made from inside another
+call on the same object (Python code such as a ``__del__`` running while it works) is
+refused, with :class:`ReentrantCallError`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from . import budget, commands, events, sim
 from ._native import (
@@ -39,6 +47,7 @@ from ._native import (
     EventError,
     Machine as _Machine,
     ReboundError,
+    ReentrantCallError,
     RequestError,
     RunTally,
     SimulationError,
@@ -87,6 +96,7 @@ __all__ = [
     "StreamError",
     "TraceError",
     "RequestError",
+    "ReentrantCallError",
     "SimulationError",
     "BudgetError",
     "sim",
@@ -143,6 +153,16 @@ class AgentMachine:
     ``config`` is a MachineConfig in its JSON shape (dict or JSON text; missing fields take
     their defaults), ``conversation`` a saved conversation (list of messages) to continue.
     With ``record=True`` the machine keeps a trace of its run (:meth:`trace_jsonl`).
+
+    ``secrets`` names your secrets (API keys, tokens; a ``str`` or several, each at least 8
+    bytes): every failure the machine is told of (a provider's message, error type and
+    request id, a tool's or host's failure message, a compactor's error) has them replaced
+    by ``***`` before the machine takes it in, so no notice, tool error result sent to the
+    model, run error, outcome or trace holds one. Words shaped like ``sk-…`` keys are
+    masked whatever is named. The conversation itself (the person's messages, the model's
+    answers, tool outputs) is left as it is. The wire helpers (:func:`classify_http`,
+    :func:`classify_transport`, :class:`StreamDecoder`, :func:`parse_response`) take
+    ``secrets=`` too, for what you show before the machine sees it.
     """
 
     __slots__ = ("_m",)
@@ -153,8 +173,9 @@ class AgentMachine:
         seed: int = 0,
         conversation: list[Any] | str | None = None,
         record: bool = False,
+        secrets: str | Iterable[str] | None = None,
     ) -> None:
-        self._m = _Machine(config, seed, conversation, record)
+        self._m = _Machine(config, seed, conversation, record, secrets)
 
     def handle(self, now_ms: int, event: Event | Mapping[str, Any]) -> str:
         """Feeds one event at ``now_ms``. Returns ``"accepted"``, or ``"stale"`` (an answer

@@ -1,8 +1,11 @@
 """Type stubs of the native module (Rust, PyO3). Use the wrappers in ``rebound_agent``."""
 
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Iterable, Literal, Mapping, Sequence
 
 Json = Any
+#: Secrets the caller names (API keys, tokens): one ``str`` or several, each at least 8
+#: bytes; masked (``***``) in every failure text.
+Secrets = str | Iterable[str] | None
 
 class ReboundError(ValueError):
     """Base of every error rebound raises for bad input."""
@@ -30,6 +33,11 @@ class TraceError(ReboundError):
 class BudgetError(ReboundError):
     """A permit ask, budget note or ticket a retry budget cannot take; the budget is
     unchanged."""
+
+class ReentrantCallError(ReboundError):
+    """A call on a machine, stream decoder or retry budget made from inside another call on
+    the same object (Python code such as a ``__del__`` ran while it worked). Calls from other
+    threads wait their turn instead."""
 
 class SimulationError(RuntimeError):
     """The simulator could not complete a run (a machine livelock: a bug); names the seed."""
@@ -153,6 +161,7 @@ class Machine:
         seed: int | None = None,
         conversation: list[Json] | str | None = None,
         record: bool = False,
+        secrets: Secrets = None,
     ) -> None: ...
     def handle(self, now_ms: int, event: Any) -> Literal["accepted", "stale", "terminal"]:
         """Feeds one event (typed or JSON-shaped) at ``now_ms``."""
@@ -260,14 +269,16 @@ def request_body(
 def request_path(provider: Provider) -> str:
     """``/v1/messages``, ``/chat/completions`` or ``/responses``."""
 
-def parse_response(provider: Provider, body: Bytes) -> dict[str, Json]:
+def parse_response(provider: Provider, body: Bytes, *, secrets: Secrets = None) -> dict[str, Json]:
     """A whole non-streamed response body as an AssistantResponse; StreamError (with
-    ``failure``) for an error object or a body that is no response."""
+    ``failure``, ``secrets`` masked) for an error object or a body that is no response."""
 
 class StreamDecoder:
     """Incremental decoder of one streamed response body (server-sent events)."""
 
-    def __init__(self, provider: Provider) -> None: ...
+    def __init__(self, provider: Provider, *, secrets: Secrets = None) -> None:
+        """A decoder for one body of ``provider``; ``secrets`` are masked in the failures it
+        raises."""
     def feed(self, data: Bytes) -> list[dict[str, Json]]:
         """The deltas completed by ``data``: ``{"type": "text", "index", "text"}``,
         ``thinking``, ``tool_call_start`` (id, name), ``tool_input_json`` (partial_json).
@@ -289,8 +300,11 @@ def classify_http(
     headers: Mapping[str, str] | list[tuple[str, str]] | Any | None = None,
     body: Bytes | None = None,
     now_unix_ms: int | None = None,
+    *,
+    secrets: Secrets = None,
 ) -> dict[str, Json]:
-    """An HTTP error response as a ProviderFailure (kind, status, hints, request id)."""
+    """An HTTP error response as a ProviderFailure (kind, status, hints, request id), with
+    ``secrets`` masked (``***``) in its texts."""
 
 def classify_transport(
     description: str,
@@ -298,8 +312,9 @@ def classify_transport(
     timed_out: bool = False,
     connect_failed: bool = False,
     response_started: bool = False,
+    secrets: Secrets = None,
 ) -> dict[str, Json]:
-    """A failed exchange (no usable response) as a ProviderFailure."""
+    """A failed exchange (no usable response) as a ProviderFailure, ``secrets`` masked."""
 
 def compact(
     conversation: Snapshot | Sequence[Json], policy: Mapping[str, Json] | None = None

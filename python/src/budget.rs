@@ -7,6 +7,7 @@
 
 use crate::convert::{from_py, to_py, to_u64};
 use crate::errors::{BudgetError, ConfigError};
+use crate::exclusive::Exclusive;
 use pyo3::prelude::*;
 use rebound_core::{
     BudgetConfig, BudgetNote, Millis, PermitAsk, PermitDecision, RetryBudget, Ticket,
@@ -16,10 +17,16 @@ use std::collections::BTreeSet;
 
 /// The native retry budget. `rebound_agent.RetryBudget` is this class; for an asyncio fleet,
 /// `rebound_agent.SharedBudget` drives it.
-#[pyclass(module = "rebound_agent._native", name = "RetryBudget")]
+/// Threads sharing it take turns (see [`Exclusive`]).
+#[pyclass(frozen, module = "rebound_agent._native", name = "RetryBudget")]
 pub struct PyRetryBudget {
-    budget: RetryBudget,
+    state: Exclusive<BudgetState>,
     config: BudgetConfig,
+}
+
+/// What a budget's calls change.
+struct BudgetState {
+    budget: RetryBudget,
     /// Tickets queued by `request` whose answer `poll_decision` has not handed out yet.
     pending: BTreeSet<u64>,
 }
@@ -102,10 +109,13 @@ impl PyRetryBudget {
             Some(c) => budget_config(c)?,
             None => BudgetConfig::default(),
         };
-        Ok(PyRetryBudget {
+        let state = BudgetState {
             budget: RetryBudget::new(config.clone()),
-            config,
             pending: BTreeSet::new(),
+        };
+        Ok(PyRetryBudget {
+            state: Exclusive::new(state, "this retry budget"),
+            config,
         })
     }
 
@@ -113,7 +123,7 @@ impl PyRetryBudget {
     /// Returns the decision when it is known at once, or None when the request waits: its
     /// answer comes from `poll_decision`. Drain `poll_decision` after every call.
     fn request<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         now_ms: &Bound<'py, PyAny>,
         ticket: &Bound<'py, PyAny>,
@@ -122,80 +132,99 @@ impl PyRetryBudget {
         let now = millis(now_ms)?;
         let ticket = to_u64(ticket, "ticket")?;
         let ask: PermitAsk = read(ask, "permit ask")?;
-        if self.pending.contains(&ticket) {
-            return Err(BudgetError::new_err(format!(
-                "ticket {ticket} already names a request whose answer poll_decision has not \
-                 handed out; give each waiting request its own ticket"
-            )));
-        }
-        match self.budget.request(now, Ticket(ticket), ask) {
-            Some(d) => decision(py, &d).map(Some),
-            None => {
-                self.pending.insert(ticket);
-                Ok(None)
+        let decided = self.state.with(py, |state| {
+            if state.pending.contains(&ticket) {
+                return Err(BudgetError::new_err(format!(
+                    "ticket {ticket} already names a request whose answer poll_decision has \
+                     not handed out; give each waiting request its own ticket"
+                )));
             }
-        }
+            let decided = state.budget.request(now, Ticket(ticket), ask);
+            if decided.is_none() {
+                state.pending.insert(ticket);
+            }
+            Ok(decided)
+        })?;
+        decided.map(|d| decision(py, &d)).transpose()
     }
 
     /// Takes what a machine noted (a NoteBudget's `note`, JSON shape) at `now_ms`. Drain
     /// `poll_decision` afterwards.
-    fn record(&mut self, now_ms: &Bound<'_, PyAny>, note: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn record(
+        &self,
+        py: Python<'_>,
+        now_ms: &Bound<'_, PyAny>,
+        note: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         let now = millis(now_ms)?;
         let note: BudgetNote = read(note, "budget note")?;
-        self.budget.record(now, note);
-        Ok(())
+        self.state.with(py, |state| {
+            state.budget.record(now, note);
+            Ok(())
+        })
     }
 
     /// Lets time pass to `now_ms`: refill, the grants it pays for, denials at deadlines.
     /// Drain `poll_decision` afterwards.
-    fn tick(&mut self, now_ms: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.budget.tick(millis(now_ms)?);
-        Ok(())
+    fn tick(&self, py: Python<'_>, now_ms: &Bound<'_, PyAny>) -> PyResult<()> {
+        let now = millis(now_ms)?;
+        self.state.with(py, |state| {
+            state.budget.tick(now);
+            Ok(())
+        })
     }
 
     /// Withdraws a waiting request; returns whether it was waiting.
-    fn cancel(&mut self, ticket: &Bound<'_, PyAny>) -> PyResult<bool> {
+    fn cancel(&self, py: Python<'_>, ticket: &Bound<'_, PyAny>) -> PyResult<bool> {
         let ticket = to_u64(ticket, "ticket")?;
-        let was_waiting = self.budget.cancel(Ticket(ticket));
-        if was_waiting {
-            self.pending.remove(&ticket);
-        }
-        Ok(was_waiting)
+        self.state.with(py, |state| {
+            let was_waiting = state.budget.cancel(Ticket(ticket));
+            if was_waiting {
+                state.pending.remove(&ticket);
+            }
+            Ok(was_waiting)
+        })
     }
 
     /// The next answer decided for a waiting request, `(ticket, decision)`, or None.
-    fn poll_decision<'py>(
-        &mut self,
-        py: Python<'py>,
-    ) -> PyResult<Option<(u64, Bound<'py, PyAny>)>> {
-        let Some((ticket, d)) = self.budget.poll_decision() else {
+    fn poll_decision<'py>(&self, py: Python<'py>) -> PyResult<Option<(u64, Bound<'py, PyAny>)>> {
+        let decided = self.state.with(py, |state| {
+            let decided = state.budget.poll_decision();
+            if let Some((ticket, _)) = &decided {
+                state.pending.remove(&ticket.0);
+            }
+            Ok(decided)
+        })?;
+        let Some((ticket, d)) = decided else {
             return Ok(None);
         };
-        self.pending.remove(&ticket.0);
         Ok(Some((ticket.0, decision(py, &d)?)))
     }
 
     /// When `tick` next changes something without other input (ms), or None when nobody
     /// waits.
-    fn next_wakeup(&self) -> Option<u64> {
-        self.budget.next_wakeup().map(|t| t.0)
+    fn next_wakeup(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        self.state
+            .with(py, |state| Ok(state.budget.next_wakeup().map(|t| t.0)))
     }
 
     /// Tokens available at `now_ms` (after refilling up to it, which may decide waiters:
     /// drain `poll_decision` afterwards).
-    fn balance(&mut self, now_ms: &Bound<'_, PyAny>) -> PyResult<f64> {
-        Ok(self.budget.balance(millis(now_ms)?))
+    fn balance(&self, py: Python<'_>, now_ms: &Bound<'_, PyAny>) -> PyResult<f64> {
+        let now = millis(now_ms)?;
+        self.state.with(py, |state| Ok(state.budget.balance(now)))
     }
 
     /// Charged permits waiting in the queue.
     #[getter]
-    fn waiting(&self) -> usize {
-        self.budget.waiting()
+    fn waiting(&self, py: Python<'_>) -> PyResult<usize> {
+        self.state.with(py, |state| Ok(state.budget.waiting()))
     }
 
     /// What the budget did so far: `{"granted", "denied", "queued", "deposited_milli"}`.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        to_py(py, &self.budget.stats())
+        let stats = self.state.with(py, |state| Ok(state.budget.stats()))?;
+        to_py(py, &stats)
     }
 
     /// The configuration, in its JSON shape, every default filled in.
@@ -203,14 +232,13 @@ impl PyRetryBudget {
         to_py(py, &self.config)
     }
 
-    fn __repr__(&self) -> String {
-        let stats = self.budget.stats();
-        format!(
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let (waiting, stats) = self.state.with(py, |state| {
+            Ok((state.budget.waiting(), state.budget.stats()))
+        })?;
+        Ok(format!(
             "RetryBudget(capacity={}, waiting={}, granted={}, denied={})",
-            self.config.capacity,
-            self.budget.waiting(),
-            stats.granted,
-            stats.denied
-        )
+            self.config.capacity, waiting, stats.granted, stats.denied
+        ))
     }
 }

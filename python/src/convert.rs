@@ -112,3 +112,31 @@ pub fn to_u64(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
         ))
     })
 }
+
+/// The secrets a caller names (`secrets=`): None, one `str`, or an iterable of `str`.
+///
+/// # Errors
+///
+/// [`ConfigError`](crate::errors::ConfigError) for one too short to mask (its text is never
+/// shown); `TypeError` for another type.
+pub fn secrets_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<rebound_core::Secrets> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(rebound_core::Secrets::none());
+    };
+    let bad = || {
+        PyTypeError::new_err(format!(
+            "secrets must be a str or an iterable of str, got {}",
+            type_name(obj)
+        ))
+    };
+    let words: Vec<String> = if let Ok(one) = obj.cast::<PyString>() {
+        vec![one.to_str()?.to_owned()]
+    } else {
+        obj.try_iter()
+            .map_err(|_| bad())?
+            .map(|item| item.and_then(|i| i.extract::<String>().map_err(|_| bad())))
+            .collect::<PyResult<_>>()?
+    };
+    rebound_core::Secrets::new(words)
+        .map_err(|e| crate::errors::ConfigError::new_err(format!("secrets: {e}")))
+}

@@ -62,6 +62,14 @@ create_exception!(
 );
 create_exception!(
     _native,
+    ReentrantCallError,
+    ReboundError,
+    "A call on a machine, stream decoder or retry budget made from inside another call on \
+     the same object (Python code such as a `__del__` that ran while it worked). Calls from \
+     other threads wait their turn instead."
+);
+create_exception!(
+    _native,
     SimulationError,
     PyRuntimeError,
     "The simulator could not complete a run: the machine livelocked or stalled. A bug in \

@@ -11,6 +11,7 @@ mod budget;
 mod convert;
 mod deadlines;
 mod errors;
+mod exclusive;
 
 mod machine;
 mod sim;
@@ -38,6 +39,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("TraceError", py.get_type::<errors::TraceError>())?;
     m.add("RequestError", py.get_type::<errors::RequestError>())?;
     m.add("BudgetError", py.get_type::<errors::BudgetError>())?;
+    m.add(
+        "ReentrantCallError",
+        py.get_type::<errors::ReentrantCallError>(),
+    )?;
     m.add("SimulationError", py.get_type::<errors::SimulationError>())?;
     m.add_class::<machine::PyMachine>()?;
     m.add_class::<machine::PySnapshot>()?;

@@ -3,11 +3,12 @@
 //! makes them typed objects), conversations as shared snapshots. The tally, the trace, the
 //! end of the run and the stream resets are the run's; this module only converts.
 
-use crate::convert::{from_py, retyped, to_py, to_u64};
+use crate::convert::{from_py, retyped, secrets_arg, to_py, to_u64};
 use crate::deadlines::PyStreamDeadlines;
 use crate::errors::{
     ConfigError, EventError, ReboundError, UnexpectedEventError, UnknownAnswerError,
 };
+use crate::exclusive::Exclusive;
 use crate::tally::PyRunTally;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -240,26 +241,45 @@ impl Issued {
 }
 
 /// The native machine: a [`Run`] of core's machine. Use `rebound_agent.AgentMachine`, which
-/// wraps it with typed events and commands.
-#[pyclass(module = "rebound_agent._native", name = "Machine")]
+/// wraps it with typed events and commands. Calls from several threads take turns (see
+/// [`Exclusive`]); Python objects are read before a call takes the run and made after it
+/// let go.
+#[pyclass(frozen, module = "rebound_agent._native", name = "Machine")]
 pub struct PyMachine {
-    run: Run,
+    state: Exclusive<MachineState>,
     /// Whether the run records its steps (for `trace_jsonl`).
     record: bool,
+}
+
+/// What a machine's calls change.
+struct MachineState {
+    run: Run,
     issued: Issued,
+}
+
+impl PyMachine {
+    fn with<R>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut MachineState) -> PyResult<R>,
+    ) -> PyResult<R> {
+        self.state.with(py, f)
+    }
 }
 
 #[pymethods]
 impl PyMachine {
     #[new]
-    #[pyo3(signature = (config=None, seed=None, conversation=None, record=false))]
+    #[pyo3(signature = (config=None, seed=None, conversation=None, record=false, secrets=None))]
     fn new(
         config: Option<&Bound<'_, PyAny>>,
         seed: Option<&Bound<'_, PyAny>>,
         conversation: Option<&Bound<'_, PyAny>>,
         record: bool,
+        secrets: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let seed = seed.map_or(Ok(0), |s| to_u64(s, "seed"))?;
+        let secrets = secrets_arg(secrets)?;
         let config: MachineConfig = match config {
             None => MachineConfig::default(),
             Some(c) if c.is_none() => MachineConfig::default(),
@@ -277,10 +297,16 @@ impl PyMachine {
             Some(c) => Run::with_conversation(config, seed, c),
             None => Run::new(config, seed),
         };
-        Ok(PyMachine {
-            run: run.recording(record).meta("driver", "python"),
-            record,
+        let state = MachineState {
+            run: run
+                .recording(record)
+                .with_secrets(secrets)
+                .meta("driver", "python"),
             issued: Issued::default(),
+        };
+        Ok(PyMachine {
+            state: Exclusive::new(state, "this machine"),
+            record,
         })
     }
 
@@ -290,30 +316,33 @@ impl PyMachine {
     /// What was not polled of the previous event's actions is dropped: the new event
     /// supersedes them.
     fn handle(
-        &mut self,
+        &self,
+        py: Python<'_>,
         now_ms: &Bound<'_, PyAny>,
         event: &Bound<'_, PyAny>,
     ) -> PyResult<&'static str> {
         let now = Millis(to_u64(now_ms, "now_ms")?);
         let event: Event = from_py(event, "event")?;
-        self.issued.check(&event)?;
-        Ok(match self.run.handle(now, event) {
-            Handled::Ignored(IgnoreReason::Unexpected) => {
-                return Err(UnexpectedEventError::new_err(
-                    "the machine did not ask for this event now (e.g. a second user message \
-                     during a run, or Resume after it started); it was ignored",
-                ))
-            }
-            Handled::Ignored(IgnoreReason::Mismatched) => {
-                return Err(EventError::new_err(format!(
-                    "the tool outcomes do not answer the batch's calls: {}; the event was \
-                     refused and the machine still waits for the batch",
-                    self.run.refusal().unwrap_or("they do not fit")
-                )))
-            }
-            Handled::Accepted => "accepted",
-            Handled::Ignored(IgnoreReason::Terminal) => "terminal",
-            _ => "stale",
+        self.with(py, |state| {
+            state.issued.check(&event)?;
+            Ok(match state.run.handle(now, event) {
+                Handled::Ignored(IgnoreReason::Unexpected) => {
+                    return Err(UnexpectedEventError::new_err(
+                        "the machine did not ask for this event now (e.g. a second user \
+                         message during a run, or Resume after it started); it was ignored",
+                    ))
+                }
+                Handled::Ignored(IgnoreReason::Mismatched) => {
+                    return Err(EventError::new_err(format!(
+                        "the tool outcomes do not answer the batch's calls: {}; the event was \
+                         refused and the machine still waits for the batch",
+                        state.run.refusal().unwrap_or("they do not fit")
+                    )))
+                }
+                Handled::Accepted => "accepted",
+                Handled::Ignored(IgnoreReason::Terminal) => "terminal",
+                _ => "stale",
+            })
         })
     }
 
@@ -321,15 +350,19 @@ impl PyMachine {
     /// machine, or `"stream_reset"` (`request`, `attempt`) when an answer that had begun
     /// failed.
     fn poll<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
     ) -> PyResult<Option<(Bound<'py, PyString>, Bound<'py, PyDict>)>> {
-        match self.run.poll() {
-            None => Ok(None),
-            Some(Action::Command(command)) => {
-                self.issued.note(&command);
-                command_fields(py, &command).map(Some)
+        let action = self.with(py, |state| {
+            let action = state.run.poll();
+            if let Some(Action::Command(command)) = &action {
+                state.issued.note(command);
             }
+            Ok(action)
+        })?;
+        match action {
+            None => Ok(None),
+            Some(Action::Command(command)) => command_fields(py, &command).map(Some),
             Some(Action::StreamReset { request, attempt }) => {
                 let d = PyDict::new(py);
                 d.set_item(intern!(py, "request"), request.0)?;
@@ -344,52 +377,62 @@ impl PyMachine {
     }
 
     /// The conversation as it stands (only complete messages).
-    fn conversation(&self) -> PySnapshot {
-        PySnapshot::full(Arc::clone(self.run.machine().snapshot().arc()))
+    fn conversation(&self, py: Python<'_>) -> PyResult<PySnapshot> {
+        self.with(py, |state| {
+            Ok(PySnapshot::full(Arc::clone(
+                state.run.machine().snapshot().arc(),
+            )))
+        })
     }
 
     /// Assistant messages appended in this run.
     #[getter]
-    fn turns(&self) -> u32 {
-        self.run.machine().turns()
+    fn turns(&self, py: Python<'_>) -> PyResult<u32> {
+        self.with(py, |state| Ok(state.run.machine().turns()))
     }
 
     /// Index of the target requests currently go to.
     #[getter]
-    fn target(&self) -> usize {
-        self.run.machine().target()
+    fn target(&self, py: Python<'_>) -> PyResult<usize> {
+        self.with(py, |state| Ok(state.run.machine().target()))
     }
 
     /// Whether the run ended (finished or failed).
     #[getter]
-    fn is_terminal(&self) -> bool {
-        self.run.is_ended()
+    fn is_terminal(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with(py, |state| Ok(state.run.is_ended()))
     }
 
     /// The jitter seed.
     #[getter]
-    fn seed(&self) -> u64 {
-        self.run.seed()
+    fn seed(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |state| Ok(state.run.seed()))
     }
 
     /// What happened so far, counted by core's run.
     #[getter]
-    fn tally(&self) -> PyRunTally {
-        PyRunTally::of(self.run.tally())
+    fn tally(&self, py: Python<'_>) -> PyResult<PyRunTally> {
+        self.with(py, |state| Ok(PyRunTally::of(state.run.tally())))
     }
 
     /// How the run ended: `{"Ok": reason}` or `{"Err": error}`, or `None` while it runs.
     fn outcome<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let Some(end) = self.run.end() else {
-            return Ok(None);
-        };
-        let outcome = end.as_ref().map(|ended| &ended.reason);
-        to_py(py, &outcome).map(Some)
+        // In its JSON shape while the run is held; made a Python object after.
+        let end = self.with(py, |state| {
+            state
+                .run
+                .end()
+                .map(|end| serde_json::to_value(end.as_ref().map(|ended| &ended.reason)))
+                .transpose()
+                .map_err(|e| ReboundError::new_err(format!("the outcome has no JSON shape: {e}")))
+        })?;
+        end.map(|outcome| to_py(py, &outcome)).transpose()
     }
 
     /// The configuration, in its JSON shape.
     fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        to_py(py, self.run.machine().config())
+        let config = self.with(py, |state| Ok(state.run.machine().config().clone()))?;
+        to_py(py, &config)
     }
 
     /// Core's compaction of `conversation` (a Snapshot or a list of messages) with this
@@ -401,8 +444,9 @@ impl PyMachine {
         conversation: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let conversation = crate::wire::conversation(conversation)?;
+        let result = self.with(py, |state| Ok(state.run.compact_default(&conversation)))?;
         let d = PyDict::new(py);
-        match self.run.compact_default(&conversation) {
+        match result {
             Ok(c) => d.set_item("Ok", to_py(py, &c)?)?,
             Err(e) => d.set_item("Err", e.to_string())?,
         }
@@ -410,17 +454,19 @@ impl PyMachine {
     }
 
     /// The run so far as a trace (JSON Lines), when the machine was made with `record=True`.
-    fn trace_jsonl(&self) -> PyResult<String> {
+    fn trace_jsonl(&self, py: Python<'_>) -> PyResult<String> {
         if !self.record {
             return Err(ReboundError::new_err(
                 "this machine records no trace: create it with record=True",
             ));
         }
-        Ok(Trace {
-            header: self.run.header(),
-            steps: self.run.steps().iter().map(Step::to_trace).collect(),
-        }
-        .to_jsonl())
+        self.with(py, |state| {
+            Ok(Trace {
+                header: state.run.header(),
+                steps: state.run.steps().iter().map(Step::to_trace).collect(),
+            }
+            .to_jsonl())
+        })
     }
 }
 

@@ -1,8 +1,9 @@
 //! The wire helpers of rebound-core for drivers with their own HTTP client: request bodies,
 //! the incremental stream decoder, and the classification of HTTP and transport failures.
 
-use crate::convert::{from_py, int_arg, retyped, to_py, to_u64};
+use crate::convert::{from_py, int_arg, retyped, secrets_arg, to_py, to_u64};
 use crate::errors::{ConfigError, ReboundError, RequestError, StreamError};
+use crate::exclusive::Exclusive;
 use crate::machine::PySnapshot;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -15,7 +16,7 @@ use rebound_core::wire::{
     ToolIdForm,
 };
 use rebound_core::{
-    Conversation, Headers, ProviderFailure, ProviderKind, TargetIdentity, ToolSpec,
+    Conversation, Headers, ProviderFailure, ProviderKind, Secrets, TargetIdentity, ToolSpec,
 };
 use serde_json::{Map, Value};
 use std::borrow::Cow;
@@ -193,29 +194,40 @@ fn stream_error(py: Python<'_>, failure: &ProviderFailure) -> PyErr {
 /// Raises `StreamError` (its `failure` to answer with) when it is an error object, not a
 /// response, or not JSON.
 #[pyfunction]
+#[pyo3(signature = (provider, body, *, secrets=None))]
 pub fn parse_response<'py>(
     py: Python<'py>,
     provider: &str,
     body: &Bound<'py, PyAny>,
+    secrets: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let kind = provider_kind(provider)?;
+    let secrets = secrets_arg(secrets)?;
     let body = bytes_of(body, "body")?;
     match wire::parse_response(kind, &body) {
         Ok(response) => to_py(py, &response),
-        Err(f) => Err(stream_error(py, &f)),
+        Err(f) => Err(stream_error(py, &secrets.redact_failure(f))),
     }
 }
 
 /// Decodes a provider's server-sent event stream incrementally: feed it the body's bytes as
 /// they arrive (any split), show the deltas, and `finish()` for the AssistantResponse.
-#[pyclass(module = "rebound_agent._native", name = "StreamDecoder")]
+/// Calls from several threads take turns (see [`Exclusive`]).
+#[pyclass(frozen, module = "rebound_agent._native", name = "StreamDecoder")]
 pub struct PyStreamDecoder {
+    state: Exclusive<DecoderState>,
+}
+
+/// What a decoder's calls change.
+struct DecoderState {
     decoder: Option<StreamDecoder>,
+    /// Masked in the failures it raises.
+    secrets: Secrets,
     /// Whether the last `feed` completed a delta with content.
     progressed: bool,
 }
 
-impl PyStreamDecoder {
+impl DecoderState {
     fn live(&mut self) -> PyResult<&mut StreamDecoder> {
         self.decoder.as_mut().ok_or_else(|| {
             ReboundError::new_err("this decoder has finished: make a new one for the next body")
@@ -265,10 +277,15 @@ fn delta_dict<'py>(py: Python<'py>, delta: StreamDelta<&str>) -> PyResult<Bound<
 impl PyStreamDecoder {
     /// A decoder for one response body of `provider`.
     #[new]
-    fn new(provider: &str) -> PyResult<Self> {
-        Ok(PyStreamDecoder {
+    #[pyo3(signature = (provider, *, secrets=None))]
+    fn new(provider: &str, secrets: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let state = DecoderState {
+            secrets: secrets_arg(secrets)?,
             decoder: Some(StreamDecoder::new(provider_kind(provider)?)),
             progressed: false,
+        };
+        Ok(PyStreamDecoder {
+            state: Exclusive::new(state, "this stream decoder"),
         })
     }
 
@@ -276,28 +293,27 @@ impl PyStreamDecoder {
     /// (`{"type": "text", "index", "text"}`, `thinking`, `tool_call_start`,
     /// `tool_input_json`). Raises `StreamError` (with `failure`) when the bytes are no valid
     /// stream or carry an error event; every later call raises it again.
-    fn feed<'py>(
-        &mut self,
-        py: Python<'py>,
-        data: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyList>> {
+    fn feed<'py>(&self, py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
         let data = bytes_of(data, "data")?;
-        let decoder = self.live()?;
         let out = PyList::empty(py);
-        let mut error: Option<PyErr> = None;
-        let mut progressed = false;
-        let result = decoder.feed_with(&data, |delta| {
-            progressed |= delta.is_progress();
-            if error.is_none() {
-                if let Err(e) = delta_dict(py, delta).and_then(|d| out.append(d)) {
-                    error = Some(e);
+        let result = self.state.with(py, |state| {
+            let decoder = state.live()?;
+            let mut error: Option<PyErr> = None;
+            let mut progressed = false;
+            let result = decoder.feed_with(&data, |delta| {
+                progressed |= delta.is_progress();
+                if error.is_none() {
+                    if let Err(e) = delta_dict(py, delta).and_then(|d| out.append(d)) {
+                        error = Some(e);
+                    }
                 }
+            });
+            state.progressed = progressed;
+            match error {
+                Some(e) => Err(e),
+                None => Ok(result.map_err(|f| state.secrets.redact_failure(f))),
             }
-        });
-        self.progressed = progressed;
-        if let Some(e) = error {
-            return Err(e);
-        }
+        })?;
         match result {
             Ok(()) => Ok(out),
             Err(f) => Err(stream_error(py, &f)),
@@ -308,28 +324,34 @@ impl PyStreamDecoder {
     /// its input, as rebound-core counts it): what moves a request's progress deadline
     /// (`SendRequest.deadlines.progress_ms`). Keep-alives and empty deltas do not.
     #[getter]
-    fn progressed(&self) -> bool {
-        self.progressed
+    fn progressed(&self, py: Python<'_>) -> PyResult<bool> {
+        self.state.with(py, |state| Ok(state.progressed))
     }
 
     /// Whether the terminal event arrived (the message is complete).
     #[getter]
-    fn is_complete(&self) -> bool {
-        self.decoder
-            .as_ref()
-            .is_some_and(StreamDecoder::is_complete)
+    fn is_complete(&self, py: Python<'_>) -> PyResult<bool> {
+        self.state.with(py, |state| {
+            Ok(state
+                .decoder
+                .as_ref()
+                .is_some_and(StreamDecoder::is_complete))
+        })
     }
 
     /// Ends the body: the assembled AssistantResponse (for ProviderSucceeded), or
     /// `StreamError` whose `failure` is for ProviderFailed (a body that ended before its
     /// terminal event is a cut stream). The decoder cannot be fed afterwards.
-    fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let decoder = self.decoder.take().ok_or_else(|| {
-            ReboundError::new_err("this decoder has finished: make a new one for the next body")
+    fn finish<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let (decoder, secrets) = self.state.with(py, |state| {
+            let decoder = state.decoder.take().ok_or_else(|| {
+                ReboundError::new_err("this decoder has finished: make a new one for the next body")
+            })?;
+            Ok((decoder, state.secrets.clone()))
         })?;
         match decoder.finish() {
             Ok(response) => to_py(py, &response),
-            Err(f) => Err(stream_error(py, &f)),
+            Err(f) => Err(stream_error(py, &secrets.redact_failure(f))),
         }
     }
 }
@@ -365,7 +387,7 @@ fn headers_from(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Headers> {
 /// the wall time, for date-valued hints (None ignores them). Never raises on what a server
 /// sends.
 #[pyfunction]
-#[pyo3(signature = (provider, status, headers=None, body=None, now_unix_ms=None))]
+#[pyo3(signature = (provider, status, headers=None, body=None, now_unix_ms=None, *, secrets=None))]
 pub fn classify_http<'py>(
     py: Python<'py>,
     provider: &str,
@@ -373,8 +395,10 @@ pub fn classify_http<'py>(
     headers: Option<&Bound<'py, PyAny>>,
     body: Option<&Bound<'py, PyAny>>,
     now_unix_ms: Option<&Bound<'py, PyAny>>,
+    secrets: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let kind = provider_kind(provider)?;
+    let secrets = secrets_arg(secrets)?;
     let status = u16::try_from(to_u64(status, "status")?)
         .map_err(|_| ReboundError::new_err("status must be an HTTP status (0 to 65535)"))?;
     let headers = headers_from(headers)?;
@@ -386,26 +410,34 @@ pub fn classify_http<'py>(
         .filter(|n| !n.is_none())
         .map(|n| to_u64(n, "now_unix_ms"))
         .transpose()?;
-    to_py(py, &core_classify_http(kind, status, &headers, &body, now))
+    to_py(
+        py,
+        &secrets.redact_failure(core_classify_http(kind, status, &headers, &body, now)),
+    )
 }
 
 /// Classifies an exchange that produced no usable response from what the HTTP client said:
 /// its error text and whether it timed out, failed to connect, or failed after the response
 /// started (then a break is a cut stream). Every such failure is retried.
 #[pyfunction]
-#[pyo3(signature = (description, *, timed_out=false, connect_failed=false, response_started=false))]
+#[pyo3(signature = (description, *, timed_out=false, connect_failed=false, response_started=false, secrets=None))]
 pub fn classify_transport<'py>(
     py: Python<'py>,
     description: &str,
     timed_out: bool,
     connect_failed: bool,
     response_started: bool,
+    secrets: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let secrets = secrets_arg(secrets)?;
     let error = TransportError::new(description)
         .with_timed_out(timed_out)
         .with_connect_failed(connect_failed)
         .with_response_started(response_started);
-    to_py(py, &classify_transport_error(&error))
+    to_py(
+        py,
+        &secrets.redact_failure(classify_transport_error(&error)),
+    )
 }
 
 /// Compacts a conversation (a Command's Snapshot, or a list of messages) by deterministic

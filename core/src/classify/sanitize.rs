@@ -88,8 +88,8 @@ fn strip_tags(html: &str) -> String {
     out
 }
 
-/// Replaces anything that looks like an API key (`sk-` at a word start, as OpenAI and
-/// Anthropic keys begin) with `sk-***`. OpenAI already masks keys it echoes, but a proxy may
+/// Replaces anything that looks like an API key (`sk-` at a word start or after `_`, as in
+/// `req_sk-…`, as OpenAI and Anthropic keys begin) with `sk-***`. OpenAI already masks keys it echoes, but a proxy may
 /// not, and our messages must never carry a secret.
 fn redact_api_keys(text: &str) -> String {
     if !text.contains("sk-") {
@@ -101,7 +101,7 @@ fn redact_api_keys(text: &str) -> String {
         let at_word_start = rest[..pos]
             .chars()
             .next_back()
-            .map_or(true, |c| !c.is_alphanumeric() && c != '_' && c != '-');
+            .map_or(true, |c| !c.is_alphanumeric() && c != '-');
         out.push_str(&rest[..pos]);
         let after = &rest[pos + 3..];
         let key_len = after
@@ -158,6 +158,11 @@ mod tests {
             "task-sk-1 and disk-sk-foo"
         );
         assert_eq!(one_line("sk-", 200), "sk-");
+        // A key glued to an identifier by `_`, as a proxy's request id may hold it.
+        assert_eq!(
+            one_line("request-id: req_sk-ant-api03-abcdefgh", 200),
+            "request-id: req_sk-***"
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@ use crate::conversation::{ContentBlock, Conversation, Message, Role, ToolResultP
 use crate::failure::{FailureAction, FailureKind, ProviderFailure, TransportFault};
 use crate::response::{AssistantResponse, InputProblemKind, StopReason, ToolInputProblem};
 use crate::retry::RetryDelay;
+use crate::secrets::Secrets;
 use crate::time::Millis;
 use crate::tool::{
     nests_deeper_than, tool_error_text, BatchOutcome, HostFailure, ToolCall, ToolFailure,
@@ -236,6 +237,8 @@ pub struct AgentMachine {
     /// A provider refused the reasoning passed back to it in this run: reasoning of an
     /// unknown owner is no longer sent anywhere.
     reasoning_refused: bool,
+    /// The embedder's secrets, masked in every failure the machine is told of.
+    secrets: Secrets,
 }
 
 /// A compaction under way: by a summary request, then (or else) by the driver's elision.
@@ -346,7 +349,30 @@ impl AgentMachine {
             last_context_tokens: None,
             compacting: None,
             reasoning_refused: false,
+            secrets: Secrets::none(),
         }
+    }
+
+    /// This machine, told the embedder's `secrets` (API keys, tokens): every text of a
+    /// failure it is handed (a provider's message, error type and request id, a host or tool
+    /// failure's message, a compactor's error) has them replaced by `***` before the machine
+    /// takes it in, so no notice, tool error result, run error or trace holds one. See
+    /// [`Secrets`].
+    #[must_use]
+    pub fn with_secrets(mut self, secrets: Secrets) -> Self {
+        self.set_secrets(secrets);
+        self
+    }
+
+    /// [`with_secrets`](Self::with_secrets) in place, for [`Run`](crate::run::Run).
+    pub(crate) fn set_secrets(&mut self, secrets: Secrets) {
+        self.secrets = secrets;
+    }
+
+    /// The secrets this machine masks ([`with_secrets`](Self::with_secrets)).
+    #[must_use]
+    pub fn secrets(&self) -> &Secrets {
+        &self.secrets
     }
 
     /// The configuration.
@@ -438,6 +464,7 @@ impl AgentMachine {
     /// [Time](Self#time)). See the type's documentation for the protocol.
     pub fn handle(&mut self, now: Millis, event: Event) -> Handled {
         self.now = self.clock(now);
+        let event = self.secrets.redact_event(event);
         if self.is_terminal() {
             return Handled::Ignored(IgnoreReason::Terminal);
         }
@@ -1529,12 +1556,19 @@ fn excerpt(raw: &str) -> String {
     }
 }
 
-/// `event` as the machine takes it in, which is what a trace records of it: an answer's tool
-/// inputs nesting deeper than [`MAX_TOOL_INPUT_DEPTH`] are `{}` with a
-/// [`InputProblemKind::TooDeep`] problem, as the machine answers them (see
-/// `refuse_deep_inputs`). Recorded whole, such an input would make the trace unreadable
-/// (`serde_json` reads 128 levels); recorded so, it replays to the same commands.
-pub(crate) fn at_the_door(event: Event) -> Event {
+impl AgentMachine {
+    /// `event` as the machine takes it in, which is what a trace records of it: the
+    /// machine's secrets masked ([`Secrets::redact_event`]), and an answer's tool inputs
+    /// nesting deeper than [`MAX_TOOL_INPUT_DEPTH`] are `{}` with a
+    /// [`InputProblemKind::TooDeep`] problem, as the machine answers them (see
+    /// `refuse_deep_inputs`). Recorded whole, such an input would make the trace unreadable
+    /// (`serde_json` reads 128 levels); recorded so, it replays to the same commands.
+    pub(crate) fn at_the_door(&self, event: Event) -> Event {
+        refuse_deep_inputs_at_the_door(self.secrets.redact_event(event))
+    }
+}
+
+fn refuse_deep_inputs_at_the_door(event: Event) -> Event {
     match event {
         Event::ProviderSucceeded {
             request,

@@ -18,6 +18,7 @@ mod hostile_stream;
 mod one_awaited_command;
 mod request_conformance;
 mod request_options;
+mod secrets;
 mod server_hints;
 mod shared_budget_client;
 

@@ -5,6 +5,7 @@ use super::{ApiKey, BoxFuture, DeltaSink, ExtraHeaders, Provider, ProviderReques
 use crate::config::ConfigError;
 use rebound_core::classify::{classify_http, classify_transport_error, TransportError};
 use rebound_core::run::{Stall, StreamWatch};
+use rebound_core::secrets::{Secrets, MIN_SECRET_BYTES};
 use rebound_core::wire::{
     self, RequestOptions, RequestParams, StreamDecoder, ToolIdForm, WireError,
 };
@@ -183,6 +184,8 @@ pub struct HttpProvider {
     url: reqwest::Url,
     client: reqwest::Client,
     identity: TargetIdentity,
+    /// The key and the extra headers' values, masked in every failure this provider returns.
+    secrets: Secrets,
     /// The server refused a tool-call id with the 400 that names the nine-character rule:
     /// from then on every request's ids are nine letters and digits.
     learned_nine_ids: AtomicBool,
@@ -246,11 +249,13 @@ impl HttpProvider {
     ) -> Result<Self, ConfigError> {
         let url = Self::check(&config)?;
         let identity = target_identity(&config);
+        let secrets = credentials(&config);
         Ok(HttpProvider {
             config,
             url,
             client,
             identity,
+            secrets,
             learned_nine_ids: AtomicBool::new(false),
         })
     }
@@ -487,6 +492,10 @@ impl Provider for HttpProvider {
         Some(self.identity.clone())
     }
 
+    fn secrets(&self) -> Secrets {
+        self.secrets.clone()
+    }
+
     fn send<'a>(
         &'a self,
         request: ProviderRequest<'a>,
@@ -505,9 +514,7 @@ impl Provider for HttpProvider {
                 }
             }
             result.map_err(|e| match e {
-                SendError::Provider(f) => {
-                    SendError::Provider(scrub_key(f, self.config.api_key.expose()))
-                }
+                SendError::Provider(f) => SendError::Provider(self.secrets.redact_failure(f)),
                 other => other,
             })
         })
@@ -546,28 +553,20 @@ fn target_identity(config: &HttpProviderConfig) -> TargetIdentity {
     TargetIdentity::new(format!("{}:{hex}", config.provider))
 }
 
-/// Removes the key from everything a failure carries: a proxy or a compatible server may echo
-/// it back in an error message or header, and failures reach logs, traces and the terminal.
-/// (Keys starting with `sk-` are also masked by classification; this covers any key.)
-fn scrub_key(mut failure: ProviderFailure, key: &str) -> ProviderFailure {
-    if key.len() < 4 {
-        return failure;
-    }
-    let scrub = |text: &mut String| {
-        if text.contains(key) {
-            *text = text.replace(key, "***");
-        }
-    };
-    if failure.message.contains(key) {
-        failure.message = failure.message.replace(key, "***").into();
-    }
-    for text in [&mut failure.error_type, &mut failure.request_id]
-        .into_iter()
-        .flatten()
-    {
-        scrub(text);
-    }
-    failure
+/// The credentials `config` sends: the key and the extra headers' values, those long
+/// enough to be masked ([`MIN_SECRET_BYTES`]; a shorter one would mask ordinary words).
+fn credentials(config: &HttpProviderConfig) -> Secrets {
+    let headers = config
+        .headers
+        .as_map()
+        .values()
+        .filter_map(|v| v.to_str().ok());
+    let long_enough = std::iter::once(config.api_key.expose())
+        .chain(headers)
+        .map(str::trim)
+        .filter(|s| s.len() >= MIN_SECRET_BYTES);
+    // Every one is long enough: nothing is refused.
+    Secrets::new(long_enough).unwrap_or_default()
 }
 
 /// `base` + the provider's request path, checked to be an http(s) URL.

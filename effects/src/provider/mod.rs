@@ -226,6 +226,18 @@ pub trait Provider: Send + Sync {
         None
     }
 
+    /// The credentials this provider sends (its API key, a gateway's token), for the runner
+    /// to name to the machine ([`AgentMachine::with_secrets`](rebound_core::AgentMachine::with_secrets)):
+    /// a server that echoes one in an error, a request id or a tool's failure never gets it
+    /// into a notice, the run's error, telemetry or a trace. [`HttpProvider`] names its key
+    /// and its extra headers' values.
+    ///
+    /// [`Secrets::none`](rebound_core::Secrets::none) (the default): the runner masks only
+    /// the secrets given to [`Runner::secrets`](crate::Runner::secrets).
+    fn secrets(&self) -> rebound_core::Secrets {
+        rebound_core::Secrets::none()
+    }
+
     /// Sends one request, streaming pieces to `deltas`, within the request's deadlines.
     ///
     /// Must not mutate anything observable on failure: the machine retries with the same
@@ -249,6 +261,10 @@ impl<P: Provider + ?Sized> Provider for std::sync::Arc<P> {
         (**self).identity()
     }
 
+    fn secrets(&self) -> rebound_core::Secrets {
+        (**self).secrets()
+    }
+
     fn send<'a>(
         &'a self,
         request: ProviderRequest<'a>,
@@ -267,6 +283,10 @@ impl<P: Provider + ?Sized> Provider for Box<P> {
 
     fn identity(&self) -> Option<TargetIdentity> {
         (**self).identity()
+    }
+
+    fn secrets(&self) -> rebound_core::Secrets {
+        (**self).secrets()
     }
 
     fn send<'a>(

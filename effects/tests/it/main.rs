@@ -28,6 +28,7 @@ mod runner_budget;
 mod runner_outcomes;
 mod runner_responding;
 mod runner_seed;
+mod secrets;
 mod session;
 mod telemetry;
 mod tool_ids;
