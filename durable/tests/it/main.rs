@@ -7,4 +7,5 @@ mod restate;
 
 mod cancel;
 mod crash;
+mod secrets;
 mod telemetry;
