@@ -106,6 +106,7 @@
 //! [`InputProblemKind::InvalidJson`]: crate::InputProblemKind::InvalidJson
 //! [`InputProblemKind::NotAnObject`]: crate::InputProblemKind::NotAnObject
 
+pub mod eventstream;
 pub mod sse;
 
 mod anthropic;

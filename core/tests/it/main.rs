@@ -12,6 +12,8 @@ mod classify_fixtures;
 mod classify_never_panics;
 mod config_readers;
 mod error_body_shapes;
+#[cfg(feature = "server")]
+mod eventstream;
 mod hint_dates;
 #[cfg(feature = "server")]
 mod hostile_stream;
@@ -28,3 +30,9 @@ mod shared_budget_client;
 #[test]
 #[ignore = "hostile_stream needs `--features server`"]
 fn hostile_stream_needs_the_server_feature() {}
+
+/// Without the `server` feature (the frame encoder) `eventstream` is not built.
+#[cfg(not(feature = "server"))]
+#[test]
+#[ignore = "eventstream needs `--features server`"]
+fn eventstream_needs_the_server_feature() {}
