@@ -219,9 +219,27 @@ impl FromIterator<CallOutcome> for BatchOutcome {
 pub fn tool_error_text(tool: &str, message: &str) -> String {
     let tool = bounded(tool, 80);
     format!(
-        "Tool execution failed for `{tool}`: {message}\n\
+        "{TOOL_ERROR_OPENING}{tool}`: {message}\n\
          You may fix the arguments, try a different tool, or explain the failure to the user."
     )
+}
+
+/// How every [`tool_error_text`] begins.
+const TOOL_ERROR_OPENING: &str = "Tool execution failed for `";
+
+/// Whether `text` reads as a tool result's error text ([`tool_error_text`]'s words): how a
+/// request of a wire format without an error flag on tool results (OpenAI Chat and
+/// Responses) is read back as carrying an error (the fake provider server's scripts branch
+/// on it).
+///
+/// ```
+/// use rebound_core::tool::{reads_as_tool_error, tool_error_text};
+/// assert!(reads_as_tool_error(&tool_error_text("read", "file not found")));
+/// assert!(!reads_as_tool_error("lexer.rs\nparse.rs"));
+/// ```
+#[must_use]
+pub fn reads_as_tool_error(text: &str) -> bool {
+    text.starts_with(TOOL_ERROR_OPENING)
 }
 
 /// What the model is told when it calls a tool that is not configured: the name it used

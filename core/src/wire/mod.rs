@@ -60,7 +60,9 @@
 //!   otherwise [`InputProblemKind::InvalidJson`]; valid JSON that is not an object is
 //!   [`InputProblemKind::NotAnObject`]. Either way the call's `input` becomes `{}`.
 //! - OpenAI Chat has no error flag on tool results: the result's text (for an error, the
-//!   model-readable error text) is the `tool` message's content. Tool messages cannot carry
+//!   model-readable error text) is the `tool` message's content. `parse_request` reads a
+//!   result whose text is in core's error words ([`tool_error_text`]) back as an error
+//!   (Chat and Responses alike), so a request round-trips whole. Tool messages cannot carry
 //!   images either: each image part is dropped and replaced by a one-line note in the text,
 //!   so the model knows something was left out.
 //! - An OpenAI stream that ends cleanly after its `finish_reason` but before `data: [DONE]`
@@ -102,6 +104,7 @@
 //! [`ContentBlock::Reasoning`]: crate::ContentBlock::Reasoning
 //! [`ContentBlock::RedactedThinking`]: crate::ContentBlock::RedactedThinking
 //!
+//! [`tool_error_text`]: crate::tool_error_text
 //! [`InputProblemKind::Truncated`]: crate::InputProblemKind::Truncated
 //! [`InputProblemKind::InvalidJson`]: crate::InputProblemKind::InvalidJson
 //! [`InputProblemKind::NotAnObject`]: crate::InputProblemKind::NotAnObject

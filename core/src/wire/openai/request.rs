@@ -215,6 +215,8 @@ pub(crate) fn parse(v: &Value) -> Result<ParsedRequest, WireError> {
                     })
                     .collect::<Vec<_>>()
                     .join("\n");
+                // Chat has no error flag: a result in core's error words is read as one.
+                let is_error = crate::tool::reads_as_tool_error(&text);
                 let parts = if text.is_empty() {
                     Vec::new()
                 } else {
@@ -223,7 +225,7 @@ pub(crate) fn parse(v: &Value) -> Result<ParsedRequest, WireError> {
                 let block = ContentBlock::ToolResult(ToolResultBlock {
                     tool_use_id: id.to_owned(),
                     parts,
-                    is_error: false,
+                    is_error,
                 });
                 match messages.last_mut() {
                     Some(last) if only_results(last) => last.content.push(block),

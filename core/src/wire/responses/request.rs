@@ -324,10 +324,14 @@ fn read_item(
                     )))
                 }
             };
+            // Responses has no error flag: a result in core's error words is read as one.
+            let is_error = parts.first().is_some_and(
+                |p| matches!(p, ToolResultPart::Text { text } if crate::tool::reads_as_tool_error(text)),
+            );
             let block = ContentBlock::ToolResult(ToolResultBlock {
                 tool_use_id: id.to_owned(),
                 parts,
-                is_error: false,
+                is_error,
             });
             push_block(messages, Role::User, block, true);
         }
