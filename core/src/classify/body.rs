@@ -11,7 +11,14 @@
 //! - Ollama's native API: `{"error":"…"}`.
 //! - Flat objects from older compatible servers and frameworks:
 //!   `{"object":"error","message":"…","type":"…","code":400}` or `{"detail":"…"}`.
+//! - Google (Gemini API, Vertex AI): `{"error":{"code":429,"message":"…","status":
+//!   "RESOURCE_EXHAUSTED","details":[…]}}`, often in a one-element array; its `details` are
+//!   read for `google.rpc.RetryInfo` (`retryDelay`), `google.rpc.QuotaFailure` (each
+//!   violation's `quotaId`) and `google.rpc.ErrorInfo` (`reason`), and Vertex's
+//!   `errors[].reason`.
 //! - A one-element array around any of these (Google-style proxies).
+//! - Any of these quoted whole as the `message` of another (a client library or proxy that
+//!   wraps the provider's body in its own error): the quoted body is read instead.
 //!
 //! Parsing goes through `serde_json`, whose recursion limit (128) turns deeply nested input
 //! into an error rather than a stack overflow; any parse failure means "not an error body".
@@ -31,12 +38,39 @@ pub(crate) struct ErrorBody {
     pub request_id: Option<String>,
     /// Anthropic's `error.details.error_code`, e.g. `enforced_spend_limit_reached`.
     pub detail_code: Option<String>,
+    /// Google's `google.rpc.RetryInfo.retryDelay` (`"26s"`), in ms (rounded up).
+    pub retry_delay_ms: Option<u64>,
+    /// Google's `google.rpc.QuotaFailure` violations' `quotaId`s, e.g.
+    /// `GenerateRequestsPerDayPerProjectPerModel-FreeTier`.
+    pub quota_ids: Vec<String>,
+    /// Google's `google.rpc.ErrorInfo` `reason`s (`API_KEY_INVALID`) and Vertex's
+    /// `errors[].reason` (`rateLimitExceeded`).
+    pub reasons: Vec<String>,
 }
 
 /// Parses `body` as an error object; `None` if it is not JSON or has none of the fields.
 pub(crate) fn parse(body: &[u8]) -> Option<ErrorBody> {
     let body = body.strip_prefix(b"\xef\xbb\xbf").unwrap_or(body);
-    let value: Value = serde_json::from_slice(body).ok()?;
+    let outer = read(serde_json::from_slice(body).ok()?)?;
+    // A provider's body quoted whole as another error's message: the quoted one says more.
+    let quoted = outer
+        .message
+        .as_deref()
+        .map(str::trim)
+        .filter(|m| m.starts_with('{') || m.starts_with('['))
+        .and_then(|m| serde_json::from_str(m).ok())
+        .and_then(read);
+    match quoted {
+        Some(mut inner) => {
+            inner.request_id = inner.request_id.or(outer.request_id);
+            Some(inner)
+        }
+        None => Some(outer),
+    }
+}
+
+/// The error fields of a parsed body.
+fn read(value: Value) -> Option<ErrorBody> {
     let value = match value {
         Value::Array(mut items) if !items.is_empty() => items.swap_remove(0),
         other => other,
@@ -62,6 +96,17 @@ pub(crate) fn parse(body: &[u8]) -> Option<ErrorBody> {
                 .get("details")
                 .and_then(Value::as_object)
                 .and_then(|details| string_field(details, "error_code"));
+            if let Some(details) = error.get("details").and_then(Value::as_array) {
+                google_details(details, &mut parsed);
+            }
+            if let Some(errors) = error.get("errors").and_then(Value::as_array) {
+                parsed.reasons.extend(
+                    errors
+                        .iter()
+                        .filter_map(Value::as_object)
+                        .filter_map(|e| string_field(e, "reason")),
+                );
+            }
         }
         Some(Value::String(message)) => {
             parsed.message = Some(message.clone());
@@ -77,6 +122,57 @@ pub(crate) fn parse(body: &[u8]) -> Option<ErrorBody> {
     let has_content =
         parsed.error_type.is_some() || parsed.code.is_some() || parsed.message.is_some();
     has_content.then_some(parsed)
+}
+
+/// What Google's `details` say: the retry delay, the quotas violated, the reasons.
+fn google_details(details: &[Value], parsed: &mut ErrorBody) {
+    for detail in details.iter().filter_map(Value::as_object) {
+        let Some(kind) = detail.get("@type").and_then(Value::as_str) else {
+            continue;
+        };
+        match kind.rsplit('/').next().unwrap_or(kind) {
+            "google.rpc.RetryInfo" => {
+                parsed.retry_delay_ms = detail
+                    .get("retryDelay")
+                    .and_then(Value::as_str)
+                    .and_then(duration_ms);
+            }
+            "google.rpc.QuotaFailure" => {
+                let violations = detail.get("violations").and_then(Value::as_array);
+                parsed.quota_ids.extend(
+                    violations
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_object)
+                        .filter_map(|v| string_field(v, "quotaId")),
+                );
+            }
+            "google.rpc.ErrorInfo" => parsed.reasons.extend(string_field(detail, "reason")),
+            _ => {}
+        }
+    }
+}
+
+/// A protobuf `Duration` in its JSON form (`"26s"`, `"0.5s"`, `"3.000000001s"`: seconds with
+/// up to nine fractional digits), in ms rounded up; anything else is `None`. Too large
+/// saturates.
+fn duration_ms(text: &str) -> Option<u64> {
+    let seconds = text.trim().strip_suffix('s')?;
+    let (whole, fraction) = seconds.split_once('.').unwrap_or((seconds, ""));
+    if whole.is_empty()
+        || !whole.bytes().all(|b| b.is_ascii_digit())
+        || fraction.len() > 9
+        || !fraction.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let whole: u64 = whole.parse().unwrap_or(u64::MAX);
+    let nanos: u64 = format!("{fraction:0<9}").parse().ok()?;
+    Some(
+        whole
+            .saturating_mul(1000)
+            .saturating_add(nanos.div_ceil(1_000_000)),
+    )
 }
 
 /// A non-empty string field.
@@ -143,6 +239,26 @@ mod tests {
         assert_eq!(flat.error_type.as_deref(), Some("BadRequestError"));
         let detail = parse(br#"{"detail":"Not Found"}"#).expect("error body");
         assert_eq!(detail.message.as_deref(), Some("Not Found"));
+    }
+
+    #[test]
+    fn google_durations_read_as_milliseconds_rounded_up() {
+        assert_eq!(duration_ms("26s"), Some(26_000));
+        assert_eq!(duration_ms("0.5s"), Some(500));
+        assert_eq!(duration_ms("3.000000001s"), Some(3_001));
+        assert_eq!(duration_ms("99999999999999999999s"), Some(u64::MAX));
+        for bad in [
+            "",
+            "s",
+            "26",
+            "-1s",
+            "1.5e3s",
+            ".5s",
+            "1.0000000001s",
+            "1,5s",
+        ] {
+            assert_eq!(duration_ms(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -7,20 +7,23 @@
 //! 1. **Context overflow** — status 413, an overflow type or code (`request_too_large`,
 //!    `context_length_exceeded`, `exceed_context_size_error`), or a known overflow phrase in
 //!    the message (not for a 429: a rate limit that mentions tokens is still a rate limit).
-//! 2. **Reasoning rejected** — for a 4xx other than 429, or an error without an error
+//! 2. **Google's details** — a `google.rpc.QuotaFailure` naming a per-day quota: quota
+//!    exhausted; only shorter quotas (per minute), for a 429 or no status: rate limited; a
+//!    `google.rpc.ErrorInfo` reason `API_KEY_…`: auth failed.
+//! 3. **Reasoning rejected** — for a 4xx other than 429, or an error without an error
 //!    status (mid-stream): the code `invalid_encrypted_content`, or a phrase saying encrypted
 //!    content or a thinking signature could not be verified (OpenAI "The encrypted content …
 //!    could not be verified", Anthropic "Invalid `signature` in `thinking` block").
-//! 3. **Quota exhausted** — status 402, a quota type or code (`insufficient_quota`,
+//! 4. **Quota exhausted** — status 402, a quota type or code (`insufficient_quota`,
 //!    `billing_error`, Anthropic's `details.error_code` `enforced_spend_limit_reached`), or a
 //!    spend/credit phrase (not for a 5xx).
-//! 4. **Model not found** — the `model_not_found` code, unless the status says 429 or 5xx.
-//! 5. **By status**, when there is an HTTP error status (300 and above): 401/403 auth; 404
+//! 5. **Model not found** — the `model_not_found` code, unless the status says 429 or 5xx.
+//! 6. **By status**, when there is an HTTP error status (300 and above): 401/403 auth; 404
 //!    model not found; 408/409/425 server error (retryable: the server answered, so this is not
 //!    a transport fault); 429 rate limited; 503/529 or an "overloaded" type or message on any
 //!    5xx unavailable; other 5xx server error; other 3xx/4xx bad request; above 599 server
 //!    error.
-//! 6. **By error type or code**, when there is no status or it is below 300 (a mid-stream
+//! 7. **By error type or code**, when there is no status or it is below 300 (a mid-stream
 //!    error event, or a 200 whose body is an error): the table in [`kind_from_type`]; an
 //!    unknown type is a server error; a body that is not an error object at all is a
 //!    malformed stream.
@@ -52,6 +55,9 @@ pub(crate) fn decide(status: Option<u16>, body: Option<&ErrorBody>, scan: &str) 
     {
         return FailureKind::ContextOverflow;
     }
+    if let Some(kind) = body.and_then(|b| google_kind(status, b)) {
+        return kind;
+    }
     // Only for a request refused as a whole (a 400, or an error event that blames it): a
     // 5xx or 429 that happens to quote such a message is still that.
     let request_refused = status.map_or(true, |s| s < 300 || ((400..500).contains(&s) && s != 429));
@@ -80,6 +86,28 @@ pub(crate) fn decide(status: Option<u16>, body: Option<&ErrorBody>, scan: &str) 
             None => FailureKind::StreamMalformed,
         },
     }
+}
+
+/// What Google's `details` decide, when they do. A violated quota counted per day stays
+/// spent until the day ends (quota exhausted: the next target, or fail); quotas counted per
+/// minute are a rate limit to wait out (`RetryInfo` says how long), whatever the message says
+/// of "your current quota". An `ErrorInfo` reason `API_KEY_…` is the key refused, which the
+/// Gemini API answers with a 400.
+fn google_kind(status: Option<u16>, body: &ErrorBody) -> Option<FailureKind> {
+    let daily = |id: &String| {
+        let id = id.to_ascii_lowercase();
+        id.contains("perday") || id.contains("per_day") || id.contains("daily")
+    };
+    if body.quota_ids.iter().any(daily) {
+        return Some(FailureKind::QuotaExhausted);
+    }
+    if !body.quota_ids.is_empty() && status.map_or(true, |s| s == 429 || s < 300) {
+        return Some(FailureKind::RateLimited);
+    }
+    if body.reasons.iter().any(|r| r.starts_with("API_KEY_")) {
+        return Some(FailureKind::AuthFailed);
+    }
+    None
 }
 
 fn kind_from_status(status: u16, codes: &[String], scan: &str) -> FailureKind {

@@ -14,6 +14,7 @@
 //! | evidence | kind |
 //! |---|---|
 //! | 413; `request_too_large`, `context_length_exceeded`, `exceed_context_size_error`; an overflow phrase ([`is_context_overflow_message`]) unless 429 | `ContextOverflow` |
+//! | Google `details`: a `QuotaFailure` naming a per-day quota / only per-minute quotas (429 or no status) / an `ErrorInfo` reason `API_KEY_…` | `QuotaExhausted` / `RateLimited` / `AuthFailed` |
 //! | 4xx but 429, or no error status: `invalid_encrypted_content`; "The encrypted content … could not be verified", ``Invalid `signature` in `thinking` block``, ``Invalid `data` in `redacted_thinking` block``, "a final `assistant` message must start with a thinking block" | `ReasoningRejected` (retried once without reasoning) |
 //! | 402; `insufficient_quota`, `billing_error`, Anthropic `details.error_code: enforced_spend_limit_reached`; "credit balance is too low", "API usage limits", "spend limit", "exceeded your current quota" unless 5xx | `QuotaExhausted` |
 //! | code `model_not_found` (unless 429/5xx); 404 | `ModelNotFound` |
@@ -72,7 +73,8 @@ pub fn classify_http(
 ) -> ProviderFailure {
     let mut failure = classify_error_body(provider, Some(status), body);
     let hints = delay_hints(headers, now_unix_ms);
-    failure.retry_after_ms = hints.retry_after_ms;
+    // A header's delay first; else the body's (Google's `RetryInfo`).
+    failure.retry_after_ms = hints.retry_after_ms.or(failure.retry_after_ms);
     failure.rate_limit_reset_ms = hints.rate_limit_reset_ms;
     failure.should_retry = match headers.get("x-should-retry") {
         Some(v) if v.eq_ignore_ascii_case("true") => Some(true),
@@ -97,8 +99,10 @@ pub fn classify_http(
 /// Classifies an error body without headers: a mid-stream error event, or a 200 response
 /// whose body is an error object. `status` is the HTTP status when there was one.
 ///
-/// A rate limit without a status (inside a stream) also gets the delay OpenAI writes in its
-/// message ("Please try again in 644ms."), as `retry_after_ms`: it has no headers to carry one.
+/// Google's `google.rpc.RetryInfo.retryDelay` in the body's `details` is the failure's
+/// `retry_after_ms` (a header's delay, read by [`classify_http`], wins over it). A rate limit
+/// without a status (inside a stream) and without that gets the delay OpenAI writes in its
+/// message ("Please try again in 644ms."): it has no headers to carry one.
 ///
 /// Fills `kind`, `status`, `error_type` (Anthropic's `error.type`; for OpenAI the more
 /// specific `error.code` when it is a string, else `error.type`; neither when it only repeats
@@ -134,6 +138,7 @@ pub fn classify_error_body(
         None => sanitize::scan_text(body),
     };
     let kind = kind::decide(status, parsed.as_ref(), &scan);
+    let retry_delay_ms = parsed.as_ref().and_then(|p| p.retry_delay_ms);
 
     let (message, error_type, request_id) = match parsed {
         Some(p) => {
@@ -154,7 +159,11 @@ pub fn classify_error_body(
     };
 
     let mut failure = ProviderFailure::new(kind, message);
-    if status.is_none() && kind == crate::failure::FailureKind::RateLimited {
+    failure.retry_after_ms = retry_delay_ms;
+    if failure.retry_after_ms.is_none()
+        && status.is_none()
+        && kind == crate::failure::FailureKind::RateLimited
+    {
         failure.retry_after_ms = try_again_in_ms(&failure.message);
     }
     failure.status = status;

@@ -29,6 +29,23 @@ struct Case {
     request_id: Option<&'static str>,
 }
 
+/// Google's `RetryInfo` is the delay to wait; a `retry-after` header, when one came, wins.
+#[test]
+fn googles_retry_info_is_the_delay_unless_a_header_says_otherwise() {
+    let (_, body) = fixture!("gemini_quota_per_minute_quoted_429.json");
+    let f = classify_http(OpenAi, 429, &Headers::new(), body, None);
+    assert_eq!((f.kind, f.retry_after_ms), (RateLimited, Some(26_000)));
+    let mut headers = Headers::new();
+    headers.push("retry-after", "3");
+    let f = classify_http(OpenAi, 429, &headers, body, None);
+    assert_eq!(f.retry_after_ms, Some(3_000));
+    // A per-day quota is spent till the day ends: no wait makes it work, whatever the hint.
+    let (_, body) = fixture!("gemini_quota_per_day_429.json");
+    let f = classify_http(OpenAi, 429, &Headers::new(), body, None);
+    assert_eq!(f.kind, QuotaExhausted);
+    assert_eq!(f.action(), FailureAction::Fail); // the next target, when there is one
+}
+
 #[test]
 fn real_error_bodies_classify_to_the_expected_kind_type_message_and_request_id() {
     let cases = [
@@ -240,6 +257,51 @@ fn real_error_bodies_classify_to_the_expected_kind_type_message_and_request_id()
             error_type: Some("invalid_request_error"),
             message_starts: "messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found `tool_use`.",
             request_id: Some("req_vrtx_011CXHqiZPJzdrvgn43AHAoA"),
+        },
+        Case {
+            fixture: fixture!("gemini_api_key_invalid_400.json"),
+            provider: OpenAi,
+            status: 400,
+            kind: AuthFailed,
+            error_type: Some("INVALID_ARGUMENT"),
+            message_starts: "API key not valid. Please pass a valid API key.",
+            request_id: None,
+        },
+        Case {
+            fixture: fixture!("gemini_api_key_invalid_quoted_400.json"),
+            provider: OpenAi,
+            status: 400,
+            kind: AuthFailed,
+            error_type: Some("INVALID_ARGUMENT"),
+            message_starts: "API key not valid. Please pass a valid API key.",
+            request_id: None,
+        },
+        Case {
+            fixture: fixture!("gemini_quota_per_minute_quoted_429.json"),
+            provider: OpenAi,
+            status: 429,
+            kind: RateLimited,
+            error_type: Some("RESOURCE_EXHAUSTED"),
+            message_starts: "You exceeded your current quota, please check your plan",
+            request_id: None,
+        },
+        Case {
+            fixture: fixture!("gemini_quota_per_day_429.json"),
+            provider: OpenAi,
+            status: 429,
+            kind: QuotaExhausted,
+            error_type: Some("RESOURCE_EXHAUSTED"),
+            message_starts: "You exceeded your current quota, please check your plan",
+            request_id: None,
+        },
+        Case {
+            fixture: fixture!("vertex_resource_exhausted_429.json"),
+            provider: OpenAi,
+            status: 429,
+            kind: RateLimited,
+            error_type: Some("RESOURCE_EXHAUSTED"),
+            message_starts: "Resource exhausted. Please try again later.",
+            request_id: None,
         },
         Case {
             fixture: fixture!("nginx_bad_gateway_502.html"),
