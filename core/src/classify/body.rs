@@ -9,6 +9,10 @@
 //!   response's `error` is read), and the `error` event, `{"type":"error","code":"…",
 //!   "message":"…","param":…}` (a flat object, below).
 //! - Ollama's native API: `{"error":"…"}`.
+//! - AWS (Bedrock, restJson1): `{"message":"…"}` (or `"Message"`), its type in the
+//!   `x-amzn-errortype` header (read by `classify_http`) or a body's `__type`
+//!   (`com.amazon…#ThrottlingException`: the part after `#`), as botocore's
+//!   `RestJSONParser` reads them.
 //! - Flat objects from older compatible servers and frameworks:
 //!   `{"object":"error","message":"…","type":"…","code":400}` or `{"detail":"…"}`.
 //! - Google (Gemini API, Vertex AI): `{"error":{"code":429,"message":"…","status":
@@ -114,8 +118,10 @@ fn read(value: Value) -> Option<ErrorBody> {
             parsed.code = string_field(top, "code");
         }
         _ => {
-            parsed.message = string_field(top, "message").or_else(|| string_field(top, "detail"));
-            parsed.error_type = flat_type(top);
+            parsed.message = string_field(top, "message")
+                .or_else(|| string_field(top, "Message"))
+                .or_else(|| string_field(top, "detail"));
+            parsed.error_type = flat_type(top).or_else(|| aws_type(top));
             parsed.code = string_field(top, "code");
         }
     }
@@ -181,6 +187,11 @@ fn string_field(object: &Map<String, Value>, key: &str) -> Option<String> {
         Some(Value::String(s)) if !s.trim().is_empty() => Some(s.clone()),
         _ => None,
     }
+}
+
+/// An AWS body's `__type`, without its namespace (`…#ThrottlingException`).
+fn aws_type(object: &Map<String, Value>) -> Option<String> {
+    string_field(object, "__type").map(|t| t.rsplit('#').next().unwrap_or(&t).to_owned())
 }
 
 /// A flat `type`, unless it is Anthropic's envelope marker `"error"`.

@@ -77,6 +77,10 @@ pub(crate) fn decide(status: Option<u16>, body: Option<&ErrorBody>, scan: &str) 
         return FailureKind::ModelNotFound;
     }
 
+    // Bedrock loading the model: try again shortly, whatever status it came with (424, 429).
+    if any_code(|c| c == "modelnotreadyexception") {
+        return FailureKind::Unavailable;
+    }
     match status {
         Some(s) if s >= 300 => kind_from_status(s, &codes, scan),
         _ => match codes.iter().find_map(|c| kind_from_type(c)) {
@@ -128,7 +132,13 @@ fn kind_from_status(status: u16, codes: &[String], scan: &str) -> FailureKind {
                 FailureKind::ServerError
             }
         }
-        300..=499 => FailureKind::BadRequest,
+        // Another 4xx whose type says a refused key or a rate limit: AWS answers
+        // `ExpiredTokenException` and, in its JSON protocols, `ThrottlingException` with a 400.
+        300..=499 => codes
+            .iter()
+            .filter_map(|c| kind_from_type(c))
+            .find(|k| matches!(k, FailureKind::AuthFailed | FailureKind::RateLimited))
+            .unwrap_or(FailureKind::BadRequest),
         _ => FailureKind::ServerError,
     }
 }
@@ -142,13 +152,17 @@ fn kind_from_type(code: &str) -> Option<FailureKind> {
         | "tokens"
         | "requests"
         | "too_many_requests"
-        | "resource_exhausted" => FailureKind::RateLimited,
+        | "resource_exhausted"
+        // AWS (Bedrock): HTTP 429, or an in-stream `throttlingException` event.
+        | "throttlingexception" => FailureKind::RateLimited,
         // Anthropic overloaded_error (HTTP 529, also sent mid-stream); Google UNAVAILABLE.
         "overloaded_error"
         | "server_overloaded"
         | "overloaded"
         | "unavailable"
-        | "service_unavailable" => FailureKind::Unavailable,
+        | "service_unavailable"
+        | "serviceunavailableexception"
+        | "modelnotreadyexception" => FailureKind::Unavailable,
         // Anthropic api_error (500), timeout_error (504), conflict_error (409); OpenAI
         // server_error.
         "api_error"
@@ -157,14 +171,26 @@ fn kind_from_type(code: &str) -> Option<FailureKind> {
         | "internal_server_error"
         | "timeout_error"
         | "conflict_error"
-        | "internal" => FailureKind::ServerError,
+        | "internal"
+        // AWS (Bedrock), in-stream events too.
+        | "internalserverexception"
+        | "modelstreamerrorexception"
+        | "modeltimeoutexception" => FailureKind::ServerError,
         "authentication_error"
         | "permission_error"
         | "invalid_api_key"
         | "permission_denied"
-        | "unauthenticated" => FailureKind::AuthFailed,
-        "not_found_error" | "model_not_found" | "not_found" => FailureKind::ModelNotFound,
-        "invalid_request_error" | "badrequesterror" | "invalid_argument" => FailureKind::BadRequest,
+        | "unauthenticated"
+        | "accessdeniedexception"
+        | "unrecognizedclientexception"
+        | "expiredtokenexception"
+        | "invalidsignatureexception" => FailureKind::AuthFailed,
+        "not_found_error" | "model_not_found" | "not_found" | "resourcenotfoundexception" => {
+            FailureKind::ModelNotFound
+        }
+        "invalid_request_error" | "badrequesterror" | "invalid_argument" | "validationexception" => {
+            FailureKind::BadRequest
+        }
         // The codes of a Responses `response.failed` event that blame the request (the
         // `ResponseError.code` enum of OpenAI's OpenAPI description): as a 400 would be.
         "invalid_prompt"

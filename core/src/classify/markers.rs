@@ -100,6 +100,8 @@ const QUOTA_CODES: &[&str] = &[
     "billing_error",
     "billing_hard_limit_reached",
     "enforced_spend_limit_reached",
+    // AWS (Bedrock): a service quota of the account, raised only by asking AWS.
+    "servicequotaexceededexception",
 ];
 
 /// Whether an error message says the prompt does not fit the context window.

@@ -23,6 +23,7 @@
 //! | 429 | `RateLimited` |
 //! | 503, 529; any 5xx whose type or message says "overloaded" | `Unavailable` |
 //! | other 5xx (and nonsense statuses above 599) | `ServerError` |
+//! | AWS's `ModelNotReadyException` (Bedrock loading the model, 424 or 429) | `Unavailable` |
 //! | other 3xx and 4xx | `BadRequest` |
 //! | no status or below 300 (mid-stream error event, 200 with an error body) | by error type: `overloaded_error` → `Unavailable`, `rate_limit_error` → `RateLimited`, `api_error`/`server_error` → `ServerError`, …; unknown type → `ServerError`; not an error object → `StreamMalformed` |
 //!
@@ -71,7 +72,14 @@ pub fn classify_http(
     body: &[u8],
     now_unix_ms: Option<u64>,
 ) -> ProviderFailure {
-    let mut failure = classify_error_body(provider, Some(status), body);
+    // AWS names the error in a header (`ThrottlingException:http://internal.amazon.com/…`),
+    // which wins over the body's, as in botocore's `RestJSONParser`.
+    let aws_type = headers
+        .get("x-amzn-errortype")
+        .and_then(|t| t.split(':').next())
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    let mut failure = classify_body(provider, Some(status), body, aws_type);
     let hints = delay_hints(headers, now_unix_ms);
     // A header's delay first; else the body's (Google's `RetryInfo`).
     failure.retry_after_ms = hints.retry_after_ms.or(failure.retry_after_ms);
@@ -88,6 +96,7 @@ pub fn classify_http(
     let header_id = headers
         .get(first)
         .or_else(|| headers.get(second))
+        .or_else(|| headers.get("x-amzn-requestid"))
         .map(|id| one_line(id, MAX_REQUEST_ID_CHARS))
         .filter(|id| !id.is_empty());
     if header_id.is_some() {
@@ -127,7 +136,21 @@ pub fn classify_error_body(
     status: Option<u16>,
     body: &[u8],
 ) -> ProviderFailure {
-    let parsed = body::parse(body);
+    classify_body(provider, status, body, None)
+}
+
+/// [`classify_error_body`], with the error's type from a header (AWS's
+/// `x-amzn-errortype`) when there is one: it wins over the body's.
+fn classify_body(
+    provider: ProviderKind,
+    status: Option<u16>,
+    body: &[u8],
+    header_type: Option<&str>,
+) -> ProviderFailure {
+    let mut parsed = body::parse(body);
+    if let Some(t) = header_type {
+        parsed.get_or_insert_with(Default::default).error_type = Some(t.to_owned());
+    }
     let scan = match &parsed {
         Some(p) => [&p.message, &p.error_type, &p.code, &p.detail_code]
             .into_iter()

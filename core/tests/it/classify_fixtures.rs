@@ -29,6 +29,87 @@ struct Case {
     request_id: Option<&'static str>,
 }
 
+/// AWS (Bedrock) names the error in `x-amzn-errortype` (or a body's `__type`) and its request
+/// id in `x-amzn-requestid`, as botocore's `RestJSONParser` reads them. The bodies carry only
+/// a message: the ones quoted in public reports of Bedrock clients (promptfoo #1508,
+/// aws-samples/aws-genai-llm-chatbot #220, litellm #21647) and AWS's API reference.
+#[test]
+fn aws_errors_are_read_from_their_header_as_botocore_reads_them() {
+    let throttled = r#"{"message":"Too many requests, please wait before trying again. You have sent too many requests.  Wait before trying again."}"#;
+    let cases: [(u16, &str, &str, FailureKind); 7] = [
+        (
+            429,
+            "ThrottlingException:http://internal.amazon.com/coral/com.amazon.bedrock/",
+            throttled,
+            RateLimited,
+        ),
+        (
+            400,
+            "ServiceQuotaExceededException",
+            r#"{"message":"Your request exceeds the service quota for your account."}"#,
+            QuotaExhausted,
+        ),
+        (
+            424,
+            "ModelNotReadyException",
+            r#"{"message":"Model is not ready for inference. Wait and try your request again."}"#,
+            Unavailable,
+        ),
+        (
+            429,
+            "ModelNotReadyException",
+            r#"{"message":"Model is not ready for inference."}"#,
+            Unavailable,
+        ),
+        (
+            400,
+            "ExpiredTokenException",
+            r#"{"message":"The security token included in the request is expired"}"#,
+            AuthFailed,
+        ),
+        (
+            403,
+            "UnrecognizedClientException",
+            r#"{"Message":"The security token included in the request is invalid."}"#,
+            AuthFailed,
+        ),
+        (
+            400,
+            "ValidationException",
+            r#"{"message":"Input is too long for requested model."}"#,
+            ContextOverflow,
+        ),
+    ];
+    for (status, error_type, body, kind) in cases {
+        let mut headers = Headers::new();
+        headers.push("x-amzn-errortype", error_type);
+        headers.push("x-amzn-requestid", "bc9af776-2940-485e-ba33-d7933e178873");
+        let f = classify_http(OpenAi, status, &headers, body.as_bytes(), None);
+        assert_eq!(f.kind, kind, "{error_type}: {f:?}");
+        assert_eq!(
+            f.error_type.as_deref(),
+            error_type.split(':').next(),
+            "{error_type}"
+        );
+        assert_eq!(
+            f.request_id.as_deref(),
+            Some("bc9af776-2940-485e-ba33-d7933e178873")
+        );
+        assert!(
+            !f.message.starts_with('{'),
+            "the message, not the body: {f:?}"
+        );
+    }
+    // The JSON protocols' form: the type in the body, namespaced, with a 400.
+    let body =
+        br#"{"__type":"com.amazon.coral.service#ThrottlingException","message":"Rate exceeded"}"#;
+    let f = classify_http(OpenAi, 400, &Headers::new(), body, None);
+    assert_eq!(
+        (f.kind, f.error_type.as_deref()),
+        (RateLimited, Some("ThrottlingException"))
+    );
+}
+
 /// Google's `RetryInfo` is the delay to wait; a `retry-after` header, when one came, wins.
 #[test]
 fn googles_retry_info_is_the_delay_unless_a_header_says_otherwise() {
