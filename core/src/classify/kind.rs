@@ -98,10 +98,8 @@ pub(crate) fn decide(status: Option<u16>, body: Option<&ErrorBody>, scan: &str) 
 /// of "your current quota". An `ErrorInfo` reason `API_KEY_…` is the key refused, which the
 /// Gemini API answers with a 400.
 fn google_kind(status: Option<u16>, body: &ErrorBody) -> Option<FailureKind> {
-    let daily = |id: &String| {
-        let id = id.to_ascii_lowercase();
-        id.contains("perday") || id.contains("per_day") || id.contains("daily")
-    };
+    // Google's quota ids name their window: `GenerateRequestsPerDayPerProjectPerModel-…`.
+    let daily = |id: &String| id.to_ascii_lowercase().contains("perday");
     if body.quota_ids.iter().any(daily) {
         return Some(FailureKind::QuotaExhausted);
     }
