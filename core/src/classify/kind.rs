@@ -8,7 +8,7 @@
 //!    `context_length_exceeded`, `exceed_context_size_error`), or a known overflow phrase in
 //!    the message (not for a 429: a rate limit that mentions tokens is still a rate limit).
 //! 2. **Google's details** — a `google.rpc.QuotaFailure` naming a per-day quota: quota
-//!    exhausted; only shorter quotas (per minute), for a 429 or no status: rate limited; a
+//!    exhausted; only shorter quotas (per minute), for a 429 or in a stream: rate limited; a
 //!    `google.rpc.ErrorInfo` reason `API_KEY_…`: auth failed.
 //! 3. **Reasoning rejected** — for a 4xx other than 429, or an error without an error
 //!    status (mid-stream): the code `invalid_encrypted_content`, or a phrase saying encrypted
@@ -103,7 +103,7 @@ fn google_kind(status: Option<u16>, body: &ErrorBody) -> Option<FailureKind> {
     if body.quota_ids.iter().any(daily) {
         return Some(FailureKind::QuotaExhausted);
     }
-    if !body.quota_ids.is_empty() && status.map_or(true, |s| s == 429 || s < 300) {
+    if !body.quota_ids.is_empty() && status.map_or(true, |s| s == 429) {
         return Some(FailureKind::RateLimited);
     }
     if body.reasons.iter().any(|r| r.starts_with("API_KEY_")) {

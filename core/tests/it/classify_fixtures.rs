@@ -120,6 +120,13 @@ fn googles_retry_info_is_the_delay_unless_a_header_says_otherwise() {
     headers.push("retry-after", "3");
     let f = classify_http(OpenAi, 429, &headers, body, None);
     assert_eq!(f.retry_after_ms, Some(3_000));
+    // The same error inside a stream (no status): still a rate limit with its delay.
+    let quoted: serde_json::Value = serde_json::from_slice(body).expect("JSON");
+    let inner = quoted["error"]["message"]
+        .as_str()
+        .expect("the quoted body");
+    let f = classify_error_body(OpenAi, None, inner.as_bytes());
+    assert_eq!((f.kind, f.retry_after_ms), (RateLimited, Some(26_000)));
     // A per-day quota is spent till the day ends: no wait makes it work, whatever the hint.
     let (_, body) = fixture!("gemini_quota_per_day_429.json");
     let f = classify_http(OpenAi, 429, &Headers::new(), body, None);
