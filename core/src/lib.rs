@@ -13,6 +13,8 @@
 //! of the requests they receive (`wire::parse_request`).
 
 #![forbid(unsafe_code)]
+// On docs.rs (`--cfg docsrs`, Cargo.toml): each item behind a feature names the feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod object_form;

@@ -15,6 +15,8 @@
 //! | `redis` | a retry budget shared by processes through Redis (`budget::redis`) |
 //! | `otel` | OpenTelemetry metrics of runs (`telemetry`), through the OpenTelemetry API |
 
+// On docs.rs (`--cfg docsrs`, Cargo.toml): each item behind a feature names the feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 pub mod budget;

@@ -19,6 +19,8 @@
 //! ```
 
 #![forbid(unsafe_code)]
+// On docs.rs (`--cfg docsrs`, Cargo.toml): each item behind a feature names the feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 #[cfg(feature = "charts")]

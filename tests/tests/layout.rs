@@ -554,7 +554,10 @@ fn the_study_sits_between_the_simulator_and_the_binary() {
 
 /// Every crate that is published ships both license texts beside its manifest (a crate's
 /// package holds only its own folder), and one with features asks docs.rs to document them
-/// all (docs.rs builds the default features only unless told).
+/// all (docs.rs builds the default features only unless told) and to say on each item behind
+/// a feature which one it needs: `--cfg docsrs` to rustdoc, and `doc_cfg` turned on by it in
+/// the library's root (nightly's `doc_cfg` badges every `#[cfg(feature = …)]` item by
+/// itself).
 #[test]
 fn each_published_crate_ships_its_licenses_and_documents_every_feature() {
     let metadata = metadata();
@@ -579,6 +582,35 @@ fn each_published_crate_ships_its_licenses_and_documents_every_feature() {
             problems.push(format!(
                 "{name}: has features, no [package.metadata.docs.rs] all-features = true"
             ));
+        }
+        let rustdoc_args: Vec<&str> = package["metadata"]["docs"]["rs"]["rustdoc-args"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        if features > 0 && !rustdoc_args.windows(2).any(|w| w == ["--cfg", "docsrs"]) {
+            problems.push(format!(
+                "{name}: has features, no [package.metadata.docs.rs] rustdoc-args = [\"--cfg\", \"docsrs\"]"
+            ));
+        }
+        let lib = package["targets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|t| {
+                t["kind"]
+                    .as_array()
+                    .is_some_and(|k| k.contains(&"lib".into()))
+            });
+        if let (true, Some(lib)) = (features > 0, lib) {
+            let root = lib["src_path"].as_str().unwrap_or_default();
+            let code = std::fs::read_to_string(root).unwrap_or_default();
+            if !code.contains("#![cfg_attr(docsrs, feature(doc_cfg))]") {
+                problems.push(format!(
+                    "{name}: has features, no #![cfg_attr(docsrs, feature(doc_cfg))] in {root}"
+                ));
+            }
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
