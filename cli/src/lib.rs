@@ -457,6 +457,20 @@ pub struct ServeArgs {
     /// Seed of the scenario's random faults.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Print each request in full on stderr after its log line: every header (the values of
+    /// those that may hold a credential replaced by `<redacted>`) and the body as received,
+    /// up to `--log-body-bytes`.
+    #[arg(long)]
+    pub log_requests: bool,
+    /// With `--log-requests`: the most bytes of each request body printed (the body's full
+    /// size is printed too).
+    #[arg(
+        long,
+        default_value_t = 16_384,
+        value_name = "BYTES",
+        requires = "log_requests"
+    )]
+    pub log_body_bytes: usize,
 }
 
 /// Options of `rebound sim`.
@@ -578,6 +592,34 @@ fn scenarios_help() -> String {
     help
 }
 
+/// What `rebound serve` writes on stderr, field by field, for its help.
+const SERVE_LOG_HELP: &str = "\
+The request log (stderr): one line per request, written once the server has decided
+what to do with it, e.g.
+  #3 +1520ms POST /v1/messages [anthropic] -> fault: {\"status\":529,\"type\":\"http\"} (req_fake_000004)
+  #3             the request's place in the log, from 0
+  +1520ms        when its head arrived, in ms since the server started
+  POST /v1/...   the method and the path (never the query, where some APIs take a key)
+  [anthropic]    the API of the path: anthropic, openai or openai-responses (none for an
+                 unknown path)
+  -> ...         what the server did:
+                   answered turn N         the scenario's answer N (N = the number of
+                                           turns: the final \"Done.\")
+                   (after a tool error)    that turn's when_last_tool_error answer
+                   answered a summary request
+                   fault: {...}            the scripted or random fault, as scenario JSON
+                   context overflow (B bytes > L)   over the context limit
+                   rejected STATUS: why    refused before the script (key, headers, body,
+                                           route, size): the script does not move
+                   stalled Nms, then ...   silence played first (stall, slow_drip)
+  (req_fake_...) the request id its response carries (request-id, x-request-id)
+With --log-requests, each line is followed by the request's headers, one a line (the value
+of any that may hold a credential replaced by <redacted>: x-api-key, authorization,
+api-key, x-goog-api-key, cookie, and any whose name contains key, token, secret, password,
+auth, cookie, credential or signature), then the body's size and its first
+--log-body-bytes bytes (16384 by default) as received, all indented by four spaces.
+";
+
 /// Parses a command line (program name first), including what depends on the order of the
 /// options: which `--mcp` each `--mcp-env` follows.
 pub fn parse<I, T>(args: I) -> Result<Cli, clap::Error>
@@ -586,7 +628,9 @@ where
     T: Into<std::ffi::OsString> + Clone,
 {
     let matches = Cli::command()
-        .mut_subcommand("serve", |serve| serve.after_help(scenarios_help()))
+        .mut_subcommand("serve", |serve| {
+            serve.after_help(format!("{SERVE_LOG_HELP}\n{}", scenarios_help()))
+        })
         .mut_subcommand("demo", |demo| demo.after_help(scenarios_help()))
         .try_get_matches_from(args)?;
     let mut cli = Cli::from_arg_matches(&matches)?;

@@ -665,9 +665,20 @@ pub async fn serve(args: ServeArgs) -> i32 {
         None => FakeServerConfig::healthy(),
     };
     config.addr = std::net::SocketAddr::from(([127, 0, 0, 1], args.port));
-    config.on_request = Some(Arc::new(|record: &rebound_sim::fake::RequestRecord| {
-        eprintln!("{record}");
-    }));
+    let log_requests = args.log_requests;
+    if log_requests {
+        config.raw_body_bytes = args.log_body_bytes;
+    }
+    // One write per request, so the lines of concurrent requests never interleave.
+    config.on_request = Some(Arc::new(
+        move |record: &rebound_sim::fake::RequestRecord| {
+            if log_requests {
+                eprintln!("{}", record.dump());
+            } else {
+                eprintln!("{record}");
+            }
+        },
+    ));
     let server = match FakeServer::start(config).await {
         Ok(s) => s,
         Err(e) => return usage_error(e),

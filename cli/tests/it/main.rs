@@ -25,4 +25,5 @@ mod mcp_source;
 mod private_files;
 mod redis_fleet;
 mod secrets;
+mod serve;
 mod telemetry;

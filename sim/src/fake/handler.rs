@@ -45,7 +45,21 @@ const SECRET_HEADERS: &[&str] = &[
     "authorization",
     "proxy-authorization",
     "api-key",
+    "x-goog-api-key",
     "cookie",
+    "set-cookie",
+];
+
+/// A header whose name holds one of these may carry a credential: its value is redacted too.
+const SECRET_NAME_PARTS: &[&str] = &[
+    "key",
+    "token",
+    "secret",
+    "password",
+    "auth",
+    "cookie",
+    "credential",
+    "signature",
 ];
 
 /// Serves connections until `stopped` turns true, then closes them all.
@@ -294,6 +308,8 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         headers: redacted(&parts.headers),
         provider,
         body: None,
+        body_bytes: None,
+        raw_body: Vec::new(),
         request_id: request_id.clone(),
         stalled_ms: 0,
         usage: None,
@@ -360,6 +376,8 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         // The client went away or sent a broken body: nobody to answer.
         Err(_) => return Err(Abort),
     };
+    record.body_bytes = Some(bytes.len());
+    record.raw_body = bytes[..bytes.len().min(shared.raw_body_bytes)].to_vec();
     record.body = serde_json::from_slice(&bytes).ok();
     let parsed = match wire::parse_request(provider, &bytes) {
         Ok(p) => p,
@@ -657,7 +675,7 @@ fn redacted(headers: &HeaderMap) -> Vec<(String, String)> {
         .iter()
         .map(|(name, value)| {
             let name = name.as_str().to_owned();
-            let value = if SECRET_HEADERS.contains(&name.as_str()) {
+            let value = if is_secret(&name) {
                 "<redacted>".to_owned()
             } else {
                 String::from_utf8_lossy(value.as_bytes()).into_owned()
@@ -665,4 +683,9 @@ fn redacted(headers: &HeaderMap) -> Vec<(String, String)> {
             (name, value)
         })
         .collect()
+}
+
+/// Whether a header (its name lower-case, as hyper gives it) may carry a credential.
+fn is_secret(name: &str) -> bool {
+    SECRET_HEADERS.contains(&name) || SECRET_NAME_PARTS.iter().any(|part| name.contains(part))
 }

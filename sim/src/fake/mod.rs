@@ -78,6 +78,16 @@
 //! answer an unknown `tool_use_id` (400, in each provider's own words). Refused requests do
 //! not move the script.
 //!
+//! # The request log
+//!
+//! [`FakeServer::requests`] returns a [`RequestRecord`] per request received, in arrival
+//! order, and [`FakeServerConfig::on_request`] sees each as soon as the server has decided
+//! what to do with it (`rebound serve` prints its one-line [`Display`](std::fmt::Display)
+//! form on stderr, or its [`dump`](RequestRecord::dump) with `--log-requests`). A record
+//! holds the headers with every credential redacted, the body as JSON, the body's size, and,
+//! when [`FakeServerConfig::raw_body_bytes`] asks for it, the first bytes of the body as
+//! received.
+//!
 //! # Faults on the wire
 //!
 //! | scenario fault | what the client receives |
@@ -176,6 +186,10 @@ pub struct FakeServerConfig {
     /// with the API's 400 `invalid_encrypted_content`, as OpenAI refuses another
     /// organisation's `encrypted_content`.
     pub organization: String,
+    /// How many bytes of each request body, as received, its record keeps in
+    /// [`RequestRecord::raw_body`] (to show what a client sent byte for byte, as
+    /// `rebound serve --log-requests` does); 0 (the default) keeps none.
+    pub raw_body_bytes: usize,
 }
 
 impl fmt::Debug for FakeServerConfig {
@@ -191,6 +205,7 @@ impl fmt::Debug for FakeServerConfig {
             .field("play_latency", &self.play_latency)
             .field("ignore_stream", &self.ignore_stream)
             .field("organization", &self.organization)
+            .field("raw_body_bytes", &self.raw_body_bytes)
             .finish()
     }
 }
@@ -210,6 +225,7 @@ impl FakeServerConfig {
             play_latency: false,
             ignore_stream: false,
             organization: "org-fake".to_owned(),
+            raw_body_bytes: 0,
         }
     }
 
@@ -284,6 +300,14 @@ impl FakeServerConfig {
         self.ignore_stream = ignore_stream;
         self
     }
+
+    /// Sets [`raw_body_bytes`](Self::raw_body_bytes): how much of each raw request body its
+    /// record keeps.
+    #[must_use]
+    pub fn with_raw_body_bytes(mut self, raw_body_bytes: usize) -> Self {
+        self.raw_body_bytes = raw_body_bytes;
+        self
+    }
 }
 
 /// Why the server could not start.
@@ -305,8 +329,11 @@ pub enum FakeServerError {
 
 /// One request the server received, and what it did with it.
 ///
-/// Secrets never enter the log: `x-api-key`, `authorization` and other credential headers
-/// are recorded as `<redacted>`.
+/// Secrets never enter the log: the value of every header that may hold a credential
+/// (`x-api-key`, `authorization`, `proxy-authorization`, `api-key`, `x-goog-api-key`,
+/// `cookie`, and any other whose name contains `key`, `token`, `secret`, `password`, `auth`,
+/// `cookie`, `credential` or `signature`) is recorded as `<redacted>`. The path is recorded
+/// without its query, where some APIs take a key (`?key=`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RequestRecord {
     /// 0-based position in the log.
@@ -323,6 +350,14 @@ pub struct RequestRecord {
     pub provider: Option<ProviderKind>,
     /// The body as JSON, when it was JSON.
     pub body: Option<Value>,
+    /// The size of the body received, in bytes; `None` when it was not read (a request
+    /// refused on its head: route, method, headers, a declared size over the limit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body_bytes: Option<usize>,
+    /// The first [`FakeServerConfig::raw_body_bytes`] bytes of the body as received (empty
+    /// when none were kept); not serialized.
+    #[serde(skip)]
+    pub raw_body: Vec<u8>,
     /// The request id the response carries.
     pub request_id: String,
     /// Silence injected before the outcome (stalls and drips), in ms.
@@ -349,11 +384,69 @@ impl RequestRecord {
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
     }
+
+    /// The record as `rebound serve --log-requests` prints it: the one-line summary
+    /// ([`Display`](fmt::Display)), then one indented line per header in arrival order
+    /// (secrets redacted), then the body's size and its kept bytes ([`raw_body`](Self::raw_body),
+    /// as UTF-8, invalid sequences replaced), indented. Control characters other than
+    /// newlines and tabs are escaped (`\u{1b}`), so a body cannot drive the terminal.
+    ///
+    /// ```text
+    /// #0 +4ms POST /v1/messages [anthropic] conversation 0 at 0ms -> answered turn 0 (req_fake_000001)
+    ///     content-type: application/json
+    ///     x-api-key: <redacted>
+    ///     body: 88 bytes
+    ///     {"model":"m","max_tokens":64,"messages":[{"role":"user","content":"hi"}]}
+    /// ```
+    #[must_use]
+    pub fn dump(&self) -> String {
+        use fmt::Write as _;
+        let mut out = self.to_string();
+        for (name, value) in &self.headers {
+            let _ = write!(out, "\n    {name}: {}", printable(value));
+        }
+        let kept = self.raw_body.len();
+        match self.body_bytes {
+            None => out.push_str("\n    body: not read"),
+            Some(0) => out.push_str("\n    body: empty"),
+            Some(n) if kept == 0 => {
+                let _ = write!(out, "\n    body: {n} bytes (not kept)");
+            }
+            Some(n) => {
+                if kept < n {
+                    let _ = write!(out, "\n    body: {n} bytes, the first {kept} shown");
+                } else {
+                    let _ = write!(out, "\n    body: {n} bytes");
+                }
+                let text = String::from_utf8_lossy(&self.raw_body);
+                for line in printable(&text).split('\n') {
+                    let _ = write!(out, "\n    {line}");
+                }
+            }
+        }
+        out
+    }
+}
+
+/// `text` with control characters other than newlines and tabs escaped (`\u{1b}`).
+fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 impl fmt::Display for RequestRecord {
     /// One line for a server log, e.g.
-    /// `#3 +1520ms POST /v1/messages [anthropic] -> fault: http 529 (req_fake_000004)`.
+    /// `#3 +1520ms POST /v1/messages [anthropic] -> fault: {"status":529,"type":"http"}
+    /// (req_fake_000004)`: the index, when the head arrived (ms since the server started),
+    /// the method, the path, the API, the [`Outcome`] (a fault as its scenario JSON) and the
+    /// request id.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -439,6 +532,7 @@ struct Shared {
     api_key: Option<String>,
     organization: String,
     max_body_bytes: usize,
+    raw_body_bytes: usize,
     ignore_stream: bool,
     started: Instant,
     on_request: Option<RequestHook>,
@@ -510,6 +604,7 @@ impl FakeServer {
             api_key: config.api_key,
             organization: config.organization,
             max_body_bytes: config.max_body_bytes,
+            raw_body_bytes: config.raw_body_bytes,
             ignore_stream: config.ignore_stream,
             started: Instant::now(),
             on_request: config.on_request,

@@ -1,0 +1,182 @@
+//! `rebound serve` as a user's agent meets it: the process started as a person starts it,
+//! requests sent over loopback HTTP, its log read from stderr once it is stopped.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, ChildStderr, Command, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_rebound");
+
+/// A running `rebound serve`, killed when dropped.
+struct Serve {
+    child: Child,
+    url: String,
+}
+
+impl Serve {
+    /// Starts `rebound serve --port 0 ARGS…` and reads the address it prints.
+    fn start(args: &[&str]) -> Serve {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--port", "0"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("rebound serve starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("piped stdout"))
+            .read_line(&mut line)
+            .expect("reads the address");
+        let url = line.trim().to_owned();
+        assert!(url.starts_with("http://127.0.0.1:"), "printed {url:?}");
+        Serve { child, url }
+    }
+
+    /// POSTs `body` to `path` with `headers`; returns the status and the body.
+    fn post(&self, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+        let client = reqwest::blocking::Client::new();
+        let mut request = client
+            .post(format!("{}{path}", self.url))
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().expect("the server answers");
+        let status = response.status().as_u16();
+        (status, response.text().unwrap_or_default())
+    }
+
+    /// Stops the server and returns what it wrote on stderr.
+    fn log(mut self) -> String {
+        let _ = self.child.kill();
+        let mut stderr: ChildStderr = self.child.stderr.take().expect("piped stderr");
+        let mut log = String::new();
+        let _ = stderr.read_to_string(&mut log);
+        let _ = self.child.wait();
+        log
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The headers of an Anthropic request with the key `key`.
+fn anthropic(key: &str) -> Vec<(&str, &str)> {
+    vec![("x-api-key", key), ("anthropic-version", "2023-06-01")]
+}
+
+/// An Anthropic request body whose first user message is `text`.
+fn opening(text: &str) -> String {
+    serde_json::json!({"model": "m", "max_tokens": 64,
+                       "messages": [{"role": "user", "content": text}]})
+    .to_string()
+}
+
+#[test]
+fn log_requests_prints_each_requests_headers_with_secrets_masked_and_its_body_up_to_the_bound() {
+    let serve = Serve::start(&["--log-requests", "--log-body-bytes", "40"]);
+    let key = "sk-ant-secret-key-0123456789";
+    let body = opening("Please fix the failing test in src/parse.rs");
+    let mut headers = anthropic(key);
+    headers.extend([
+        ("authorization", "Bearer sk-bearer-secret-42"),
+        ("x-goog-api-key", "goog-secret-42"),
+        ("cookie", "session=cookie-secret-42"),
+        ("x-portkey-api-key", "portkey-secret-42"),
+        ("x-trace", "visible-value"),
+    ]);
+    let (status, _) = serve.post("/v1/messages", &headers, &body);
+    assert_eq!(status, 200);
+    // A request refused on its head: its body is never read.
+    let (status, _) = serve.post("/v1/nowhere", &[], "{}");
+    assert_eq!(status, 404);
+    let log = serve.log();
+
+    for secret in [
+        key,
+        "sk-bearer-secret-42",
+        "goog-secret-42",
+        "cookie-secret-42",
+        "portkey-secret-42",
+    ] {
+        assert!(!log.contains(secret), "{secret} in the log:\n{log}");
+    }
+    let lines: Vec<&str> = log.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("#0 ") && l.contains("POST /v1/messages"))
+        .unwrap_or_else(|| panic!("no log line for the request:\n{log}"));
+    let details: Vec<&str> = lines[at + 1..]
+        .iter()
+        .take_while(|l| l.starts_with("    "))
+        .map(|l| l.trim_start())
+        .collect();
+    for header in [
+        "x-api-key: <redacted>",
+        "authorization: <redacted>",
+        "x-goog-api-key: <redacted>",
+        "cookie: <redacted>",
+        "x-portkey-api-key: <redacted>",
+        "anthropic-version: 2023-06-01",
+        "content-type: application/json",
+        "x-trace: visible-value",
+    ] {
+        assert!(details.contains(&header), "{header:?} in {details:#?}");
+    }
+    let size = format!("body: {} bytes, the first 40 shown", body.len());
+    assert!(details.contains(&size.as_str()), "{size:?} in {details:#?}");
+    assert!(
+        details.contains(&&body[..40]),
+        "the body's head in {details:#?}"
+    );
+    assert!(!log.contains(&body[40..]), "past the bound:\n{log}");
+
+    let refused = lines
+        .iter()
+        .position(|l| l.starts_with("#1 ") && l.contains("rejected 404"))
+        .unwrap_or_else(|| panic!("no log line for the refused request:\n{log}"));
+    assert!(
+        lines[refused + 1..]
+            .iter()
+            .take_while(|l| l.starts_with("    "))
+            .any(|l| l.trim_start() == "body: not read"),
+        "{log}"
+    );
+}
+
+#[test]
+fn without_log_requests_the_log_is_one_line_per_request() {
+    let serve = Serve::start(&[]);
+    let (status, _) = serve.post("/v1/messages", &anthropic("k"), &opening("hi"));
+    assert_eq!(status, 200);
+    let log = serve.log();
+    let request_lines: Vec<&str> = log.lines().filter(|l| l.starts_with('#')).collect();
+    assert_eq!(request_lines.len(), 1, "{log}");
+    assert!(!log.contains("x-api-key"), "{log}");
+    assert!(!log.lines().any(|l| l.starts_with("    ")), "{log}");
+}
+
+#[test]
+fn serve_help_says_what_each_field_of_the_log_line_means() {
+    let out = Command::new(BIN)
+        .args(["serve", "--help"])
+        .output()
+        .expect("rebound runs");
+    let help = String::from_utf8_lossy(&out.stdout);
+    for field in [
+        "The request log (stderr)",
+        "the request's place in the log",
+        "since the server started",
+        "rejected STATUS: why",
+        "(req_fake_...) the request id",
+        "With --log-requests",
+        "<redacted>",
+    ] {
+        assert!(help.contains(field), "{field:?} in:\n{help}");
+    }
+}
