@@ -457,6 +457,16 @@ pub struct ServeArgs {
     /// Seed of the scenario's random faults.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// One script for every request, whoever sends it (with one clock, from the server's
+    /// first request), instead of one per conversation: for a fleet of identical agents that
+    /// should meet the scenario's faults between them.
+    #[arg(long)]
+    pub shared_script: bool,
+    /// When a scenario's clock (the `now` of its outage windows) starts: `first-request`, at
+    /// the first request of each conversation (with `--shared-script`, the server's first);
+    /// `server-start`, when the server started, one clock for every conversation.
+    #[arg(long, value_enum, default_value = "first-request", value_name = "WHEN")]
+    pub clock: ClockArg,
     /// Print each request in full on stderr after its log line: every header (the values of
     /// those that may hold a credential replaced by `<redacted>`) and the body as received,
     /// up to `--log-body-bytes`.
@@ -471,6 +481,24 @@ pub struct ServeArgs {
         requires = "log_requests"
     )]
     pub log_body_bytes: usize,
+}
+
+/// `rebound serve --clock`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ClockArg {
+    /// At the first request of the script that plays the scenario.
+    FirstRequest,
+    /// When the server started.
+    ServerStart,
+}
+
+impl From<ClockArg> for rebound_sim::fake::ScenarioClock {
+    fn from(c: ClockArg) -> Self {
+        match c {
+            ClockArg::FirstRequest => rebound_sim::fake::ScenarioClock::FirstRequest,
+            ClockArg::ServerStart => rebound_sim::fake::ScenarioClock::ServerStart,
+        }
+    }
 }
 
 /// Options of `rebound sim`.
@@ -592,16 +620,32 @@ fn scenarios_help() -> String {
     help
 }
 
-/// What `rebound serve` writes on stderr, field by field, for its help.
-const SERVE_LOG_HELP: &str = "\
+/// How `rebound serve` plays a scenario per conversation, and what it writes on stderr, field
+/// by field, for its help.
+const SERVE_HELP: &str = "\
+Conversations: each conversation plays the scenario from its start (its own script
+position, random draws seeded with --seed plus its number, and clock), so tests can run one
+after another, or together, against one server. A request belongs to the conversation its
+x-rebound-conversation header names, else to the one whose first message opens with the
+same text (a conversation rebound compacts with this server's summary keeps its script).
+The same first request again is a retry until its conversation is answered, then a new
+conversation (runs of one prompt at the same time are told apart only by the header).
+--shared-script plays one script for every request instead (a fleet of
+identical agents). A scenario's clock (its outage windows) starts at its script's first
+request: each conversation's own (--shared-script: the server's first); --clock
+server-start reads every window on one clock started with the server.
+
 The request log (stderr): one line per request, written once the server has decided
 what to do with it, e.g.
-  #3 +1520ms POST /v1/messages [anthropic] -> fault: {\"status\":529,\"type\":\"http\"} (req_fake_000004)
+  #3 +1520ms POST /v1/messages [anthropic] conversation 1 at 20ms -> fault: {\"status\":529,\"type\":\"http\"} (req_fake_000004)
   #3             the request's place in the log, from 0
   +1520ms        when its head arrived, in ms since the server started
   POST /v1/...   the method and the path (never the query, where some APIs take a key)
   [anthropic]    the API of the path: anthropic, openai or openai-responses (none for an
                  unknown path)
+  conversation 1 at 20ms
+                 the conversation (from 0, in order of first request) and its scenario
+                 clock, for a request the script played (not for one refused before it)
   -> ...         what the server did:
                    answered turn N         the scenario's answer N (N = the number of
                                            turns: the final \"Done.\")
@@ -629,7 +673,7 @@ where
 {
     let matches = Cli::command()
         .mut_subcommand("serve", |serve| {
-            serve.after_help(format!("{SERVE_LOG_HELP}\n{}", scenarios_help()))
+            serve.after_help(format!("{SERVE_HELP}\n{}", scenarios_help()))
         })
         .mut_subcommand("demo", |demo| demo.after_help(scenarios_help()))
         .try_get_matches_from(args)?;

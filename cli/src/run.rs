@@ -665,6 +665,10 @@ pub async fn serve(args: ServeArgs) -> i32 {
         None => FakeServerConfig::healthy(),
     };
     config.addr = std::net::SocketAddr::from(([127, 0, 0, 1], args.port));
+    if args.shared_script {
+        config.script = rebound_sim::fake::ScriptScope::Shared;
+    }
+    config.clock = args.clock.into();
     let log_requests = args.log_requests;
     if log_requests {
         config.raw_body_bytes = args.log_body_bytes;
@@ -691,6 +695,19 @@ pub async fn serve(args: ServeArgs) -> i32 {
         server.base_url(),
         server.openai_base_url()
     );
+    let clock = match args.clock {
+        crate::ClockArg::ServerStart => "the server's start",
+        crate::ClockArg::FirstRequest if args.shared_script => "the first request",
+        crate::ClockArg::FirstRequest => "each conversation's first request",
+    };
+    if args.shared_script {
+        eprintln!("one script for every request; the scenario's clock starts at {clock}");
+    } else {
+        eprintln!(
+            "each conversation (its x-rebound-conversation header, else its first message) \
+             plays the scenario from its start; the scenario's clock starts at {clock}"
+        );
+    }
     wait_for_signal().await;
     server.shutdown().await;
     EXIT_OK

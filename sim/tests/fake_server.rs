@@ -6,7 +6,9 @@ use rebound_core::wire::{self, StreamDecoder};
 use rebound_core::{
     AssistantResponse, FailureKind, Headers, ProviderFailure, ProviderKind, TransportFault,
 };
-use rebound_sim::fake::{FakeServer, FakeServerConfig, Outcome};
+use rebound_sim::fake::{
+    FakeServer, FakeServerConfig, Outcome, ScenarioClock, ScriptScope, CONVERSATION_HEADER,
+};
 use rebound_sim::scenario::{Answer, Scenario};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
@@ -252,7 +254,10 @@ fn expected_answer() -> AssistantResponse {
 #[tokio::test]
 async fn healthy_streams_decode_into_the_scripted_answer_for_every_provider() {
     for provider in [A, O, R] {
-        let server = start(with_faults(json!([]))).await;
+        // One script for every request: the same request again takes its next step.
+        let scenario = Scenario::from_json(&with_faults(json!([])).to_string()).expect("valid");
+        let config = FakeServerConfig::new(scenario, 1).with_script(ScriptScope::Shared);
+        let server = FakeServer::start(config).await.expect("the server starts");
         let r = send(&server, provider, true).await;
         assert_eq!(r.status, Some(200));
         assert!(r.complete, "a clean end: terminating chunk sent");
@@ -635,7 +640,7 @@ async fn conditional_answers_follow_the_conversation_received() {
     let r = send(&server, A, true).await;
     assert!(r.decode(A).is_ok());
     let body = json!({"model": "m", "max_tokens": 10, "stream": true, "messages": [
-        {"role": "user", "content": "go"},
+        {"role": "user", "content": "Fix the failing test."},
         {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a"}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "no such file", "is_error": true}]}
     ]});
@@ -882,11 +887,16 @@ async fn the_request_log_has_method_path_redacted_headers_body_and_outcome() {
         }
     );
     assert!(log[1].at_ms >= log[0].at_ms);
+    // The same first message: one conversation, across wire formats.
+    assert_eq!(
+        (log[0].conversation, log[1].conversation),
+        (Some(0), Some(0))
+    );
     assert_eq!(log[0].request_id, "req_fake_000001", "ids count per server");
     let line = log[0].to_string();
     assert!(
         line.starts_with("#0 +")
-            && line.contains("POST /v1/messages [anthropic] -> fault: ")
+            && line.contains("POST /v1/messages [anthropic] conversation 0 at 0ms -> fault: ")
             && line.contains("529"),
         "{line}"
     );
@@ -979,5 +989,244 @@ async fn a_client_that_gives_up_during_a_mid_stream_stall_gets_the_answer_on_its
     tokio::time::sleep(Duration::from_millis(800)).await;
     let r = send(&server, A, true).await;
     assert_eq!(r.decode(A).expect("the answer"), expected_answer());
+    server.shutdown().await;
+}
+
+/// An Anthropic request whose messages are `(role, text)` pairs, streamed.
+fn anthropic_body(messages: &[(&str, &str)]) -> Vec<u8> {
+    let messages: Vec<Value> = messages
+        .iter()
+        .map(|(role, text)| json!({"role": role, "content": text}))
+        .collect();
+    json!({"model": "claude-test", "max_tokens": 64, "stream": true, "messages": messages})
+        .to_string()
+        .into_bytes()
+}
+
+/// Sends an Anthropic request with `messages` and the extra `headers`; returns what the
+/// server logged for it.
+async fn converse(
+    server: &FakeServer,
+    headers: &[(&str, &str)],
+    messages: &[(&str, &str)],
+) -> rebound_sim::fake::RequestRecord {
+    let mut all = auth(A);
+    all.extend_from_slice(headers);
+    raw(server.addr(), path(A), &all, &anthropic_body(messages)).await;
+    server.requests().pop().expect("logged")
+}
+
+/// One 529, then an answer, then a second answer.
+fn one_fault_then_two_answers() -> Value {
+    json!({"turns": [
+        {"faults": [{"type": "http", "status": 529}], "answer": {"text": "First."}},
+        {"answer": {"text": "Second."}}
+    ]})
+}
+
+fn outcome(record: &rebound_sim::fake::RequestRecord) -> String {
+    match &record.outcome {
+        Outcome::Fault { .. } => "fault".to_owned(),
+        Outcome::Answered { turn, .. } => format!("turn {turn}"),
+        other => format!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn each_conversation_plays_the_scenario_from_its_start() {
+    let server = start(one_fault_then_two_answers()).await;
+    let a = [("user", "Fix the parser.")];
+    let b = [("user", "Write the docs.")];
+    let mut seen = Vec::new();
+    for messages in [&a[..], &b[..], &a[..], &b[..]] {
+        let r = converse(&server, &[], messages).await;
+        seen.push((r.conversation, outcome(&r)));
+    }
+    let a_next = [
+        ("user", "Fix the parser."),
+        ("assistant", "First."),
+        ("user", "Go on."),
+    ];
+    let r = converse(&server, &[], &a_next).await;
+    seen.push((r.conversation, outcome(&r)));
+    assert_eq!(
+        seen,
+        [
+            (Some(0), "fault".to_owned()),
+            (Some(1), "fault".to_owned()),
+            (Some(0), "turn 0".to_owned()),
+            (Some(1), "turn 0".to_owned()),
+            (Some(0), "turn 1".to_owned()),
+        ],
+        "each conversation its own 529 first, then its own answers"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_conversation_header_tells_apart_conversations_with_the_same_first_message() {
+    let server = start(one_fault_then_two_answers()).await;
+    let same = [("user", "Fix the parser.")];
+    let mut seen = Vec::new();
+    for id in ["agent-1", "agent-2", "agent-1", "agent-2"] {
+        let r = converse(&server, &[(CONVERSATION_HEADER, id)], &same).await;
+        seen.push((r.conversation, outcome(&r)));
+    }
+    assert_eq!(
+        seen,
+        [
+            (Some(0), "fault".to_owned()),
+            (Some(1), "fault".to_owned()),
+            (Some(0), "turn 0".to_owned()),
+            (Some(1), "turn 0".to_owned()),
+        ]
+    );
+    // The header names the conversation, whatever its messages become.
+    let other = [("user", "Something else entirely.")];
+    let r = converse(&server, &[(CONVERSATION_HEADER, "agent-1")], &other).await;
+    assert_eq!(
+        (r.conversation, outcome(&r)),
+        (Some(0), "turn 1".to_owned())
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_first_request_again_is_a_retry_until_answered_then_a_new_conversation() {
+    let server = start(one_fault_then_two_answers()).await;
+    let opening = [("user", "Fix the parser.")];
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let r = converse(&server, &[], &opening).await;
+        seen.push((r.conversation, outcome(&r)));
+    }
+    assert_eq!(
+        seen,
+        [
+            (Some(0), "fault".to_owned()),
+            (Some(0), "turn 0".to_owned()),
+            (Some(1), "fault".to_owned()),
+        ],
+        "the retry after the 529 continues; the same opening after the answer starts over"
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_shared_script_plays_once_for_every_request() {
+    let scenario = Scenario::from_json(&one_fault_then_two_answers().to_string()).expect("valid");
+    let config = FakeServerConfig::new(scenario, 1).with_script(ScriptScope::Shared);
+    let server = FakeServer::start(config).await.expect("starts");
+    let mut seen = Vec::new();
+    for messages in ["Fix the parser.", "Write the docs.", "Fix the parser."] {
+        let r = converse(&server, &[], &[("user", messages)]).await;
+        seen.push((r.conversation, outcome(&r)));
+    }
+    assert_eq!(
+        seen,
+        [
+            (Some(0), "fault".to_owned()),
+            (Some(0), "turn 0".to_owned()),
+            (Some(0), "turn 1".to_owned()),
+        ]
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_conversation_compacted_with_the_servers_summary_is_the_same_conversation() {
+    use rebound_core::compaction::{summarized, SUMMARY_PROMPT};
+    use rebound_core::{Conversation, Message};
+    let server = start(json!({"turns": [
+        {"answer": {"text": "First."}},
+        {"answer": {"text": "Second."}}
+    ]}))
+    .await;
+    let task = ("user", "Fix the parser.");
+    let r = converse(&server, &[], &[task]).await;
+    assert_eq!(outcome(&r), "turn 0");
+    // The summary request, as rebound's runner sends it.
+    let summary_request = [task, ("assistant", "First."), ("user", SUMMARY_PROMPT)];
+    let answer = raw(
+        server.addr(),
+        path(A),
+        &auth(A),
+        &anthropic_body(&summary_request),
+    )
+    .await;
+    let summary = answer.decode(A).expect("a summary").message.text();
+    assert_eq!(server.requests()[1].outcome, Outcome::Summarized);
+    // The conversation as rebound compacts it: the summary, then the kept tail.
+    let mut before = Conversation::new();
+    before.push(Message::user_text(task.1));
+    before.push(Message::assistant_text("First."));
+    let after = summarized(&before, 1, &summary);
+    let opening = after.messages()[0].text();
+    let r = converse(
+        &server,
+        &[],
+        &[
+            ("user", &opening),
+            ("assistant", "First."),
+            ("user", "Go on."),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (r.conversation, outcome(&r)),
+        (Some(0), "turn 1".to_owned())
+    );
+    server.shutdown().await;
+}
+
+/// Every request in the first 300 ms of the scenario's clock gets a 503.
+fn outage_for_300_ms() -> Value {
+    json!({"random": {"outages": [
+        {"from_ms": 0, "until_ms": 300, "fault": {"type": "http", "status": 503}}]}})
+}
+
+#[tokio::test]
+async fn the_scenarios_clock_starts_at_each_conversations_first_request() {
+    let server = start(outage_for_300_ms()).await;
+    // Long after the server started: the window is still ahead of the first conversation.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let r = converse(&server, &[], &[("user", "Fix the parser.")]).await;
+    assert_eq!(outcome(&r), "fault");
+    assert_eq!(r.scenario_ms, Some(0));
+    assert!(r.at_ms >= 400, "{}", r.at_ms);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Its window is over; a conversation that starts now has its own.
+    let r = converse(
+        &server,
+        &[],
+        &[
+            ("user", "Fix the parser."),
+            ("assistant", "x"),
+            ("user", "y"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (r.conversation, outcome(&r)),
+        (Some(0), "turn 0".to_owned())
+    );
+    let r = converse(&server, &[], &[("user", "Write the docs.")]).await;
+    assert_eq!((r.conversation, outcome(&r)), (Some(1), "fault".to_owned()));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn on_the_servers_clock_a_window_is_a_moment_of_the_servers_life() {
+    let scenario = Scenario::from_json(&outage_for_300_ms().to_string()).expect("valid");
+    let config = FakeServerConfig::new(scenario, 1).with_clock(ScenarioClock::ServerStart);
+    let server = FakeServer::start(config).await.expect("starts");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let r = converse(&server, &[], &[("user", "Fix the parser.")]).await;
+    assert_eq!(
+        outcome(&r),
+        "turn 0",
+        "the window was over before the request"
+    );
+    assert!(r.scenario_ms >= Some(400), "{:?}", r.scenario_ms);
     server.shutdown().await;
 }

@@ -33,7 +33,7 @@ use rebound_effects::budget::{
 };
 use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig};
 use rebound_effects::runner::{RunInput, Runner};
-use rebound_sim::fake::{FakeServer, FakeServerConfig, Outcome};
+use rebound_sim::fake::{FakeServer, FakeServerConfig, Outcome, ScenarioClock, ScriptScope};
 use rebound_sim::redis_store::{CallStalls, ProcessId, RedisStore, RedisTiming};
 use rebound_sim::{simulate_fleet, simulate_fleet_in_redis, FleetAgent, SimConfig};
 use rebound_study::compare::{ExperimentConfig, OutageModel};
@@ -557,7 +557,11 @@ async fn play_real(
 ) -> Result<(Figures, Option<CallTimes>), String> {
     let processes = sharing.processes();
     let scenario = rebound_tests::scaled::scenario(&model.scenario, options.scale);
-    let mut server_config = FakeServerConfig::new(scenario, options.seed);
+    // One script (random faults from one stream) and one clock from the server's start for
+    // the whole fleet: the agents all say the same thing.
+    let mut server_config = FakeServerConfig::new(scenario, options.seed)
+        .with_script(ScriptScope::Shared)
+        .with_clock(ScenarioClock::ServerStart);
     server_config.play_latency = true;
     let server = FakeServer::start(server_config)
         .await

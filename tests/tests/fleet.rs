@@ -23,7 +23,7 @@ use rebound_core::{Command, Millis, ProviderKind};
 use rebound_effects::budget::{BudgetEvent, RedisBudget, RedisOptions};
 use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig};
 use rebound_effects::runner::{RunInput, Runner};
-use rebound_sim::fake::{FakeServer, FakeServerConfig, Outcome};
+use rebound_sim::fake::{FakeServer, FakeServerConfig, Outcome, ScenarioClock, ScriptScope};
 use rebound_sim::redis_store::{ProcessId, RedisStore, RedisTiming};
 use rebound_sim::{simulate_fleet_in_redis, FleetAgent, SimConfig};
 use rebound_study::compare::{ExperimentConfig, OutageModel};
@@ -109,7 +109,11 @@ async fn real(
     model: &OutageModel,
     scale: f64,
 ) -> (Fleet, u64) {
-    let mut server_config = FakeServerConfig::new(scaled::scenario(&model.scenario, scale), SEED);
+    // One script and one clock from the server's start for the whole fleet, as before
+    // conversations were told apart: the agents all say the same thing.
+    let mut server_config = FakeServerConfig::new(scaled::scenario(&model.scenario, scale), SEED)
+        .with_script(ScriptScope::Shared)
+        .with_clock(ScenarioClock::ServerStart);
     server_config.play_latency = true;
     let server = FakeServer::start(server_config)
         .await

@@ -12,7 +12,7 @@ mod slow_connects;
 use crate::table;
 
 use rebound_effects::budget::{RedisBudget, RedisOptions};
-use rebound_sim::fake::{FakeServer, FakeServerConfig, Outcome};
+use rebound_sim::fake::{FakeServer, FakeServerConfig, Outcome, ScenarioClock, ScriptScope};
 use rebound_sim::Scenario;
 use serde_json::Value;
 use server::RedisServer;
@@ -28,9 +28,12 @@ static ONE_FLEET_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_n
 
 async fn fake_server(json: &str) -> FakeServer {
     let scenario = Scenario::from_json(json).unwrap_or_else(|e| panic!("bad scenario: {e}"));
-    FakeServer::start(FakeServerConfig::new(scenario, 1))
-        .await
-        .expect("fake server starts")
+    // One script and one clock from the server's start for the whole fleet: the agents all
+    // say the same thing, and meet one provider's outage.
+    let config = FakeServerConfig::new(scenario, 1)
+        .with_script(ScriptScope::Shared)
+        .with_clock(ScenarioClock::ServerStart);
+    FakeServer::start(config).await.expect("fake server starts")
 }
 
 /// One `rebound run` against `server`, no jitter, JSON events; `extra` appended.
@@ -637,7 +640,9 @@ async fn a_fleet_stuck_in_a_twelve_second_outage_finishes_every_run_once_the_pro
     let scenario = Scenario::from_json(BUSY_THROUGH_A_TWELVE_SECOND_OUTAGE).expect("a scenario");
     let mut servers = Vec::with_capacity(PROCESSES);
     for _ in 0..PROCESSES {
-        let mut config = FakeServerConfig::new(scenario.clone(), 1);
+        // The outage is a moment of the servers' life, which they started together.
+        let mut config =
+            FakeServerConfig::new(scenario.clone(), 1).with_clock(ScenarioClock::ServerStart);
         config.play_latency = true;
         servers.push(FakeServer::start(config).await.expect("fake server starts"));
     }

@@ -180,3 +180,25 @@ fn serve_help_says_what_each_field_of_the_log_line_means() {
         assert!(help.contains(field), "{field:?} in:\n{help}");
     }
 }
+
+#[test]
+fn each_conversation_meets_the_scenarios_faults_unless_the_script_is_shared() {
+    let statuses = |args: &[&str]| {
+        let serve = Serve::start(args);
+        let statuses: Vec<u16> = ["Fix the parser.", "Write the docs.", "Add a test."]
+            .iter()
+            .map(|text| {
+                serve
+                    .post("/v1/messages", &anthropic("k"), &opening(text))
+                    .0
+            })
+            .collect();
+        (statuses, serve.log())
+    };
+    // blip: two 529s before the first answer.
+    let (each, log) = statuses(&["--scenario", "blip"]);
+    assert_eq!(each, [529, 529, 529], "{log}");
+    assert!(log.contains(" conversation 2 at 0ms -> fault"), "{log}");
+    let (shared, log) = statuses(&["--scenario", "blip", "--shared-script"]);
+    assert_eq!(shared, [529, 529, 200], "{log}");
+}

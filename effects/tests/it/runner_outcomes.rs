@@ -16,7 +16,7 @@ use rebound_effects::receiver::{Receiver, ReceiverError};
 use rebound_effects::runner::{
     Compactor, CompactorError, Persist, PersistError, RunInput, Runner, ToolExecutor,
 };
-use rebound_sim::fake::{FakeServer, FakeServerConfig};
+use rebound_sim::fake::{FakeServer, FakeServerConfig, ScriptScope};
 use rebound_sim::Scenario;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
@@ -373,11 +373,17 @@ async fn a_caller_that_stops_reading_the_stream_is_not_a_provider_failure() {
 async fn runs_spawned_on_a_multi_threaded_runtime_each_finish_with_its_answer() {
     // `tokio::spawn` needs `Runner::run`'s future to be `Send`: this does not compile if it is
     // not. Several runs at once, with a retry each, so they cross await points on any worker.
-    let s = server(
-        r#"{"turns": [{"faults": [{"type": "http", "status": 529}],
-                       "answer": {"text": "spawned"}}]}"#,
+    // One script for all eight: their conversations are the same ("hello") and run at once,
+    // which the server cannot tell apart.
+    let config = FakeServerConfig::new(
+        scenario(
+            r#"{"turns": [{"faults": [{"type": "http", "status": 529}],
+                           "answer": {"text": "spawned"}}]}"#,
+        ),
+        1,
     )
-    .await;
+    .with_script(ScriptScope::Shared);
+    let s = FakeServer::start(config).await.expect("fake server starts");
     let runs: Vec<_> = (0..8)
         .map(|_| {
             let mut runner = runner(&s);

@@ -2,6 +2,7 @@
 //! the wire.
 
 use super::body::{Cut, FakeBody};
+use super::conversation::Named;
 use super::reasoning;
 use super::reject::{self, Rejection};
 use super::thinking;
@@ -171,13 +172,28 @@ impl Act {
     }
 }
 
+/// A script position planned for a conversation, applied once the client has waited the
+/// silences before it out.
+struct Commit {
+    /// The conversation.
+    index: usize,
+    cursor: ScriptCursor,
+    /// The conversation's generation it was planned from.
+    generation: u64,
+    /// Whether the act after the silences answers.
+    answers: bool,
+}
+
 /// A decision for one request: silences first, then the act; `commit` is the script
 /// position after the act, applied once the client has waited the silences out.
 struct Plan {
+    /// The conversation and its scenario clock when the request arrived.
+    conversation: usize,
+    scenario_ms: u64,
     stall_ms: u64,
     drip_ms: u64,
     act: Act,
-    commit: Option<(ScriptCursor, u64)>,
+    commit: Option<Commit>,
     /// The answer a cut or mid-stream error interrupts: the current turn's.
     interrupted: AssistantResponse,
 }
@@ -203,16 +219,27 @@ impl Plan {
     }
 }
 
+impl Act {
+    fn answers(&self) -> bool {
+        matches!(self, Act::Answer { .. } | Act::Summary { .. })
+    }
+}
+
 impl Shared {
-    fn plan(&self, at_ms: u64, conversation: &Conversation) -> Plan {
+    /// Decides what the request `named`, arriving at `at_ms` with `conversation`, gets, from
+    /// its conversation's script.
+    fn plan(&self, at_ms: u64, named: &Named, conversation: &Conversation) -> Plan {
         let scenario = &self.scenario;
         let mut st = self.lock();
+        let index = st.plays.find(named, at_ms);
+        let now = st.plays.now(index, at_ms);
+        let play = st.plays.get_mut(index);
         let first = Act::from_planned(
-            st.cursor.next(scenario, Millis(at_ms), conversation),
+            play.cursor.next(scenario, Millis(now), conversation),
             conversation,
         );
-        st.generation += 1;
-        let turn = st.cursor.turn();
+        play.generation += 1;
+        let turn = play.cursor.turn();
         let interrupted = scenario.turns.get(turn).map_or_else(
             || final_answer().response(turn, false),
             |t| t.answer.response(turn, false),
@@ -223,53 +250,82 @@ impl Shared {
             _ => *stall_ms = stall_ms.saturating_add(f.silence_ms().unwrap_or(0)),
         };
         let Some(silence) = first.silence() else {
-            return Plan {
+            play.answered |= first.answers();
+            let plan = Plan {
+                conversation: index,
+                scenario_ms: now,
                 stall_ms,
                 drip_ms,
                 act: first,
                 commit: None,
                 interrupted,
             };
+            if let Act::Summary { response } = &plan.act {
+                st.plays
+                    .summarized_to(named, index, &response.message.text());
+            }
+            return plan;
         };
         add(silence, &mut stall_ms, &mut drip_ms);
-        let mut look = st.cursor.clone();
+        let mut look = play.cursor.clone();
         let mut last = first.clone();
         for _ in 0..MAX_SILENCES {
-            let now = at_ms.saturating_add(stall_ms).saturating_add(drip_ms);
+            let at = now.saturating_add(stall_ms).saturating_add(drip_ms);
             let next =
-                Act::from_planned(look.next(scenario, Millis(now), conversation), conversation);
+                Act::from_planned(look.next(scenario, Millis(at), conversation), conversation);
             match next.silence() {
                 Some(s) => {
                     add(s, &mut stall_ms, &mut drip_ms);
                     last = next.clone();
                 }
                 None => {
+                    let commit = Commit {
+                        index,
+                        cursor: look,
+                        generation: play.generation,
+                        answers: next.answers(),
+                    };
+                    if let Act::Summary { response } = &next {
+                        st.plays
+                            .summarized_to(named, index, &response.message.text());
+                    }
                     return Plan {
+                        conversation: index,
+                        scenario_ms: now,
                         stall_ms,
                         drip_ms,
                         act: next,
-                        commit: Some((look, st.generation)),
+                        commit: Some(commit),
                         interrupted,
-                    }
+                    };
                 }
             }
         }
         // Silence after silence: the client gets nothing at all.
         Plan {
+            conversation: index,
+            scenario_ms: now,
             stall_ms,
             drip_ms,
             act: last,
-            commit: Some((look, st.generation)),
+            commit: Some(Commit {
+                index,
+                cursor: look,
+                generation: play.generation,
+                answers: false,
+            }),
             interrupted,
         }
     }
 
-    fn commit(&self, commit: Option<(ScriptCursor, u64)>) {
-        if let Some((cursor, generation)) = commit {
+    fn commit(&self, commit: Option<Commit>) {
+        if let Some(commit) = commit {
             let mut st = self.lock();
-            if st.generation == generation {
-                st.cursor = cursor;
-                st.generation += 1;
+            let play = st.plays.get_mut(commit.index);
+            if play.generation == commit.generation {
+                play.cursor = commit.cursor;
+                play.generation += 1;
+                play.answered |= commit.answers;
             }
         }
     }
@@ -310,6 +366,8 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         body: None,
         body_bytes: None,
         raw_body: Vec::new(),
+        conversation: None,
+        scenario_ms: None,
         request_id: request_id.clone(),
         stalled_ms: 0,
         usage: None,
@@ -408,7 +466,10 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         return Ok(reply.reject(&shared, record, r));
     }
 
-    let plan = shared.plan(at_ms, &parsed.conversation);
+    let named = Named::of(shared.script, &parts.headers, &parsed.conversation);
+    let plan = shared.plan(at_ms, &named, &parsed.conversation);
+    record.conversation = Some(plan.conversation);
+    record.scenario_ms = Some(plan.scenario_ms);
     record.stalled_ms = plan.stall_ms;
     record.outcome = plan.act.outcome();
     record.usage = match &plan.act {

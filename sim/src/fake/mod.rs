@@ -1,6 +1,6 @@
 //! A fault-injecting fake provider server that speaks the real Anthropic Messages, OpenAI
 //! Chat Completions and OpenAI Responses wire formats, driven by a [`Scenario`] — the same file, walked by the same
-//! [`ScriptCursor`], that the simulator plays.
+//! [`ScriptCursor`](crate::scenario::ScriptCursor), that the simulator plays.
 //!
 //! Start it on loopback, point any client at it (the rebound runner, the official SDKs, your
 //! own agent), and read back what it received:
@@ -113,17 +113,60 @@
 //! off mid-way, a mid-stream error is an HTTP error with the status of its type (`529` for
 //! `overloaded_error`, `429` for `rate_limit_error`, else `500`).
 //!
-//! The script moves as in the simulator: each request takes the next step of the
-//! [`ScriptCursor`], with the time since the server
-//! started as `now` (so outage windows are real milliseconds). A stall or drip takes the step
-//! after it for the same request, but only once the client has waited it out: a client that
-//! gives up during the silence leaves that step to its next request, as in the simulator.
-//! The simulator's latencies (`timing`, `after_ms` of most faults) are not played on the
-//! wire; stalls and drips are. What the scenario says about tools (outcomes, batch errors),
-//! `cancel` and `compaction_error` is for the simulator's side of the run: on the wire the
-//! client runs its own tools, and the server only answers.
+//! The script moves as in the simulator: each request takes the next step of its
+//! conversation's [`ScriptCursor`](crate::scenario::ScriptCursor) (below), with the
+//! scenario's clock as `now`, in real milliseconds. A stall or drip takes the step after it
+//! for the same request, but only once the client has waited it out: a client that gives up
+//! during the silence leaves that step to its next request, as in the simulator. The
+//! simulator's latencies (`timing`, `after_ms` of most faults) are not played on the wire
+//! (unless [`FakeServerConfig::play_latency`]); stalls and drips are. What the scenario says
+//! about tools (outcomes, batch errors), `cancel` and `compaction_error` is for the
+//! simulator's side of the run: on the wire the client runs its own tools, and the server
+//! only answers.
+//!
+//! # Conversations
+//!
+//! Each conversation plays the scenario from its start, as the simulator plays one run: its
+//! own script position, its own random draws (the *n*-th conversation, counted from 0 in
+//! order of first request, with seed `seed + n`, as run *n* of `rebound sim --seed SEED
+//! --runs N`) and its own clock. So a test suite can run conversation after conversation
+//! against one server, and several agents can share one at once. A request belongs to:
+//!
+//! 1. the conversation its [`CONVERSATION_HEADER`] (`x-rebound-conversation`) names, when it
+//!    sends a non-blank one: the exact way, for a client that runs several conversations at
+//!    once with the same first message;
+//! 2. else, the conversation whose first message opens with the same text (the first text
+//!    block of the request's first message; not the system prompt, which some agents change
+//!    from request to request, nor the API key, which a fallback to another provider
+//!    changes). A conversation rebound compacts with a summary this server wrote keeps its
+//!    script (its new first message is the summary); a client that rewrites its first
+//!    message in its own way starts a new conversation unless it sends the header.
+//!
+//! A request with exactly the messages of its conversation's first request is a retry of
+//! it, and takes the script's next step, until the conversation has been answered (a turn or
+//! a summary): from then on it starts a new conversation, from the script's start. So running
+//! the same prompt twice plays the scenario twice. Runs of the same prompt at the same time
+//! cannot be told apart that way (each answer would start the next run's opening over as a
+//! new conversation): give each its own header value, or share one script on purpose
+//! ([`ScriptScope::Shared`]).
+//!
+//! [`ScriptScope::Shared`] (`rebound serve --shared-script`) plays one script for every
+//! request instead, whoever sends it (seeded with `seed`): the server's only behaviour before
+//! conversations were told apart, for a fleet of identical agents that should meet the
+//! scenario's faults between them.
+//!
+//! The scenario's clock — the `now` of its outage windows — starts at the first request of
+//! the script that plays it ([`ScenarioClock::FirstRequest`], the default): each
+//! conversation's own first request (with a shared script, the server's first; requests
+//! refused before the script do not count), so an agent started long after the server meets
+//! `rate-limit-window`'s 429s all the same. [`ScenarioClock::ServerStart`] (`--clock
+//! server-start`) reads every window on one clock started with the server, for a fleet
+//! started with it that should meet one outage together. Each record says its conversation
+//! and the scenario's clock ([`RequestRecord::conversation`],
+//! [`RequestRecord::scenario_ms`]).
 
 mod body;
+mod conversation;
 mod handler;
 mod reasoning;
 mod reject;
@@ -131,8 +174,9 @@ mod thinking;
 
 pub use thinking::REDACTED_THINKING_TRIGGER;
 
-use crate::scenario::{Fault, ScriptCursor};
+use crate::scenario::Fault;
 use crate::Scenario;
+use conversation::Plays;
 use rebound_core::ProviderKind;
 use serde::Serialize;
 use serde_json::Value;
@@ -147,6 +191,42 @@ use tokio::task::JoinHandle;
 
 /// The largest request body accepted by default (32 MiB, Anthropic's limit for Messages).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 32 << 20;
+
+/// The header that names the conversation a request belongs to (any non-blank value), for
+/// a client that runs several conversations at once with the same first message; see
+/// [Conversations](self#conversations).
+pub const CONVERSATION_HEADER: &str = "x-rebound-conversation";
+
+/// Which requests share a play of the scenario: a script position, the random fault model's
+/// draws and the scenario's clock. See [Conversations](self#conversations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ScriptScope {
+    /// Each conversation plays the scenario from its start, as the simulator plays a run:
+    /// the *n*-th conversation (from 0, in order of first request) with seed `seed + n`, as
+    /// run *n* of `rebound sim --seed SEED --runs N`.
+    #[default]
+    PerConversation,
+    /// Every request, whoever sends it, takes the next step of one script (seeded with
+    /// `seed`): the server's only behaviour before conversations were told apart, kept for a
+    /// fleet of identical agents meeting one provider's faults between them.
+    Shared,
+}
+
+/// When a scenario's clock — the `now` its outage windows are read on — starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ScenarioClock {
+    /// At the first request of the script that plays it (requests refused before the
+    /// script do not count): each conversation's own first request, or with
+    /// [`ScriptScope::Shared`] the server's first. An agent started long after the server
+    /// still meets the scenario's first window.
+    #[default]
+    FirstRequest,
+    /// When the server started listening, one clock for every conversation: windows are
+    /// moments of the server's life, which a fleet started with the server meets together.
+    ServerStart,
+}
 
 /// A callback that sees each request as soon as the server has decided what to do with it.
 pub type RequestHook = Arc<dyn Fn(&RequestRecord) + Send + Sync>;
@@ -186,6 +266,12 @@ pub struct FakeServerConfig {
     /// with the API's 400 `invalid_encrypted_content`, as OpenAI refuses another
     /// organisation's `encrypted_content`.
     pub organization: String,
+    /// Which requests share a play of the scenario (a script position, random draws and a
+    /// clock): each conversation its own (the default), or one for every request.
+    pub script: ScriptScope,
+    /// When a scenario's clock (the `now` of its outage windows) starts: at the first
+    /// request of the script that plays it (the default), or when the server started.
+    pub clock: ScenarioClock,
     /// How many bytes of each request body, as received, its record keeps in
     /// [`RequestRecord::raw_body`] (to show what a client sent byte for byte, as
     /// `rebound serve --log-requests` does); 0 (the default) keeps none.
@@ -205,6 +291,8 @@ impl fmt::Debug for FakeServerConfig {
             .field("play_latency", &self.play_latency)
             .field("ignore_stream", &self.ignore_stream)
             .field("organization", &self.organization)
+            .field("script", &self.script)
+            .field("clock", &self.clock)
             .field("raw_body_bytes", &self.raw_body_bytes)
             .finish()
     }
@@ -225,6 +313,8 @@ impl FakeServerConfig {
             play_latency: false,
             ignore_stream: false,
             organization: "org-fake".to_owned(),
+            script: ScriptScope::PerConversation,
+            clock: ScenarioClock::FirstRequest,
             raw_body_bytes: 0,
         }
     }
@@ -301,6 +391,21 @@ impl FakeServerConfig {
         self
     }
 
+    /// Sets [`script`](Self::script): whether each conversation plays the scenario from its
+    /// start, or every request walks one script.
+    #[must_use]
+    pub fn with_script(mut self, script: ScriptScope) -> Self {
+        self.script = script;
+        self
+    }
+
+    /// Sets [`clock`](Self::clock): when the scenario's clock starts.
+    #[must_use]
+    pub fn with_clock(mut self, clock: ScenarioClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
     /// Sets [`raw_body_bytes`](Self::raw_body_bytes): how much of each raw request body its
     /// record keeps.
     #[must_use]
@@ -358,6 +463,14 @@ pub struct RequestRecord {
     /// when none were kept); not serialized.
     #[serde(skip)]
     pub raw_body: Vec<u8>,
+    /// The conversation the request belongs to (from 0, in order of first request; always 0
+    /// with [`ScriptScope::Shared`]); `None` for a request refused before the script.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<usize>,
+    /// The scenario's clock for the request, in ms (see [`ScenarioClock`]); `None` for a
+    /// request refused before the script.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scenario_ms: Option<u64>,
     /// The request id the response carries.
     pub request_id: String,
     /// Silence injected before the outcome (stalls and drips), in ms.
@@ -443,10 +556,11 @@ fn printable(text: &str) -> String {
 
 impl fmt::Display for RequestRecord {
     /// One line for a server log, e.g.
-    /// `#3 +1520ms POST /v1/messages [anthropic] -> fault: {"status":529,"type":"http"}
-    /// (req_fake_000004)`: the index, when the head arrived (ms since the server started),
-    /// the method, the path, the API, the [`Outcome`] (a fault as its scenario JSON) and the
-    /// request id.
+    /// `#3 +1520ms POST /v1/messages [anthropic] conversation 1 at 20ms -> fault:
+    /// {"status":529,"type":"http"} (req_fake_000004)`: the index, when the head arrived (ms
+    /// since the server started), the method, the path, the API, the conversation and its
+    /// scenario clock (for a request the script played), the [`Outcome`] (a fault as its
+    /// scenario JSON) and the request id.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -455,6 +569,9 @@ impl fmt::Display for RequestRecord {
         )?;
         if let Some(p) = self.provider {
             write!(f, " [{p}]")?;
+        }
+        if let (Some(c), Some(ms)) = (self.conversation, self.scenario_ms) {
+            write!(f, " conversation {c} at {ms}ms")?;
         }
         f.write_str(" -> ")?;
         if self.stalled_ms > 0 {
@@ -519,10 +636,7 @@ pub enum Outcome {
 
 /// The mutable state shared by all connections.
 struct State {
-    cursor: ScriptCursor,
-    /// Bumped whenever the cursor moves; a deferred commit only applies on top of the state
-    /// it was planned from.
-    generation: u64,
+    plays: Plays,
     records: Vec<RequestRecord>,
 }
 
@@ -533,6 +647,7 @@ struct Shared {
     organization: String,
     max_body_bytes: usize,
     raw_body_bytes: usize,
+    script: ScriptScope,
     ignore_stream: bool,
     started: Instant,
     on_request: Option<RequestHook>,
@@ -605,14 +720,14 @@ impl FakeServer {
             organization: config.organization,
             max_body_bytes: config.max_body_bytes,
             raw_body_bytes: config.raw_body_bytes,
+            script: config.script,
             ignore_stream: config.ignore_stream,
             started: Instant::now(),
             on_request: config.on_request,
             play_latency: config.play_latency,
             next_request_id: AtomicU64::new(1),
             state: Mutex::new(State {
-                cursor: ScriptCursor::new(config.seed),
-                generation: 0,
+                plays: Plays::new(config.seed, config.clock),
                 records: Vec::new(),
             }),
         });
