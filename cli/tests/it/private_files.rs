@@ -64,7 +64,8 @@ async fn every_file_run_and_sim_create_is_owner_only_and_an_overwritten_file_kee
     std::fs::remove_file(&probe).expect("rm");
 
     let scenario = rebound_sim::Scenario::from_json(
-        r#"{"turns": [{"answer": {"text": "Hi."}}, {"answer": {"text": "Hi again."}}]}"#,
+        // Each run is a conversation of its own, played from the scenario's start.
+        r#"{"turns": [{"answer": {"text": "Hi there."}}]}"#,
     )
     .expect("scenario");
     let fake = FakeServer::start(FakeServerConfig::new(scenario, 1))
@@ -127,7 +128,7 @@ async fn every_file_run_and_sim_create_is_owner_only_and_an_overwritten_file_kee
     fake.shutdown().await;
     assert!(std::fs::read_to_string(&session)
         .unwrap()
-        .contains("Hi again."));
+        .contains("Hi there."));
     assert!(std::fs::read_to_string(&trace)
         .unwrap()
         .contains("rebound-trace"));
