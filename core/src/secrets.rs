@@ -8,10 +8,8 @@
 //! or records anything: failure messages, retry and fallback notices, the run's error, tool
 //! error results and traces never hold it.
 
-use crate::compaction::CompactionError;
 use crate::failure::ProviderFailure;
-use crate::machine::Event;
-use crate::tool::{BatchOutcome, CallOutcome, HostFailure, ToolFailure};
+use crate::tool::{CallOutcome, HostFailure, ToolFailure};
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
@@ -162,7 +160,7 @@ impl Secrets {
     }
 
     /// Redacts `text` in place; whether it changed.
-    fn scrub(&self, text: &mut String) -> bool {
+    pub(crate) fn scrub(&self, text: &mut String) -> bool {
         match self.redact(text) {
             Cow::Borrowed(_) => false,
             Cow::Owned(clean) => {
@@ -190,12 +188,12 @@ impl Secrets {
         failure
     }
 
-    fn redact_host(&self, mut failure: HostFailure) -> HostFailure {
+    pub(crate) fn redact_host(&self, mut failure: HostFailure) -> HostFailure {
         self.scrub(&mut failure.message);
         failure
     }
 
-    fn redact_tool(&self, failure: ToolFailure) -> ToolFailure {
+    pub(crate) fn redact_tool(&self, failure: ToolFailure) -> ToolFailure {
         match failure {
             ToolFailure::Model { mut message } => {
                 self.scrub(&mut message);
@@ -210,51 +208,6 @@ impl Secrets {
     pub fn redact_outcome(&self, mut call: CallOutcome) -> CallOutcome {
         call.result = call.result.map_err(|f| self.redact_tool(f));
         call
-    }
-
-    /// `event` with every text it tells of a failure redacted: a provider failure's message,
-    /// error type and request id, a host failure's message, tool failures' messages, a
-    /// compactor's error. What the conversation holds (the person's messages, the model's
-    /// answers, tool outputs) is the conversation's and is left as it is.
-    #[must_use]
-    pub fn redact_event(&self, event: Event) -> Event {
-        if self.is_empty() {
-            return event;
-        }
-        match event {
-            Event::ProviderFailed { request, failure } => Event::ProviderFailed {
-                request,
-                failure: self.redact_failure(failure),
-            },
-            Event::HostFailed { failure } => Event::HostFailed {
-                failure: self.redact_host(failure),
-            },
-            Event::ToolsFinished { batch, outcome } => Event::ToolsFinished {
-                batch,
-                outcome: match outcome {
-                    BatchOutcome::WholeBatch(failure) => {
-                        BatchOutcome::WholeBatch(self.redact_tool(failure))
-                    }
-                    BatchOutcome::PerCall(outcomes) => BatchOutcome::PerCall(
-                        outcomes
-                            .into_iter()
-                            .map(|call| self.redact_outcome(call))
-                            .collect(),
-                    ),
-                },
-            },
-            Event::CompactionFinished {
-                compaction,
-                result: Err(CompactionError::Compactor { mut message }),
-            } => {
-                self.scrub(&mut message);
-                Event::CompactionFinished {
-                    compaction,
-                    result: Err(CompactionError::Compactor { message }),
-                }
-            }
-            other => other,
-        }
     }
 }
 

@@ -5,6 +5,7 @@ mod config;
 mod error;
 mod event;
 mod ids;
+mod redact;
 
 pub use command::{
     Command, FallbackInfo, FinishReason, ProviderRetryInfo, RequestPurpose, Snapshot,
