@@ -91,6 +91,8 @@ async fn every_fault_is_classified_on_the_wire_as_in_the_simulator() {
         {"type": "stream_error"},
         {"type": "stream_error", "error_type": "rate_limit_error", "message": "slow down"},
         {"type": "stream_error", "error_type": "api_error", "message": "Internal server error"},
+        {"type": "stream_error", "after_deltas": 1},
+        {"type": "stream_error", "error_type": "rate_limit_error", "after_deltas": 3},
         {"type": "empty_message"},
         {"type": "context_overflow"},
         {"type": "malformed_stream"},
@@ -126,5 +128,91 @@ async fn every_fault_is_classified_on_the_wire_as_in_the_simulator() {
             assert!(wire_failure(&server, provider).await.is_none(), "{what}");
             server.shutdown().await;
         }
+    }
+}
+
+#[tokio::test]
+async fn a_mid_answer_error_is_the_bytes_the_simulator_renders_and_begins_the_answer_in_both() {
+    use rebound_sim::scenario::{message_id, render, Rendered, WireRequest};
+    let scenario = Scenario::from_json(
+        r#"{"turns": [{"faults": [{"type": "stream_error", "after_deltas": 2}],
+                       "answer": {"text": "Let me read the parser, it is where the failing test points."}}]}"#,
+    )
+    .expect("a scenario");
+    let fault = &scenario.turns[0].faults[0];
+    for &provider in ProviderKind::ALL {
+        // The simulator: the answer began before the failure.
+        let (_, begins) = fault.played(provider);
+        assert!(begins, "{provider}: the simulator's answer begins");
+        let server = FakeServer::start(FakeServerConfig::new(scenario.clone(), 3))
+            .await
+            .expect("start");
+        let client = reqwest::Client::new();
+        let (url, body) = match provider {
+            ProviderKind::Anthropic => (
+                format!("{}/v1/messages", server.base_url()),
+                json!({"model": "m", "max_tokens": 100, "stream": true,
+                       "messages": [{"role": "user", "content": "hi"}]}),
+            ),
+            ProviderKind::OpenAi => (
+                format!("{}/chat/completions", server.openai_base_url()),
+                json!({"model": "m", "stream": true,
+                       "messages": [{"role": "user", "content": "hi"}]}),
+            ),
+            _ => (
+                format!("{}/responses", server.openai_base_url()),
+                json!({"model": "m", "stream": true, "store": false,
+                       "input": [{"role": "user", "content": "hi"}]}),
+            ),
+        };
+        let bytes = client
+            .post(url)
+            .header("x-api-key", "k")
+            .header("authorization", "Bearer k")
+            .header("anthropic-version", "2023-06-01")
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("a response")
+            .bytes()
+            .await
+            .expect("a whole body");
+        // On the wire: text arrived before the failure.
+        let mut decoder = StreamDecoder::new(provider);
+        let mut deltas = Vec::new();
+        let fed = decoder.feed_into(&bytes, &mut deltas);
+        assert!(
+            fed.is_err() || decoder.finish().is_err(),
+            "{provider}: a failure"
+        );
+        assert!(
+            !deltas.is_empty(),
+            "{provider}: the answer began on the wire"
+        );
+        // Byte for byte what `render` makes of the fault for this request (the Responses
+        // API's answers carry the server's reasoning item besides).
+        if provider != ProviderKind::OpenAiResponses {
+            let id = message_id(provider, "req_fake_000001");
+            let request = WireRequest {
+                provider,
+                stream: true,
+                model: "m",
+                message_id: &id,
+                timing: &scenario.timing,
+            };
+            let interrupted = scenario.turns[0].answer.response(0, false);
+            let Rendered::Chunked { chunks, cut, .. } = render(fault, &request, &interrupted)
+            else {
+                panic!("{provider}: a mid-stream error renders as a stream");
+            };
+            assert!(!cut);
+            assert_eq!(
+                String::from_utf8_lossy(&bytes),
+                String::from_utf8_lossy(&chunks.concat()),
+                "{provider}"
+            );
+        }
+        server.shutdown().await;
     }
 }

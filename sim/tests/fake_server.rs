@@ -470,6 +470,63 @@ async fn a_mid_stream_error_event_is_classified_by_its_type() {
     server.shutdown().await;
 }
 
+/// The text a client decodes from a stream body before it fails, and the failure.
+fn text_before_failure(provider: ProviderKind, body: &[u8]) -> (String, Option<ProviderFailure>) {
+    let mut d = StreamDecoder::new(provider);
+    let mut deltas = Vec::new();
+    let fed = d.feed_into(body, &mut deltas);
+    let text = deltas
+        .into_iter()
+        .filter_map(|delta| match delta {
+            wire::StreamDelta::Text { text, .. } => Some(text),
+            _ => None,
+        })
+        .collect();
+    (text, fed.err().or_else(|| d.finish().err()))
+}
+
+#[tokio::test]
+async fn a_stream_error_after_n_text_deltas_comes_mid_answer_on_every_provider() {
+    let answer = "Let me read the parser, it is where the failing test points.";
+    for provider in [A, O, R] {
+        let server = start(with_faults(json!([
+            {"type": "stream_error", "after_deltas": 2},
+            {"type": "stream_error", "after_deltas": 9},
+            {"type": "stream_error"}
+        ])))
+        .await;
+        // The encoders send text 24 bytes a delta: two deltas are the first 48 bytes.
+        let r = send(&server, provider, true).await;
+        assert!(
+            r.complete,
+            "{provider}: the stream ends after its error event"
+        );
+        let (text, failure) = text_before_failure(provider, &r.body);
+        assert_eq!(text, answer[..48], "{provider}");
+        let failure = failure.unwrap_or_else(|| panic!("{provider}: no failure"));
+        assert_eq!(
+            failure.kind,
+            FailureKind::Unavailable,
+            "{provider}: {failure}"
+        );
+        // More deltas than the answer has: the error follows its last, before the tool call.
+        let r = send(&server, provider, true).await;
+        let (text, failure) = text_before_failure(provider, &r.body);
+        assert_eq!(text, answer, "{provider}");
+        assert!(failure.is_some(), "{provider}: the answer never completes");
+        // By default, before any text, as before `after_deltas` existed.
+        let r = send(&server, provider, true).await;
+        let (text, failure) = text_before_failure(provider, &r.body);
+        assert_eq!(text, "", "{provider}");
+        assert!(failure.is_some(), "{provider}");
+        // Then the answer, whole.
+        let r = send(&server, provider, true).await;
+        let answered = without_reasoning(r.decode(provider).expect("the answer"));
+        assert_eq!(answered, expected_answer(), "{provider}");
+        server.shutdown().await;
+    }
+}
+
 #[tokio::test]
 async fn malformed_streams_and_bodies_fail_as_malformed() {
     for provider in [A, O, R] {

@@ -151,9 +151,10 @@ fn retryable_fault(cap: u64) -> BoxedStrategy<Fault> {
         1 => Just(Fault::http_with(400, "x-should-retry", "true")),
         2 => transport.prop_map(Fault::transport),
         1 => (0u32..60).prop_map(|n| FaultKind::StreamCut { after_events: n }.into()),
-        1 => Just(FaultKind::StreamError {
+        1 => (0u32..4).prop_map(|after_deltas| FaultKind::StreamError {
             error_type: "overloaded_error".into(),
-            message: "Overloaded".into()
+            message: "Overloaded".into(),
+            after_deltas,
         }
         .into()),
         1 => Just(FaultKind::MalformedStream.into()),

@@ -98,7 +98,7 @@
 //! | `transport` `stream_cut`, `malformed_stream`, `empty_message` | as the faults below |
 //! | `stream_cut` | a 200 event stream of the next answer, cut after `after_events` events (never after the finish): the connection closes without the terminating chunk |
 //! | `stream_cut_bytes` | the same, cut after `after_bytes` bytes of the body |
-//! | `stream_error` | the first event of the next answer, then the provider's error event, then a clean end |
+//! | `stream_error` | the first event of the next answer (with `after_deltas: N`, its events through its N-th text delta — through its last when it has fewer, never its finish), then the provider's error event, then a clean end |
 //! | `empty_message` | a complete response with no content |
 //! | `context_overflow` | the provider's real "prompt is too long" / `context_length_exceeded` 400; also whenever the conversation is over the scenario's `context_limit_bytes` |
 //! | `malformed_stream` | a stream whose second event holds invalid JSON (non-streaming: a truncated JSON body) |

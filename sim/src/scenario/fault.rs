@@ -146,9 +146,12 @@ impl Fault {
                 .first_event_ms
                 .saturating_add(u64::from(*after_events).saturating_mul(timing.event_ms)),
             FaultKind::StreamCutBytes { .. } => timing.first_event_ms,
-            FaultKind::StreamError { .. } | FaultKind::MalformedStream => {
-                timing.first_event_ms.saturating_add(timing.event_ms)
-            }
+            FaultKind::StreamError { after_deltas, .. } => timing.first_event_ms.saturating_add(
+                u64::from(*after_deltas)
+                    .saturating_add(1)
+                    .saturating_mul(timing.event_ms),
+            ),
+            FaultKind::MalformedStream => timing.first_event_ms.saturating_add(timing.event_ms),
             FaultKind::EmptyMessage => timing.first_event_ms,
             FaultKind::Stall { .. } | FaultKind::SlowDrip { .. } => {
                 timing.first_event_ms.saturating_add(idle_timeout_ms)
@@ -195,6 +198,11 @@ pub enum FaultKind {
         /// The error message.
         #[serde(default = "overloaded")]
         message: String,
+        /// How many text deltas of the answer come before the error event: 0 (the default)
+        /// sends only the stream's first event; N, every event through the answer's N-th
+        /// text delta (through its last when it has fewer). See [`render`].
+        #[serde(default, skip_serializing_if = "is_zero")]
+        after_deltas: u32,
     },
     /// The model answers with nothing.
     EmptyMessage,
@@ -218,6 +226,11 @@ pub enum FaultKind {
         /// The silence before each event.
         interval_ms: u64,
     },
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` passes a reference
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 fn overloaded_error() -> String {

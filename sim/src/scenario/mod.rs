@@ -108,7 +108,7 @@
 //! | `transport` | `fault`: `connect`, `reset`, `timeout`, `dns`, `tls` | no usable response |
 //! | `stream_cut` | `after_events` | the stream ends before the message completed |
 //! | `stream_cut_bytes` | `after_bytes` | the same, cut after this many bytes of the body (possibly inside an event) |
-//! | `stream_error` | `error_type`, `message` | an error event mid-stream (e.g. `overloaded_error`) |
+//! | `stream_error` | `error_type`, `message`, `after_deltas` | an error event mid-stream (e.g. `overloaded_error`): after the stream's first event, before any output (`after_deltas` 0, the default), or after the answer's first `after_deltas` text deltas (its last, when it has fewer) — a mid-answer error |
 //! | `empty_message` | | the model answers with nothing |
 //! | `context_overflow` | | the provider's real "prompt is too long" 400 |
 //! | `malformed_stream` | | invalid SSE or JSON |

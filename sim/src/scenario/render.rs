@@ -86,9 +86,11 @@ pub enum Rendered {
 /// mid-stream error or a malformed event interrupts (the one the request would have got).
 ///
 /// On a stream: a cut keeps at most the events before the one that finishes the message
-/// (so it is always visible as a cut); a mid-stream error and a malformed event follow the
-/// stream's first event (in Chat Completions the role-only chunk, before any output), as
-/// the simulator's [`Fault::delay_ms`] times them. A request that does not stream gets the
+/// (so it is always visible as a cut); a malformed event follows the stream's first event
+/// (in Chat Completions the role-only chunk, before any output), and so does a mid-stream
+/// error, unless its `after_deltas` places it after that many text deltas of the answer
+/// (after its last when it has fewer, never after the event that finishes it), as the
+/// simulator's [`Fault::delay_ms`] times them. A request that does not stream gets the
 /// nearest JSON equivalent: a cut is a JSON body cut off mid-way, a mid-stream error is an
 /// HTTP error with the status of its type (`529` for `overloaded_error`, `429` for
 /// `rate_limit_error`/`rate_limit_exceeded`, else `500`), a malformed stream a truncated
@@ -193,10 +195,12 @@ pub fn render(
         FaultKind::StreamError {
             error_type,
             message,
+            after_deltas,
         } => {
             if request.stream {
                 let mut chunks = events(interrupted);
-                chunks.truncate(1);
+                let keep = through_text_delta(provider, &chunks, after_deltas);
+                chunks.truncate(keep);
                 chunks.push(wire::encode_stream_error_event(
                     provider,
                     &error_type,
@@ -368,6 +372,40 @@ fn before_finish(provider: ProviderKind, chunks: &[Vec<u8>]) -> usize {
         _ => 3,
     };
     chunks.len().saturating_sub(tail)
+}
+
+/// How many of a stream's events (`chunks`, one event each) to send before a mid-stream
+/// error that comes after `deltas` text deltas: through the event holding the `deltas`-th
+/// non-empty text delta as a client decodes them (through the last one when there are fewer),
+/// and never the event that finishes the message; just the first event when `deltas` is 0 or
+/// the answer has no text. Thinking and reasoning deltas are not text: the error falls at the
+/// same place in the answer's text on every wire format.
+fn through_text_delta(provider: ProviderKind, chunks: &[Vec<u8>], deltas: u32) -> usize {
+    let first = 1.min(chunks.len());
+    if deltas == 0 {
+        return first;
+    }
+    let mut decoder = StreamDecoder::new(provider);
+    let (mut seen, mut keep) = (0u32, first);
+    for (i, chunk) in chunks[..before_finish(provider, chunks)].iter().enumerate() {
+        let mut texts = 0u32;
+        let fed = decoder.feed_with(chunk, |delta| {
+            if matches!(delta, wire::StreamDelta::Text { text, .. } if !text.is_empty()) {
+                texts += 1;
+            }
+        });
+        if texts > 0 {
+            seen = seen.saturating_add(texts);
+            keep = (i + 1).max(first);
+            if seen >= deltas {
+                break;
+            }
+        }
+        if fed.is_err() {
+            break;
+        }
+    }
+    keep
 }
 
 /// The first `at` bytes of the concatenated chunks, keeping chunk boundaries.

@@ -26,6 +26,32 @@ fn bad_scenarios_are_typed_errors_with_positions() {
     .unwrap();
     assert_eq!(timed.turns[0].faults[0].after_ms, Some(40));
     assert_eq!(Scenario::from_json(&timed.to_json()).unwrap(), timed);
+    let mid = Scenario::from_json(
+        r#"{"turns": [{"faults": [{"type": "stream_error", "after_deltas": 3}]}]}"#,
+    )
+    .unwrap();
+    assert!(matches!(
+        mid.turns[0].faults[0].kind,
+        FaultKind::StreamError {
+            after_deltas: 3,
+            ..
+        }
+    ));
+    assert_eq!(Scenario::from_json(&mid.to_json()).unwrap(), mid);
+    // The default is not written back: today's files stay as they are.
+    let plain = Fault::from(FaultKind::StreamError {
+        error_type: "overloaded_error".into(),
+        message: "Overloaded".into(),
+        after_deltas: 0,
+    });
+    assert!(!serde_json::to_string(&plain)
+        .unwrap()
+        .contains("after_deltas"));
+    let e = Scenario::from_json(
+        r#"{"turns": [{"faults": [{"type": "stream_error", "after_delta": 3}]}]}"#,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("after_delta"), "{e}");
     let e = Scenario::from_json(r#"{"random": {"failure_rate": 1.5}}"#).unwrap_err();
     assert!(matches!(e, ScenarioError::Invalid(_)), "{e}");
     let e = Scenario::from_json(
@@ -61,6 +87,7 @@ fn responses_stream_errors_are_classified_like_their_http_twins() {
         let in_stream = Fault::from(FaultKind::StreamError {
             error_type: code.into(),
             message: "failed".into(),
+            after_deltas: 0,
         })
         .failure(r);
         let http = Fault::from(FaultKind::Http {

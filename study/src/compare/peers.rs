@@ -466,10 +466,13 @@ impl Seen {
             // error frame found before it from `doStream`, as an `APICallError` with a status
             // derived from the frame (see `openai_stream_error_status`). The simulator's
             // error event follows the stream's first event (`Fault::delay_ms`), which in
-            // Chat Completions is the role-only chunk: before any output.
-            FaultKind::StreamError { error_type, .. }
-                if peer == Peer::VercelAi && provider == ProviderKind::OpenAi =>
-            {
+            // Chat Completions is the role-only chunk: before any output — unless the fault
+            // places it after text deltas (`after_deltas`), which are output.
+            FaultKind::StreamError {
+                error_type,
+                after_deltas: 0,
+                ..
+            } if peer == Peer::VercelAi && provider == ProviderKind::OpenAi => {
                 match openai_stream_error_status(error_type) {
                     Some(status) => Seen::Http {
                         status,
@@ -1202,6 +1205,7 @@ mod tests {
         let event = |error_type: &str| FaultKind::StreamError {
             error_type: error_type.to_owned(),
             message: "boom".to_owned(),
+            after_deltas: 0,
         };
         let seen = |peer, provider, error_type: &str| Seen::of(&event(error_type), provider, peer);
         let openai = ProviderKind::OpenAi;
