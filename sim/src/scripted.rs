@@ -97,8 +97,9 @@ mod tests {
 
     #[test]
     fn calls_of_primary_and_alternate_answers_are_answered_by_id() {
-        let demo = Scenario::builtin("demo").expect("demo exists");
-        let tools = ScriptedTools::new(&demo);
+        // Its second turn answers a failed read with a `when_last_tool_error` answer.
+        let scenario = Scenario::builtin("tool-errors").expect("tool-errors exists");
+        let tools = ScriptedTools::new(&scenario);
         let call = |id: &str, name: &str| ToolCall {
             id: id.into(),
             name: name.into(),
@@ -115,6 +116,10 @@ mod tests {
         let BatchOutcome::PerCall(outcomes) = outcome else {
             panic!("{outcome:?}")
         };
-        assert!(outcomes[0].result.is_ok());
+        assert!(
+            format!("{:?}", outcomes[0].result).contains("lexer.rs"),
+            "{:?}",
+            outcomes[0].result
+        );
     }
 }

@@ -62,7 +62,8 @@ fn demo_shows_every_kind_of_recovery() {
             .count(),
         1
     );
-    // The model saw the tool error and took the recovery path.
+    // After the tool error, the model recovers (on every wire format: the answer does not
+    // hang on the error flag only Anthropic carries).
     let texts: Vec<String> = o.conversation.messages().iter().map(|m| m.text()).collect();
     assert!(
         texts.iter().any(|t| t.contains("let me list the sources")),

@@ -202,3 +202,128 @@ fn each_conversation_meets_the_scenarios_faults_unless_the_script_is_shared() {
     let (shared, log) = statuses(&["--scenario", "blip", "--shared-script"]);
     assert_eq!(shared, [529, 529, 200], "{log}");
 }
+
+/// The story a run's `--events json` tells: each retry's kind, each stream reset and
+/// compaction, each tool call started and each result (ok or error), and the end.
+fn story(stdout: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|e| {
+            Some(match e["type"].as_str()? {
+                "provider_retry" => format!("retry {}", e["kind"].as_str()?),
+                "stream_reset" => "stream reset".to_owned(),
+                "compaction" => "compaction".to_owned(),
+                "tool_start" => format!("call {}", e["name"].as_str()?),
+                "tool_result" if e["is_error"] == true => "result error".to_owned(),
+                "tool_result" => "result ok".to_owned(),
+                "done" => format!("done after {} turns", e["turns"]),
+                "error" => format!("failed: {}", e["message"]),
+                _ => return None,
+            })
+        })
+        .collect()
+}
+
+/// `rebound demo --provider PROVIDER`, and an agent (`rebound run`, with the built-in file
+/// tools: `read` but no `bash` or `edit`) against `rebound serve --scenario demo`, in that
+/// wire format: each tells the demo's whole story.
+fn the_demo_tells_its_whole_story(provider: &str) {
+    let out = Command::new(BIN)
+        .args(["demo", "--events", "json", "--provider", provider])
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .stdin(Stdio::null())
+        .output()
+        .expect("rebound demo runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{provider}: {stderr}");
+    assert_eq!(
+        story(&out.stdout),
+        [
+            "retry unavailable",
+            "call read",
+            "result error",
+            "retry rate_limited",
+            "call bash",
+            "result ok",
+            "stream reset",
+            "retry stream_malformed",
+            "call read",
+            "result ok",
+            "retry context_overflow",
+            "compaction",
+            "call edit",
+            "result ok",
+            "done after 5 turns",
+        ],
+        "rebound demo --provider {provider}"
+    );
+
+    let serve = Serve::start(&["--scenario", "demo"]);
+    let root = tempfile::tempdir().expect("a temporary folder");
+    std::fs::create_dir(root.path().join("src")).expect("src");
+    std::fs::write(
+        root.path().join("src/parse.rs"),
+        "fn parse(input: &str) -> Ast { todo!() }\n",
+    )
+    .expect("src/parse.rs");
+    let base_url = if provider == "anthropic" {
+        serve.url.clone()
+    } else {
+        format!("{}/v1", serve.url)
+    };
+    let out = Command::new(BIN)
+        .args(["run", "Fix the failing test.", "--events", "json"])
+        .args([
+            "--provider",
+            provider,
+            "--base-url",
+            &base_url,
+            "--model",
+            "m",
+        ])
+        .arg("--tools-root")
+        .arg(root.path())
+        .env("ANTHROPIC_API_KEY", "sk-ant-demo")
+        .env("OPENAI_API_KEY", "sk-demo")
+        .stdin(Stdio::null())
+        .output()
+        .expect("rebound run runs");
+    let log = serve.log();
+    assert_eq!(out.status.code(), Some(0), "{provider}: {log}");
+    assert_eq!(
+        story(&out.stdout),
+        [
+            "retry unavailable",
+            "call read",
+            "result error", // src/parser.rs is not there
+            "retry rate_limited",
+            "result error", // the agent has no `bash`
+            "stream reset",
+            "retry stream_malformed",
+            "call read",
+            "result ok",
+            "retry context_overflow",
+            "compaction",
+            "result error", // nor `edit`
+            "done after 5 turns",
+        ],
+        "rebound run --provider {provider} against rebound serve --scenario demo:\n{log}"
+    );
+}
+
+#[test]
+fn the_demo_tells_its_whole_story_on_anthropic_messages() {
+    the_demo_tells_its_whole_story("anthropic");
+}
+
+#[test]
+fn the_demo_tells_its_whole_story_on_openai_chat_completions() {
+    the_demo_tells_its_whole_story("openai");
+}
+
+#[test]
+fn the_demo_tells_its_whole_story_on_the_openai_responses_api() {
+    the_demo_tells_its_whole_story("openai-responses");
+}

@@ -168,7 +168,8 @@ fn coding_task() -> Scenario {
 }
 
 /// A 529, a 429 with retry-after, a stream cut, a tool error the model recovers from, and a
-/// context overflow that compacts.
+/// context overflow that compacts: the same story in every wire format (no answer hangs on
+/// `when_last_tool_error`).
 fn demo() -> Scenario {
     let turns = vec![
         Turn {
@@ -183,17 +184,20 @@ fn demo() -> Scenario {
             },
             ..Turn::default()
         },
+        // The model reads the error in the tool's result and recovers, whatever the wire
+        // format: an answer that does not hang on `when_last_tool_error`, which only
+        // Anthropic's error flag can choose, so the demo tells one story on every format.
         Turn {
             faults: vec![Fault::http_with(429, "retry-after", "2")],
-            answer: Answer::text("The parser is where I expected it."),
-            when_last_tool_error: Some(Answer {
+            answer: Answer {
                 text: Some("That path is wrong; let me list the sources.".into()),
                 ..Answer::calls(vec![ScriptedCall::new(
                     "bash",
                     json!({"command": "ls src"}),
                 )
                 .with_outcome(ToolOutcome::ok("lexer.rs\nparse.rs\nlib.rs"))])
-            }),
+            },
+            ..Turn::default()
         },
         Turn {
             faults: vec![FaultKind::StreamCut { after_events: 14 }.into()],

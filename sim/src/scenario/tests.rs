@@ -106,7 +106,16 @@ fn responses_stream_errors_are_classified_like_their_http_twins() {
 
 #[test]
 fn conditional_answers_follow_the_last_tool_result() {
-    let s = Scenario::builtin("demo").unwrap();
+    let s = Scenario::from_json(
+        r#"{"turns": [
+            {"faults": [{"type": "http", "status": 529}],
+             "answer": {"tool_calls": [{"name": "read", "input": {"path": "a"}}]}},
+            {"faults": [{"type": "http", "status": 429}],
+             "answer": {"text": "It is there."},
+             "when_last_tool_error": {"text": "That path is wrong."}}
+        ]}"#,
+    )
+    .unwrap();
     let mut cursor = ScriptCursor::new(1);
     let mut c = Conversation::new();
     c.push(Message::user_text("go"));
