@@ -149,7 +149,7 @@ class Server:
 
     def requests(self) -> list[str]:
         """Stops the server and returns its request log: one line per request it received
-        (`#0 +2881ms POST /v1/messages [anthropic] -> fault: …`)."""
+        (`#0 +2881ms POST /v1/messages [anthropic] conversation 0 at 0ms -> fault: …`)."""
         self.stop()
         self.log.seek(0)
         lines = self.log.read().decode("utf-8", errors="replace").splitlines()

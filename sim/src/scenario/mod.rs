@@ -121,7 +121,10 @@
 //! "rate", "fault"}…]}`: an attempt sent inside an outage window fails with the window's fault
 //! (with probability `rate`, default 1); other attempts fail with probability `p` with a fault
 //! drawn from the weighted mix (default: 529), else follow the script. Faults drawn at random
-//! do not use up the script's faults. Draws come from the cursor's seeded RNG.
+//! do not use up the script's faults. Draws come from the cursor's seeded RNG. Windows are
+//! read on the scenario's clock: in the simulator, virtual ms since the run (for a fleet, the
+//! fleet) started; on the fake provider server, real ms since the conversation's first
+//! request by default (see the Conversations section of `rebound_sim::fake`).
 
 use rebound_core::{
     ContentBlock, Conversation, Message, ProviderKind, Role, ToolResultPart, ToolSpec,
