@@ -32,7 +32,13 @@ impl Named {
     /// The conversation of a request with `headers` and `conversation`, under `scope`.
     pub(super) fn of(scope: ScriptScope, headers: &HeaderMap, conversation: &Conversation) -> Self {
         let key = match scope {
-            ScriptScope::Shared => Key::Shared,
+            // One script, never started over: nothing to tell apart.
+            ScriptScope::Shared => {
+                return Named {
+                    key: Key::Shared,
+                    messages: 0,
+                }
+            }
             ScriptScope::PerConversation => match header(headers) {
                 Some(id) => Key::Header(id),
                 None => Key::Opening(hash(opening_text(conversation))),
