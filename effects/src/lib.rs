@@ -21,6 +21,7 @@
 
 pub mod budget;
 pub mod config;
+mod entropy;
 pub mod persist;
 pub mod private_file;
 pub mod provider;

@@ -307,7 +307,7 @@ pub struct Runner {
 /// also come from the OS once per thread, still gives each call a different value: jitter
 /// needs seeds that differ between agents, not secrets.
 fn entropy_seed() -> u64 {
-    let random = getrandom::u64().unwrap_or_else(|_| {
+    let random = crate::entropy::os_u64().unwrap_or_else(|| {
         use std::hash::{BuildHasher, Hasher};
         std::collections::hash_map::RandomState::new()
             .build_hasher()

@@ -444,6 +444,76 @@ fn the_embedded_library_pulls_no_cli_simulator_or_server_crate() {
     assert!(normal_closure("rebound-effects", &["schema"]).contains_key("jsonschema"));
 }
 
+/// `cargo tree -p package -e normal --prefix none` of `package` built with `features` (no
+/// default features), with `more` arguments.
+fn tree_lines(package: &str, features: &[&str], more: &[&str]) -> Vec<String> {
+    let mut command = Command::new(env!("CARGO"));
+    command
+        .current_dir(workspace())
+        .args(["tree", "-p", package, "-e", "normal", "--prefix", "none"])
+        .arg("--no-default-features")
+        .args(more);
+    if !features.is_empty() {
+        command.args(["--features", &features.join(",")]);
+    }
+    let out = command.output().expect("cargo runs");
+    assert!(
+        out.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The versions of `name` in the normal dependencies of `package` built with `features`.
+fn versions_of(name: &str, package: &str, features: &[&str]) -> BTreeSet<String> {
+    tree_lines(package, features, &[])
+        .iter()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            (words.next() == Some(name)).then(|| words.next().unwrap_or_default().to_owned())
+        })
+        .collect()
+}
+
+/// One `getrandom` in the library an agent embeds: ring's (rustls's crypto, 0.17, depends on
+/// getrandom 0.2), which the runner's seeds come from too. The one exception is `schema`:
+/// jsonschema (every release to 0.61) depends on ahash with its default `runtime-rng`, which
+/// takes getrandom 0.3; docs/performance.md says so, and this test fails when it is no longer
+/// true.
+#[test]
+fn the_embedded_library_has_one_getrandom_but_for_json_schema() {
+    let without_schema = ["lua", "mcp", "redis", "otel"];
+    let one = versions_of("getrandom", "rebound-effects", &without_schema);
+    assert_eq!(
+        one.len(),
+        1,
+        "rebound-effects with {without_schema:?} has getrandom {one:?}"
+    );
+    let with_schema = versions_of("getrandom", "rebound-effects", &["schema"]);
+    for version in with_schema.difference(&one) {
+        let spec = format!("getrandom@{}", version.trim_start_matches('v'));
+        let dependents: BTreeSet<String> = tree_lines(
+            "rebound-effects",
+            &["schema"],
+            &["-i", &spec, "--depth", "1"],
+        )
+        .iter()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
+        .collect();
+        assert_eq!(
+            dependents,
+            BTreeSet::from(["ahash".to_owned()]),
+            "getrandom {version} with `schema` is there for {dependents:?}, not only jsonschema's \
+             ahash: see docs/performance.md's dependency section"
+        );
+    }
+}
+
 #[test]
 fn core_depends_only_on_what_it_is_allowed() {
     // crc32fast: the checksums of AWS event-stream frames (Bedrock), which the Bedrock issue

@@ -436,7 +436,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A random owner id: from the operating system, or (should it fail) from the clock, the
 /// process id and fastrand.
 fn random_owner() -> u64 {
-    getrandom::u64().unwrap_or_else(|_| {
+    crate::entropy::os_u64().unwrap_or_else(|| {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
