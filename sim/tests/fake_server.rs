@@ -4,7 +4,8 @@
 use rebound_core::classify::classify_http;
 use rebound_core::wire::{self, StreamDecoder};
 use rebound_core::{
-    AssistantResponse, FailureKind, Headers, ProviderFailure, ProviderKind, TransportFault,
+    tool_error_text, AssistantResponse, ContentBlock, Conversation, FailureKind, Headers, Message,
+    ProviderFailure, ProviderKind, ToolResultBlock, ToolResultPart, TransportFault,
 };
 use rebound_sim::fake::{
     FakeServer, FakeServerConfig, Outcome, ScenarioClock, ScriptScope, CONVERSATION_HEADER,
@@ -693,7 +694,7 @@ async fn conditional_answers_follow_the_conversation_received() {
         {"answer": {"text": "It worked."},
          "when_last_tool_error": {"text": "The read failed; trying another path."}}
     ]});
-    let server = start(scenario).await;
+    let server = start(scenario.clone()).await;
     let r = send(&server, A, true).await;
     assert!(r.decode(A).is_ok());
     let body = json!({"model": "m", "max_tokens": 10, "stream": true, "messages": [
@@ -723,6 +724,51 @@ async fn conditional_answers_follow_the_conversation_received() {
         }
     );
     server.shutdown().await;
+
+    // OpenAI's formats carry no error flag: a result in core's error words is an error.
+    for provider in [O, R] {
+        let server = start(scenario.clone()).await;
+        let call = send(&server, provider, true)
+            .await
+            .decode(provider)
+            .expect("the tool call");
+        let failed = ContentBlock::ToolResult(ToolResultBlock {
+            tool_use_id: "toolu_1".into(),
+            parts: vec![ToolResultPart::text(tool_error_text(
+                "read",
+                "no such file",
+            ))],
+            is_error: true,
+        });
+        let conversation = Conversation::from(vec![
+            Message::user_text("Fix the failing test."),
+            call.message,
+            Message::user(vec![failed]),
+        ]);
+        let body = wire::request_body(
+            provider,
+            &conversation,
+            &wire::RequestParams::new("gpt-test", 64),
+        )
+        .expect("a request");
+        let r = raw(
+            server.addr(),
+            path(provider),
+            &auth(provider),
+            body.to_string().as_bytes(),
+        )
+        .await;
+        assert!(r.decode(provider).is_ok(), "{provider}");
+        assert_eq!(
+            server.requests()[1].outcome,
+            Outcome::Answered {
+                turn: 1,
+                alternate: true
+            },
+            "{provider}"
+        );
+        server.shutdown().await;
+    }
 }
 
 #[tokio::test]

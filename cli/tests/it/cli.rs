@@ -387,48 +387,6 @@ async fn demo_completes_offline() {
     }
 }
 
-/// The demo tells one story on every wire format: the 529, the 429, the tool error the model
-/// recovers from (its `bash` call), the cut stream and the overflow that compacts. OpenAI's
-/// formats carry no error flag on a tool result: the fake server reads core's tool-error
-/// wording instead.
-#[tokio::test]
-async fn the_demo_tells_the_same_story_on_every_wire_format() {
-    for provider in ["anthropic", "openai", "openai-responses"] {
-        let mut cmd = Command::new(BIN);
-        cmd.args(["demo", "--events", "json", "--provider", provider])
-            .env_remove("ANTHROPIC_API_KEY")
-            .env_remove("OPENAI_API_KEY");
-        let out = output(cmd).await;
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{provider}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let events = json_events(&out);
-        let tools: Vec<&str> = events
-            .iter()
-            .filter(|e| e["type"] == "tool_start")
-            .filter_map(|e| e["name"].as_str())
-            .collect();
-        assert_eq!(tools, ["read", "bash", "read", "edit"], "{provider}");
-        let retries: Vec<u64> = events
-            .iter()
-            .filter(|e| e["type"] == "provider_retry")
-            .filter_map(|e| e["status"].as_u64())
-            .collect();
-        // The overflow's retry says 400; the cut stream's, no status.
-        assert_eq!(retries, [529, 429, 400], "{provider}");
-        let kinds = types(&events);
-        for expected in ["stream_reset", "compaction", "done"] {
-            assert!(
-                kinds.iter().any(|k| k == expected),
-                "{provider}: no {expected}"
-            );
-        }
-    }
-}
-
 #[tokio::test]
 async fn the_demos_summary_counts_one_of_a_thing_in_the_singular() {
     let mut cmd = Command::new(BIN);
