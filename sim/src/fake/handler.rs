@@ -145,6 +145,11 @@ impl Act {
         }
     }
 
+    /// Whether it answers (a turn or a summary), which makes the conversation answered.
+    fn answers(&self) -> bool {
+        matches!(self, Act::Answer { .. } | Act::Summary { .. })
+    }
+
     fn silence(&self) -> Option<&Fault> {
         match self {
             Act::Fault(f) if f.silence_ms().is_some() => Some(f),
@@ -216,12 +221,6 @@ impl Plan {
             _ => {}
         }
         self.interrupted = add(self.interrupted.clone(), "interrupted");
-    }
-}
-
-impl Act {
-    fn answers(&self) -> bool {
-        matches!(self, Act::Answer { .. } | Act::Summary { .. })
     }
 }
 
