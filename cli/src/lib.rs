@@ -1,15 +1,7 @@
-//! # rebound-cli
-//!
-//! The `rebound` command line: `run`, `demo`, `serve`, `sim`, `replay`.
-//!
-//! A thin layer over library calls embedders can use too: [`rebound_effects`] (the runner,
-//! providers, tools, sessions, budgets) and [`rebound_sim`] (scenarios, the simulator, the
-//! fake provider server). Exit codes: 0 finished, 1 the run hard-failed, 2 usage or
-//! configuration error, 130 canceled by SIGINT/SIGTERM.
-//!
-//! This library exists for the binary and for rebound's own cross-crate tests; its clap
-//! structs are not a stable API. Embedders use the libraries beneath it.
-
+#![doc = include_str!("../README.md")]
+// The README's code blocks are doc tests (the crate's front page on docs.rs and crates.io
+// cannot rot), and no doc test may warn: an example that warns teaches the warning.
+#![doc(test(attr(deny(warnings))))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -1,17 +1,7 @@
-//! # rebound-core
-//!
-//! The pure heart of rebound: an agent-loop state machine that makes an explicit decision for
-//! every failure while producing the next conversation message, plus everything it decides
-//! with — the conversation model, provider failure classification, retry policy, compaction,
-//! wire formats and trace types.
-//!
-//! Nothing here performs I/O, reads a clock or an environment variable, or spawns a thread:
-//! time comes in as [`Millis`], randomness from a seed, and bytes from the caller.
-//!
-//! Feature `server` (off by default) adds the other side of the wire, for simulators, fake
-//! servers and fuzzers: the encoders of what the APIs send (`wire::encode_*`) and the parser
-//! of the requests they receive (`wire::parse_request`).
-
+#![doc = include_str!("../README.md")]
+// The README's code blocks are doc tests (the crate's front page on docs.rs and crates.io
+// cannot rot), and no doc test may warn: an example that warns teaches the warning.
+#![doc(test(attr(deny(warnings))))]
 #![forbid(unsafe_code)]
 // On docs.rs (`--cfg docsrs`, Cargo.toml): each item behind a feature names the feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]

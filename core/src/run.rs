@@ -13,11 +13,11 @@
 //! ```
 //! use rebound_core::run::{Action, Run};
 //! use rebound_core::{
-//!     AssistantResponse, Command, Event, MachineConfig, Message, Millis,
+//!     AssistantResponse, Command, Event, Handled, MachineConfig, Message, Millis,
 //! };
 //!
 //! let mut run = Run::new(MachineConfig::default(), 7).recording(true);
-//! run.handle(Millis(0), Event::user_text("hi"));
+//! assert_eq!(run.handle(Millis(0), Event::user_text("hi")), Handled::Accepted);
 //! let mut now = Millis(0);
 //! while let Some(action) = run.poll() {
 //!     let Action::Command(command) = action else { continue };
@@ -26,7 +26,8 @@
 //!         Command::SendRequest { request, .. } => {
 //!             now = now.plus(250);
 //!             let response = AssistantResponse::end_turn(Message::assistant_text("hello"));
-//!             run.handle(now, Event::ProviderSucceeded { request, response });
+//!             let handled = run.handle(now, Event::ProviderSucceeded { request, response });
+//!             assert_eq!(handled, Handled::Accepted);
 //!         }
 //!         // Everything else is shown, stored or noted; nothing answers it.
 //!         _ => {}

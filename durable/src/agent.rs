@@ -119,7 +119,8 @@ impl Effects {
 /// use rebound_durable::DurableAgent;
 /// use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig};
 ///
-/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let key = ApiKey::new(std::env::var("ANTHROPIC_API_KEY")?);
 /// let provider = HttpProvider::new(HttpProviderConfig::new(
 ///     ProviderKind::Anthropic, "claude-sonnet-4-5", key))?;

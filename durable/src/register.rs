@@ -38,7 +38,9 @@ pub enum RegisterError {
 /// Restate calls the endpoint back during the registration: it must already be serving.
 ///
 /// ```no_run
-/// # async fn example(agent: rebound_durable::DurableAgent) -> Result<(), Box<dyn std::error::Error>> {
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let agent = rebound_durable::DurableAgent::new(rebound_core::MachineConfig::default(), vec![]);
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:9080").await?;
 /// tokio::spawn(rebound_durable::serve(agent, listener));
 /// rebound_durable::register("http://127.0.0.1:9070", "http://127.0.0.1:9080").await?;

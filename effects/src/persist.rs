@@ -23,9 +23,10 @@ pub trait Persist: Send + Sync {
 /// hold no secret (no connection string with a password in it).
 ///
 /// ```
-/// use rebound_core::{Conversation, Message};
+/// use rebound_core::{Conversation, MachineConfig, Message};
 /// use rebound_effects::provider::BoxFuture;
 /// use rebound_effects::persist::{Persist, PersistError};
+/// use rebound_effects::runner::Runner;
 ///
 /// /// A store that is always full.
 /// struct Full;
@@ -40,6 +41,9 @@ pub trait Persist: Send + Sync {
 ///         Box::pin(async { Ok(()) })
 ///     }
 /// }
+///
+/// // A run with this store fails at its first message.
+/// let _runner = Runner::new(MachineConfig::default(), vec![]).persist(Full);
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -86,9 +86,10 @@ pub trait Compactor: Send + Sync {
 /// error's message (so it must hold no secret), one before it lets the request go as it is.
 ///
 /// ```
-/// use rebound_core::{compact, CompactionPolicy, Conversation};
+/// use rebound_core::{compact, CompactionPolicy, Conversation, MachineConfig};
 /// use rebound_effects::provider::BoxFuture;
-/// use rebound_effects::runner::{Compactor, CompactorError};
+/// use rebound_effects::runner::{Compactor, CompactorError, Runner};
+/// use std::sync::Arc;
 ///
 /// /// Core's compactor, refusing conversations too large to be worth trying.
 /// struct Bounded;
@@ -106,6 +107,8 @@ pub trait Compactor: Send + Sync {
 ///         })
 ///     }
 /// }
+///
+/// let _runner = Runner::new(MachineConfig::default(), vec![]).compactor(Arc::new(Bounded));
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -271,14 +274,16 @@ impl TraceRecorder {
 /// use rebound_effects::runner::{RunInput, Runner};
 /// use rebound_core::{MachineConfig, ProviderKind};
 ///
-/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
-/// let key = ApiKey::new(std::env::var("ANTHROPIC_API_KEY")?);
-/// let provider = HttpProvider::new(HttpProviderConfig::new(
-///     ProviderKind::Anthropic, "claude-sonnet-4-5", key))?;
-/// let mut runner = Runner::new(MachineConfig::default(), vec![Box::new(provider)]);
-/// let summary = runner.run(RunInput::text("Say hello.")).await?;
-/// println!("{}", summary.conversation.last().map(|m| m.text()).unwrap_or_default());
-/// # Ok(()) }
+/// #[tokio::main]
+/// async fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     let key = ApiKey::new(std::env::var("ANTHROPIC_API_KEY")?);
+///     let provider = HttpProvider::new(HttpProviderConfig::new(
+///         ProviderKind::Anthropic, "claude-sonnet-4-5", key))?;
+///     let mut runner = Runner::new(MachineConfig::default(), vec![Box::new(provider)]);
+///     let summary = runner.run(RunInput::text("Say hello.")).await?;
+///     println!("{}", summary.conversation.last().map(|m| m.text()).unwrap_or_default());
+///     Ok(())
+/// }
 /// ```
 pub struct Runner {
     config: MachineConfig,

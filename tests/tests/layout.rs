@@ -694,3 +694,129 @@ fn each_published_crate_ships_its_licenses_and_documents_every_feature() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// Every published library's front page (docs.rs's crate page, crates.io's README) is its
+/// README, so its code blocks run as doc tests of the crate, and no doc test of it may warn.
+#[test]
+fn each_published_library_is_documented_by_its_readme_with_doc_tests_that_do_not_warn() {
+    let metadata = metadata();
+    let mut problems = Vec::new();
+    for (name, package) in packages(&metadata) {
+        let unpublished = package["publish"]
+            .as_array()
+            .is_some_and(std::vec::Vec::is_empty);
+        let lib = package["targets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|t| {
+                t["kind"]
+                    .as_array()
+                    .is_some_and(|k| k.contains(&"lib".into()))
+            });
+        let (false, Some(lib)) = (unpublished, lib) else {
+            continue;
+        };
+        let root = lib["src_path"].as_str().unwrap_or_default();
+        let code = std::fs::read_to_string(root).unwrap_or_default();
+        for attribute in [
+            r#"#![doc = include_str!("../README.md")]"#,
+            "#![doc(test(attr(deny(warnings))))]",
+        ] {
+            if !code.contains(attribute) {
+                problems.push(format!("{name}: no {attribute} in {root}"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The `match` statements of a Rust code block of `markdown` that have an arm for a `Command`
+/// variant and a catch-all arm (`_ =>`), as (line number, the `match` line).
+fn command_matches_with_a_catch_all(markdown: &str) -> Vec<(usize, String)> {
+    let lines: Vec<&str> = markdown.lines().collect();
+    let mut found = Vec::new();
+    let (mut in_block, mut in_rust) = (false, false);
+    for (i, line) in lines.iter().enumerate() {
+        let fence = line.trim_start();
+        if let Some(info) = fence.strip_prefix("```") {
+            in_block = !in_block;
+            in_rust = in_block && (info.is_empty() || info.starts_with("rust"));
+            continue;
+        }
+        if !in_rust || !fence.starts_with("match ") || !fence.ends_with('{') {
+            continue;
+        }
+        let indent = line.len() - fence.len();
+        let arm_indent = " ".repeat(indent + 4);
+        let arms = lines[i + 1..]
+            .iter()
+            .take_while(|l| {
+                let t = l.trim_start();
+                (l.len() - t.len() != indent || !t.starts_with('}')) && !t.starts_with("```")
+            })
+            .filter_map(|l| l.strip_prefix(arm_indent.as_str()))
+            .filter(|arm| !arm.starts_with(' '));
+        let (mut command, mut catch_all) = (false, false);
+        for arm in arms {
+            command |= arm.starts_with("Command::");
+            catch_all |= arm.starts_with("_ =>") || arm.starts_with("_ if");
+        }
+        if command && catch_all {
+            found.push((i + 1, fence.to_owned()));
+        }
+    }
+    found
+}
+
+/// `Command` is exhaustive so that a new command breaks a driver at compile time (the
+/// README's "Stability" section): no driver the READMEs or the docs pages show has a
+/// catch-all arm that would swallow it.
+#[test]
+fn no_readme_or_docs_page_matches_command_with_a_catch_all() {
+    let root = workspace();
+    let mut pages = vec![root.join("README.md")];
+    for dir in ["core", "sim", "study", "effects", "durable", "cli", "docs"] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
+            continue;
+        };
+        pages.extend(
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "md")),
+        );
+    }
+    pages.sort();
+    let mut problems = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap_or_default();
+        for (line, code) in command_matches_with_a_catch_all(&text) {
+            problems.push(format!("{}:{line}: {code}", page.display()));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "a match over Command with a catch-all arm:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn the_catch_all_finder_finds_a_catch_all_over_command_only() {
+    let block = |arms: &str| format!("```rust\nmatch command {{\n{arms}}}\n```\n");
+    let swallowing = block("    Command::Sleep { timer, .. } => {}\n    _ => {}\n");
+    assert_eq!(
+        command_matches_with_a_catch_all(&swallowing),
+        [(2, "match command {".to_owned())]
+    );
+    let complete = block("    Command::Sleep { timer, .. } => {\n        match n {\n            _ => {}\n        }\n    }\n    Command::Fail { .. } => {}\n");
+    assert!(command_matches_with_a_catch_all(&complete).is_empty());
+    let other = block("    1 => {}\n    _ => {}\n");
+    assert!(command_matches_with_a_catch_all(&other).is_empty());
+    let python = "```python\nmatch command {\n    Command::Sleep => {}\n    _ => {}\n}\n```\n";
+    assert!(command_matches_with_a_catch_all(python).is_empty());
+    // The end of a block of another language does not start a Rust block.
+    let after_shell = format!("```sh\nrebound demo\n```\n{}", &python[10..]);
+    assert!(command_matches_with_a_catch_all(&after_shell).is_empty());
+}

@@ -48,6 +48,7 @@ const MAX_RESPONSE_BODY: usize = 128 << 20;
 ///             .with_parallel_tool_calls(false),
 ///     )
 ///     .with_headers(ExtraHeaders::new().with("anthropic-beta", "context-1m-2025-08-07")?);
+/// assert_eq!(config.max_tokens, 16_000);
 /// # Ok::<(), rebound_effects::provider::HeaderError>(())
 /// ```
 #[derive(Debug, Clone)]

@@ -111,8 +111,10 @@ impl<'a> ProviderRequest<'a> {
 /// ```no_run
 /// use rebound_core::classify::{classify_http, classify_transport_error, TransportError};
 /// use rebound_core::wire::{self, RequestParams, StreamDecoder};
-/// use rebound_core::{AssistantResponse, Headers, ProviderFailure, ProviderKind, TransportFault};
+/// use rebound_core::{AssistantResponse, Headers, MachineConfig, ProviderFailure, ProviderKind};
+/// use rebound_core::TransportFault;
 /// use rebound_effects::provider::{BoxFuture, DeltaSink, Provider, ProviderRequest, SendError};
+/// use rebound_effects::runner::Runner;
 /// use std::time::Duration;
 ///
 /// /// Anthropic's Messages API over your own HTTP client.
@@ -202,6 +204,14 @@ impl<'a> ProviderRequest<'a> {
 ///         })
 ///     }
 /// }
+///
+/// let provider = MyProvider {
+///     client: reqwest::Client::new(),
+///     api_key: std::env::var("ANTHROPIC_API_KEY")?,
+///     model: "claude-sonnet-4-6".into(),
+/// };
+/// let _runner = Runner::new(MachineConfig::default(), vec![Box::new(provider)]);
+/// # Ok::<(), std::env::VarError>(())
 /// ```
 ///
 /// A real provider also bounds how long it goes without *content* (the request's

@@ -175,7 +175,7 @@ impl ToolContext {
 /// ```
 /// use async_trait::async_trait;
 /// use rebound_core::{ToolOutput, ToolSpec};
-/// use rebound_effects::tools::{Tool, ToolContext, ToolError};
+/// use rebound_effects::tools::{Tool, ToolContext, ToolError, ToolSet};
 /// use serde_json::{json, Value};
 ///
 /// struct Clock;
@@ -193,6 +193,10 @@ impl ToolContext {
 ///         Ok(ToolOutput::text("teatime"))
 ///     }
 /// }
+///
+/// let tools = ToolSet::builder().tool(Clock).build()?;
+/// assert_eq!(tools.specs()[0].name, "clock");
+/// # Ok::<(), rebound_effects::tools::ToolSetError>(())
 /// ```
 ///
 /// `invoke` must not block its thread (no long synchronous I/O or computation): the timeout

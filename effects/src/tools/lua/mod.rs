@@ -24,10 +24,14 @@
 //! ```
 //!
 //! ```no_run
+//! use rebound_core::MachineConfig;
+//! use rebound_effects::runner::Runner;
 //! use rebound_effects::tools::{files::Root, lua, ToolSet};
+//! use std::sync::Arc;
 //!
 //! let root = Root::new(".")?;
 //! let tools = ToolSet::builder().tools(lua::load_dir("tools", &root)?).build()?;
+//! let _runner = Runner::new(MachineConfig::default(), vec![]).tools(Arc::new(tools));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!

@@ -7,11 +7,16 @@
 //! watching and killing the process is done here.
 //!
 //! ```no_run
+//! use rebound_core::MachineConfig;
+//! use rebound_effects::runner::Runner;
 //! use rebound_effects::tools::{mcp::McpSource, ToolSet};
+//! use std::sync::Arc;
 //!
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let everything = McpSource::spawn("npx -y @modelcontextprotocol/server-everything").await?;
 //! let tools = ToolSet::builder().source(everything).build()?;
+//! let _runner = Runner::new(MachineConfig::default(), vec![]).tools(Arc::new(tools));
 //! # Ok(()) }
 //! ```
 //!
@@ -40,13 +45,15 @@
 //! tokens, proxies and everything else stay out unless named:
 //!
 //! ```no_run
-//! use rebound_effects::tools::mcp::{McpConfig, McpSource};
+//! use rebound_effects::tools::{mcp::{McpConfig, McpSource}, ToolSet};
 //!
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! # #[tokio::main]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let config = McpConfig::default()
 //!     .with_env_var("GITHUB_TOKEN") // forwarded from rebound's environment, if set
 //!     .with_env("LOG_LEVEL", "debug"); // set to this value
 //! let github = McpSource::spawn_with("github-mcp-server stdio", config).await?;
+//! let _tools = ToolSet::builder().source(github).build()?;
 //! # Ok(()) }
 //! ```
 //!
