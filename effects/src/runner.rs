@@ -434,7 +434,7 @@ impl Runner {
 
     /// Names the embedder's `secrets` (keys, tokens, passwords its tools or gateways use) to
     /// the machine, besides the credentials each provider names
-    /// ([`Provider::secrets`](crate::provider::Provider::secrets)): every failure the run is
+    /// ([`Provider::secrets`]): every failure the run is
     /// told of has them masked (`***`) before anything shows, counts or records it — retry
     /// and fallback notices, the run's error, tool error results sent to the model, telemetry
     /// and the trace. See [`Secrets`].

@@ -243,7 +243,7 @@ pub trait Provider: Send + Sync {
     /// and its extra headers' values.
     ///
     /// [`Secrets::none`](rebound_core::Secrets::none) (the default): the runner masks only
-    /// the secrets given to [`Runner::secrets`](crate::Runner::secrets).
+    /// the secrets given to [`Runner::secrets`](crate::runner::Runner::secrets).
     fn secrets(&self) -> rebound_core::Secrets {
         rebound_core::Secrets::none()
     }
