@@ -820,3 +820,70 @@ fn the_catch_all_finder_finds_a_catch_all_over_command_only() {
     let after_shell = format!("```sh\nrebound demo\n```\n{}", &python[10..]);
     assert!(command_matches_with_a_catch_all(&after_shell).is_empty());
 }
+
+/// The `[dependencies]` of the README's telemetry section, as (crate, version): what an agent
+/// adds to export as `effects/examples/otlp.rs` does.
+fn telemetry_snippet(readme: &str) -> Vec<(String, String)> {
+    let section = readme
+        .split("\n## ")
+        .find(|s| s.starts_with("Telemetry\n"))
+        .expect("the README has a Telemetry section");
+    let block = section
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the Telemetry section has a toml block");
+    block
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with('[') && l.contains('='))
+        .map(|line| {
+            let (name, spec) = line.split_once('=').expect("name = spec");
+            let spec = spec.trim();
+            let version = spec
+                .strip_prefix('"')
+                .or_else(|| spec.split("version = \"").nth(1))
+                .and_then(|v| v.split('"').next())
+                .unwrap_or_default();
+            (name.trim().to_owned(), version.to_owned())
+        })
+        .collect()
+}
+
+/// The README's telemetry snippet names the versions the example is built with: each crate
+/// is one of rebound-effects' dependencies (the example's) with the same requirement, or
+/// rebound-effects itself at its version.
+#[test]
+fn the_readmes_telemetry_crates_are_the_ones_the_otlp_example_is_built_with() {
+    let readme = std::fs::read_to_string(workspace().join("README.md")).expect("README.md");
+    let snippet = telemetry_snippet(&readme);
+    assert!(snippet.len() >= 8, "{snippet:?}");
+    let metadata = metadata();
+    let effects = packages(&metadata)["rebound-effects"];
+    let version = effects["version"].as_str().unwrap_or_default();
+    let mut problems = Vec::new();
+    for (name, wanted) in &snippet {
+        if name == "rebound-effects" {
+            if !version.starts_with(wanted.as_str()) {
+                problems.push(format!("rebound-effects {wanted}: the crate is {version}"));
+            }
+            continue;
+        }
+        let reqs: BTreeSet<&str> = effects["dependencies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|d| d["name"].as_str() == Some(name.as_str()))
+            .filter_map(|d| d["req"].as_str())
+            .collect();
+        if !reqs.contains(format!("^{wanted}").as_str()) {
+            problems.push(format!(
+                "{name} {wanted}: rebound-effects (and its example) use {reqs:?}"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert_eq!(
+        telemetry_snippet("# x\n\n## Telemetry\n\n```toml\n[dependencies]\n# a\na = \"1\"\nb = { version = \"0.3\", features = [] }\n```\n"),
+        [("a".to_owned(), "1".to_owned()), ("b".to_owned(), "0.3".to_owned())]
+    );
+}

@@ -19,6 +19,8 @@ mod hostile_model;
 mod hostile_provider;
 #[cfg(all(feature = "lua", feature = "schema"))]
 mod lua_tools;
+#[cfg(feature = "otel")]
+mod otlp_example;
 mod provider_config;
 mod reasoning_owner;
 #[cfg(feature = "redis")]
@@ -43,6 +45,11 @@ mod tools_set;
 #[test]
 #[ignore = "lua_tools needs `--features lua,schema`"]
 fn lua_tools_needs_the_lua_and_schema_features() {}
+
+#[cfg(not(feature = "otel"))]
+#[test]
+#[ignore = "otlp_example needs `--features otel`"]
+fn otlp_example_needs_the_otel_feature() {}
 
 #[cfg(not(feature = "redis"))]
 #[test]
