@@ -29,8 +29,19 @@
 //!             let handled = run.handle(now, Event::ProviderSucceeded { request, response });
 //!             assert_eq!(handled, Handled::Accepted);
 //!         }
-//!         // Everything else is shown, stored or noted; nothing answers it.
-//!         _ => {}
+//!         // What a run without failures, tools, overflow or a budget never asks.
+//!         Command::Sleep { .. }
+//!         | Command::RunTools { .. }
+//!         | Command::Compact { .. }
+//!         | Command::AcquirePermit { .. } => unreachable!("no retry, tool, compaction or budget"),
+//!         // Shown, stored or noted; nothing answers them.
+//!         Command::AppendMessage { .. }
+//!         | Command::NotifyRetry { .. }
+//!         | Command::NotifyFallback { .. }
+//!         | Command::ReplaceConversation { .. }
+//!         | Command::NoteBudget { .. }
+//!         | Command::Finish { .. }
+//!         | Command::Fail { .. } => {}
 //!     }
 //! }
 //! let end = run.end().expect("the run ended").as_ref().expect("it finished");
