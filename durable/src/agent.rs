@@ -123,7 +123,7 @@ impl Effects {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let key = ApiKey::new(std::env::var("ANTHROPIC_API_KEY")?);
 /// let provider = HttpProvider::new(HttpProviderConfig::new(
-///     ProviderKind::Anthropic, "claude-sonnet-4-5", key))?;
+///     ProviderKind::Anthropic, "claude-sonnet-4-6", key))?;
 /// let agent = DurableAgent::new(MachineConfig::resilient(), vec![Box::new(provider)]);
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:9080").await?;
 /// rebound_durable::serve(agent, listener).await;

@@ -278,7 +278,7 @@ impl TraceRecorder {
 /// async fn main() -> Result<(), Box<dyn std::error::Error>> {
 ///     let key = ApiKey::new(std::env::var("ANTHROPIC_API_KEY")?);
 ///     let provider = HttpProvider::new(HttpProviderConfig::new(
-///         ProviderKind::Anthropic, "claude-sonnet-4-5", key))?;
+///         ProviderKind::Anthropic, "claude-sonnet-4-6", key))?;
 ///     let mut runner = Runner::new(MachineConfig::default(), vec![Box::new(provider)]);
 ///     let summary = runner.run(RunInput::text("Say hello.")).await?;
 ///     println!("{}", summary.conversation.last().map(|m| m.text()).unwrap_or_default());

@@ -16,7 +16,7 @@ use std::fmt;
 pub struct TargetSpec {
     /// The wire format the target speaks.
     pub provider: ProviderKind,
-    /// The model name, e.g. `claude-sonnet-4-5`.
+    /// The model name, e.g. `claude-sonnet-4-6`.
     pub model: String,
     /// The model's context window in tokens, when known (see
     /// [`context_window`](fn@crate::context_window) for a table of common models). With it, the
@@ -45,7 +45,7 @@ impl TargetSpec {
     ///
     /// ```
     /// use rebound_core::{ProviderKind, TargetSpec};
-    /// let t = TargetSpec::new(ProviderKind::Anthropic, "claude-sonnet-4-5");
+    /// let t = TargetSpec::new(ProviderKind::Anthropic, "claude-sonnet-4-6");
     /// assert_eq!(t.context_window, Some(200_000));
     /// ```
     #[must_use]
@@ -167,12 +167,12 @@ pub use crate::deadline::StreamDeadlines;
 ///
 /// let config = MachineConfig::default()
 ///     .with_retry(RetryConfig::default().with_max_attempts(6))
-///     .with_targets(vec![TargetSpec::new(ProviderKind::Anthropic, "claude-sonnet-4-5")])
+///     .with_targets(vec![TargetSpec::new(ProviderKind::Anthropic, "claude-sonnet-4-6")])
 ///     .with_max_turns(20);
 ///
 /// let mut same = MachineConfig::default();
 /// same.retry.max_attempts = 6;
-/// same.targets.push(TargetSpec::new(ProviderKind::Anthropic, "claude-sonnet-4-5"));
+/// same.targets.push(TargetSpec::new(ProviderKind::Anthropic, "claude-sonnet-4-6"));
 /// same.max_turns = Some(20);
 /// assert_eq!(config, same);
 /// ```
@@ -364,7 +364,7 @@ impl MachineConfig {
         self.targets.get(index).and_then(|t| t.identity.as_ref())
     }
 
-    /// A printable name for target `index`, e.g. `anthropic:claude-sonnet-4-5`.
+    /// A printable name for target `index`, e.g. `anthropic:claude-sonnet-4-6`.
     #[must_use]
     pub fn target_label(&self, index: usize) -> String {
         self.targets

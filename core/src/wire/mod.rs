@@ -189,7 +189,7 @@ impl ToolIdForm {
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub struct RequestParams<'a> {
-    /// The provider's model id, e.g. `claude-sonnet-4-5` or `gpt-4o`.
+    /// The provider's model id, e.g. `claude-sonnet-4-6` or `gpt-4o`.
     pub model: &'a str,
     /// The system prompt, if any.
     pub system: Option<&'a str>,
@@ -615,7 +615,7 @@ pub fn request_path(provider: ProviderKind) -> &'static str {
 ///         ContentBlock::tool_result("functions.read:0", vec![ToolResultPart::text("ok")], false),
 ///     ] },
 /// ]);
-/// let params = RequestParams::new("claude-sonnet-4-5", 1024);
+/// let params = RequestParams::new("claude-sonnet-4-6", 1024);
 /// let body = request_body(ProviderKind::Anthropic, &conversation, &params).unwrap();
 /// assert_eq!(body["messages"][1]["content"][0]["id"], "rb_functions_2eread_3a0");
 /// assert_eq!(body["messages"][2]["content"][0]["tool_use_id"], "rb_functions_2eread_3a0");

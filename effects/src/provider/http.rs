@@ -39,7 +39,7 @@ const MAX_RESPONSE_BODY: usize = 128 << 20;
 ///     ApiKey, ExtraHeaders, HttpProviderConfig, RequestOptions, ToolChoice,
 /// };
 ///
-/// let config = HttpProviderConfig::new(ProviderKind::Anthropic, "claude-sonnet-4-5", ApiKey::new("k"))
+/// let config = HttpProviderConfig::new(ProviderKind::Anthropic, "claude-sonnet-4-6", ApiKey::new("k"))
 ///     .with_max_tokens(16_000)
 ///     .with_options(
 ///         RequestOptions::new()

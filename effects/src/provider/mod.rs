@@ -218,7 +218,7 @@ impl<'a> ProviderRequest<'a> {
 /// `deadlines.progress_ms`: a server sending only keep-alives) and reads at most so much of
 /// an error body; [`HttpProvider`] does both.
 pub trait Provider: Send + Sync {
-    /// A printable name, e.g. `anthropic:claude-sonnet-4-5` (never containing a secret).
+    /// A printable name, e.g. `anthropic:claude-sonnet-4-6` (never containing a secret).
     fn label(&self) -> String;
 
     /// Who this provider is for the encrypted reasoning and signed thinking it produces

@@ -6,14 +6,14 @@
 //!
 //! ```text
 //! invoke_agent                       one run (INTERNAL)
-//! ├── chat claude-sonnet-4-5         one logical model call, all its retries (CLIENT)
+//! ├── chat claude-sonnet-4-6         one logical model call, all its retries (CLIENT)
 //! │   ├── attempt                    one attempt: http.response.status_code, error.type
 //! │   ├── event retry                delay_ms, reason (server_hint | backoff), error.type
 //! │   ├── event budget.permit        a retry's wait for the shared retry budget
 //! │   └── attempt                    the retry
 //! ├── execute_tool read              one tool call (INTERNAL), error status when it failed
 //! ├── event fallback / compaction    the next target, a compaction's before/after sizes
-//! └── chat claude-sonnet-4-5         the next turn
+//! └── chat claude-sonnet-4-6         the next turn
 //! ```
 //!
 //! The runner's spans name their parents rather than being entered around its whole run

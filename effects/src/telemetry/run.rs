@@ -224,7 +224,7 @@ impl RunTelemetry {
                     model: t.model.clone(),
                 },
                 // A runner whose config names no targets: the provider's label
-                // (`anthropic:claude-sonnet-4-5`) says what it can.
+                // (`anthropic:claude-sonnet-4-6`) says what it can.
                 None => {
                     let (provider, model) = label.split_once(':').unwrap_or(("", &label));
                     let (provider, kind) = match provider {
