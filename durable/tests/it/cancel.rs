@@ -12,7 +12,7 @@ use rebound_core::{
     BatchOutcome, CallOutcome, Conversation, MachineConfig, ProviderKind, RetryConfig, Role,
     ToolCall, ToolOutput, ToolSpec,
 };
-use rebound_durable::{register, serve, DurableAgent, RunFailure};
+use rebound_durable::{DurableAgent, RunFailure};
 use rebound_effects::provider::{ApiKey, BoxFuture, HttpProvider, HttpProviderConfig};
 use rebound_effects::runner::ToolExecutor;
 use rebound_sim::fake::{FakeServer, FakeServerConfig};
@@ -87,15 +87,7 @@ async fn endpoint(
     if let Some(tools) = tools {
         agent = agent.tools(tools);
     }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a port");
-    let url = format!("http://{}", listener.local_addr().expect("an address"));
-    let server = tokio::spawn(serve(agent, listener));
-    register(&restate.admin_url(), &url)
-        .await
-        .expect("the endpoint registers");
-    server
+    crate::serve_registered(restate, agent).await
 }
 
 async fn conversation(client: &Client, key: &str) -> Conversation {

@@ -9,3 +9,19 @@ mod cancel;
 mod crash;
 mod secrets;
 mod telemetry;
+
+/// Serves `agent` on a free loopback port and registers the endpoint with `restate`.
+async fn serve_registered(
+    restate: &restate::RestateServer,
+    agent: rebound_durable::DurableAgent,
+) -> tokio::task::JoinHandle<()> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let url = format!("http://{}", listener.local_addr().expect("an address"));
+    let server = tokio::spawn(rebound_durable::serve(agent, listener));
+    rebound_durable::register(&restate.admin_url(), &url)
+        .await
+        .expect("the endpoint registers");
+    server
+}

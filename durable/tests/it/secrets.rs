@@ -7,7 +7,7 @@ use rebound_core::{
     BatchOutcome, CallOutcome, Conversation, MachineConfig, ProviderKind, Secrets, ToolCall,
     ToolSpec,
 };
-use rebound_durable::{register, serve, DurableAgent};
+use rebound_durable::DurableAgent;
 use rebound_effects::provider::{ApiKey, BoxFuture, HttpProvider, HttpProviderConfig};
 use rebound_effects::runner::ToolExecutor;
 use rebound_sim::fake::{FakeServer, FakeServerConfig};
@@ -70,14 +70,7 @@ async fn a_secret_named_to_the_agent_reaches_neither_the_model_nor_the_journal()
     let agent = DurableAgent::new(MachineConfig::default(), vec![Box::new(provider)])
         .tools(Arc::new(LeakyDeploy))
         .secrets(Secrets::new([TOKEN]).expect("long enough"));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a port");
-    let url = format!("http://{}", listener.local_addr().expect("an address"));
-    let server = tokio::spawn(serve(agent, listener));
-    register(&restate.admin_url(), &url)
-        .await
-        .expect("the endpoint registers");
+    let server = crate::serve_registered(&restate, agent).await;
     let client = Client::new(&restate);
 
     let (status, reply) = client

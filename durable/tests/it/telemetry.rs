@@ -13,7 +13,7 @@ use opentelemetry::Value;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
 use rebound_core::{MachineConfig, ProviderKind, RetryConfig, TargetSpec, ToolOutput, ToolSpec};
-use rebound_durable::{register, serve, DurableAgent};
+use rebound_durable::DurableAgent;
 use rebound_effects::provider::{ApiKey, HttpProvider, HttpProviderConfig, Provider};
 use rebound_effects::runner::{RunInput, Runner};
 use rebound_effects::telemetry::names;
@@ -191,14 +191,7 @@ async fn a_durable_run_exports_the_spans_of_the_runner_each_within_its_parent() 
     let agent = DurableAgent::new(config(), vec![provider(&durable)])
         .seed(7)
         .tools(tools());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a port");
-    let url = format!("http://{}", listener.local_addr().expect("an address"));
-    let server = tokio::spawn(serve(agent, listener));
-    register(&restate.admin_url(), &url)
-        .await
-        .expect("the endpoint registers");
+    let server = crate::serve_registered(&restate, agent).await;
     let (status, body) = Client::new(&restate)
         .call(
             "Agent/parser/run",
