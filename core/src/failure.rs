@@ -18,6 +18,11 @@ pub enum ProviderKind {
     /// typed input and output items, reasoning items passed back between turns.
     #[serde(rename = "openai_responses")]
     OpenAiResponses,
+    /// Google's Gemini API (`POST {base}/models/{model}:streamGenerateContent?alt=sse`), on
+    /// AI Studio (`generativelanguage.googleapis.com/v1beta`) and Vertex AI
+    /// (`{location}-aiplatform.googleapis.com/v1/projects/{project}/locations/{location}/publishers/google`):
+    /// one wire format, two hosts and two ways to authenticate.
+    Gemini,
 }
 
 impl ProviderKind {
@@ -27,6 +32,7 @@ impl ProviderKind {
         ProviderKind::Anthropic,
         ProviderKind::OpenAi,
         ProviderKind::OpenAiResponses,
+        ProviderKind::Gemini,
     ];
 }
 
@@ -36,6 +42,7 @@ impl fmt::Display for ProviderKind {
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::OpenAi => "openai",
             ProviderKind::OpenAiResponses => "openai-responses",
+            ProviderKind::Gemini => "gemini",
         })
     }
 }
@@ -53,7 +60,9 @@ pub enum FailureKind {
     ServerError,
     /// Connect, DNS, TLS, reset or timeout: retry.
     Transport,
-    /// The stream was cut, idle too long, or not valid SSE/JSON before the message completed.
+    /// The stream was cut, idle too long, or not valid SSE/JSON before the message completed;
+    /// or the model's output could not be read as what it meant to be (Gemini's
+    /// `MALFORMED_FUNCTION_CALL`): the same request may well succeed.
     StreamMalformed,
     /// The provider answered with no content at all.
     EmptyResponse,
@@ -74,6 +83,14 @@ pub enum FailureKind {
     /// its thinking ("a final `assistant` message must start with a thinking block").
     /// Retried once without any reasoning (and so, in a tool loop, without thinking).
     ReasoningRejected,
+    /// The provider's safety or content filters withheld the whole answer, or refused the
+    /// prompt (Gemini's `SAFETY`, `RECITATION`, `PROHIBITED_CONTENT`, `BLOCKLIST`, `SPII`
+    /// finish reasons with no content, or a `promptFeedback.blockReason`; an empty answer
+    /// stopped by `content_filter` or `refusal`). The same request would be blocked again:
+    /// returned to the embedder, who can change the prompt. An answer the filter cut after
+    /// some content is not a failure: it is that content, stopped by
+    /// [`StopReason::ContentFilter`](crate::StopReason::ContentFilter).
+    ContentBlocked,
 }
 
 impl FailureKind {
@@ -92,7 +109,8 @@ impl FailureKind {
             FailureKind::AuthFailed
             | FailureKind::BadRequest
             | FailureKind::ModelNotFound
-            | FailureKind::QuotaExhausted => FailureAction::Fail,
+            | FailureKind::QuotaExhausted
+            | FailureKind::ContentBlocked => FailureAction::Fail,
         }
     }
 
@@ -113,6 +131,7 @@ impl FailureKind {
             FailureKind::QuotaExhausted => "quota_exhausted",
             FailureKind::ContextOverflow => "context_overflow",
             FailureKind::ReasoningRejected => "reasoning_rejected",
+            FailureKind::ContentBlocked => "content_blocked",
         }
     }
 
@@ -132,6 +151,7 @@ impl FailureKind {
             FailureKind::QuotaExhausted => "quota exhausted",
             FailureKind::ContextOverflow => "context too long",
             FailureKind::ReasoningRejected => "reasoning rejected",
+            FailureKind::ContentBlocked => "content blocked",
         }
     }
 }
@@ -387,9 +407,10 @@ mod tests {
             ProviderKind::Anthropic => 0,
             ProviderKind::OpenAi => 1,
             ProviderKind::OpenAiResponses => 2,
+            ProviderKind::Gemini => 3,
         };
         let positions: Vec<usize> = ProviderKind::ALL.iter().map(|k| position(*k)).collect();
-        assert_eq!(positions, (0..3).collect::<Vec<_>>());
+        assert_eq!(positions, (0..4).collect::<Vec<_>>());
     }
 
     #[test]
@@ -409,6 +430,7 @@ mod tests {
             (BadRequest, Fail),
             (ModelNotFound, Fail),
             (QuotaExhausted, Fail),
+            (ContentBlocked, Fail),
         ] {
             assert_eq!(ProviderFailure::new(kind, "").action(), action, "{kind:?}");
         }

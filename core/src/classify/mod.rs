@@ -91,7 +91,9 @@ pub fn classify_http(
     };
     let (first, second) = match provider {
         ProviderKind::Anthropic => ("request-id", "x-request-id"),
-        ProviderKind::OpenAi | ProviderKind::OpenAiResponses => ("x-request-id", "request-id"),
+        ProviderKind::OpenAi | ProviderKind::OpenAiResponses | ProviderKind::Gemini => {
+            ("x-request-id", "request-id")
+        }
     };
     let header_id = headers
         .get(first)
@@ -168,7 +170,9 @@ fn classify_body(
             let telling = |t: &String| !says_nothing(t, status);
             let (error_type, code) = (p.error_type.filter(telling), p.code.filter(telling));
             let error_type = match provider {
-                ProviderKind::Anthropic => error_type.or(code),
+                // Google's `status` (`RESOURCE_EXHAUSTED`) names the error; its `code` is
+                // the HTTP status.
+                ProviderKind::Anthropic | ProviderKind::Gemini => error_type.or(code),
                 ProviderKind::OpenAi | ProviderKind::OpenAiResponses => code.or(error_type),
             };
             let message = p

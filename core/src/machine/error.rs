@@ -228,6 +228,7 @@ mod tests {
             FailureKind::QuotaExhausted,
             FailureKind::ContextOverflow,
             FailureKind::ReasoningRejected,
+            FailureKind::ContentBlocked,
         ];
         for kind in &all {
             match kind {
@@ -242,7 +243,8 @@ mod tests {
                 | FailureKind::ModelNotFound
                 | FailureKind::QuotaExhausted
                 | FailureKind::ContextOverflow
-                | FailureKind::ReasoningRejected => {}
+                | FailureKind::ReasoningRejected
+                | FailureKind::ContentBlocked => {}
             }
         }
         all

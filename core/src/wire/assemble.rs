@@ -3,7 +3,7 @@
 
 use super::{malformed, Deltas, StreamDelta};
 use crate::conversation::{ContentBlock, Message, Role};
-use crate::failure::{ProviderFailure, TransportFault};
+use crate::failure::{FailureKind, ProviderFailure, TransportFault};
 use crate::response::{AssistantResponse, InputProblemKind, StopReason, ToolInputProblem, Usage};
 use crate::tool::{nests_deeper_than, MAX_TOOL_INPUT_DEPTH};
 use serde_json::{Map, Value};
@@ -306,6 +306,13 @@ impl Assembly {
             content,
         };
         if message.is_empty() {
+            // Withheld by the provider's filters: the same request would be withheld again.
+            if matches!(stop_reason, StopReason::ContentFilter | StopReason::Refusal) {
+                return Err(ProviderFailure::new(
+                    FailureKind::ContentBlocked,
+                    format!("the provider withheld the whole answer (stop reason {stop_reason})"),
+                ));
+            }
             return Err(ProviderFailure::transport(
                 TransportFault::EmptyMessage,
                 Some(&format!("stop reason {stop_reason}")),

@@ -115,6 +115,7 @@ pub mod sse;
 mod anthropic;
 mod assemble;
 mod borrow;
+mod gemini;
 mod openai;
 mod options;
 mod render;
@@ -545,7 +546,8 @@ impl StreamLimits {
     /// The defaults for `provider`: [`StreamLimits::default`], except that a Responses
     /// stream's line and event limits are its message limit, because its last event
     /// (`response.completed`, one `data:` line) repeats the whole message, which may be
-    /// longer than the 1 MiB line limit that is ample for the other formats' deltas.
+    /// longer than the 1 MiB line limit that is ample for the other formats' deltas; and so
+    /// are a Gemini stream's, whose events carry each function call whole.
     ///
     /// ```
     /// use rebound_core::{wire::StreamLimits, ProviderKind};
@@ -558,7 +560,8 @@ impl StreamLimits {
         let limits = StreamLimits::default();
         match provider {
             ProviderKind::Anthropic | ProviderKind::OpenAi => limits,
-            ProviderKind::OpenAiResponses => StreamLimits {
+            // Gemini sends each function call whole, arguments and all, in one event.
+            ProviderKind::OpenAiResponses | ProviderKind::Gemini => StreamLimits {
                 sse: SseLimits {
                     max_line_bytes: limits.max_message_bytes,
                     max_event_bytes: limits.max_message_bytes,
@@ -569,23 +572,56 @@ impl StreamLimits {
     }
 }
 
-/// The URL path of a request, to append to the provider's base URL.
+/// The URL path (and query) of a request for `model`, streamed or not, to append to the
+/// provider's base URL.
 ///
-/// OpenAI base URLs include `/v1` (as in the official SDKs); Anthropic's do not.
+/// OpenAI base URLs include `/v1` (as in the official SDKs); Anthropic's do not; Gemini's
+/// include the API version (`https://generativelanguage.googleapis.com/v1beta`) and, on
+/// Vertex AI, the project, location and publisher (`…/v1/projects/P/locations/L/publishers/google`).
+/// Only Gemini names the model and the streaming in the path; the others ignore both here
+/// (they are in the body).
 ///
 /// ```
 /// use rebound_core::{wire::request_path, ProviderKind};
-/// assert_eq!(request_path(ProviderKind::Anthropic), "/v1/messages");
-/// assert_eq!(request_path(ProviderKind::OpenAi), "/chat/completions");
-/// assert_eq!(request_path(ProviderKind::OpenAiResponses), "/responses");
+/// assert_eq!(request_path(ProviderKind::Anthropic, "claude-sonnet-4-6", true), "/v1/messages");
+/// assert_eq!(request_path(ProviderKind::OpenAi, "gpt-4o", true), "/chat/completions");
+/// assert_eq!(request_path(ProviderKind::OpenAiResponses, "gpt-5", true), "/responses");
+/// assert_eq!(
+///     request_path(ProviderKind::Gemini, "gemini-2.5-flash", true),
+///     "/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+/// );
+/// assert_eq!(
+///     request_path(ProviderKind::Gemini, "gemini-2.5-flash", false),
+///     "/models/gemini-2.5-flash:generateContent"
+/// );
 /// ```
 #[must_use]
-pub fn request_path(provider: ProviderKind) -> &'static str {
+pub fn request_path(provider: ProviderKind, model: &str, stream: bool) -> String {
     match provider {
-        ProviderKind::Anthropic => "/v1/messages",
-        ProviderKind::OpenAi => "/chat/completions",
-        ProviderKind::OpenAiResponses => "/responses",
+        ProviderKind::Anthropic => "/v1/messages".to_owned(),
+        ProviderKind::OpenAi => "/chat/completions".to_owned(),
+        ProviderKind::OpenAiResponses => "/responses".to_owned(),
+        ProviderKind::Gemini => gemini::path(model, stream),
     }
+}
+
+/// The model and whether a stream was asked for, read from a Gemini request's path
+/// (`…/models/{model}:streamGenerateContent?alt=sse` or `…:generateContent`): what a server
+/// needs that the body does not say. `None` for another path (or a stream without
+/// `alt=sse`, which asks for a JSON array rebound does not serve).
+///
+/// ```
+/// use rebound_core::wire::gemini_request_target;
+/// assert_eq!(
+///     gemini_request_target("/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"),
+///     Some(("gemini-2.5-flash".to_owned(), true))
+/// );
+/// assert_eq!(gemini_request_target("/v1/messages"), None);
+/// ```
+#[cfg(feature = "server")]
+#[must_use]
+pub fn gemini_request_target(path: &str) -> Option<(String, bool)> {
+    gemini::parse_path(path)
 }
 
 /// Builds the JSON request body for `provider`.
@@ -635,6 +671,7 @@ pub fn request_body(
         ProviderKind::Anthropic => anthropic::request::body(conversation, params),
         ProviderKind::OpenAi => openai::request::body(conversation, params),
         ProviderKind::OpenAiResponses => responses::request::body(conversation, params),
+        ProviderKind::Gemini => gemini::request::body(conversation, params),
     }?;
     if let (Some(options), Value::Object(map)) = (params.options, &mut body) {
         options::apply(provider, options, params.tools, params.max_tokens, map)?;
@@ -646,12 +683,14 @@ pub fn request_body(
 }
 
 /// Whether `provider`'s requests carry a tool result's error flag (`is_error`): Anthropic's
-/// do; OpenAI Chat's `tool` messages and Responses' `function_call_output` items carry only
-/// the text, so a model behind them cannot tell an error result from another.
+/// do, and Gemini's (a failed call's `functionResponse` is `{"error": …}`, a good one's
+/// `{"result": …}`); OpenAI Chat's `tool` messages and Responses' `function_call_output`
+/// items carry only the text, so a model behind them cannot tell an error result from
+/// another.
 #[must_use]
 pub fn carries_tool_error_flag(provider: ProviderKind) -> bool {
     match provider {
-        ProviderKind::Anthropic => true,
+        ProviderKind::Anthropic | ProviderKind::Gemini => true,
         ProviderKind::OpenAi | ProviderKind::OpenAiResponses => false,
     }
 }
@@ -666,6 +705,7 @@ pub fn parse_request(provider: ProviderKind, body: &[u8]) -> Result<ParsedReques
         ProviderKind::Anthropic => anthropic::request::parse(&value),
         ProviderKind::OpenAi => openai::request::parse(&value),
         ProviderKind::OpenAiResponses => responses::request::parse(&value),
+        ProviderKind::Gemini => gemini::request::parse(&value),
     }
 }
 
@@ -684,6 +724,7 @@ pub fn parse_response(
         ProviderKind::Anthropic => anthropic::stream::parse_response(&value, body),
         ProviderKind::OpenAi => openai::stream::parse_response(&value, body),
         ProviderKind::OpenAiResponses => responses::stream::parse_response(&value, body),
+        ProviderKind::Gemini => gemini::stream::parse_response(&value, body),
     }
 }
 
@@ -706,6 +747,7 @@ pub fn encode_stream(
         ProviderKind::Anthropic => anthropic::encode::stream(response, model, message_id),
         ProviderKind::OpenAi => openai::encode::stream(response, model, message_id),
         ProviderKind::OpenAiResponses => responses::encode::stream(response, model, message_id),
+        ProviderKind::Gemini => gemini::encode::stream(response, model, message_id),
     }
 }
 
@@ -724,6 +766,7 @@ pub fn encode_response_json(
         ProviderKind::OpenAiResponses => {
             responses::encode::response_json(response, model, message_id)
         }
+        ProviderKind::Gemini => gemini::encode::response_json(response, model, message_id),
     }
 }
 
@@ -731,8 +774,9 @@ pub fn encode_response_json(
 ///
 /// `error_type` is the provider's error type (Anthropic `overloaded_error`, OpenAI
 /// `insufficient_quota`, …; for OpenAI a known error *code* such as
-/// `context_length_exceeded` also works and fills `code`); `None` picks the type the
-/// provider uses for that status. The Responses API sends Chat's error bodies.
+/// `context_length_exceeded` also works and fills `code`; Gemini's status name such as
+/// `RESOURCE_EXHAUSTED`); `None` picks the type the provider uses for that status. The
+/// Responses API sends Chat's error bodies.
 ///
 /// ```
 /// use rebound_core::{wire::encode_error_body, ProviderKind};
@@ -755,12 +799,14 @@ pub fn encode_error_body(
         ProviderKind::OpenAi | ProviderKind::OpenAiResponses => {
             openai::encode::error_body(status, error_type, message)
         }
+        ProviderKind::Gemini => gemini::encode::error_body(status, error_type, message),
     }
 }
 
 /// The server-sent event a provider sends when a stream fails after it started (Anthropic
 /// `event: error`, OpenAI a `data:` line holding an `error` object, Responses a
-/// `response.failed` event whose response's `error.code` is `error_type`).
+/// `response.failed` event whose response's `error.code` is `error_type`, Gemini a chunk
+/// holding an `error` object whose `status` is `error_type`).
 #[cfg(feature = "server")]
 #[must_use]
 pub fn encode_stream_error_event(
@@ -772,6 +818,7 @@ pub fn encode_stream_error_event(
         ProviderKind::Anthropic => anthropic::encode::stream_error_event(error_type, message),
         ProviderKind::OpenAi => openai::encode::stream_error_event(error_type, message),
         ProviderKind::OpenAiResponses => responses::encode::stream_error_event(error_type, message),
+        ProviderKind::Gemini => gemini::encode::stream_error_event(error_type, message),
     }
 }
 
@@ -815,6 +862,10 @@ pub fn context_overflow_message(provider: ProviderKind, tokens: u64, limit: u64)
         ProviderKind::OpenAiResponses => "Your input exceeds the context window of this model. \
                                           Please adjust your input and try again."
             .to_owned(),
+        ProviderKind::Gemini => format!(
+            "The input token count ({tokens}) exceeds the maximum number of tokens allowed \
+             ({limit})."
+        ),
     }
 }
 
@@ -853,6 +904,7 @@ enum ProviderState {
     Anthropic(anthropic::stream::StreamState),
     OpenAi(openai::stream::StreamState),
     Responses(responses::stream::StreamState),
+    Gemini(gemini::stream::StreamState),
 }
 
 impl ProviderState {
@@ -865,6 +917,7 @@ impl ProviderState {
             ProviderState::Anthropic(s) => s.on_event(event, deltas),
             ProviderState::OpenAi(s) => s.on_event(event, deltas),
             ProviderState::Responses(s) => s.on_event(event, deltas),
+            ProviderState::Gemini(s) => s.on_event(event, deltas),
         }
     }
 }
@@ -889,6 +942,9 @@ impl StreamDecoder {
             ProviderKind::OpenAiResponses => ProviderState::Responses(
                 responses::stream::StreamState::new(limits.max_message_bytes),
             ),
+            ProviderKind::Gemini => {
+                ProviderState::Gemini(gemini::stream::StreamState::new(limits.max_message_bytes))
+            }
         };
         StreamDecoder {
             sse: SseDecoder::with_limits(limits.sse),
@@ -971,7 +1027,7 @@ impl StreamDecoder {
     }
 
     /// Whether the terminal event (`message_stop`, `data: [DONE]`, `response.completed` or
-    /// `response.incomplete`) has arrived.
+    /// `response.incomplete`, a Gemini chunk naming a finish reason) has arrived.
     #[must_use]
     pub fn is_complete(&self) -> bool {
         self.complete && self.failure.is_none()
@@ -1014,6 +1070,7 @@ impl StreamDecoder {
             ProviderState::Anthropic(s) => s.finish(self.complete),
             ProviderState::OpenAi(s) => s.finish(self.complete),
             ProviderState::Responses(s) => s.finish(self.complete),
+            ProviderState::Gemini(s) => s.finish(self.complete),
         }
     }
 }

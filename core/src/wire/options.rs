@@ -124,17 +124,20 @@ pub struct UnknownEffort {
 /// The parameters a request may carry besides the conversation, the tools and the output
 /// limit, and how each reaches each API:
 ///
-/// | option | Anthropic Messages | OpenAI Chat Completions | OpenAI Responses |
-/// |---|---|---|---|
-/// | `temperature` | `temperature`, 0 to 1 | `temperature`, 0 to 2 | `temperature`, 0 to 2 |
-/// | `top_p` | `top_p`, 0 to 1 | `top_p`, 0 to 1 | `top_p`, 0 to 1 |
-/// | `stop_sequences` | `stop_sequences` | `stop`, at most 4 | refused: the API has none |
-/// | `tool_choice` | `tool_choice: {type: auto\|any\|none\|tool, name}` | `tool_choice: "auto"\|"required"\|"none"\|{type: function, function: {name}}` | `tool_choice: "auto"\|"required"\|"none"\|{type: function, name}` |
-/// | `parallel_tool_calls: false` | `tool_choice.disable_parallel_tool_use: true` (with `type: auto` when no choice is set) | `parallel_tool_calls: false` | `parallel_tool_calls: false` |
-/// | `reasoning_effort` | refused: give a thinking budget | `reasoning_effort` | `reasoning: {effort}` |
-/// | `thinking_budget` | `thinking: {type: enabled, budget_tokens}`, at least 1024 and below the output limit | refused: give a reasoning effort | refused: give a reasoning effort |
-/// | `user_id` | `metadata: {user_id}`, at most 256 characters | `safety_identifier`, at most 64 | `safety_identifier`, at most 64 |
-/// | `extra_body` | merged last, top-level keys | the same | the same |
+/// | option | Anthropic Messages | OpenAI Chat Completions | OpenAI Responses | Gemini |
+/// |---|---|---|---|---|
+/// | `temperature` | `temperature`, 0 to 1 | `temperature`, 0 to 2 | `temperature`, 0 to 2 | `generationConfig.temperature`, 0 to 2 |
+/// | `top_p` | `top_p`, 0 to 1 | `top_p`, 0 to 1 | `top_p`, 0 to 1 | `generationConfig.topP`, 0 to 1 |
+/// | `stop_sequences` | `stop_sequences` | `stop`, at most 4 | refused: the API has none | `generationConfig.stopSequences`, at most 5 |
+/// | `tool_choice` | `tool_choice: {type: auto\|any\|none\|tool, name}` | `tool_choice: "auto"\|"required"\|"none"\|{type: function, function: {name}}` | `tool_choice: "auto"\|"required"\|"none"\|{type: function, name}` | `toolConfig.functionCallingConfig: {mode: AUTO\|ANY\|NONE, allowedFunctionNames}` |
+/// | `parallel_tool_calls: false` | `tool_choice.disable_parallel_tool_use: true` (with `type: auto` when no choice is set) | `parallel_tool_calls: false` | `parallel_tool_calls: false` | refused: the API has no such switch |
+/// | `reasoning_effort` | refused: give a thinking budget | `reasoning_effort` | `reasoning: {effort}` | `generationConfig.thinkingConfig.thinkingLevel`: minimal, low, medium or high |
+/// | `thinking_budget` | `thinking: {type: enabled, budget_tokens}`, at least 1024 and below the output limit | refused: give a reasoning effort | refused: give a reasoning effort | `generationConfig.thinkingConfig.thinkingBudget`, below the output limit (not with an effort) |
+/// | `user_id` | `metadata: {user_id}`, at most 256 characters | `safety_identifier`, at most 64 | `safety_identifier`, at most 64 | refused: the API has none |
+/// | `extra_body` | merged last, top-level keys | the same | the same | the same, and a `generationConfig` object merged key by key |
+///
+/// Gemini's thinking settings also ask for the thoughts' summaries (`includeThoughts`),
+/// which stream as thinking deltas.
 ///
 /// The output token limit is not here: it is [`RequestParams::max_tokens`], which every
 /// request carries (`max_tokens`, `max_completion_tokens`, `max_output_tokens`).
@@ -344,6 +347,7 @@ impl RequestOptions {
             range,
         };
         let anthropic = provider == ProviderKind::Anthropic;
+        let gemini = provider == ProviderKind::Gemini;
         if let Some(t) = self.temperature {
             let (max, range) = if anthropic {
                 (1.0, "0 to 1")
@@ -374,6 +378,13 @@ impl RequestOptions {
                         max: MAX_CHAT_STOP,
                     })
                 }
+                ProviderKind::Gemini if self.stop_sequences.len() > MAX_GEMINI_STOP => {
+                    return Err(OptionsError::TooManyStopSequences {
+                        provider,
+                        count: self.stop_sequences.len(),
+                        max: MAX_GEMINI_STOP,
+                    })
+                }
                 _ => {}
             }
             if self.stop_sequences.iter().any(String::is_empty) {
@@ -390,6 +401,9 @@ impl RequestOptions {
                 "reasoning effort",
                 "give Anthropic a thinking budget instead",
             ));
+        }
+        if gemini {
+            return self.check_gemini(max_tokens);
         }
         if let Some(budget) = self.thinking_budget {
             if !anthropic {
@@ -411,6 +425,99 @@ impl RequestOptions {
             }
         }
         self.check_extra_body(provider)
+    }
+
+    /// What Gemini refuses, after the checks every API shares.
+    fn check_gemini(&self, max_tokens: u32) -> Result<(), OptionsError> {
+        let provider = ProviderKind::Gemini;
+        if let Some(effort) = self.reasoning_effort {
+            if gemini_level(effort).is_none() {
+                return Err(OptionsError::OutOfRange {
+                    provider,
+                    option: "reasoning effort",
+                    value: effort.to_string(),
+                    range: "minimal, low, medium or high",
+                });
+            }
+        }
+        if let Some(budget) = self.thinking_budget {
+            if self.reasoning_effort.is_some() {
+                return Err(OptionsError::Unsupported {
+                    provider,
+                    option: "thinking budget with a reasoning effort",
+                    hint: "give one of them: a thinking level (effort) or a thinking budget",
+                });
+            }
+            if budget >= max_tokens {
+                return Err(OptionsError::ThinkingBudget { budget, max_tokens });
+            }
+        }
+        if self.parallel_tool_calls.is_some() {
+            return Err(OptionsError::Unsupported {
+                provider,
+                option: "parallel tool calls",
+                hint: "Gemini decides how many functions to call; leave it unset",
+            });
+        }
+        if self.user_id.is_some() {
+            return Err(OptionsError::Unsupported {
+                provider,
+                option: "user id",
+                hint: "on Vertex AI, send `labels` in the extra body instead",
+            });
+        }
+        for key in self.extra_body.keys() {
+            let owned = matches!(key.as_str(), "contents" | "systemInstruction" | "tools")
+                || (key == "toolConfig" && self.tool_choice.is_some());
+            if owned {
+                return Err(OptionsError::ExtraBodyKey {
+                    provider,
+                    key: key.chars().take(64).collect(),
+                    reason: "rebound sends the conversation, the system prompt and the tools",
+                });
+            }
+        }
+        if let Some(config) = self.extra_body.get("generationConfig") {
+            let Some(config) = config.as_object() else {
+                return Err(OptionsError::ExtraBodyKey {
+                    provider,
+                    key: "generationConfig".into(),
+                    reason: "it must be an object, merged key by key into rebound's",
+                });
+            };
+            let typed = self.gemini_generation_keys();
+            for key in config.keys() {
+                if key == "maxOutputTokens" || typed.contains(&key.as_str()) {
+                    return Err(OptionsError::ExtraBodyKey {
+                        provider,
+                        key: format!(
+                            "generationConfig.{}",
+                            key.chars().take(48).collect::<String>()
+                        ),
+                        reason: "rebound or a typed option set here already sends it",
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The `generationConfig` keys the typed options send to Gemini.
+    fn gemini_generation_keys(&self) -> Vec<&'static str> {
+        let mut keys = Vec::new();
+        if self.temperature.is_some() {
+            keys.push("temperature");
+        }
+        if self.top_p.is_some() {
+            keys.push("topP");
+        }
+        if !self.stop_sequences.is_empty() {
+            keys.push("stopSequences");
+        }
+        if self.reasoning_effort.is_some() || self.thinking_budget.is_some() {
+            keys.push("thinkingConfig");
+        }
+        keys
     }
 
     /// What Anthropic refuses alongside extended thinking.
@@ -506,6 +613,20 @@ impl RequestOptions {
 /// Chat Completions takes at most this many stop sequences.
 const MAX_CHAT_STOP: usize = 4;
 
+/// Gemini takes at most this many stop sequences (`GenerationConfig.stopSequences`).
+const MAX_GEMINI_STOP: usize = 5;
+
+/// Gemini's thinking level for an effort, `None` for one it does not have.
+fn gemini_level(effort: ReasoningEffort) -> Option<&'static str> {
+    match effort {
+        ReasoningEffort::Minimal => Some("minimal"),
+        ReasoningEffort::Low => Some("low"),
+        ReasoningEffort::Medium => Some("medium"),
+        ReasoningEffort::High => Some("high"),
+        _ => None,
+    }
+}
+
 /// Anthropic's smallest thinking budget.
 const MIN_THINKING_BUDGET: u32 = 1024;
 
@@ -538,6 +659,7 @@ fn owned_key_reason(provider: ProviderKind, key: &str) -> Option<&'static str> {
             "include",
             "stream",
         ],
+        ProviderKind::Gemini => &["contents", "systemInstruction", "tools"],
     };
     if owned.contains(&key) {
         return Some(match key {
@@ -565,6 +687,7 @@ pub(crate) fn api_name(provider: ProviderKind) -> &'static str {
         ProviderKind::Anthropic => "Anthropic Messages API",
         ProviderKind::OpenAi => "OpenAI Chat Completions API",
         ProviderKind::OpenAiResponses => "OpenAI Responses API",
+        ProviderKind::Gemini => "Gemini API",
     }
 }
 
@@ -683,6 +806,9 @@ pub(crate) fn apply(
     if options.is_empty() {
         return Ok(());
     }
+    if provider == ProviderKind::Gemini {
+        return apply_gemini(options, tools, body);
+    }
     let anthropic = provider == ProviderKind::Anthropic;
     if let Some(t) = options.temperature {
         body.insert("temperature".into(), t.into());
@@ -727,6 +853,75 @@ pub(crate) fn apply(
     for (key, value) in &options.extra_body {
         body.insert(key.clone(), value.clone());
     }
+    Ok(())
+}
+
+/// The options in Gemini's form ([`RequestOptions`] has the table); checked already.
+fn apply_gemini(
+    options: &RequestOptions,
+    tools: &[ToolSpec],
+    body: &mut Map<String, Value>,
+) -> Result<(), OptionsError> {
+    let mut config = match body.remove("generationConfig") {
+        Some(Value::Object(config)) => config,
+        _ => Map::new(),
+    };
+    if let Some(t) = options.temperature {
+        config.insert("temperature".into(), t.into());
+    }
+    if let Some(p) = options.top_p {
+        config.insert("topP".into(), p.into());
+    }
+    if !options.stop_sequences.is_empty() {
+        config.insert(
+            "stopSequences".into(),
+            options.stop_sequences.clone().into(),
+        );
+    }
+    if let Some(level) = options.reasoning_effort.and_then(gemini_level) {
+        config.insert(
+            "thinkingConfig".into(),
+            json!({"thinkingLevel": level, "includeThoughts": true}),
+        );
+    }
+    if let Some(budget) = options.thinking_budget {
+        config.insert(
+            "thinkingConfig".into(),
+            json!({"thinkingBudget": budget, "includeThoughts": true}),
+        );
+    }
+    if !tools.is_empty() {
+        if let Some(choice) = &options.tool_choice {
+            if let ToolChoice::Tool(name) = choice {
+                if !tools.iter().any(|t| t.name == *name) {
+                    return Err(OptionsError::UnknownTool { name: name.clone() });
+                }
+            }
+            let calling = match choice {
+                ToolChoice::Auto => json!({"mode": "AUTO"}),
+                ToolChoice::Any => json!({"mode": "ANY"}),
+                ToolChoice::None => json!({"mode": "NONE"}),
+                ToolChoice::Tool(name) => json!({"mode": "ANY", "allowedFunctionNames": [name]}),
+            };
+            body.insert(
+                "toolConfig".into(),
+                json!({ "functionCallingConfig": calling }),
+            );
+        }
+    }
+    for (key, value) in &options.extra_body {
+        match (key.as_str(), value) {
+            ("generationConfig", Value::Object(extra)) => {
+                for (k, v) in extra {
+                    config.insert(k.clone(), v.clone());
+                }
+            }
+            _ => {
+                body.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    body.insert("generationConfig".into(), config.into());
     Ok(())
 }
 

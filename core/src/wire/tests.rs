@@ -22,8 +22,12 @@ pub(super) const RESPONSES_TEXT: &[u8] =
     include_bytes!("../../fixtures/streams/responses/text_stream.sse");
 pub(super) const RESPONSES_REASONING: &[u8] =
     include_bytes!("../../fixtures/streams/responses/reasoning_stream.sse");
+pub(super) const GEMINI_TEXT: &[u8] =
+    include_bytes!("../../fixtures/streams/gemini/text_stream.sse");
+pub(super) const GEMINI_CALL: &[u8] =
+    include_bytes!("../../fixtures/streams/gemini/function_call_signed.sse");
 
-const FIXTURES: [(ProviderKind, &str, &[u8]); 7] = [
+const FIXTURES: [(ProviderKind, &str, &[u8]); 9] = [
     (ProviderKind::Anthropic, "basic", ANTHROPIC_BASIC),
     (ProviderKind::Anthropic, "tool_use", ANTHROPIC_TOOL_USE),
     (
@@ -43,6 +47,8 @@ const FIXTURES: [(ProviderKind, &str, &[u8]); 7] = [
         "responses reasoning",
         RESPONSES_REASONING,
     ),
+    (ProviderKind::Gemini, "gemini text", GEMINI_TEXT),
+    (ProviderKind::Gemini, "gemini signed call", GEMINI_CALL),
 ];
 
 pub(super) fn decode(
@@ -229,6 +235,8 @@ fn stream_cut_inside_an_event_is_a_stream_cut_at_every_byte() {
                 let terminal = "\"type\":\"response.completed\"";
                 text.find(terminal).unwrap() + terminal.len()
             }
+            // Up to the closing brace of the chunk naming the finish reason (the last).
+            ProviderKind::Gemini => std::str::from_utf8(bytes).unwrap().rfind('}').unwrap(),
         };
         for len in 0..last_needed {
             let f = decode(provider, &bytes[..len]).unwrap_err();
@@ -953,7 +961,10 @@ fn anthropic_request_body_leaves_out_empty_text_and_unsigned_thinking() {
 fn openai_request_body_maps_tool_results_to_tool_messages_and_images_to_data_urls() {
     let tools = [weather_tool()];
     let body = request_body(ProviderKind::OpenAi, &exchange(), &params(&tools)).unwrap();
-    assert_eq!(request_path(ProviderKind::OpenAi), "/chat/completions");
+    assert_eq!(
+        request_path(ProviderKind::OpenAi, "gpt-4o", true),
+        "/chat/completions"
+    );
     assert_eq!(body["stream"], true);
     assert_eq!(body["stream_options"], json!({"include_usage": true}));
     assert_eq!(body["max_completion_tokens"], 1024);

@@ -125,6 +125,7 @@ const SET_ON_EVERY_REQUEST: [&str; 6] = [
 pub(crate) fn reserved(provider: rebound_core::ProviderKind, name: &str) -> bool {
     let own: &[&str] = match provider {
         rebound_core::ProviderKind::Anthropic => &["x-api-key", "anthropic-version"],
+        rebound_core::ProviderKind::Gemini => &["x-goog-api-key", "authorization"],
         _ => &["authorization"],
     };
     own.contains(&name) || SET_ON_EVERY_REQUEST.contains(&name)

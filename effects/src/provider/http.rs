@@ -87,6 +87,44 @@ pub struct HttpProviderConfig {
     /// request once more, at once, with fitted ids, and fitted ids from then on. A form set
     /// here is kept whatever the server says.
     pub tool_ids: Option<ToolIdForm>,
+    /// How the key is sent: in the provider's own header (the default: Anthropic
+    /// `x-api-key`, Gemini `x-goog-api-key`, OpenAI `Authorization: Bearer`), or as a
+    /// bearer token (Vertex AI's access token, a gateway's).
+    pub auth: Auth,
+}
+
+/// How an [`HttpProvider`] sends its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Auth {
+    /// The provider's own header: `x-api-key` for Anthropic, `x-goog-api-key` for Gemini
+    /// (AI Studio), `Authorization: Bearer` for OpenAI's APIs.
+    #[default]
+    ProviderHeader,
+    /// `Authorization: Bearer {key}`: Vertex AI (an OAuth access token, e.g. from
+    /// `gcloud auth print-access-token`) and gateways that take one.
+    Bearer,
+}
+
+/// The base URL of Gemini on Vertex AI for `project` in `location` (`global`, or a region
+/// such as `us-central1`): `https://{location}-aiplatform.googleapis.com/v1/projects/{project}/locations/{location}/publishers/google`
+/// (`https://aiplatform.googleapis.com/…` for `global`). Send with [`Auth::Bearer`].
+///
+/// ```
+/// use rebound_effects::provider::vertex_base_url;
+/// assert_eq!(
+///     vertex_base_url("my-proj", "us-central1"),
+///     "https://us-central1-aiplatform.googleapis.com/v1/projects/my-proj/locations/us-central1/publishers/google"
+/// );
+/// ```
+#[must_use]
+pub fn vertex_base_url(project: &str, location: &str) -> String {
+    let host = if location == "global" {
+        "aiplatform.googleapis.com".to_owned()
+    } else {
+        format!("{location}-aiplatform.googleapis.com")
+    };
+    format!("https://{host}/v1/projects/{project}/locations/{location}/publishers/google")
 }
 
 impl HttpProviderConfig {
@@ -104,6 +142,7 @@ impl HttpProviderConfig {
             options: RequestOptions::default(),
             headers: ExtraHeaders::default(),
             tool_ids: None,
+            auth: Auth::default(),
         }
     }
 }
@@ -154,6 +193,13 @@ impl HttpProviderConfig {
         self
     }
 
+    /// Sets [`auth`](Self::auth), how the key is sent.
+    #[must_use]
+    pub fn with_auth(mut self, auth: Auth) -> Self {
+        self.auth = auth;
+        self
+    }
+
     /// Sets [`headers`](Self::headers), the extra request headers.
     #[must_use]
     pub fn with_headers(mut self, headers: ExtraHeaders) -> Self {
@@ -169,6 +215,7 @@ pub fn default_base_url(provider: ProviderKind) -> &'static str {
     match provider {
         ProviderKind::Anthropic => "https://api.anthropic.com",
         ProviderKind::OpenAi | ProviderKind::OpenAiResponses => "https://api.openai.com/v1",
+        ProviderKind::Gemini => "https://generativelanguage.googleapis.com/v1beta",
         _ => "",
     }
 }
@@ -279,7 +326,7 @@ impl HttpProvider {
         if config.model.trim().is_empty() {
             return Err(ConfigError::EmptyModel);
         }
-        let url = endpoint_url(config.provider, &config.base_url)?;
+        let url = endpoint_url(config.provider, &config.base_url, &config.model)?;
         config.options.check(config.provider, config.max_tokens)?;
         if let Some(name) = config
             .headers
@@ -380,11 +427,17 @@ impl HttpProvider {
             .headers(self.config.headers.as_map().clone())
             .header("content-type", "application/json")
             .header("accept", "text/event-stream, application/json");
-        request = match kind {
-            ProviderKind::Anthropic => request
+        request = match (kind, self.config.auth) {
+            (ProviderKind::Anthropic, Auth::ProviderHeader) => request
                 .header("x-api-key", self.config.api_key.expose())
                 .header("anthropic-version", ANTHROPIC_VERSION),
-            // OpenAI's APIs, and the bearer token most other APIs take.
+            (ProviderKind::Anthropic, Auth::Bearer) => request
+                .bearer_auth(self.config.api_key.expose())
+                .header("anthropic-version", ANTHROPIC_VERSION),
+            (ProviderKind::Gemini, Auth::ProviderHeader) => {
+                request.header("x-goog-api-key", self.config.api_key.expose())
+            }
+            // OpenAI's APIs, Vertex AI, and the bearer token most other APIs take.
             _ => request.bearer_auth(self.config.api_key.expose()),
         };
         let send = request.body(body).send();
@@ -570,8 +623,13 @@ fn credentials(config: &HttpProviderConfig) -> Secrets {
     Secrets::new(long_enough).unwrap_or_default()
 }
 
-/// `base` + the provider's request path, checked to be an http(s) URL.
-fn endpoint_url(provider: ProviderKind, base: &str) -> Result<reqwest::Url, ConfigError> {
+/// `base` + the provider's request path (streamed: every request asks for a stream),
+/// checked to be an http(s) URL.
+fn endpoint_url(
+    provider: ProviderKind,
+    base: &str,
+    model: &str,
+) -> Result<reqwest::Url, ConfigError> {
     let bad = |reason: &str| ConfigError::BadUrl {
         url: redact_userinfo(base),
         reason: reason.to_owned(),
@@ -586,7 +644,7 @@ fn endpoint_url(provider: ProviderKind, base: &str) -> Result<reqwest::Url, Conf
     let full = format!(
         "{}{}",
         base.trim().trim_end_matches('/'),
-        wire::request_path(provider)
+        wire::request_path(provider, model, true)
     );
     reqwest::Url::parse(&full).map_err(|e| bad(&e.to_string()))
 }
@@ -738,13 +796,13 @@ mod tests {
     #[test]
     fn endpoint_urls_follow_the_official_sdks() {
         assert_eq!(
-            endpoint_url(ProviderKind::Anthropic, "https://api.anthropic.com/")
+            endpoint_url(ProviderKind::Anthropic, "https://api.anthropic.com/", "m")
                 .unwrap()
                 .as_str(),
             "https://api.anthropic.com/v1/messages"
         );
         assert_eq!(
-            endpoint_url(ProviderKind::OpenAi, "http://127.0.0.1:8080/v1")
+            endpoint_url(ProviderKind::OpenAi, "http://127.0.0.1:8080/v1", "m")
                 .unwrap()
                 .as_str(),
             "http://127.0.0.1:8080/v1/chat/completions"
@@ -754,9 +812,12 @@ mod tests {
     #[test]
     fn malformed_urls_are_config_errors_without_credentials() {
         for bad in ["", "not a url", "ftp://x.example", "http://"] {
-            assert!(endpoint_url(ProviderKind::OpenAi, bad).is_err(), "{bad}");
+            assert!(
+                endpoint_url(ProviderKind::OpenAi, bad, "m").is_err(),
+                "{bad}"
+            );
         }
-        let err = endpoint_url(ProviderKind::OpenAi, "gopher://user:hunter2@x").unwrap_err();
+        let err = endpoint_url(ProviderKind::OpenAi, "gopher://user:hunter2@x", "m").unwrap_err();
         assert!(!err.to_string().contains("hunter2"), "{err}");
     }
 

@@ -6,7 +6,7 @@ mod key;
 
 pub use crate::config::HeaderError;
 pub use headers::ExtraHeaders;
-pub use http::{HttpProvider, HttpProviderConfig};
+pub use http::{vertex_base_url, Auth, HttpProvider, HttpProviderConfig};
 pub use key::ApiKey;
 pub use rebound_core::wire::{OptionsError, ReasoningEffort, RequestOptions, ToolChoice};
 
@@ -155,7 +155,7 @@ impl<'a> ProviderRequest<'a> {
 ///                 let failure = ProviderFailure::transport(TransportFault::IdleTimeout, None);
 ///                 SendError::Provider(failure)
 ///             };
-///             let url = format!("https://api.anthropic.com{}", wire::request_path(kind));
+///             let url = format!("https://api.anthropic.com{}", wire::request_path(kind, "", true));
 ///             let send = self
 ///                 .client
 ///                 .post(url)

@@ -108,6 +108,9 @@ pub(crate) fn provider_name(kind: ProviderKind) -> &'static str {
     match kind {
         ProviderKind::Anthropic => "anthropic",
         ProviderKind::OpenAi | ProviderKind::OpenAiResponses => "openai",
+        // The conventions' name for the Gemini API (`gcp.vertex_ai` is Vertex's, which a
+        // Gemini provider does not tell apart).
+        ProviderKind::Gemini => "gcp.gemini",
         _ => n::ERROR_OTHER,
     }
 }
@@ -230,6 +233,7 @@ impl RunTelemetry {
                     let (provider, kind) = match provider {
                         "anthropic" => ("anthropic", ProviderKind::Anthropic),
                         "openai" | "openai-responses" => ("openai", ProviderKind::OpenAi),
+                        "gemini" => ("gcp.gemini", ProviderKind::Gemini),
                         _ => (n::ERROR_OTHER, ProviderKind::OpenAi),
                     };
                     Target {

@@ -49,7 +49,11 @@ fn items(response: &AssistantResponse, message_id: &str) -> Vec<Value> {
                     "name": name,
                 }));
             }
-            ContentBlock::Reasoning { item, .. } => out.push(item.clone()),
+            ContentBlock::Reasoning { item, .. } => {
+                if item.get("type").and_then(Value::as_str) == Some("reasoning") {
+                    out.push(item.clone());
+                }
+            }
             ContentBlock::Thinking { .. }
             | ContentBlock::RedactedThinking { .. }
             | ContentBlock::ToolResult(_)

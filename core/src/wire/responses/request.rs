@@ -159,7 +159,9 @@ fn assistant_items<'a>(
                 }));
             }
             ContentBlock::Reasoning { item, .. } => {
-                if b.may_go_to(to) {
+                // Only OpenAI's own items: a Gemini thought signature is another kind.
+                if b.may_go_to(to) && item.get("type").and_then(Value::as_str) == Some("reasoning")
+                {
                     flush(&mut text, out);
                     out.push(item.clone());
                 }
