@@ -48,8 +48,8 @@ pub enum Commands {
     Run(Box<RunArgs>),
     /// Run the agent against a local fake provider through a scripted outage (offline).
     Demo(DemoArgs),
-    /// Serve a fake Anthropic/OpenAI (Chat Completions and Responses) provider that injects
-    /// faults, for testing other agents.
+    /// Serve a fake Anthropic/OpenAI (Chat Completions and Responses)/Gemini provider that
+    /// injects faults, for testing other agents.
     Serve(ServeArgs),
     /// Simulate runs of a scenario in virtual time and print outcome statistics.
     Sim(SimArgs),
@@ -123,6 +123,22 @@ pub enum ProviderArg {
     Openai,
     /// OpenAI Responses API (`/v1/responses`), stateless: reasoning items are passed back.
     OpenaiResponses,
+    /// Google's Gemini API on AI Studio (`x-goog-api-key`, from GEMINI_API_KEY or
+    /// GOOGLE_API_KEY).
+    Gemini,
+    /// Gemini on Vertex AI: a bearer token (VERTEX_ACCESS_TOKEN, or `--api-key-command
+    /// 'gcloud auth print-access-token'`), the project and location from
+    /// GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION (default `global`) unless
+    /// `--base-url` gives the whole Vertex URL.
+    Vertex,
+}
+
+impl ProviderArg {
+    /// Whether the target is Gemini on Vertex AI (a bearer token and a project's URL).
+    #[must_use]
+    pub fn is_vertex(self) -> bool {
+        self == ProviderArg::Vertex
+    }
 }
 
 impl From<ProviderArg> for rebound_core::ProviderKind {
@@ -131,6 +147,7 @@ impl From<ProviderArg> for rebound_core::ProviderKind {
             ProviderArg::Anthropic => rebound_core::ProviderKind::Anthropic,
             ProviderArg::Openai => rebound_core::ProviderKind::OpenAi,
             ProviderArg::OpenaiResponses => rebound_core::ProviderKind::OpenAiResponses,
+            ProviderArg::Gemini | ProviderArg::Vertex => rebound_core::ProviderKind::Gemini,
         }
     }
 }
@@ -170,15 +187,22 @@ pub struct AgentArgs {
     /// Which API to talk to.
     #[arg(long, value_enum, default_value = "anthropic")]
     pub provider: ProviderArg,
-    /// Base URL (Anthropic: without /v1; OpenAI: with /v1, as the official SDKs).
+    /// Base URL (Anthropic: without /v1; OpenAI: with /v1, as the official SDKs; Gemini:
+    /// with the API version, `…/v1beta`; Vertex AI: through `…/publishers/google`).
     #[arg(long)]
     pub base_url: Option<String>,
     /// Model id, or an alias such as @sonnet.
     #[arg(long)]
     pub model: Option<String>,
-    /// Environment variable holding the API key (default: ANTHROPIC_API_KEY or OPENAI_API_KEY).
+    /// Environment variable holding the API key (default: ANTHROPIC_API_KEY,
+    /// OPENAI_API_KEY, GEMINI_API_KEY then GOOGLE_API_KEY, or VERTEX_ACCESS_TOKEN).
     #[arg(long)]
     pub api_key_env: Option<String>,
+    /// A command whose output is the key (run once, by `sh -c`, before the first request),
+    /// e.g. `gcloud auth print-access-token` for Vertex AI. Wins over `--api-key-env`. For
+    /// the first target only.
+    #[arg(long, value_name = "COMMAND")]
+    pub api_key_command: Option<String>,
     /// System prompt.
     #[arg(long)]
     pub system: Option<String>,
@@ -210,7 +234,7 @@ pub struct AgentArgs {
     #[arg(long)]
     pub max_turns: Option<u32>,
     /// Fallback target `PROVIDER:MODEL[@BASE_URL]` (repeatable; PROVIDER is `anthropic`,
-    /// `openai` or `openai-responses`), tried in order when the previous target's retries
+    /// `openai`, `openai-responses`, `gemini` or `vertex`), tried in order when the previous target's retries
     /// are spent or its quota is exhausted. Keys come from the provider's conventional
     /// variable. The request options (`--max-tokens` to `--user-id`) apply to it too, and one
     /// its API lacks stops the run before any request; `--header` and `--extra-body` do not.
@@ -633,7 +657,7 @@ what to do with it, e.g.
   #3             the request's place in the log, from 0
   +1520ms        when its head arrived, in ms since the server started
   POST /v1/...   the method and the path (never the query, where some APIs take a key)
-  [anthropic]    the API of the path: anthropic, openai or openai-responses (none for an
+  [anthropic]    the API of the path: anthropic, openai, openai-responses or gemini (none for an
                  unknown path)
   conversation 1 at 20ms
                  the conversation (from 0, in order of first request) and its scenario

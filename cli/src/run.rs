@@ -35,6 +35,8 @@ const ALIASES: &[(&str, &str)] = &[
     ("gpt", "gpt-4o"),
     ("gpt-mini", "gpt-4o-mini"),
     ("gpt-5", "gpt-5"),
+    ("gemini", "gemini-2.5-pro"),
+    ("gemini-flash", "gemini-2.5-flash"),
 ];
 
 /// One target of the fallback chain as given on the command line.
@@ -44,6 +46,10 @@ struct TargetArg {
     model: String,
     base_url: Option<String>,
     key_env: Option<String>,
+    /// A command printing the key (`--api-key-command`).
+    key_command: Option<String>,
+    /// Gemini on Vertex AI: a bearer token, and a project's URL.
+    vertex: bool,
 }
 
 fn default_model(provider: ProviderKind) -> &'static str {
@@ -51,6 +57,7 @@ fn default_model(provider: ProviderKind) -> &'static str {
         ProviderKind::Anthropic => "sonnet",
         ProviderKind::OpenAi => "gpt",
         ProviderKind::OpenAiResponses => "gpt-5",
+        ProviderKind::Gemini => "gemini-flash",
         // The CLI offers only the kinds above (`--provider`).
         _ => return "",
     };
@@ -60,12 +67,56 @@ fn default_model(provider: ProviderKind) -> &'static str {
         .map_or("", |(_, model)| model)
 }
 
-fn default_key_env(provider: ProviderKind) -> &'static str {
+/// The variables a target's key is looked for in, in order.
+fn default_key_envs(provider: ProviderKind, vertex: bool) -> &'static [&'static str] {
     match provider {
-        ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
+        ProviderKind::Anthropic => &["ANTHROPIC_API_KEY"],
+        ProviderKind::Gemini if vertex => &["VERTEX_ACCESS_TOKEN"],
+        // As Google's SDKs read them.
+        ProviderKind::Gemini => &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
         // OpenAI's APIs; the CLI offers no other kind (`--provider`).
-        _ => "OPENAI_API_KEY",
+        _ => &["OPENAI_API_KEY"],
     }
+}
+
+/// The key `command` prints (its standard output, trimmed), run by `sh -c`.
+fn key_from_command(command: &str) -> Result<ApiKey, ConfigError> {
+    let output = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| ConfigError::Invalid(format!("--api-key-command could not run: {e}")))?;
+    if !output.status.success() {
+        return Err(ConfigError::Invalid(format!(
+            "--api-key-command failed ({})",
+            output.status
+        )));
+    }
+    // The output is the key: never quoted in an error.
+    let key = String::from_utf8(output.stdout).map_err(|_| {
+        ConfigError::Invalid("--api-key-command printed something that is not text".to_owned())
+    })?;
+    Ok(ApiKey::new(key.trim()))
+}
+
+/// The Vertex AI base URL from GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION (`global`
+/// when unset), as Google's SDKs read them.
+fn vertex_url_from_env() -> Result<String, ConfigError> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let project = var("GOOGLE_CLOUD_PROJECT").ok_or_else(|| {
+        ConfigError::Invalid(
+            "--provider vertex needs GOOGLE_CLOUD_PROJECT (and GOOGLE_CLOUD_LOCATION, default \
+             global), or the whole URL in --base-url"
+                .to_owned(),
+        )
+    })?;
+    let location = var("GOOGLE_CLOUD_LOCATION").unwrap_or_else(|| "global".to_owned());
+    Ok(rebound_effects::provider::vertex_base_url(
+        project.trim(),
+        location.trim(),
+    ))
 }
 
 /// Resolves `@alias` model names; other names pass through verbatim.
@@ -99,10 +150,12 @@ fn parse_fallback(spec: &str) -> Result<TargetArg, ConfigError> {
         ))
     };
     let (provider, rest) = spec.split_once(':').ok_or_else(bad)?;
-    let provider = match provider {
-        "anthropic" => ProviderKind::Anthropic,
-        "openai" => ProviderKind::OpenAi,
-        "openai-responses" => ProviderKind::OpenAiResponses,
+    let (provider, vertex) = match provider {
+        "anthropic" => (ProviderKind::Anthropic, false),
+        "openai" => (ProviderKind::OpenAi, false),
+        "openai-responses" => (ProviderKind::OpenAiResponses, false),
+        "gemini" => (ProviderKind::Gemini, false),
+        "vertex" => (ProviderKind::Gemini, true),
         _ => return Err(bad()),
     };
     // A model never contains '@' except as an alias prefix; a base URL always has "://".
@@ -115,6 +168,8 @@ fn parse_fallback(spec: &str) -> Result<TargetArg, ConfigError> {
         model: model.to_owned(),
         base_url,
         key_env: None,
+        key_command: None,
+        vertex,
     })
 }
 
@@ -193,22 +248,35 @@ fn build_provider(
     settings: &RequestSettings,
     first: bool,
 ) -> Result<HttpProvider, ConfigError> {
-    let key = match key {
-        Some(k) => k,
-        None => {
-            let var = target
-                .key_env
-                .clone()
-                .unwrap_or_else(|| default_key_env(target.provider).to_owned());
-            match std::env::var(&var) {
-                Ok(v) => ApiKey::new(v),
-                Err(_) => return Err(ConfigError::MissingApiKey { var }),
+    let key = match (key, &target.key_command) {
+        (Some(k), _) => k,
+        (None, Some(command)) => key_from_command(command)?,
+        (None, None) => {
+            let vars: Vec<String> = match &target.key_env {
+                Some(var) => vec![var.clone()],
+                None => default_key_envs(target.provider, target.vertex)
+                    .iter()
+                    .map(|v| (*v).to_owned())
+                    .collect(),
+            };
+            match vars.iter().find_map(|var| std::env::var(var).ok()) {
+                Some(v) => ApiKey::new(v),
+                None => {
+                    return Err(ConfigError::MissingApiKey {
+                        var: vars.join(" or "),
+                    })
+                }
             }
         }
     };
     let mut config = HttpProviderConfig::new(target.provider, resolve_model(&target.model)?, key);
-    if let Some(url) = &target.base_url {
-        config.base_url.clone_from(url);
+    match &target.base_url {
+        Some(url) => config.base_url.clone_from(url),
+        None if target.vertex => config.base_url = vertex_url_from_env()?,
+        None => {}
+    }
+    if target.vertex {
+        config = config.with_auth(rebound_effects::provider::Auth::Bearer);
     }
     config.system = system.map(str::to_owned);
     if let Some(tokens) = settings.max_tokens {
@@ -382,6 +450,8 @@ impl Agent {
                 .unwrap_or_else(|| default_model(provider).to_owned()),
             base_url: args.base_url.clone(),
             key_env: args.api_key_env.clone(),
+            key_command: args.api_key_command.clone(),
+            vertex: args.provider.is_vertex(),
         }];
         for spec in &args.fallbacks {
             targets.push(parse_fallback(spec).map_err(usage_error)?);
@@ -690,10 +760,12 @@ pub async fn serve(args: ServeArgs) -> i32 {
     println!("http://{}", server.addr());
     eprintln!(
         "serving scenario `{}`: Anthropic base URL {} , OpenAI base URL {} (Chat Completions \
-         and Responses) ; stop with Ctrl-C",
+         and Responses) , Gemini base URL {} (AI Studio's paths; Vertex AI's too) ; stop with \
+         Ctrl-C",
         server.scenario().name,
         server.base_url(),
-        server.openai_base_url()
+        server.openai_base_url(),
+        server.gemini_base_url()
     );
     let clock = match args.clock {
         crate::ClockArg::ServerStart => "the server's start",
@@ -724,6 +796,7 @@ mod tests {
         assert_eq!(resolve_model("@opus").unwrap(), "claude-opus-4-7");
         assert_eq!(default_model(ProviderKind::OpenAi), "gpt-4o");
         assert_eq!(default_model(ProviderKind::OpenAiResponses), "gpt-5");
+        assert_eq!(default_model(ProviderKind::Gemini), "gemini-2.5-flash");
     }
 
     #[test]

@@ -31,11 +31,20 @@ async fn wire_failure(server: &FakeServer, provider: ProviderKind) -> Option<Pro
             json!({"model": "m", "stream": true, "store": false,
                    "input": [{"role": "user", "content": "hi"}]}),
         ),
+        ProviderKind::Gemini => (
+            format!(
+                "{}{}",
+                server.gemini_base_url(),
+                rebound_core::wire::request_path(provider, "m", true)
+            ),
+            json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
+        ),
         other => panic!("no request written for {other:?} yet"),
     };
     let response = match client
         .post(url)
         .header("x-api-key", "k")
+        .header("x-goog-api-key", "k")
         .header("authorization", "Bearer k")
         .header("anthropic-version", "2023-06-01")
         .header("content-type", "application/json")
@@ -159,6 +168,14 @@ async fn a_mid_answer_error_is_the_bytes_the_simulator_renders_and_begins_the_an
                 json!({"model": "m", "stream": true,
                        "messages": [{"role": "user", "content": "hi"}]}),
             ),
+            ProviderKind::Gemini => (
+                format!(
+                    "{}{}",
+                    server.gemini_base_url(),
+                    rebound_core::wire::request_path(provider, "m", true)
+                ),
+                json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
+            ),
             _ => (
                 format!("{}/responses", server.openai_base_url()),
                 json!({"model": "m", "stream": true, "store": false,
@@ -168,6 +185,7 @@ async fn a_mid_answer_error_is_the_bytes_the_simulator_renders_and_begins_the_an
         let bytes = client
             .post(url)
             .header("x-api-key", "k")
+            .header("x-goog-api-key", "k")
             .header("authorization", "Bearer k")
             .header("anthropic-version", "2023-06-01")
             .header("content-type", "application/json")

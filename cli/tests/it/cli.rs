@@ -783,6 +783,79 @@ async fn provider_openai_responses_speaks_v1_responses_and_is_a_fallback_target(
 }
 
 #[tokio::test]
+async fn provider_gemini_and_vertex_speak_generate_content_with_their_credentials() {
+    let scenario = r#"{"turns": [{"faults": [{"type": "stream_error", "error_type": "UNAVAILABLE",
+                                   "message": "The model is overloaded. Please try again later."}],
+                       "answer": {"text": "Hi from Gemini."}}]}"#;
+    // AI Studio: the key from GOOGLE_API_KEY when GEMINI_API_KEY is unset, in
+    // `x-goog-api-key`; an in-stream UNAVAILABLE retried.
+    let s = server(scenario).await;
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", "hello", "--provider", "gemini"])
+        .args(["--base-url", &s.gemini_base_url()])
+        .args([
+            "--model",
+            "@gemini-flash",
+            "--events",
+            "json",
+            "--no-jitter",
+        ])
+        .args(["--initial-delay-ms", "10"])
+        .env_remove("GEMINI_API_KEY")
+        .env("GOOGLE_API_KEY", "gm-cli-test-key")
+        .stdin(Stdio::null());
+    let out = output(cmd).await;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(types(&json_events(&out)).contains(&"provider_retry".to_owned()));
+    let requests = s.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(requests
+        .iter()
+        .all(|r| r.path == "/v1beta/models/gemini-2.5-flash:streamGenerateContent"));
+    assert_eq!(requests[0].header("x-goog-api-key"), Some("<redacted>"));
+    assert!(!stderr.contains("gm-cli-test-key"));
+    s.shutdown().await;
+
+    // Vertex AI: a bearer token printed by a command, the project's URL.
+    let s = server(r#"{"turns": [{"answer": {"text": "Hi from Vertex."}}]}"#).await;
+    let base = format!(
+        "{}/v1/projects/p1/locations/global/publishers/google",
+        s.base_url()
+    );
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", "hello", "--provider", "vertex", "--base-url", &base])
+        .args(["--model", "gemini-2.5-pro", "--events", "json"])
+        .args(["--api-key-command", "echo ya29.vertex-test-token"])
+        .stdin(Stdio::null());
+    let out = output(cmd).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let request = &s.requests()[0];
+    assert_eq!(
+        request.path,
+        "/v1/projects/p1/locations/global/publishers/google/models/gemini-2.5-pro:streamGenerateContent"
+    );
+    assert_eq!(request.header("authorization"), Some("<redacted>"));
+    assert_eq!(request.header("x-goog-api-key"), None);
+    s.shutdown().await;
+
+    // Without a project, Vertex says what it needs before any request.
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", "hello", "--provider", "vertex"])
+        .env_remove("GOOGLE_CLOUD_PROJECT")
+        .env("VERTEX_ACCESS_TOKEN", "ya29.unused")
+        .stdin(Stdio::null());
+    let out = output(cmd).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("GOOGLE_CLOUD_PROJECT"));
+}
+
+#[tokio::test]
 async fn request_options_headers_and_extra_body_reach_the_provider() {
     let s = server(r#"{"turns": [{"answer": {"text": "Hi there."}}]}"#).await;
     let out = output(run_cmd(

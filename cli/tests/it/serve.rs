@@ -268,10 +268,10 @@ fn the_demo_tells_its_whole_story(provider: &str) {
         "fn parse(input: &str) -> Ast { todo!() }\n",
     )
     .expect("src/parse.rs");
-    let base_url = if provider == "anthropic" {
-        serve.url.clone()
-    } else {
-        format!("{}/v1", serve.url)
+    let base_url = match provider {
+        "anthropic" => serve.url.clone(),
+        "gemini" => format!("{}/v1beta", serve.url),
+        _ => format!("{}/v1", serve.url),
     };
     let out = Command::new(BIN)
         .args(["run", "Fix the failing test.", "--events", "json"])
@@ -287,6 +287,7 @@ fn the_demo_tells_its_whole_story(provider: &str) {
         .arg(root.path())
         .env("ANTHROPIC_API_KEY", "sk-ant-demo")
         .env("OPENAI_API_KEY", "sk-demo")
+        .env("GEMINI_API_KEY", "gm-demo-key")
         .stdin(Stdio::null())
         .output()
         .expect("rebound run runs");
@@ -326,4 +327,9 @@ fn the_demo_tells_its_whole_story_on_openai_chat_completions() {
 #[test]
 fn the_demo_tells_its_whole_story_on_the_openai_responses_api() {
     the_demo_tells_its_whole_story("openai-responses");
+}
+
+#[test]
+fn the_demo_tells_its_whole_story_on_gemini() {
+    the_demo_tells_its_whole_story("gemini");
 }

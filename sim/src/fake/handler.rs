@@ -347,10 +347,17 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     let at_ms = shared.elapsed_ms();
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_owned();
+    // Gemini names the model and the streaming in the path (`/v1beta/models/{model}:
+    // streamGenerateContent?alt=sse`; Vertex AI's is longer, ending the same way).
+    let gemini = parts
+        .uri
+        .path_and_query()
+        .and_then(|p| wire::gemini_request_target(p.as_str()));
     let provider = match path.as_str() {
         "/v1/messages" => Some(ProviderKind::Anthropic),
         "/v1/chat/completions" | "/chat/completions" => Some(ProviderKind::OpenAi),
         "/v1/responses" | "/responses" => Some(ProviderKind::OpenAiResponses),
+        _ if gemini.is_some() => Some(ProviderKind::Gemini),
         _ => None,
     };
     let id = shared.next_request_id.fetch_add(1, Ordering::Relaxed);
@@ -436,10 +443,14 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     record.body_bytes = Some(bytes.len());
     record.raw_body = bytes[..bytes.len().min(shared.raw_body_bytes)].to_vec();
     record.body = serde_json::from_slice(&bytes).ok();
-    let parsed = match wire::parse_request(provider, &bytes) {
+    let mut parsed = match wire::parse_request(provider, &bytes) {
         Ok(p) => p,
         Err(e) => return Ok(reply.reject(&shared, record, reject::bad_body(provider, &e))),
     };
+    if let Some((model, stream)) = gemini {
+        parsed.model = model;
+        parsed.stream = stream;
+    }
     if let Some(raw) = &record.body {
         if let Err(r) = reject::content(provider, raw) {
             return Ok(reply.reject(&shared, record, r));

@@ -761,11 +761,19 @@ impl FakeServer {
         format!("http://{}/v1", self.addr)
     }
 
+    /// `http://127.0.0.1:PORT/v1beta`: the base URL for Gemini clients (which append
+    /// `/models/{model}:streamGenerateContent?alt=sse`), as AI Studio's is.
+    #[must_use]
+    pub fn gemini_base_url(&self) -> String {
+        format!("http://{}/v1beta", self.addr)
+    }
+
     /// The base URL a client of `provider` takes.
     #[must_use]
     pub fn base_url_for(&self, provider: ProviderKind) -> String {
         match provider {
             ProviderKind::Anthropic => self.base_url(),
+            ProviderKind::Gemini => self.gemini_base_url(),
             // OpenAI's APIs, and any other (the same `/v1` prefix).
             _ => self.openai_base_url(),
         }

@@ -18,6 +18,8 @@ pub(crate) struct Rejection {
 
 impl Rejection {
     fn new(provider: ProviderKind, status: u16, error_type: Option<&str>, message: &str) -> Self {
+        // Google's bodies name the status, not another API's type.
+        let error_type = error_type.filter(|_| provider != ProviderKind::Gemini);
         Rejection {
             status,
             body: wire::encode_error_body(provider, status, error_type, message),
@@ -54,6 +56,8 @@ pub(crate) fn api_key(provider: ProviderKind, headers: &HeaderMap) -> Option<Str
     });
     match provider {
         ProviderKind::Anthropic => header("x-api-key").or(bearer),
+        // AI Studio's key header, or Vertex AI's bearer token.
+        ProviderKind::Gemini => header("x-goog-api-key").or(bearer),
         // OpenAI's APIs, and the bearer token most others take.
         _ => bearer,
     }
@@ -92,6 +96,32 @@ pub(crate) fn check_headers(
                     Some("invalid_request_error"),
                     "anthropic-version: header is required",
                 ));
+            }
+        }
+        // Google's answers (Gemini API): no key is a 403, a wrong one a 400 whose
+        // `ErrorInfo` says `API_KEY_INVALID`.
+        ProviderKind::Gemini => {
+            if key.is_none() {
+                return Err(Rejection::new(
+                    provider,
+                    403,
+                    None,
+                    "Method doesn't allow unregistered callers (callers without established \
+                     identity). Please use API Key or other form of API consumer identity to \
+                     call this API.",
+                ));
+            }
+            if expected.is_some_and(|e| Some(e) != key.as_deref()) {
+                let message = "API key not valid. Please pass a valid API key.";
+                let body = json!({"error": {"code": 400, "message": message,
+                    "status": "INVALID_ARGUMENT", "details": [{
+                        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                        "reason": "API_KEY_INVALID", "domain": "googleapis.com"}]}});
+                return Err(Rejection {
+                    status: 400,
+                    body: body.to_string().into_bytes(),
+                    reason: message.to_owned(),
+                });
             }
         }
         // OpenAI's APIs (and, in their words, any other this server does not know).
@@ -161,6 +191,18 @@ pub(crate) fn too_large(provider: ProviderKind, limit: usize) -> Rejection {
 /// 400: the body is not JSON, or not a request of this provider.
 pub(crate) fn bad_body(provider: ProviderKind, error: &WireError) -> Rejection {
     match (provider, error) {
+        (ProviderKind::Gemini, WireError::InvalidJson { detail }) => Rejection::new(
+            provider,
+            400,
+            None,
+            &format!("Invalid JSON payload received. {detail}"),
+        ),
+        (ProviderKind::Gemini, WireError::EmptyConversation) => Rejection::new(
+            provider,
+            400,
+            None,
+            "* GenerateContentRequest.contents: contents is not specified\n",
+        ),
         (_, WireError::InvalidJson { .. }) if provider != ProviderKind::Anthropic => {
             Rejection::new(
                 provider,

@@ -35,6 +35,8 @@ pub fn message_id(provider: ProviderKind, request_id: &str) -> String {
     match provider {
         ProviderKind::Anthropic => format!("msg_{request_id}"),
         ProviderKind::OpenAiResponses => format!("resp_{request_id}"),
+        // Gemini's `responseId`, which its minted call ids are made of.
+        ProviderKind::Gemini => request_id.to_owned(),
         // OpenAI Chat, and a kind this version does not know: OpenAI-compatible is the
         // common dialect.
         _ => format!("chatcmpl-{request_id}"),
@@ -210,7 +212,8 @@ pub fn render(
             }
             let status = match error_type.as_str() {
                 "overloaded_error" => 529,
-                "rate_limit_error" | "rate_limit_exceeded" => 429,
+                "rate_limit_error" | "rate_limit_exceeded" | "RESOURCE_EXHAUSTED" => 429,
+                "UNAVAILABLE" => 503,
                 _ => 500,
             };
             whole(
@@ -366,7 +369,8 @@ fn not_a_fault() -> ProviderFailure {
 fn before_finish(provider: ProviderKind, chunks: &[Vec<u8>]) -> usize {
     let tail = match provider {
         ProviderKind::Anthropic => 2,
-        ProviderKind::OpenAiResponses => 1,
+        // Gemini: the last chunk names the finish reason.
+        ProviderKind::OpenAiResponses | ProviderKind::Gemini => 1,
         // OpenAI Chat, and a kind this version does not know: OpenAI-compatible is the
         // common dialect.
         _ => 3,
@@ -430,6 +434,7 @@ fn malformed_event(provider: ProviderKind) -> Vec<u8> {
     match provider {
         ProviderKind::Anthropic => b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\n\n".to_vec(),
         ProviderKind::OpenAiResponses => b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_broken\",\"output_index\":0,\"content_index\":0,\"delta\":\n\n".to_vec(),
+        ProviderKind::Gemini => b"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\r\n\r\n".to_vec(),
         // OpenAI Chat, and a kind this version does not know: OpenAI-compatible is the
         // common dialect.
         _ => b"data: {\"id\":\"chatcmpl-broken\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\n\n".to_vec(),
@@ -464,6 +469,23 @@ pub fn default_error_message(provider: ProviderKind, status: u16) -> &'static st
             529 => "Overloaded",
             _ => "Internal server error",
         },
+        // Google's own words for each status (its `google.rpc` defaults and Gemini's).
+        ProviderKind::Gemini => match status {
+            400 => "Request contains an invalid argument.",
+            401 => "Request had invalid authentication credentials.",
+            403 => "The caller does not have permission",
+            404 => {
+                "models/gemini-unknown is not found for API version v1beta, or is not \
+                    supported for generateContent."
+            }
+            429 => "Resource has been exhausted (e.g. check quota).",
+            503 => "The model is overloaded. Please try again later.",
+            504 => "Deadline expired before operation could complete.",
+            _ => {
+                "An internal error has occurred. Please retry or report in \
+                  https://developers.generativeai.google/guide/troubleshooting"
+            }
+        },
         // OpenAI's APIs, and a kind this version does not know.
         _ => match status {
             400 => "Invalid request",
@@ -496,6 +518,7 @@ pub fn overflow_tokens(provider: ProviderKind) -> (u64, u64) {
     match provider {
         ProviderKind::Anthropic => (208_310, 200_000),
         ProviderKind::OpenAiResponses => (272_913, 272_000),
+        ProviderKind::Gemini => (1_049_211, 1_048_576),
         // OpenAI Chat, and a kind this version does not know: OpenAI-compatible is the
         // common dialect.
         _ => (130_412, 128_000),
@@ -508,6 +531,7 @@ pub fn overflow_body_for(provider: ProviderKind, tokens: u64, limit: u64) -> Str
     let message = wire::context_overflow_message(provider, tokens, limit);
     let error_type = match provider {
         ProviderKind::Anthropic => "invalid_request_error",
+        ProviderKind::Gemini => "INVALID_ARGUMENT",
         // OpenAI's APIs, and a kind this version does not know.
         _ => "context_length_exceeded",
     };

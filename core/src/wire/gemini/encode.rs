@@ -107,12 +107,11 @@ fn candidate(parts: Vec<Value>, finish: Option<&str>) -> Value {
     c
 }
 
-/// The stream, one `data:` event per chunk: a chunk per part, the last with the finish
-/// reason and the usage (as the API sends them, CRLF-delimited).
+/// The stream, one `data:` event per chunk: a chunk per part, then one naming the finish
+/// reason, with the usage and an empty text part (as the API often ends a stream; a fault
+/// injector then always has content before the finish), CRLF-delimited as the API sends.
 pub(crate) fn stream(response: &AssistantResponse, model: &str, message_id: &str) -> Vec<Vec<u8>> {
-    let mut parts = parts(response, true);
-    let last = parts.pop();
-    let mut chunks: Vec<Value> = parts
+    let mut chunks: Vec<Value> = parts(response, true)
         .into_iter()
         .map(|p| {
             json!({
@@ -123,7 +122,7 @@ pub(crate) fn stream(response: &AssistantResponse, model: &str, message_id: &str
         })
         .collect();
     chunks.push(json!({
-        "candidates": [candidate(last.into_iter().collect(), Some(finish_reason(&response.stop_reason)))],
+        "candidates": [candidate(vec![json!({"text": ""})], Some(finish_reason(&response.stop_reason)))],
         "usageMetadata": usage_metadata(&response.usage),
         "modelVersion": model,
         "responseId": message_id,
@@ -144,10 +143,37 @@ pub(crate) fn response_json(response: &AssistantResponse, model: &str, message_i
     })
 }
 
+/// The Google status name for an error type of any format: a status name as it is; the
+/// other providers' types as the status Google gives the same failure (so one scenario plays
+/// on every format); `None` for one that has no counterpart.
+fn google_status(error_type: &str) -> Option<&str> {
+    if !error_type.is_empty()
+        && error_type
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b == b'_')
+    {
+        return Some(error_type);
+    }
+    Some(match error_type {
+        "overloaded_error" | "service_unavailable" => "UNAVAILABLE",
+        "rate_limit_error" | "rate_limit_exceeded" | "insufficient_quota" => "RESOURCE_EXHAUSTED",
+        "api_error" | "server_error" => "INTERNAL",
+        "invalid_request_error" | "context_length_exceeded" => "INVALID_ARGUMENT",
+        "authentication_error" | "invalid_api_key" => "UNAUTHENTICATED",
+        "permission_error" => "PERMISSION_DENIED",
+        "not_found_error" | "model_not_found" => "NOT_FOUND",
+        "timeout_error" => "DEADLINE_EXCEEDED",
+        _ => return None,
+    })
+}
+
 /// Google's error body: `{"error":{"code","message","status"}}`; `error_type` is the
-/// status name (`RESOURCE_EXHAUSTED`, …), by default the one the HTTP status has.
+/// status name (`RESOURCE_EXHAUSTED`, …, or another format's type, translated), by default
+/// the one the HTTP status has.
 pub(crate) fn error_body(status: u16, error_type: Option<&str>, message: &str) -> Vec<u8> {
-    let status_name = error_type.unwrap_or_else(|| status_name(status));
+    let status_name = error_type
+        .and_then(google_status)
+        .unwrap_or_else(|| status_name(status));
     json!({"error": {"code": status, "message": message, "status": status_name}})
         .to_string()
         .into_bytes()
@@ -156,6 +182,7 @@ pub(crate) fn error_body(status: u16, error_type: Option<&str>, message: &str) -
 /// A failure after the stream began: a chunk holding only an `error` object, whose status
 /// name is `error_type` (and its code the HTTP status that name has).
 pub(crate) fn stream_error_event(error_type: &str, message: &str) -> Vec<u8> {
+    let error_type = google_status(error_type).unwrap_or("INTERNAL");
     let code = [400, 401, 403, 404, 409, 429, 499, 501, 503, 504, 500]
         .into_iter()
         .find(|s| status_name(*s) == error_type)
