@@ -1260,8 +1260,12 @@ mod tests {
     #[test]
     fn the_outage_window_is_shaded_and_a_model_without_one_says_so() {
         let (report, timelines) = experiment(1);
+        // Gemini CLI's last retries (30 s apart) carry the brownout's axis past its window;
+        // nothing carries the total outage's that far.
         let brownout = requests_per_second_svg(&report, &timelines, "brownout").unwrap();
-        assert!(brownout.contains("outage 0–120 s (runs past the edge)"));
+        assert!(brownout.contains("outage window, 0–120 s"));
+        let total = requests_per_second_svg(&report, &timelines, "total-outage").unwrap();
+        assert!(total.contains("outage 0–600 s (runs past the edge)"));
         let shade = format!("fill=\"#{:02X}{:02X}{:02X}\"", SHADE.0, SHADE.1, SHADE.2);
         assert!(brownout.contains(&shade), "no shaded window");
         let blip = requests_per_second_svg(&report, &timelines, "blip").unwrap();

@@ -68,10 +68,10 @@ struct Agent {
     record: TurnRecord,
 }
 
-/// The most events one agent may cause: far above any peer's attempt cap (Codex's, the
-/// largest, is 6 stream attempts of 5 requests each, two events per attempt), and for the
-/// adaptive AWS peer, the process's wake-ups that let its attempts go.
-const EVENTS_PER_AGENT: usize = 100;
+/// The most events one agent may cause: far above any peer's attempt cap (Gemini CLI's, the
+/// largest, is 4 stream attempts of 10 requests each, two events per attempt: 80; Codex's,
+/// 6 of 5), and for the adaptive AWS peer, the process's wake-ups that let its attempts go.
+const EVENTS_PER_AGENT: usize = 200;
 
 /// The same for [`Peer::LinkerdBudget`], whose loop has no count limit: only its budget
 /// bounds it, at 10 retries a second from the reserve (plus a fifth of the deposits), so

@@ -9,8 +9,9 @@
 //!
 //! There are two kinds:
 //!
-//! - **per-request loops** (the Python SDKs, the Vercel AI SDK, Codex, no retries): each
-//!   request decides alone, from what it saw and how often it retried;
+//! - **per-request loops** (the Python SDKs, the Vercel AI SDK, Codex, Google's Gen AI
+//!   Python SDK with retries on, Gemini CLI, no retries): each request decides alone, from
+//!   what it saw and how often it retried;
 //! - **budgeted peers** (the AWS SDKs' standard and adaptive modes, gRPC's retry
 //!   throttling, Finagle's `RetryBudget`, the SRE book's adaptive throttling, Linkerd's
 //!   budget (tower's `TpsBudget`), Envoy's retry budget): a per-request loop that also
@@ -24,8 +25,8 @@
 //! (connect, reset, timeout), or a failure *after* the response started streaming. Every
 //! library here retries only inside the request call, which returns as soon as the
 //! response headers arrive; a stream that breaks later raises from the iterator, outside
-//! every retry loop (gRPC calls such an RPC *committed*). Codex alone retries a broken
-//! stream, in its turn loop.
+//! every retry loop (gRPC calls such an RPC *committed*). Codex and Gemini CLI alone retry a
+//! broken stream, in a loop around the request.
 
 use super::budgets::{
     AdaptiveRateLimiter, AdaptiveThrottle, EnvoyRetryBudget, FinagleRetryBudget, RetryQuota,
@@ -47,6 +48,13 @@ pub enum Peer {
     VercelAi,
     /// OpenAI's Codex CLI (`codex-rs`), default provider settings.
     CodexCli,
+    /// Google's Gen AI Python SDK (`google-genai`) with retries switched on:
+    /// `HttpOptions(retry_options=HttpRetryOptions())`. Its default (`retry_options=None`)
+    /// makes one attempt, which [`Peer::NoRetries`] stands for.
+    GenaiPython,
+    /// Google's Gemini CLI (`gemini -p`) with its model named (`--model`), so the retry
+    /// loop's own defaults apply: 10 attempts, broken streams retried 3 times.
+    GeminiCli,
     /// The AWS SDKs' standard retry mode with its retry quota (botocore's, which the other
     /// SDKs share), one quota per client.
     AwsStandard,
@@ -75,11 +83,13 @@ pub enum Peer {
 
 impl Peer {
     /// Every modelled peer, in table order.
-    pub const ALL: [Peer; 12] = [
+    pub const ALL: [Peer; 14] = [
         Peer::AnthropicPython,
         Peer::OpenAiPython,
         Peer::VercelAi,
         Peer::CodexCli,
+        Peer::GenaiPython,
+        Peer::GeminiCli,
         Peer::AwsStandard,
         Peer::GrpcThrottled,
         Peer::FinagleBudget,
@@ -98,6 +108,8 @@ impl Peer {
             Peer::OpenAiPython => "openai-python",
             Peer::VercelAi => "vercel-ai",
             Peer::CodexCli => "codex-cli",
+            Peer::GenaiPython => "python-genai (HttpRetryOptions())",
+            Peer::GeminiCli => "gemini-cli",
             Peer::AwsStandard => "aws-sdk standard (retry quota)",
             Peer::GrpcThrottled => "grpc (A6 retry throttling)",
             Peer::FinagleBudget => "finagle (RetryBudget)",
@@ -139,6 +151,8 @@ impl Peer {
             Peer::LinkerdBudget => 0x13a,
             Peer::EnvoyBudget => 0x14b,
             Peer::AwsAdaptive => 0x15c,
+            Peer::GenaiPython => 0x16d,
+            Peer::GeminiCli => 0x17e,
         }
     }
 
@@ -160,6 +174,8 @@ impl Peer {
             | Peer::OpenAiPython
             | Peer::VercelAi
             | Peer::CodexCli
+            | Peer::GenaiPython
+            | Peer::GeminiCli
             | Peer::NoRetries => Process::Stateless,
         }
     }
@@ -259,6 +275,8 @@ impl Peer {
             Peer::OpenAiPython => stainless_python(seen, state, rng, StainlessCaps::OPENAI),
             Peer::VercelAi => vercel_ai(seen, state),
             Peer::CodexCli => codex_cli(seen, state, rng),
+            Peer::GenaiPython => python_genai(seen, state, rng),
+            Peer::GeminiCli => gemini_cli(seen, state, rng),
             Peer::AwsStandard => aws_standard(seen, state, rng, process.aws()),
             Peer::GrpcThrottled => grpc_a6(seen, state, rng, process.grpc()),
             Peer::FinagleBudget => finagle_method_retries(seen, state, rng, process.finagle(), now),
@@ -404,8 +422,9 @@ pub(crate) enum Seen {
         retry_after_s: Option<f64>,
         should_retry: Option<bool>,
     },
-    /// No response at all: connect, DNS, TLS, reset or timeout (`timeout`: the last).
-    NoResponse { timeout: bool },
+    /// No response at all: connect, DNS, TLS, reset or timeout (`timeout`: the last;
+    /// `reset`: a connection reset or closed after the request was written).
+    NoResponse { timeout: bool, reset: bool },
     /// The response started (200) and its stream then failed: cut, error event, malformed,
     /// idle, or empty.
     MidStream,
@@ -424,7 +443,10 @@ impl Seen {
     pub(crate) fn of(kind: &FaultKind, provider: ProviderKind, peer: Peer) -> Seen {
         match kind {
             FaultKind::Http {
-                status, headers, ..
+                status,
+                headers,
+                message,
+                ..
             } => {
                 let header = |name: &str| {
                     headers
@@ -442,6 +464,15 @@ impl Seen {
                     Some("false") => Some(false),
                     _ => None,
                 };
+                let (retry_after_s, should_retry) = match peer {
+                    // Header-blind: only the status decides (see `python_genai`).
+                    Peer::GenaiPython => (None, None),
+                    // Reads a delay only from the body: `RetryInfo.retryDelay` in a Google
+                    // error's details (which no Anthropic- or OpenAI-shaped body has), or
+                    // "Please retry in X" in its message (see `gemini_cli`). Never a header.
+                    Peer::GeminiCli => (message.as_deref().and_then(please_retry_in_s), None),
+                    _ => (retry_after_s, should_retry),
+                };
                 Seen::Http {
                     status: *status,
                     retry_after_s,
@@ -449,11 +480,20 @@ impl Seen {
                 }
             }
             FaultKind::Transport { fault } => match fault {
-                TransportFault::Connect
-                | TransportFault::Dns
-                | TransportFault::Tls
-                | TransportFault::Reset => Seen::NoResponse { timeout: false },
-                TransportFault::Timeout => Seen::NoResponse { timeout: true },
+                TransportFault::Connect | TransportFault::Dns | TransportFault::Tls => {
+                    Seen::NoResponse {
+                        timeout: false,
+                        reset: false,
+                    }
+                }
+                TransportFault::Reset => Seen::NoResponse {
+                    timeout: false,
+                    reset: true,
+                },
+                TransportFault::Timeout => Seen::NoResponse {
+                    timeout: true,
+                    reset: false,
+                },
                 _ => Seen::MidStream,
             },
             // A 400 the client does not retry; modelled as a non-retryable status.
@@ -517,6 +557,9 @@ pub(crate) struct PeerState {
     pub(crate) envoy_retry_open: bool,
     /// [`Peer::EnvoyBudget`]: `JitteredBackOffStrategy::current_retry_` less its initial 1.
     envoy_backoff_step: u32,
+    /// [`Peer::GeminiCli`]: `retryWithBackoff`'s `currentDelay` in ms (`None`: its
+    /// `initialDelayMs`, as every new call of it starts).
+    gemini_current_delay_ms: Option<f64>,
 }
 
 /// The constants that differ between the two Stainless-generated Python SDKs.
@@ -718,6 +761,185 @@ fn codex_cli(seen: &Seen, state: &mut PeerState, rng: &mut fastrand::Rng) -> Opt
     }
 }
 
+/// Google's Gen AI Python SDK, `google-genai` 2.19.0 (googleapis/python-genai, tag v2.19.0,
+/// commit c425b0b9), a client made with `HttpOptions(retry_options=HttpRetryOptions())`.
+///
+/// - google/genai/_api_client.py, `retry_args`: with `retry_options=None` — the default of
+///   `HttpOptions.retry_options` in google/genai/types.py — the client gets
+///   `tenacity.stop_after_attempt(1)`: one attempt, no retry ([`Peer::NoRetries`]). With
+///   `HttpRetryOptions()` every field is `None` and the module's constants apply:
+///   `_RETRY_ATTEMPTS = 5` ("including the initial call"), `_RETRY_INITIAL_DELAY = 1.0`,
+///   `_RETRY_MAX_DELAY = 60.0`, `_RETRY_EXP_BASE = 2`, `_RETRY_JITTER = 1` and
+///   `_RETRY_HTTP_STATUS_CODES = (408, 429, 500, 502, 503, 504)`. The predicate retries an
+///   `errors.APIError` whose `code` (the HTTP status, `raise_for_response`) is in that list,
+///   or `_HTTPX_TRANSIENT_EXC` (`httpx.TimeoutException`, `httpx.ConnectError`): a refused
+///   connection, DNS or TLS failure or a timeout, but not a reset after the request was
+///   written (`httpx.ReadError`, `RemoteProtocolError`).
+/// - The wait is tenacity's `wait_exponential_jitter(initial=1, max=60, exp_base=2,
+///   jitter=1)` (jd/tenacity, tenacity/wait.py, the same at 8.2.3 and 9.1.4, the range
+///   `tenacity>=8.2.3, <9.2.0` that genai 2.19.0 allows): after attempt `n` (1-based)
+///   `min(initial * exp_base ** (n - 1) + random.uniform(0, jitter), max)` seconds, so
+///   1–2 s, 2–3 s, 4–5 s, 8–9 s; `stop_after_attempt(5)` stops once `attempt_number >= 5`.
+/// - Header-blind: nothing on this path reads `retry-after`, `retry-after-ms` or a
+///   `RetryInfo`; only the status decides.
+/// - `_request` retries `_request_once`, which returns once the response headers are in
+///   (`stream=True`); `request_streamed` iterates the body outside it, and raises an error
+///   chunk or a broken stream from the iterator: not retried.
+///
+/// 529 is no Gemini API status (an overloaded Gemini model answers 503 UNAVAILABLE); it is
+/// read as the 503 it means, as for the AWS and gRPC models. A literal 529 is not in the
+/// list, and the SDK would not retry it.
+fn python_genai(seen: &Seen, state: &mut PeerState, rng: &mut fastrand::Rng) -> Option<u64> {
+    const ATTEMPTS: u32 = 5;
+    const INITIAL_S: f64 = 1.0;
+    const MAX_S: f64 = 60.0;
+    const EXP_BASE: f64 = 2.0;
+    const JITTER_S: f64 = 1.0;
+    let retry = match seen {
+        Seen::MidStream => false,
+        Seen::NoResponse { reset, .. } => !reset,
+        Seen::Http { status, .. } => matches!(status, 408 | 429 | 500 | 502 | 503 | 504 | 529),
+    };
+    // tenacity asks `retry` first, then `stop` (`reraise=True`: the error itself is raised).
+    if !retry || state.attempts >= ATTEMPTS {
+        return None;
+    }
+    let exponent = i32::try_from(state.attempts.saturating_sub(1)).unwrap_or(i32::MAX);
+    let wait = (INITIAL_S * EXP_BASE.powi(exponent) + JITTER_S * rng.f64()).min(MAX_S);
+    Some(seconds_to_ms(wait))
+}
+
+/// Google's Gemini CLI, google-gemini/gemini-cli v0.56.0 (commit b6e23a7d), run
+/// unattended (`gemini -p`) with its model named (`--model gemini-2.5-pro`).
+///
+/// The request: `GeminiChat.makeApiCallAndProcessStream` (packages/core/src/core/
+/// geminiChat.ts) wraps the call that opens the stream in `retryWithBackoff`
+/// (packages/core/src/utils/retry.ts) with `maxAttempts` the model policy's, else
+/// `config.getMaxAttempts()` = `DEFAULT_MAX_ATTEMPTS` = 10 (packages/core/src/config/
+/// config.ts; a named model gets a one-model chain without `maxAttempts`,
+/// `createSingleModelChain` in packages/core/src/availability/policyCatalog.ts), and
+/// `DEFAULT_RETRY_OPTIONS`' `initialDelayMs: 5000`, `maxDelayMs: 30000`. In
+/// `retryWithBackoff`, after each failure of attempt `attempt` (1-based):
+/// - `classifyGoogleError` (packages/core/src/utils/googleQuotaErrors.ts) first: a 404 is
+///   a `ModelNotFoundError` and a quota error with a delay above
+///   `MAX_RETRYABLE_DELAY_SECONDS = 300` a `TerminalQuotaError`: both go to
+///   `onPersistent429` (`handleFallback`, packages/core/src/fallback/handler.ts), which in a
+///   one-model chain has nowhere to go and, with no interactive handler registered, returns
+///   `null`: the error is thrown. A 429, 499 or 503 is a `RetryableQuotaError`, with
+///   `retryDelayMs` when the body gives a delay: `RetryInfo.retryDelay` in a Google error's
+///   `details`, or "Please retry in X[s|ms]" in its message (a zero delay counts as none).
+///   The CLI never reads the `Retry-After` header (retry.ts logs a 429 as "no Retry-After
+///   header"), so an Anthropic- or OpenAI-shaped 429 with only `retry-after` is a
+///   `RetryableQuotaError` without a delay;
+/// - a `RetryableQuotaError` or a 5xx (`is500`: 500–599, so 529 too) is retried while
+///   `attempt < maxAttempts`: with a delay, after `max(currentDelay, retryDelayMs)` plus up
+///   to 20 % ("Positive jitter up to +20% while respecting server minimum delay");
+///   without, after `currentDelay ± 30 %`; any other error is retried on the same
+///   backoff when `isRetryableError` says so (429, 499, 5xx, and never 400; network codes
+///   such as `ECONNRESET`, `ETIMEDOUT`, `ECONNREFUSED`, `ENOTFOUND`; "fetch failed" with
+///   `retryFetchErrors`, on by default), so 408 and other 4xx are not. After each wait
+///   `currentDelay = min(maxDelayMs, currentDelay * 2)`: 5 s, 10 s, 20 s, then 30 s.
+///
+/// The stream: `sendMessageStream`'s `streamWithRetries` retries a failure *after* the
+/// stream opened — an `InvalidStreamError` (a stream that ends without a finish reason or
+/// with no text) or an error `isRetryableError` accepts, such as `ERR_STREAM_PREMATURE_CLOSE`
+/// or "incomplete json segment" — up to `MID_STREAM_RETRY_OPTIONS.maxAttempts = 4` (1 + 3
+/// retries) after `1000 * 2 ** attempt` ms (1 s, 2 s, 4 s, no jitter), each a new
+/// `retryWithBackoff` call with its own attempts and its delay back at 5 s; a failure
+/// before the stream opened ("connection phase") is not retried there. A cut stream is
+/// modelled as retried: a body that ends cleanly after its last event is an
+/// `InvalidStreamError`, and a premature close is `ERR_STREAM_PREMATURE_CLOSE` (the CLI's
+/// own test "should retry on premature stream closure"); a client whose fetch reports the
+/// cut as undici's `TypeError: terminated` (cause `UND_ERR_SOCKET`, in no list) would
+/// not retry it. The model takes the CLI's favourable reading.
+///
+/// Not modelled: the default `auto` model routing (`GEMINI_MODEL_ALIAS_AUTO`) gives the
+/// primary model `maxAttempts: 3` (`AUTO_ROUTING_OVERRIDES`) and then offers the Flash
+/// model (10 attempts), silently only where the Flash policy's action for the failure is
+/// `silent`; its default is `prompt`, a dialog of the interactive UI
+/// (packages/cli/src/ui/hooks/useQuotaAndFallback.ts), which `gemini -p` does not
+/// register. Nor the silent retries of a capacity-exhausted `TerminalQuotaError`
+/// (`MODEL_CAPACITY_EXHAUSTED`), which no simulated body carries.
+fn gemini_cli(seen: &Seen, state: &mut PeerState, rng: &mut fastrand::Rng) -> Option<u64> {
+    const MAX_ATTEMPTS: u32 = 10;
+    const INITIAL_DELAY_MS: f64 = 5_000.0;
+    const MAX_DELAY_MS: f64 = 30_000.0;
+    const MAX_RETRYABLE_DELAY_S: f64 = 300.0;
+    const MID_STREAM_MAX_ATTEMPTS: u32 = 4;
+    const MID_STREAM_INITIAL_DELAY_MS: u64 = 1_000;
+    let hint_s = match seen {
+        Seen::MidStream => {
+            // `attempt < maxAttempts - 1 && attempt < maxMidStreamAttempts - 1`, `attempt`
+            // the 0-based index of the stream attempt that failed.
+            let attempt = state.stream_retries;
+            if attempt + 1 >= MID_STREAM_MAX_ATTEMPTS.min(MAX_ATTEMPTS) {
+                return None;
+            }
+            state.stream_retries += 1;
+            state.request_retries = 0;
+            state.gemini_current_delay_ms = None;
+            return Some(MID_STREAM_INITIAL_DELAY_MS << attempt);
+        }
+        Seen::NoResponse { .. } => None,
+        Seen::Http {
+            status,
+            retry_after_s,
+            ..
+        } => {
+            if *status == 404 {
+                return None;
+            }
+            match retry_after_s.filter(|s| *s > 0.0) {
+                Some(s) if s > MAX_RETRYABLE_DELAY_S => return None,
+                Some(s) => Some(s),
+                None if *status == 429 || *status == 499 || (500..600).contains(status) => None,
+                None => return None,
+            }
+        }
+    };
+    // `attempt` counts this call's attempts, the failed one included.
+    if state.request_retries + 1 >= MAX_ATTEMPTS {
+        return None;
+    }
+    state.request_retries += 1;
+    let current = state.gemini_current_delay_ms.unwrap_or(INITIAL_DELAY_MS);
+    let (current, delay) = match hint_s {
+        Some(s) => {
+            let current = current.max(s * 1_000.0);
+            (current, current + current * 0.2 * rng.f64())
+        }
+        None => (
+            current,
+            (current + current * 0.3 * (rng.f64() * 2.0 - 1.0)).max(0.0),
+        ),
+    };
+    state.gemini_current_delay_ms = Some((current * 2.0).min(MAX_DELAY_MS));
+    Some(delay.round() as u64)
+}
+
+/// The delay Gemini CLI's `classifyGoogleError` reads from an error message, in seconds:
+/// the first "Please retry in X" with X digits and dots followed by `s` or `ms`
+/// (`/Please retry in ([0-9.]+(?:ms|s))/`, `parseDurationInSeconds`).
+fn please_retry_in_s(message: &str) -> Option<f64> {
+    const PHRASE: &str = "Please retry in ";
+    let at = message.find(PHRASE)? + PHRASE.len();
+    let rest = &message[at..];
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(rest.len());
+    let (number, unit) = rest.split_at(end);
+    // `parseFloat` reads the longest prefix that is a number ("1.5.2" is 1.5).
+    let parse = |n: &str| (1..=n.len()).rev().find_map(|i| n[..i].parse::<f64>().ok());
+    let value = parse(number)?;
+    if unit.starts_with("ms") {
+        Some(value / 1_000.0)
+    } else if unit.starts_with('s') {
+        Some(value)
+    } else {
+        None
+    }
+}
+
 fn seconds_to_ms(s: f64) -> u64 {
     if s.is_finite() && s > 0.0 {
         (s * 1000.0).round() as u64
@@ -756,8 +978,8 @@ fn aws_standard(
     let cost = match seen {
         // An event stream that fails after the response raises while it is read.
         Seen::MidStream => return None,
-        Seen::NoResponse { timeout: true } => RetryQuota::TIMEOUT_RETRY_COST,
-        Seen::NoResponse { timeout: false } => RetryQuota::RETRY_COST,
+        Seen::NoResponse { timeout: true, .. } => RetryQuota::TIMEOUT_RETRY_COST,
+        Seen::NoResponse { timeout: false, .. } => RetryQuota::RETRY_COST,
         Seen::Http {
             status: 429 | 500 | 502 | 503 | 504 | 529,
             ..
@@ -1244,6 +1466,192 @@ mod tests {
         assert!(delays(Peer::NoRetries, &http(503, None)).is_empty());
     }
 
+    /// What `peer` sees of an HTTP error with this status, `retry-after` and message.
+    fn http_seen_by(
+        peer: Peer,
+        status: u16,
+        retry_after: Option<&str>,
+        message: Option<&str>,
+    ) -> Seen {
+        let mut headers = std::collections::BTreeMap::new();
+        if let Some(v) = retry_after {
+            headers.insert("retry-after".to_owned(), v.to_owned());
+        }
+        let kind = FaultKind::Http {
+            status,
+            headers,
+            error_type: None,
+            message: message.map(str::to_owned),
+        };
+        Seen::of(&kind, ProviderKind::Anthropic, peer)
+    }
+
+    /// The delays of many fresh turns failing with `seen`, by retry: the least and the most.
+    fn delay_ranges(peer: Peer, seen: &Seen, turns: u64) -> Vec<(u64, u64)> {
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        for seed in 0..turns {
+            let mut process = peer.new_process(0);
+            let mut state = PeerState::default();
+            let mut rng = fastrand::Rng::with_seed(seed);
+            for i in 0.. {
+                state.attempts += 1;
+                let Some(d) = peer.decide(seen, &mut state, &mut rng, &mut process, 0) else {
+                    break;
+                };
+                if i == ranges.len() {
+                    ranges.push((d, d));
+                }
+                let r = &mut ranges[i];
+                *r = (r.0.min(d), r.1.max(d));
+            }
+        }
+        ranges
+    }
+
+    #[test]
+    fn python_genai_with_retry_options_makes_five_attempts_after_2_pow_n_plus_up_to_a_second() {
+        let peer = Peer::GenaiPython;
+        let ranges = delay_ranges(peer, &http_seen_by(peer, 503, None, None), 500);
+        // tenacity's wait_exponential_jitter(initial=1, max=60, exp_base=2, jitter=1):
+        // 2^(n-1) + U(0, 1) s after attempt n; stop_after_attempt(5): four retries.
+        assert_eq!(ranges.len(), 4, "{ranges:?}");
+        for (i, &(lo, hi)) in ranges.iter().enumerate() {
+            let base = 1_000u64 << i;
+            assert!(
+                (base..base + 20).contains(&lo) && (base + 980..=base + 1_000).contains(&hi),
+                "retry {i}: {lo}..{hi}"
+            );
+        }
+    }
+
+    #[test]
+    fn python_genai_retries_its_six_statuses_and_transient_httpx_errors_only() {
+        let peer = Peer::GenaiPython;
+        for status in [408, 429, 500, 502, 503, 504, 529] {
+            let d = delays(peer, &http_seen_by(peer, status, None, None));
+            assert_eq!(d.len(), 4, "{status}: {d:?}");
+        }
+        for status in [400, 404, 409, 424, 499, 501] {
+            assert!(
+                delays(peer, &http_seen_by(peer, status, None, None)).is_empty(),
+                "{status}"
+            );
+        }
+        // httpx.ConnectError and httpx.TimeoutException; not a reset, not a broken stream.
+        for (timeout, reset, retried) in [
+            (false, false, true),
+            (true, false, true),
+            (false, true, false),
+        ] {
+            let d = delays(peer, &Seen::NoResponse { timeout, reset });
+            assert_eq!(
+                d.len() == 4,
+                retried,
+                "timeout {timeout}, reset {reset}: {d:?}"
+            );
+        }
+        assert!(delays(peer, &Seen::MidStream).is_empty());
+        // The default client (`retry_options=None`) is `stop_after_attempt(1)`.
+        assert!(delays(Peer::NoRetries, &http_seen_by(peer, 503, None, None)).is_empty());
+    }
+
+    #[test]
+    fn python_genai_ignores_retry_after() {
+        let peer = Peer::GenaiPython;
+        for hint in ["5", "90", "600"] {
+            let seen = http_seen_by(peer, 429, Some(hint), None);
+            assert_eq!(
+                seen,
+                http_seen_by(peer, 429, None, None),
+                "{hint}: not even read"
+            );
+            let d = delays(peer, &seen);
+            assert_eq!(d.len(), 4, "{hint}: {d:?}");
+            assert!((1_000..=2_000).contains(&d[0]), "{hint}: {d:?}");
+        }
+    }
+
+    #[test]
+    fn gemini_cli_makes_ten_attempts_after_5_10_20_then_30_seconds_within_30_percent() {
+        let peer = Peer::GeminiCli;
+        for status in [429, 499, 500, 503, 529] {
+            let ranges = delay_ranges(peer, &http_seen_by(peer, status, None, None), 300);
+            assert_eq!(ranges.len(), 9, "{status}: {ranges:?}");
+            let bases = [
+                5_000, 10_000, 20_000, 30_000, 30_000, 30_000, 30_000, 30_000, 30_000,
+            ];
+            for (&(lo, hi), base) in ranges.iter().zip(bases) {
+                let (least, most) = (base * 7 / 10, base * 13 / 10);
+                assert!(
+                    (least..least + base / 20).contains(&lo)
+                        && (most - base / 20..=most).contains(&hi),
+                    "{status}, base {base}: {lo}..{hi}"
+                );
+            }
+        }
+        // Failures without a response are retried on the same backoff.
+        for (timeout, reset) in [(false, false), (true, false), (false, true)] {
+            assert_eq!(delays(peer, &Seen::NoResponse { timeout, reset }).len(), 9);
+        }
+        // 400, 404 (ModelNotFoundError, nowhere to fall back to), 408 and other 4xx: thrown.
+        for status in [400, 404, 408, 409, 424] {
+            assert!(
+                delays(peer, &http_seen_by(peer, status, None, None)).is_empty(),
+                "{status}"
+            );
+        }
+    }
+
+    #[test]
+    fn gemini_cli_ignores_retry_after_and_reads_a_delay_from_the_message() {
+        let peer = Peer::GeminiCli;
+        // Only the header: a RetryableQuotaError without a delay, on the 5 s backoff.
+        let seen = http_seen_by(peer, 429, Some("90"), None);
+        assert_eq!(seen, http_seen_by(peer, 429, None, None));
+        let d = delays(peer, &seen);
+        assert_eq!(d.len(), 9);
+        assert!((3_500..=6_500).contains(&d[0]), "{d:?}");
+        // "Please retry in 12s": at least the server's delay, plus up to 20 %; the backoff
+        // doubles from it (24 s), and the larger of the two wins the next wait.
+        let hinted = http_seen_by(
+            peer,
+            429,
+            None,
+            Some("Quota exceeded. Please retry in 12s."),
+        );
+        let ranges = delay_ranges(peer, &hinted, 300);
+        assert_eq!(ranges.len(), 9);
+        assert!(ranges[0].0 >= 12_000 && ranges[0].1 <= 14_400, "{ranges:?}");
+        assert!(ranges[1].0 >= 24_000 && ranges[1].1 <= 28_800, "{ranges:?}");
+        assert!(ranges[2].0 >= 30_000 && ranges[2].1 <= 36_000, "{ranges:?}");
+        let ms = http_seen_by(peer, 503, None, Some("Please retry in 6500ms"));
+        assert!(delay_ranges(peer, &ms, 50)[0].0 >= 6_500);
+        // Above 300 s it is a TerminalQuotaError: no retry, and no model to fall back to.
+        let long = http_seen_by(peer, 429, None, Some("Please retry in 301s"));
+        assert!(delays(peer, &long).is_empty());
+        // parseFloat reads the longest number: "1.5.2s" is 1.5 s.
+        assert_eq!(please_retry_in_s("Please retry in 1.5.2s"), Some(1.5));
+        assert_eq!(please_retry_in_s("Please retry in 34.07s."), Some(34.07));
+        assert_eq!(please_retry_in_s("Please retry in s"), None);
+    }
+
+    #[test]
+    fn gemini_cli_retries_a_broken_stream_three_times_each_with_fresh_request_retries() {
+        let peer = Peer::GeminiCli;
+        assert_eq!(delays(peer, &Seen::MidStream), [1_000, 2_000, 4_000]);
+        // After a stream retry the new call starts over: nine more request retries, from 5 s.
+        let mut seen = vec![http(503, None); 9];
+        seen.push(Seen::MidStream);
+        seen.extend(vec![http(503, None); 10]);
+        let mut process = peer.new_process(0);
+        let d = failing_turn(peer, &seen, &mut process);
+        assert_eq!(d.len(), 19, "{d:?}");
+        assert_eq!(d[9], 1_000, "{d:?}");
+        assert!((3_500..=6_500).contains(&d[10]), "{d:?}");
+        // Codex's turn loop retries a broken stream too; the others never.
+        assert!(delays(Peer::GenaiPython, &Seen::MidStream).is_empty());
+    }
+
     #[test]
     fn aws_retries_twice_with_full_jitter_below_one_then_two_seconds() {
         for status in [503, 529, 429, 500, 502, 504] {
@@ -1280,7 +1688,10 @@ mod tests {
             2
         );
         assert_eq!(quota(&process), 490, "two retries at 5, none refunded");
-        let timeout = Seen::NoResponse { timeout: true };
+        let timeout = Seen::NoResponse {
+            timeout: true,
+            reset: false,
+        };
         assert_eq!(
             delays_in(Peer::AwsStandard, &timeout, &mut process).len(),
             2
@@ -1515,7 +1926,10 @@ mod tests {
         let mut fresh = Peer::LinkerdBudget.new_process(0);
         assert!(delays_in(
             Peer::LinkerdBudget,
-            &Seen::NoResponse { timeout: false },
+            &Seen::NoResponse {
+                timeout: false,
+                reset: true,
+            },
             &mut fresh
         )
         .is_empty());
@@ -1528,7 +1942,10 @@ mod tests {
             http(529, None),
             http(500, None),
             http(429, Some("5")),
-            Seen::NoResponse { timeout: true },
+            Seen::NoResponse {
+                timeout: true,
+                reset: false,
+            },
         ] {
             let d = delays(Peer::EnvoyBudget, &seen);
             assert_eq!(d.len(), 1, "{seen:?}: {d:?}");
