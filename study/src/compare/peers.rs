@@ -828,9 +828,10 @@ fn python_genai(seen: &Seen, state: &mut PeerState, rng: &mut fastrand::Rng) -> 
 ///   `null`: the error is thrown. A 429, 499 or 503 is a `RetryableQuotaError`, with
 ///   `retryDelayMs` when the body gives a delay: `RetryInfo.retryDelay` in a Google error's
 ///   `details`, or "Please retry in X[s|ms]" in its message (a zero delay counts as none).
-///   The CLI never reads the `Retry-After` header (retry.ts logs a 429 as "no Retry-After
-///   header"), so an Anthropic- or OpenAI-shaped 429 with only `retry-after` is a
-///   `RetryableQuotaError` without a delay;
+///   Neither file reads the `Retry-After` header, so a 429 whose body is not a Google
+///   error and carries only `retry-after` is retried without a delay, on the backoff
+///   below (a `RetryableQuotaError` without `retryDelayMs`, or an unclassified error that
+///   `isRetryableError` accepts: the same wait either way);
 /// - a `RetryableQuotaError` or a 5xx (`is500`: 500–599, so 529 too) is retried while
 ///   `attempt < maxAttempts`: with a delay, after `max(currentDelay, retryDelayMs)` plus up
 ///   to 20 % ("Positive jitter up to +20% while respecting server minimum delay");
