@@ -141,6 +141,22 @@ pub fn classify_error_body(
     classify_body(provider, status, body, None)
 }
 
+/// Classifies an AWS error whose type travels beside its body rather than in it: the
+/// `:exception-type` (or `:error-code`) header of an event-stream message inside a 200
+/// ConverseStream response (`status` `None`), whose payload is `{"message": "…"}`. The type
+/// wins over any the body names, as `x-amzn-errortype` does in [`classify_http`]; so
+/// `throttlingException` is a rate limit, `serviceUnavailableException` unavailable, and a
+/// `validationException` saying the input is too long a context overflow.
+pub(crate) fn classify_aws_error(
+    status: Option<u16>,
+    error_type: Option<&str>,
+    body: &[u8],
+) -> ProviderFailure {
+    let error_type = error_type.map(str::trim).filter(|t| !t.is_empty());
+    // AWS bodies have no `code`: the type is the error's name, whichever family reads it.
+    classify_body(ProviderKind::Anthropic, status, body, error_type)
+}
+
 /// [`classify_error_body`], with the error's type from a header (AWS's
 /// `x-amzn-errortype`) when there is one: it wins over the body's.
 fn classify_body(

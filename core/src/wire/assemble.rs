@@ -207,6 +207,33 @@ impl Assembly {
         }
     }
 
+    /// Appends to a thinking block's signature (Bedrock streams it as deltas, which may come
+    /// in pieces; Anthropic's single `signature_delta` goes to [`set_signature`]).
+    ///
+    /// [`set_signature`]: Assembly::set_signature
+    pub(crate) fn push_signature(&mut self, index: u64, sig: &str) -> Result<(), ProviderFailure> {
+        self.charge(sig.len())?;
+        match self.part(index)? {
+            Part::Thinking { signature, .. } => {
+                signature.push_str(sig);
+                Ok(())
+            }
+            _ => Err(mismatch(index, "signature")),
+        }
+    }
+
+    /// Appends to redacted thinking's data (Bedrock's `redactedContent` deltas).
+    pub(crate) fn push_redacted(&mut self, index: u64, more: &str) -> Result<(), ProviderFailure> {
+        self.charge(more.len())?;
+        match self.part(index)? {
+            Part::RedactedThinking(data) => {
+                data.push_str(more);
+                Ok(())
+            }
+            _ => Err(mismatch(index, "redacted reasoning")),
+        }
+    }
+
     pub(crate) fn push_json(
         &mut self,
         index: u64,

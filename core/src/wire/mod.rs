@@ -114,6 +114,8 @@ pub mod sse;
 
 mod anthropic;
 mod assemble;
+#[allow(dead_code)] // wired into the dispatch when ProviderKind::Bedrock lands
+mod bedrock;
 mod borrow;
 mod gemini;
 mod openai;
