@@ -142,8 +142,9 @@ pub(crate) fn body(
     Ok(Value::Object(body))
 }
 
-/// Whether Bedrock refuses `text` in a text block: empty or only whitespace ("The text
-/// field in the ContentBlock object … is blank", a `ValidationException`).
+/// Whether Bedrock refuses `text` in a text block: empty or only whitespace (a
+/// `ValidationException`: "The text field in the ContentBlock object at messages.0.content.0
+/// is blank. Add text to the text field, and try again.").
 fn blank(text: &str) -> bool {
     text.trim().is_empty()
 }
@@ -266,8 +267,11 @@ pub(crate) fn parse_path(path: &str) -> Option<(String, bool)> {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
+            let hex = bytes.get(i + 1..i + 3)?;
+            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                return None;
+            }
+            out.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
             i += 3;
         } else {
             out.push(bytes[i]);

@@ -1174,6 +1174,7 @@ fn paths_carry_the_model_percent_encoded_and_read_back() {
         "/model//converse",
         "/v1/messages",
         "/model/x%4/converse",
+        "/model/x%+4/converse",
         "/model/%FF/converse",
     ] {
         assert_eq!(parse_path(bad), None, "{bad}");
