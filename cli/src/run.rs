@@ -807,7 +807,11 @@ mod tests {
         assert_eq!(t.base_url.as_deref(), Some("http://127.0.0.1:9/v1"));
         let t = parse_fallback("anthropic:@haiku").unwrap();
         assert_eq!(resolve_model(&t.model).unwrap(), "claude-haiku-4-5");
-        assert!(parse_fallback("gemini:x").is_err());
+        let t = parse_fallback("vertex:@gemini").unwrap();
+        assert_eq!((t.provider, t.vertex), (ProviderKind::Gemini, true));
+        assert_eq!(resolve_model(&t.model).unwrap(), "gemini-2.5-pro");
+        assert!(!parse_fallback("gemini:x").unwrap().vertex);
+        assert!(parse_fallback("bedrock:x").is_err());
         assert!(parse_fallback("openai").is_err());
     }
 

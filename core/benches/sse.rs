@@ -89,6 +89,29 @@ fn responses_encoded() -> Vec<u8> {
     .concat()
 }
 
+fn gemini_encoded() -> Vec<u8> {
+    encode_stream(
+        ProviderKind::Gemini,
+        &long_response(),
+        "gemini-bench",
+        "resp-bench",
+    )
+    .concat()
+}
+
+/// The captured Gemini text stream with its first chunk repeated up to the target size (each
+/// chunk is a whole response with usage and identity, as the API sends them).
+fn gemini_capture_repeated() -> Vec<u8> {
+    let capture = include_str!("../fixtures/streams/gemini/text_stream.sse");
+    let events: Vec<&str> = capture.split_inclusive("\n\n").collect();
+    let mut out = String::new();
+    while out.len() < TARGET_BYTES {
+        out.push_str(events[0]);
+    }
+    out.push_str(&events[1..].concat());
+    out.into_bytes()
+}
+
 fn responses_capture_repeated() -> Vec<u8> {
     let capture = include_str!("../fixtures/streams/responses/text_stream.sse");
     let events: Vec<&str> = capture.split_inclusive("\n\n").collect();
@@ -175,7 +198,7 @@ fn eventsource_stream_sse_only(bytes: &[u8]) -> usize {
     }))
 }
 
-fn inputs() -> [(&'static str, ProviderKind, Vec<u8>); 4] {
+fn inputs() -> [(&'static str, ProviderKind, Vec<u8>); 6] {
     [
         (
             "anthropic_encoded",
@@ -196,6 +219,12 @@ fn inputs() -> [(&'static str, ProviderKind, Vec<u8>); 4] {
             "responses_capture_repeated",
             ProviderKind::OpenAiResponses,
             responses_capture_repeated(),
+        ),
+        ("gemini_encoded", ProviderKind::Gemini, gemini_encoded()),
+        (
+            "gemini_capture_repeated",
+            ProviderKind::Gemini,
+            gemini_capture_repeated(),
         ),
     ]
 }

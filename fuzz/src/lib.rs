@@ -34,6 +34,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("stream_anthropic", stream_anthropic),
     ("stream_openai", stream_openai),
     ("stream_responses", stream_responses),
+    ("stream_gemini", stream_gemini),
     ("classify", classify),
     ("wire_bodies", wire_bodies),
     ("session", session),
@@ -164,6 +165,12 @@ pub fn stream_responses(data: &[u8]) {
     stream(ProviderKind::OpenAiResponses, data);
 }
 
+/// The Gemini stream decoder and assembler (whole responses per event, thought
+/// signatures, minted call ids, finish reasons, in-stream `error` chunks).
+pub fn stream_gemini(data: &[u8]) {
+    stream(ProviderKind::Gemini, data);
+}
+
 /// What every classified failure must be: one line, bounded. (Delay hints have no bound of
 /// their own: a huge well-formed one is kept, saturated, for the retry policy's cap.)
 fn check_failure(f: &ProviderFailure) {
@@ -176,7 +183,8 @@ fn check_failure(f: &ProviderFailure) {
 }
 
 /// Error classification: bytes 0–1 the status, byte 2 flags (bit 0 OpenAI, bit 1 wall time
-/// known, bit 2 with bit 0 the Responses API), bytes 3–10 the wall time, then header lines (`name: value`), a NUL, the body.
+/// known, bit 2 with bit 0 the Responses API, bit 3 Gemini), bytes 3–10 the wall time, then
+/// header lines (`name: value`), a NUL, the body.
 pub fn classify(data: &[u8]) {
     if data.len() < 11 {
         return;
@@ -199,6 +207,7 @@ pub fn classify(data: &[u8]) {
         })
         .collect();
     let kind = match (flags & 1, flags & 4) {
+        _ if flags & 8 != 0 => ProviderKind::Gemini,
         (0, _) => ProviderKind::Anthropic,
         (_, 0) => ProviderKind::OpenAi,
         _ => ProviderKind::OpenAiResponses,
@@ -216,11 +225,7 @@ pub fn classify(data: &[u8]) {
 
 /// Non-streaming bodies: `parse_response` and `parse_request` of every wire format.
 pub fn wire_bodies(data: &[u8]) {
-    for kind in [
-        ProviderKind::Anthropic,
-        ProviderKind::OpenAi,
-        ProviderKind::OpenAiResponses,
-    ] {
+    for &kind in ProviderKind::ALL {
         if let Err(f) = parse_response(kind, data) {
             check_failure(&f);
         }

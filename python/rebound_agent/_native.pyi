@@ -242,7 +242,8 @@ class RetryBudget:
         """The configuration in its JSON shape, every default filled in."""
 
 Provider = str
-"""A wire format: ``"anthropic"``, ``"openai"`` or ``"openai_responses"`` (ConfigError else)."""
+"""A wire format: ``"anthropic"``, ``"openai"``, ``"openai_responses"`` or ``"gemini"``
+(ConfigError else)."""
 Bytes = bytes | bytearray | memoryview | str
 
 def request_body(
@@ -266,8 +267,10 @@ def request_body(
     ``base_url`` picks the tool-id form the server takes (Mistral's nine characters);
     ``identity`` is the target's, so reasoning another target owns is left out."""
 
-def request_path(provider: Provider) -> str:
-    """``/v1/messages``, ``/chat/completions`` or ``/responses``."""
+def request_path(provider: Provider, model: str = "", stream: bool = True) -> str:
+    """``/v1/messages``, ``/chat/completions``, ``/responses``, or Gemini's
+    ``/models/{model}:streamGenerateContent?alt=sse`` (``:generateContent`` without
+    ``stream``; ConfigError without a model)."""
 
 def parse_response(provider: Provider, body: Bytes, *, secrets: Secrets = None) -> dict[str, Json]:
     """A whole non-streamed response body as an AssistantResponse; StreamError (with

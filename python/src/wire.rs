@@ -22,11 +22,13 @@ use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::sync::Arc;
 
-/// A provider kind from its name: `"anthropic"`, `"openai"` or `"openai_responses"`.
+/// A provider kind from its name: `"anthropic"`, `"openai"`, `"openai_responses"` or
+/// `"gemini"`.
 pub fn provider_kind(name: &str) -> PyResult<ProviderKind> {
     serde_json::from_value(Value::String(name.to_owned())).map_err(|_| {
         ConfigError::new_err(format!(
-            "unknown provider {name:?}: expected \"anthropic\", \"openai\" or \"openai_responses\""
+            "unknown provider {name:?}: expected \"anthropic\", \"openai\", \
+             \"openai_responses\" or \"gemini\""
         ))
     })
 }
@@ -172,11 +174,19 @@ pub fn request_body<'py>(
     to_py(py, &body)
 }
 
-/// The URL path of `provider`'s requests, to append to its base URL (`/v1/messages`,
-/// `/chat/completions`, `/responses`).
+/// The URL path of `provider`'s requests for `model`, to append to its base URL
+/// (`/v1/messages`, `/chat/completions`, `/responses`; Gemini's names the model and whether
+/// to stream: `/models/{model}:streamGenerateContent?alt=sse`).
 #[pyfunction]
-pub fn request_path(provider: &str) -> PyResult<&'static str> {
-    Ok(wire::request_path(provider_kind(provider)?))
+#[pyo3(signature = (provider, model = "", stream = true))]
+pub fn request_path(provider: &str, model: &str, stream: bool) -> PyResult<String> {
+    let kind = provider_kind(provider)?;
+    if kind == ProviderKind::Gemini && model.trim().is_empty() {
+        return Err(ConfigError::new_err(
+            "Gemini's request path names the model: give `model`",
+        ));
+    }
+    Ok(wire::request_path(kind, model, stream))
 }
 
 fn stream_error(py: Python<'_>, failure: &ProviderFailure) -> PyErr {

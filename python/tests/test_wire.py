@@ -220,6 +220,32 @@ def test_a_request_body_is_built_from_a_commands_snapshot(provider):
     assert request_path(provider).startswith("/")
 
 
+def test_gemini_requests_name_the_model_in_the_path_and_its_streams_decode():
+    m = AgentMachine(config={"tools": [READ_TOOL]})
+    [_, send] = m.step(0, e.UserMessage.text("Read README.md"))
+    body = request_body("gemini", send.conversation, "gemini-2.5-flash", 1024, system="Be brief.", tools=[READ_TOOL])
+    assert body["contents"][0] == {"role": "user", "parts": [{"text": "Read README.md"}]}
+    assert body["systemInstruction"] == {"parts": [{"text": "Be brief."}]}
+    assert body["generationConfig"] == {"maxOutputTokens": 1024}
+    assert body["tools"][0]["functionDeclarations"][0]["name"] == "read"
+    assert request_path("gemini", "gemini-2.5-flash") == "/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    assert request_path("gemini", "gemini-2.5-flash", stream=False) == "/models/gemini-2.5-flash:generateContent"
+    with pytest.raises(ConfigError):
+        request_path("gemini")
+    chunk = {"candidates": [{"content": {"parts": [{"functionCall": {"name": "read", "args": {"path": "README.md"}}}],
+                                         "role": "model"}, "finishReason": "STOP", "index": 0}],
+             "responseId": "r1"}
+    d = StreamDecoder("gemini")
+    d.feed(("data: " + json.dumps(chunk) + "\r\n\r\n").encode())
+    response = d.finish()
+    assert response["stop_reason"] == "tool_use"
+    assert response["message"]["content"][0]["id"] == "gc_r1_0"
+    blocked = {"promptFeedback": {"blockReason": "SAFETY"}}
+    with pytest.raises(StreamError) as err:
+        parse_response("gemini", json.dumps(blocked).encode())
+    assert err.value.failure["kind"] == "content_blocked"
+
+
 def test_request_options_reach_the_body_and_bad_ones_are_refused():
     convo = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
     body = request_body("openai", convo, "gpt-4o", 100, tools=[READ_TOOL], options={"temperature": 0.5, "tool_choice": "any"})

@@ -125,7 +125,7 @@ impl StreamState {
                 .and_then(|f| f.get("blockReason"))
                 .and_then(Value::as_str)
             {
-                return Err(blocked(reason, "the prompt was blocked"));
+                return Err(blocked(&reason_name(reason), "the prompt was blocked"));
             }
             return Ok(false);
         };
@@ -141,7 +141,7 @@ impl StreamState {
             .and_then(Value::as_str)
             .filter(|r| !r.is_empty() && *r != "FINISH_REASON_UNSPECIFIED")
         {
-            self.finish_reason = Some(reason.to_owned());
+            self.finish_reason = Some(reason_name(reason));
             return Ok(true);
         }
         Ok(false)
@@ -301,6 +301,22 @@ impl StreamState {
             )),
             other => other,
         }
+    }
+}
+
+/// A reason as the API names them (`SAFETY`, `MALFORMED_FUNCTION_CALL`): kept when it is
+/// such a name, at most 64 characters; anything else from the wire is `OTHER`, so a reason
+/// never carries a payload into a message, a type or a stop reason.
+fn reason_name(reason: &str) -> String {
+    let name = !reason.is_empty()
+        && reason.len() <= 64
+        && reason
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_');
+    if name {
+        reason.to_owned()
+    } else {
+        "OTHER".to_owned()
     }
 }
 

@@ -240,6 +240,17 @@ fn max_tokens_and_other_reasons_are_stop_reasons() {
 }
 
 #[test]
+fn reasons_that_are_not_names_are_other() {
+    let odd = "SAFETY\nplus a payload ".repeat(50);
+    let r = decode(G, &sse(&[chunk(json!([{"text": "x"}]), Some(&odd))])).unwrap();
+    assert_eq!(r.stop_reason, StopReason::Other("OTHER".into()));
+    let body = json!({"promptFeedback": {"blockReason": odd}});
+    let f = decode(G, &sse(&[body])).unwrap_err();
+    assert_eq!(f.error_type.as_deref(), Some("OTHER"));
+    assert!(!f.message.contains('\n'));
+}
+
+#[test]
 fn a_stream_without_a_finish_reason_is_cut() {
     let bytes = sse(&[chunk(json!([{"text": "Hel"}]), None)]);
     let f = decode(G, &bytes).unwrap_err();
