@@ -199,7 +199,7 @@ def test_transport_errors_are_classified(kwargs, transport, kind):
 
 def test_bad_classifier_input_raises_typed_errors():
     with pytest.raises(ConfigError):
-        classify_http("gemini", 500, {}, b"")
+        classify_http("bedrock", 500, {}, b"")
     with pytest.raises(TypeError):
         classify_http("openai", 500, 42, b"")
     with pytest.raises(ValueError):
