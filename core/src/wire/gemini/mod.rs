@@ -113,6 +113,7 @@ fn percent_decode(s: &str) -> String {
 
 /// Google's canonical status name for an HTTP status (`google.rpc.Code`), as its error
 /// bodies carry it.
+#[cfg(feature = "server")]
 pub(crate) fn status_name(status: u16) -> &'static str {
     match status {
         400 => "INVALID_ARGUMENT",
