@@ -131,6 +131,11 @@ pub enum ProviderArg {
     /// GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION (default `global`) unless
     /// `--base-url` gives the whole Vertex URL.
     Vertex,
+    /// AWS Bedrock's Converse API: a Bedrock API key (AWS_BEARER_TOKEN_BEDROCK), the region
+    /// from AWS_REGION (or AWS_DEFAULT_REGION) unless `--base-url` gives the endpoint; a
+    /// Bedrock model id in `--model` (e.g. `anthropic.claude-sonnet-4-5-20250929-v1:0` or an
+    /// inference profile such as `us.anthropic.…`).
+    Bedrock,
 }
 
 impl ProviderArg {
@@ -148,6 +153,7 @@ impl From<ProviderArg> for rebound_core::ProviderKind {
             ProviderArg::Openai => rebound_core::ProviderKind::OpenAi,
             ProviderArg::OpenaiResponses => rebound_core::ProviderKind::OpenAiResponses,
             ProviderArg::Gemini | ProviderArg::Vertex => rebound_core::ProviderKind::Gemini,
+            ProviderArg::Bedrock => rebound_core::ProviderKind::Bedrock,
         }
     }
 }
@@ -195,7 +201,8 @@ pub struct AgentArgs {
     #[arg(long)]
     pub model: Option<String>,
     /// Environment variable holding the API key (default: ANTHROPIC_API_KEY,
-    /// OPENAI_API_KEY, GEMINI_API_KEY then GOOGLE_API_KEY, or VERTEX_ACCESS_TOKEN).
+    /// OPENAI_API_KEY, GEMINI_API_KEY then GOOGLE_API_KEY, VERTEX_ACCESS_TOKEN, or
+    /// AWS_BEARER_TOKEN_BEDROCK).
     #[arg(long)]
     pub api_key_env: Option<String>,
     /// A command whose output is the key (run once, by `sh -c`, before the first request),
@@ -234,7 +241,7 @@ pub struct AgentArgs {
     #[arg(long)]
     pub max_turns: Option<u32>,
     /// Fallback target `PROVIDER:MODEL[@BASE_URL]` (repeatable; PROVIDER is `anthropic`,
-    /// `openai`, `openai-responses`, `gemini` or `vertex`), tried in order when the previous target's retries
+    /// `openai`, `openai-responses`, `gemini`, `vertex` or `bedrock`), tried in order when the previous target's retries
     /// are spent or its quota is exhausted. Keys come from the provider's conventional
     /// variable. The request options (`--max-tokens` to `--user-id`) apply to it too, and one
     /// its API lacks stops the run before any request; `--header` and `--extra-body` do not.

@@ -72,6 +72,8 @@ fn default_key_envs(provider: ProviderKind, vertex: bool) -> &'static [&'static 
     match provider {
         ProviderKind::Anthropic => &["ANTHROPIC_API_KEY"],
         ProviderKind::Gemini if vertex => &["VERTEX_ACCESS_TOKEN"],
+        // A Bedrock API key, as the AWS SDKs read it.
+        ProviderKind::Bedrock => &["AWS_BEARER_TOKEN_BEDROCK"],
         // As Google's SDKs read them.
         ProviderKind::Gemini => &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
         // OpenAI's APIs; the CLI offers no other kind (`--provider`).
@@ -99,6 +101,22 @@ fn key_from_command(command: &str) -> Result<ApiKey, ConfigError> {
         ConfigError::Invalid("--api-key-command printed something that is not text".to_owned())
     })?;
     Ok(ApiKey::new(key.trim()))
+}
+
+/// Bedrock's endpoint in the region AWS_REGION (else AWS_DEFAULT_REGION) names, as the AWS
+/// SDKs read them.
+fn bedrock_url_from_env() -> Result<String, ConfigError> {
+    ["AWS_REGION", "AWS_DEFAULT_REGION"]
+        .iter()
+        .find_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()))
+        .map(|region| rebound_effects::provider::bedrock_base_url(region.trim()))
+        .ok_or_else(|| {
+            ConfigError::Invalid(
+                "--provider bedrock needs AWS_REGION (or AWS_DEFAULT_REGION), or the endpoint \
+                 in --base-url"
+                    .to_owned(),
+            )
+        })
 }
 
 /// The Vertex AI base URL from GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION (`global`
@@ -156,6 +174,7 @@ fn parse_fallback(spec: &str) -> Result<TargetArg, ConfigError> {
         "openai-responses" => (ProviderKind::OpenAiResponses, false),
         "gemini" => (ProviderKind::Gemini, false),
         "vertex" => (ProviderKind::Gemini, true),
+        "bedrock" => (ProviderKind::Bedrock, false),
         _ => return Err(bad()),
     };
     // A model never contains '@' except as an alias prefix; a base URL always has "://".
@@ -273,6 +292,9 @@ fn build_provider(
     match &target.base_url {
         Some(url) => config.base_url.clone_from(url),
         None if target.vertex => config.base_url = vertex_url_from_env()?,
+        None if target.provider == ProviderKind::Bedrock => {
+            config.base_url = bedrock_url_from_env()?;
+        }
         None => {}
     }
     if target.vertex {
@@ -811,7 +833,13 @@ mod tests {
         assert_eq!((t.provider, t.vertex), (ProviderKind::Gemini, true));
         assert_eq!(resolve_model(&t.model).unwrap(), "gemini-2.5-pro");
         assert!(!parse_fallback("gemini:x").unwrap().vertex);
-        assert!(parse_fallback("bedrock:x").is_err());
+        assert_eq!(
+            parse_fallback("bedrock:anthropic.claude-sonnet-4-5-20250929-v1:0")
+                .unwrap()
+                .model,
+            "anthropic.claude-sonnet-4-5-20250929-v1:0"
+        );
+        assert!(parse_fallback("azure:x").is_err());
         assert!(parse_fallback("openai").is_err());
     }
 

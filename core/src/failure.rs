@@ -23,6 +23,10 @@ pub enum ProviderKind {
     /// (`{location}-aiplatform.googleapis.com/v1/projects/{project}/locations/{location}/publishers/google`):
     /// one wire format, two hosts and two ways to authenticate.
     Gemini,
+    /// AWS Bedrock's Converse API (`POST {base}/model/{modelId}/converse-stream`, answered
+    /// in AWS's binary event-stream framing), one API for Claude, Llama, Nova, Mistral and
+    /// the other models Bedrock hosts.
+    Bedrock,
 }
 
 impl ProviderKind {
@@ -33,6 +37,7 @@ impl ProviderKind {
         ProviderKind::OpenAi,
         ProviderKind::OpenAiResponses,
         ProviderKind::Gemini,
+        ProviderKind::Bedrock,
     ];
 }
 
@@ -43,6 +48,7 @@ impl fmt::Display for ProviderKind {
             ProviderKind::OpenAi => "openai",
             ProviderKind::OpenAiResponses => "openai-responses",
             ProviderKind::Gemini => "gemini",
+            ProviderKind::Bedrock => "bedrock",
         })
     }
 }
@@ -408,9 +414,10 @@ mod tests {
             ProviderKind::OpenAi => 1,
             ProviderKind::OpenAiResponses => 2,
             ProviderKind::Gemini => 3,
+            ProviderKind::Bedrock => 4,
         };
         let positions: Vec<usize> = ProviderKind::ALL.iter().map(|k| position(*k)).collect();
-        assert_eq!(positions, (0..4).collect::<Vec<_>>());
+        assert_eq!(positions, (0..5).collect::<Vec<_>>());
     }
 
     #[test]

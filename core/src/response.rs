@@ -120,15 +120,16 @@ impl Usage {
 
     /// The tokens of the prompt as the context window counts them: OpenAI's `prompt_tokens`
     /// (Responses: `input_tokens`) and Gemini's `promptTokenCount` already include cached
-    /// tokens; Anthropic's `input_tokens` exclude the tokens read from and written to the
-    /// cache, which count too.
+    /// tokens; Anthropic's `input_tokens` and Bedrock's `inputTokens` exclude the tokens read
+    /// from and written to the cache, which count too.
     #[must_use]
     pub fn context_tokens(&self, provider: ProviderKind) -> u64 {
         match provider {
             ProviderKind::OpenAi | ProviderKind::OpenAiResponses | ProviderKind::Gemini => {
                 self.input_tokens
             }
-            ProviderKind::Anthropic => self
+            // Bedrock counts as Anthropic does: `inputTokens` leave the cache out.
+            ProviderKind::Anthropic | ProviderKind::Bedrock => self
                 .input_tokens
                 .saturating_add(self.cache_read_input_tokens.unwrap_or(0))
                 .saturating_add(self.cache_creation_input_tokens.unwrap_or(0)),

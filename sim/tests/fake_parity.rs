@@ -39,6 +39,14 @@ async fn wire_failure(server: &FakeServer, provider: ProviderKind) -> Option<Pro
             ),
             json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
         ),
+        ProviderKind::Bedrock => (
+            format!(
+                "{}{}",
+                server.base_url(),
+                rebound_core::wire::request_path(provider, "m", true)
+            ),
+            json!({"messages": [{"role": "user", "content": [{"text": "hi"}]}]}),
+        ),
         other => panic!("no request written for {other:?} yet"),
     };
     let response = match client
@@ -175,6 +183,14 @@ async fn a_mid_answer_error_is_the_bytes_the_simulator_renders_and_begins_the_an
                     rebound_core::wire::request_path(provider, "m", true)
                 ),
                 json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
+            ),
+            ProviderKind::Bedrock => (
+                format!(
+                    "{}{}",
+                    server.base_url(),
+                    rebound_core::wire::request_path(provider, "m", true)
+                ),
+                json!({"messages": [{"role": "user", "content": [{"text": "hi"}]}]}),
             ),
             _ => (
                 format!("{}/responses", server.openai_base_url()),

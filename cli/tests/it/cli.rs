@@ -856,6 +856,48 @@ async fn provider_gemini_and_vertex_speak_generate_content_with_their_credential
 }
 
 #[tokio::test]
+async fn provider_bedrock_speaks_converse_stream_with_its_api_key() {
+    let s = server(
+        r#"{"turns": [{"faults": [{"type": "stream_error", "error_type": "ThrottlingException",
+                                   "message": "Too many requests, please wait before trying again."}],
+                       "answer": {"text": "Hi from Bedrock."}}]}"#,
+    )
+    .await;
+    let model = "anthropic.claude-sonnet-4-5-20250929-v1:0";
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", "hello", "--provider", "bedrock"])
+        .args(["--base-url", &s.base_url()])
+        .args(["--model", model, "--events", "json", "--no-jitter"])
+        .args(["--initial-delay-ms", "10"])
+        .env("AWS_BEARER_TOKEN_BEDROCK", "bedrock-cli-test-key")
+        .stdin(Stdio::null());
+    let out = output(cmd).await;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let events = json_events(&out);
+    assert!(types(&events).contains(&"provider_retry".to_owned()), "{events:?}");
+    let requests = s.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(requests
+        .iter()
+        .all(|r| r.path == "/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse-stream"));
+    assert_eq!(requests[0].header("authorization"), Some("<redacted>"));
+    assert!(!stderr.contains("bedrock-cli-test-key"));
+    s.shutdown().await;
+
+    // Without a region, Bedrock says what it needs before any request.
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", "hello", "--provider", "bedrock", "--model", model])
+        .env_remove("AWS_REGION")
+        .env_remove("AWS_DEFAULT_REGION")
+        .env("AWS_BEARER_TOKEN_BEDROCK", "unused")
+        .stdin(Stdio::null());
+    let out = output(cmd).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("AWS_REGION"));
+}
+
+#[tokio::test]
 async fn request_options_headers_and_extra_body_reach_the_provider() {
     let s = server(r#"{"turns": [{"answer": {"text": "Hi there."}}]}"#).await;
     let out = output(run_cmd(

@@ -271,6 +271,7 @@ fn the_demo_tells_its_whole_story(provider: &str) {
     let base_url = match provider {
         "anthropic" => serve.url.clone(),
         "gemini" => format!("{}/v1beta", serve.url),
+        "bedrock" => serve.url.clone(),
         _ => format!("{}/v1", serve.url),
     };
     let out = Command::new(BIN)
@@ -288,6 +289,7 @@ fn the_demo_tells_its_whole_story(provider: &str) {
         .env("ANTHROPIC_API_KEY", "sk-ant-demo")
         .env("OPENAI_API_KEY", "sk-demo")
         .env("GEMINI_API_KEY", "gm-demo-key")
+        .env("AWS_BEARER_TOKEN_BEDROCK", "bedrock-api-key-demo")
         .stdin(Stdio::null())
         .output()
         .expect("rebound run runs");
@@ -332,4 +334,9 @@ fn the_demo_tells_its_whole_story_on_the_openai_responses_api() {
 #[test]
 fn the_demo_tells_its_whole_story_on_gemini() {
     the_demo_tells_its_whole_story("gemini");
+}
+
+#[test]
+fn the_demo_tells_its_whole_story_on_bedrock() {
+    the_demo_tells_its_whole_story("bedrock");
 }

@@ -91,6 +91,7 @@ pub fn classify_http(
     };
     let (first, second) = match provider {
         ProviderKind::Anthropic => ("request-id", "x-request-id"),
+        ProviderKind::Bedrock => ("x-amzn-requestid", "x-request-id"),
         ProviderKind::OpenAi | ProviderKind::OpenAiResponses | ProviderKind::Gemini => {
             ("x-request-id", "request-id")
         }
@@ -153,8 +154,7 @@ pub(crate) fn classify_aws_error(
     body: &[u8],
 ) -> ProviderFailure {
     let error_type = error_type.map(str::trim).filter(|t| !t.is_empty());
-    // AWS bodies have no `code`: the type is the error's name, whichever family reads it.
-    classify_body(ProviderKind::Anthropic, status, body, error_type)
+    classify_body(ProviderKind::Bedrock, status, body, error_type)
 }
 
 /// [`classify_error_body`], with the error's type from a header (AWS's
@@ -188,7 +188,10 @@ fn classify_body(
             let error_type = match provider {
                 // Google's `status` (`RESOURCE_EXHAUSTED`) names the error; its `code` is
                 // the HTTP status.
-                ProviderKind::Anthropic | ProviderKind::Gemini => error_type.or(code),
+                // AWS names the error by its type (a header or `__type`); it has no code.
+                ProviderKind::Anthropic | ProviderKind::Gemini | ProviderKind::Bedrock => {
+                    error_type.or(code)
+                }
                 ProviderKind::OpenAi | ProviderKind::OpenAiResponses => code.or(error_type),
             };
             let message = p

@@ -114,7 +114,6 @@ pub mod sse;
 
 mod anthropic;
 mod assemble;
-#[allow(dead_code)] // wired into the dispatch when ProviderKind::Bedrock lands
 mod bedrock;
 mod borrow;
 mod gemini;
@@ -562,14 +561,17 @@ impl StreamLimits {
         let limits = StreamLimits::default();
         match provider {
             ProviderKind::Anthropic | ProviderKind::OpenAi => limits,
-            // Gemini sends each function call whole, arguments and all, in one event.
-            ProviderKind::OpenAiResponses | ProviderKind::Gemini => StreamLimits {
-                sse: SseLimits {
-                    max_line_bytes: limits.max_message_bytes,
-                    max_event_bytes: limits.max_message_bytes,
-                },
-                ..limits
-            },
+            // Gemini sends each function call whole, arguments and all, in one event; Bedrock's
+            // event-stream framing has its own limits (16 MiB a message), the SSE ones unused.
+            ProviderKind::OpenAiResponses | ProviderKind::Gemini | ProviderKind::Bedrock => {
+                StreamLimits {
+                    sse: SseLimits {
+                        max_line_bytes: limits.max_message_bytes,
+                        max_event_bytes: limits.max_message_bytes,
+                    },
+                    ..limits
+                }
+            }
         }
     }
 }
@@ -604,7 +606,26 @@ pub fn request_path(provider: ProviderKind, model: &str, stream: bool) -> String
         ProviderKind::OpenAi => "/chat/completions".to_owned(),
         ProviderKind::OpenAiResponses => "/responses".to_owned(),
         ProviderKind::Gemini => gemini::path(model, stream),
+        ProviderKind::Bedrock => bedrock::request::path(model, stream),
     }
+}
+
+/// The model and whether a stream was asked for, read from a Bedrock request's path
+/// (`/model/{modelId}/converse-stream` or `…/converse`, the id percent-decoded): what a
+/// server needs that the body does not say.
+///
+/// ```
+/// use rebound_core::wire::bedrock_request_target;
+/// assert_eq!(
+///     bedrock_request_target("/model/anthropic.claude-sonnet-4-6-v1%3A0/converse-stream"),
+///     Some(("anthropic.claude-sonnet-4-6-v1:0".to_owned(), true))
+/// );
+/// assert_eq!(bedrock_request_target("/v1/messages"), None);
+/// ```
+#[cfg(feature = "server")]
+#[must_use]
+pub fn bedrock_request_target(path: &str) -> Option<(String, bool)> {
+    bedrock::request::parse_path(path)
 }
 
 /// The model and whether a stream was asked for, read from a Gemini request's path
@@ -674,6 +695,7 @@ pub fn request_body(
         ProviderKind::OpenAi => openai::request::body(conversation, params),
         ProviderKind::OpenAiResponses => responses::request::body(conversation, params),
         ProviderKind::Gemini => gemini::request::body(conversation, params),
+        ProviderKind::Bedrock => bedrock::request::body(conversation, params),
     }?;
     if let (Some(options), Value::Object(map)) = (params.options, &mut body) {
         options::apply(provider, options, params.tools, params.max_tokens, map)?;
@@ -692,7 +714,7 @@ pub fn request_body(
 #[must_use]
 pub fn carries_tool_error_flag(provider: ProviderKind) -> bool {
     match provider {
-        ProviderKind::Anthropic | ProviderKind::Gemini => true,
+        ProviderKind::Anthropic | ProviderKind::Gemini | ProviderKind::Bedrock => true,
         ProviderKind::OpenAi | ProviderKind::OpenAiResponses => false,
     }
 }
@@ -708,6 +730,7 @@ pub fn parse_request(provider: ProviderKind, body: &[u8]) -> Result<ParsedReques
         ProviderKind::OpenAi => openai::request::parse(&value),
         ProviderKind::OpenAiResponses => responses::request::parse(&value),
         ProviderKind::Gemini => gemini::request::parse(&value),
+        ProviderKind::Bedrock => bedrock::request::parse(&value),
     }
 }
 
@@ -727,6 +750,7 @@ pub fn parse_response(
         ProviderKind::OpenAi => openai::stream::parse_response(&value, body),
         ProviderKind::OpenAiResponses => responses::stream::parse_response(&value, body),
         ProviderKind::Gemini => gemini::stream::parse_response(&value, body),
+        ProviderKind::Bedrock => bedrock::stream::parse_response(&value, body),
     }
 }
 
@@ -750,6 +774,7 @@ pub fn encode_stream(
         ProviderKind::OpenAi => openai::encode::stream(response, model, message_id),
         ProviderKind::OpenAiResponses => responses::encode::stream(response, model, message_id),
         ProviderKind::Gemini => gemini::encode::stream(response, model, message_id),
+        ProviderKind::Bedrock => bedrock::encode::stream(response, model, message_id),
     }
 }
 
@@ -769,6 +794,7 @@ pub fn encode_response_json(
             responses::encode::response_json(response, model, message_id)
         }
         ProviderKind::Gemini => gemini::encode::response_json(response, model, message_id),
+        ProviderKind::Bedrock => bedrock::encode::response_json(response, model, message_id),
     }
 }
 
@@ -802,6 +828,37 @@ pub fn encode_error_body(
             openai::encode::error_body(status, error_type, message)
         }
         ProviderKind::Gemini => gemini::encode::error_body(status, error_type, message),
+        ProviderKind::Bedrock => bedrock::encode::error_body(status, error_type, message),
+    }
+}
+
+/// The headers an error response of `provider` carries besides its body
+/// ([`encode_error_body`]): Bedrock names the error's type in `x-amzn-errortype`
+/// (`ThrottlingException:http://internal.amazon.com/coral/com.amazon.bedrock/`), not in its
+/// body; the other providers need none.
+#[cfg(feature = "server")]
+#[must_use]
+pub fn encode_error_headers(
+    provider: ProviderKind,
+    status: u16,
+    error_type: Option<&str>,
+) -> Vec<(&'static str, String)> {
+    match provider {
+        ProviderKind::Bedrock => vec![(
+            "x-amzn-errortype",
+            bedrock::encode::error_type_header(status, error_type),
+        )],
+        _ => Vec::new(),
+    }
+}
+
+/// The content type of `provider`'s streamed responses: `text/event-stream`, or for
+/// Bedrock AWS's `application/vnd.amazon.eventstream`.
+#[must_use]
+pub fn stream_content_type(provider: ProviderKind) -> &'static str {
+    match provider {
+        ProviderKind::Bedrock => "application/vnd.amazon.eventstream",
+        _ => "text/event-stream",
     }
 }
 
@@ -821,6 +878,7 @@ pub fn encode_stream_error_event(
         ProviderKind::OpenAi => openai::encode::stream_error_event(error_type, message),
         ProviderKind::OpenAiResponses => responses::encode::stream_error_event(error_type, message),
         ProviderKind::Gemini => gemini::encode::stream_error_event(error_type, message),
+        ProviderKind::Bedrock => bedrock::encode::stream_error_event(error_type, message),
     }
 }
 
@@ -868,11 +926,13 @@ pub fn context_overflow_message(provider: ProviderKind, tokens: u64, limit: u64)
             "The input token count ({tokens}) exceeds the maximum number of tokens allowed \
              ({limit})."
         ),
+        // Bedrock's ValidationException does not count either.
+        ProviderKind::Bedrock => "Input is too long for requested model.".to_owned(),
     }
 }
 
-/// Decodes one provider's streamed response: SSE bytes in, UI deltas out as they arrive, and
-/// exactly one outcome at the end.
+/// Decodes one provider's streamed response: SSE bytes (for Bedrock, AWS event-stream
+/// frames) in, UI deltas out as they arrive, and exactly one outcome at the end.
 ///
 /// Feed it the response body in whatever chunks the network delivers; then call
 /// [`finish`](StreamDecoder::finish) when the body ends (or as soon as
@@ -907,6 +967,8 @@ enum ProviderState {
     OpenAi(openai::stream::StreamState),
     Responses(responses::stream::StreamState),
     Gemini(gemini::stream::StreamState),
+    /// Not SSE: AWS event-stream framing and assembly together.
+    Bedrock(Box<bedrock::stream::Decoder>),
 }
 
 impl ProviderState {
@@ -920,6 +982,8 @@ impl ProviderState {
             ProviderState::OpenAi(s) => s.on_event(event, deltas),
             ProviderState::Responses(s) => s.on_event(event, deltas),
             ProviderState::Gemini(s) => s.on_event(event, deltas),
+            // Fed its bytes directly (`StreamDecoder::feed_with`), never SSE events.
+            ProviderState::Bedrock(_) => Err(malformed("an SSE event in an event stream")),
         }
     }
 }
@@ -947,6 +1011,9 @@ impl StreamDecoder {
             ProviderKind::Gemini => {
                 ProviderState::Gemini(gemini::stream::StreamState::new(limits.max_message_bytes))
             }
+            ProviderKind::Bedrock => ProviderState::Bedrock(Box::new(
+                bedrock::stream::Decoder::new(limits.max_message_bytes),
+            )),
         };
         StreamDecoder {
             sse: SseDecoder::with_limits(limits.sse),
@@ -1007,6 +1074,14 @@ impl StreamDecoder {
         if self.complete {
             return Ok(());
         }
+        if let ProviderState::Bedrock(decoder) = &mut self.state {
+            let fed = decoder.feed_with(bytes, on_delta);
+            self.complete = decoder.is_complete();
+            if let Err(f) = &fed {
+                self.failure = Some(f.clone());
+            }
+            return fed;
+        }
         let state = &mut self.state;
         let complete = &mut self.complete;
         let result = self.sse.feed_with(bytes, |event| {
@@ -1029,7 +1104,8 @@ impl StreamDecoder {
     }
 
     /// Whether the terminal event (`message_stop`, `data: [DONE]`, `response.completed` or
-    /// `response.incomplete`, a Gemini chunk naming a finish reason) has arrived.
+    /// `response.incomplete`, a Gemini chunk naming a finish reason, Bedrock's `metadata`
+    /// after `messageStop`) has arrived.
     #[must_use]
     pub fn is_complete(&self) -> bool {
         self.complete && self.failure.is_none()
@@ -1047,6 +1123,9 @@ impl StreamDecoder {
     pub fn finish(mut self) -> Result<AssistantResponse, ProviderFailure> {
         if let Some(f) = self.failure {
             return Err(f);
+        }
+        if let ProviderState::Bedrock(decoder) = self.state {
+            return decoder.finish();
         }
         if !self.complete {
             // The deltas of an event completed by the end of the body are not shown: the body
@@ -1073,6 +1152,7 @@ impl StreamDecoder {
             ProviderState::OpenAi(s) => s.finish(self.complete),
             ProviderState::Responses(s) => s.finish(self.complete),
             ProviderState::Gemini(s) => s.finish(self.complete),
+            ProviderState::Bedrock(decoder) => decoder.finish(),
         }
     }
 }

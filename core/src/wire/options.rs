@@ -139,6 +139,13 @@ pub struct UnknownEffort {
 /// Gemini's thinking settings also ask for the thoughts' summaries (`includeThoughts`),
 /// which stream as thinking deltas.
 ///
+/// Bedrock's Converse takes them as: `temperature` (0 to 1), `top_p` and `stop_sequences` in
+/// `inferenceConfig`; `tool_choice` as `toolConfig.toolChoice` (`auto`, `any`, `tool`; `none`
+/// is refused: offer no tools); a thinking budget as `additionalModelRequestFields.thinking`
+/// (Claude's form and rules); reasoning effort, parallel tool calls and a user id refused;
+/// the extra body's `inferenceConfig` and `additionalModelRequestFields` objects merged key
+/// by key.
+///
 /// The output token limit is not here: it is [`RequestParams::max_tokens`], which every
 /// request carries (`max_tokens`, `max_completion_tokens`, `max_output_tokens`).
 ///
@@ -349,7 +356,7 @@ impl RequestOptions {
         let anthropic = provider == ProviderKind::Anthropic;
         let gemini = provider == ProviderKind::Gemini;
         if let Some(t) = self.temperature {
-            let (max, range) = if anthropic {
+            let (max, range) = if anthropic || provider == ProviderKind::Bedrock {
                 (1.0, "0 to 1")
             } else {
                 (2.0, "0 to 2")
@@ -404,6 +411,9 @@ impl RequestOptions {
         }
         if gemini {
             return self.check_gemini(max_tokens);
+        }
+        if provider == ProviderKind::Bedrock {
+            return self.check_bedrock(max_tokens);
         }
         if let Some(budget) = self.thinking_budget {
             if !anthropic {
@@ -500,6 +510,102 @@ impl RequestOptions {
             }
         }
         Ok(())
+    }
+
+    /// What Bedrock's Converse refuses, after the checks every API shares.
+    fn check_bedrock(&self, max_tokens: u32) -> Result<(), OptionsError> {
+        let provider = ProviderKind::Bedrock;
+        let unsupported = |option, hint| OptionsError::Unsupported {
+            provider,
+            option,
+            hint,
+        };
+        if self.reasoning_effort.is_some() {
+            return Err(unsupported(
+                "reasoning effort",
+                "give a Claude model a thinking budget, or put the model's own field in the \
+                 extra body's `additionalModelRequestFields`",
+            ));
+        }
+        if self.tool_choice == Some(ToolChoice::None) {
+            return Err(unsupported(
+                "tool choice none",
+                "Converse's toolChoice is auto, any or a tool; offer no tools instead",
+            ));
+        }
+        if self.parallel_tool_calls.is_some() {
+            return Err(unsupported(
+                "parallel tool calls",
+                "Converse has no such switch; leave it unset",
+            ));
+        }
+        if self.user_id.is_some() {
+            return Err(unsupported(
+                "user id",
+                "Converse has none; AWS attributes requests to the signing identity",
+            ));
+        }
+        if let Some(budget) = self.thinking_budget {
+            if budget < MIN_THINKING_BUDGET || budget >= max_tokens {
+                return Err(OptionsError::ThinkingBudget { budget, max_tokens });
+            }
+            // Claude's rules, whichever host runs it.
+            self.check_thinking_combinations(provider)?;
+        }
+        for key in self.extra_body.keys() {
+            if let Some(reason) = owned_key_reason(provider, key) {
+                return Err(OptionsError::ExtraBodyKey {
+                    provider,
+                    key: key.chars().take(64).collect(),
+                    reason,
+                });
+            }
+        }
+        for (object, owned) in [
+            ("inferenceConfig", self.bedrock_inference_keys()),
+            (
+                "additionalModelRequestFields",
+                if self.thinking_budget.is_some() {
+                    vec!["thinking"]
+                } else {
+                    Vec::new()
+                },
+            ),
+        ] {
+            let Some(extra) = self.extra_body.get(object) else {
+                continue;
+            };
+            let Some(extra) = extra.as_object() else {
+                return Err(OptionsError::ExtraBodyKey {
+                    provider,
+                    key: object.to_owned(),
+                    reason: "it must be an object, merged key by key into rebound's",
+                });
+            };
+            if let Some(key) = extra.keys().find(|k| owned.contains(&k.as_str())) {
+                return Err(OptionsError::ExtraBodyKey {
+                    provider,
+                    key: format!("{object}.{}", key.chars().take(48).collect::<String>()),
+                    reason: "rebound or a typed option set here already sends it",
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The `inferenceConfig` keys rebound and the typed options send to Bedrock.
+    fn bedrock_inference_keys(&self) -> Vec<&'static str> {
+        let mut keys = vec!["maxTokens"];
+        if self.temperature.is_some() {
+            keys.push("temperature");
+        }
+        if self.top_p.is_some() {
+            keys.push("topP");
+        }
+        if !self.stop_sequences.is_empty() {
+            keys.push("stopSequences");
+        }
+        keys
     }
 
     /// The `generationConfig` keys the typed options send to Gemini.
@@ -660,6 +766,7 @@ fn owned_key_reason(provider: ProviderKind, key: &str) -> Option<&'static str> {
             "stream",
         ],
         ProviderKind::Gemini => &["contents", "systemInstruction", "tools"],
+        ProviderKind::Bedrock => &["messages", "system", "toolConfig"],
     };
     if owned.contains(&key) {
         return Some(match key {
@@ -688,6 +795,7 @@ pub(crate) fn api_name(provider: ProviderKind) -> &'static str {
         ProviderKind::OpenAi => "OpenAI Chat Completions API",
         ProviderKind::OpenAiResponses => "OpenAI Responses API",
         ProviderKind::Gemini => "Gemini API",
+        ProviderKind::Bedrock => "Bedrock Converse API",
     }
 }
 
@@ -809,6 +917,9 @@ pub(crate) fn apply(
     if provider == ProviderKind::Gemini {
         return apply_gemini(options, tools, body);
     }
+    if provider == ProviderKind::Bedrock {
+        return apply_bedrock(options, tools, body);
+    }
     let anthropic = provider == ProviderKind::Anthropic;
     if let Some(t) = options.temperature {
         body.insert("temperature".into(), t.into());
@@ -922,6 +1033,69 @@ fn apply_gemini(
         }
     }
     body.insert("generationConfig".into(), config.into());
+    Ok(())
+}
+
+/// The options in Bedrock's Converse form ([`RequestOptions`] has the table); checked already.
+fn apply_bedrock(
+    options: &RequestOptions,
+    tools: &[ToolSpec],
+    body: &mut Map<String, Value>,
+) -> Result<(), OptionsError> {
+    let mut inference = match body.remove("inferenceConfig") {
+        Some(Value::Object(config)) => config,
+        _ => Map::new(),
+    };
+    if let Some(t) = options.temperature {
+        inference.insert("temperature".into(), t.into());
+    }
+    if let Some(p) = options.top_p {
+        inference.insert("topP".into(), p.into());
+    }
+    if !options.stop_sequences.is_empty() {
+        inference.insert(
+            "stopSequences".into(),
+            options.stop_sequences.clone().into(),
+        );
+    }
+    let mut additional = Map::new();
+    if let Some(budget) = options.thinking_budget {
+        additional.insert(
+            "thinking".into(),
+            json!({"type": "enabled", "budget_tokens": budget}),
+        );
+    }
+    if let (false, Some(choice)) = (tools.is_empty(), &options.tool_choice) {
+        if let ToolChoice::Tool(name) = choice {
+            if !tools.iter().any(|t| t.name == *name) {
+                return Err(OptionsError::UnknownTool { name: name.clone() });
+            }
+        }
+        let value = match choice {
+            ToolChoice::Any => json!({"any": {}}),
+            ToolChoice::Tool(name) => json!({"tool": {"name": name}}),
+            // `none` is refused by the check; `auto` is the default.
+            _ => json!({"auto": {}}),
+        };
+        if let Some(Value::Object(config)) = body.get_mut("toolConfig") {
+            config.insert("toolChoice".into(), value);
+        }
+    }
+    for (key, value) in &options.extra_body {
+        match (key.as_str(), value) {
+            ("inferenceConfig", Value::Object(extra)) => inference.extend(extra.clone()),
+            ("additionalModelRequestFields", Value::Object(extra)) => {
+                additional.extend(extra.clone());
+            }
+            _ => {
+                body.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    body.insert("inferenceConfig".into(), inference.into());
+    if !additional.is_empty() {
+        body.insert("additionalModelRequestFields".into(), additional.into());
+    }
     Ok(())
 }
 

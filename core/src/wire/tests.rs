@@ -237,6 +237,7 @@ fn stream_cut_inside_an_event_is_a_stream_cut_at_every_byte() {
             }
             // Up to the closing brace of the chunk naming the finish reason (the last).
             ProviderKind::Gemini => std::str::from_utf8(bytes).unwrap().rfind('}').unwrap(),
+            other => panic!("no SSE fixture of {other:?}"),
         };
         for len in 0..last_needed {
             let f = decode(provider, &bytes[..len]).unwrap_err();

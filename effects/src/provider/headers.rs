@@ -126,6 +126,12 @@ pub(crate) fn reserved(provider: rebound_core::ProviderKind, name: &str) -> bool
     let own: &[&str] = match provider {
         rebound_core::ProviderKind::Anthropic => &["x-api-key", "anthropic-version"],
         rebound_core::ProviderKind::Gemini => &["x-goog-api-key", "authorization"],
+        rebound_core::ProviderKind::Bedrock => &[
+            "authorization",
+            "x-amz-date",
+            "x-amz-security-token",
+            "x-amz-content-sha256",
+        ],
         _ => &["authorization"],
     };
     own.contains(&name) || SET_ON_EVERY_REQUEST.contains(&name)

@@ -88,8 +88,9 @@ pub struct HttpProviderConfig {
     /// here is kept whatever the server says.
     pub tool_ids: Option<ToolIdForm>,
     /// How the key is sent: in the provider's own header (the default: Anthropic
-    /// `x-api-key`, Gemini `x-goog-api-key`, OpenAI `Authorization: Bearer`), or as a
-    /// bearer token (Vertex AI's access token, a gateway's).
+    /// `x-api-key`, Gemini `x-goog-api-key`, OpenAI `Authorization: Bearer`, Bedrock's API
+    /// key `Authorization: Bearer`), or as a bearer token (Vertex AI's access token, a
+    /// gateway's).
     pub auth: Auth,
 }
 
@@ -104,6 +105,18 @@ pub enum Auth {
     /// `Authorization: Bearer {key}`: Vertex AI (an OAuth access token, e.g. from
     /// `gcloud auth print-access-token`) and gateways that take one.
     Bearer,
+}
+
+/// The endpoint of Bedrock's runtime API in `region` (`us-east-1`, …):
+/// `https://bedrock-runtime.{region}.amazonaws.com`.
+///
+/// ```
+/// use rebound_effects::provider::bedrock_base_url;
+/// assert_eq!(bedrock_base_url("eu-west-3"), "https://bedrock-runtime.eu-west-3.amazonaws.com");
+/// ```
+#[must_use]
+pub fn bedrock_base_url(region: &str) -> String {
+    format!("https://bedrock-runtime.{region}.amazonaws.com")
 }
 
 /// The base URL of Gemini on Vertex AI for `project` in `location` (`global`, or a region
@@ -426,7 +439,10 @@ impl HttpProvider {
             .post(self.url.clone())
             .headers(self.config.headers.as_map().clone())
             .header("content-type", "application/json")
-            .header("accept", "text/event-stream, application/json");
+            .header(
+                "accept",
+                format!("{}, application/json", wire::stream_content_type(kind)),
+            );
         request = match (kind, self.config.auth) {
             (ProviderKind::Anthropic, Auth::ProviderHeader) => request
                 .header("x-api-key", self.config.api_key.expose())

@@ -6,7 +6,7 @@ mod key;
 
 pub use crate::config::HeaderError;
 pub use headers::ExtraHeaders;
-pub use http::{vertex_base_url, Auth, HttpProvider, HttpProviderConfig};
+pub use http::{bedrock_base_url, vertex_base_url, Auth, HttpProvider, HttpProviderConfig};
 pub use key::ApiKey;
 pub use rebound_core::wire::{OptionsError, ReasoningEffort, RequestOptions, ToolChoice};
 

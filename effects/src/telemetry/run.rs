@@ -111,6 +111,7 @@ pub(crate) fn provider_name(kind: ProviderKind) -> &'static str {
         // The conventions' name for the Gemini API (`gcp.vertex_ai` is Vertex's, which a
         // Gemini provider does not tell apart).
         ProviderKind::Gemini => "gcp.gemini",
+        ProviderKind::Bedrock => "aws.bedrock",
         _ => n::ERROR_OTHER,
     }
 }
@@ -234,6 +235,7 @@ impl RunTelemetry {
                         "anthropic" => ("anthropic", ProviderKind::Anthropic),
                         "openai" | "openai-responses" => ("openai", ProviderKind::OpenAi),
                         "gemini" => ("gcp.gemini", ProviderKind::Gemini),
+                        "bedrock" => ("aws.bedrock", ProviderKind::Bedrock),
                         _ => (n::ERROR_OTHER, ProviderKind::OpenAi),
                     };
                     Target {

@@ -353,11 +353,14 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         .uri
         .path_and_query()
         .and_then(|p| wire::gemini_request_target(p.as_str()));
+    // Bedrock's too: `/model/{modelId}/converse-stream` or `…/converse`.
+    let bedrock = wire::bedrock_request_target(&path);
     let provider = match path.as_str() {
         "/v1/messages" => Some(ProviderKind::Anthropic),
         "/v1/chat/completions" | "/chat/completions" => Some(ProviderKind::OpenAi),
         "/v1/responses" | "/responses" => Some(ProviderKind::OpenAiResponses),
         _ if gemini.is_some() => Some(ProviderKind::Gemini),
+        _ if bedrock.is_some() => Some(ProviderKind::Bedrock),
         _ => None,
     };
     let id = shared.next_request_id.fetch_add(1, Ordering::Relaxed);
@@ -447,7 +450,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         Ok(p) => p,
         Err(e) => return Ok(reply.reject(&shared, record, reject::bad_body(provider, &e))),
     };
-    if let Some((model, stream)) = gemini {
+    if let Some((model, stream)) = gemini.or(bedrock) {
         parsed.model = model;
         parsed.stream = stream;
     }
@@ -526,6 +529,7 @@ impl Reply {
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let id_header = match self.provider {
             ProviderKind::Anthropic => "request-id",
+            ProviderKind::Bedrock => "x-amzn-requestid",
             _ => "x-request-id",
         };
         let builder = Response::builder()
@@ -553,6 +557,14 @@ impl Reply {
             .body(FakeBody::full(body))
             .unwrap_or_else(|_| Response::new(FakeBody::full(Bytes::new())));
         let headers = response.headers_mut();
+        // Bedrock names every error's type in a header; a refusal gets its status's.
+        if status >= 400 {
+            for (name, value) in wire::encode_error_headers(self.provider, status, None) {
+                if let Ok(v) = HeaderValue::from_str(&value) {
+                    headers.insert(name, v);
+                }
+            }
+        }
         for (name, value) in extra {
             if let (Ok(n), Ok(v)) = (
                 HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes()),
@@ -642,13 +654,11 @@ impl Reply {
         plan: Plan,
         shared: Arc<Shared>,
     ) -> Response<FakeBody> {
-        self.chunked(
-            "text/event-stream; charset=utf-8",
-            chunks,
-            end,
-            plan,
-            shared,
-        )
+        let content_type = match self.provider {
+            ProviderKind::Bedrock => wire::stream_content_type(self.provider),
+            _ => "text/event-stream; charset=utf-8",
+        };
+        self.chunked(content_type, chunks, end, plan, shared)
     }
 
     /// Waits out the silences before the headers, then moves the script on.
@@ -723,6 +733,9 @@ impl Reply {
             Rendered::Chunked { kind, chunks, cut } => {
                 let end = if cut { End::Cut } else { End::Clean };
                 let content_type = match kind {
+                    BodyKind::EventStream if provider == ProviderKind::Bedrock => {
+                        wire::stream_content_type(provider)
+                    }
                     BodyKind::EventStream => "text/event-stream; charset=utf-8",
                     BodyKind::Json => "application/json",
                 };

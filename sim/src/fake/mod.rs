@@ -774,6 +774,8 @@ impl FakeServer {
         match provider {
             ProviderKind::Anthropic => self.base_url(),
             ProviderKind::Gemini => self.gemini_base_url(),
+            // Bedrock's endpoint has no path: requests go to `/model/{id}/converse-stream`.
+            ProviderKind::Bedrock => self.base_url(),
             // OpenAI's APIs, and any other (the same `/v1` prefix).
             _ => self.openai_base_url(),
         }

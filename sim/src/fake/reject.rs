@@ -18,8 +18,10 @@ pub(crate) struct Rejection {
 
 impl Rejection {
     fn new(provider: ProviderKind, status: u16, error_type: Option<&str>, message: &str) -> Self {
-        // Google's bodies name the status, not another API's type.
-        let error_type = error_type.filter(|_| provider != ProviderKind::Gemini);
+        // Google's bodies name the status, and AWS's types are its own (in a header the
+        // reply adds), not another API's type.
+        let error_type = error_type
+            .filter(|_| !matches!(provider, ProviderKind::Gemini | ProviderKind::Bedrock));
         Rejection {
             status,
             body: wire::encode_error_body(provider, status, error_type, message),
@@ -58,6 +60,17 @@ pub(crate) fn api_key(provider: ProviderKind, headers: &HeaderMap) -> Option<Str
         ProviderKind::Anthropic => header("x-api-key").or(bearer),
         // AI Studio's key header, or Vertex AI's bearer token.
         ProviderKind::Gemini => header("x-goog-api-key").or(bearer),
+        // A Bedrock API key (bearer), or SigV4's access key id (the signature is not
+        // checked: the fake server holds no secret key).
+        ProviderKind::Bedrock => bearer.or_else(|| {
+            let auth = header("authorization")?;
+            let rest = auth.strip_prefix("AWS4-HMAC-SHA256 ")?;
+            let credential = rest
+                .split(',')
+                .map(str::trim)
+                .find_map(|p| p.strip_prefix("Credential="))?;
+            credential.split('/').next().map(str::to_owned)
+        }),
         // OpenAI's APIs, and the bearer token most others take.
         _ => bearer,
     }
@@ -122,6 +135,25 @@ pub(crate) fn check_headers(
                     body: body.to_string().into_bytes(),
                     reason: message.to_owned(),
                 });
+            }
+        }
+        // AWS's answers: no credentials, or unknown ones.
+        ProviderKind::Bedrock => {
+            if key.is_none() {
+                return Err(Rejection::new(
+                    provider,
+                    403,
+                    None,
+                    "Missing Authentication Token",
+                ));
+            }
+            if expected.is_some_and(|e| Some(e) != key.as_deref()) {
+                return Err(Rejection::new(
+                    provider,
+                    403,
+                    None,
+                    "The security token included in the request is invalid.",
+                ));
             }
         }
         // OpenAI's APIs (and, in their words, any other this server does not know).

@@ -35,8 +35,8 @@ pub fn message_id(provider: ProviderKind, request_id: &str) -> String {
     match provider {
         ProviderKind::Anthropic => format!("msg_{request_id}"),
         ProviderKind::OpenAiResponses => format!("resp_{request_id}"),
-        // Gemini's `responseId`, which its minted call ids are made of.
-        ProviderKind::Gemini => request_id.to_owned(),
+        // Gemini's `responseId`, which its minted call ids are made of; Bedrock sends none.
+        ProviderKind::Gemini | ProviderKind::Bedrock => request_id.to_owned(),
         // OpenAI Chat, and a kind this version does not know: OpenAI-compatible is the
         // common dialect.
         _ => format!("chatcmpl-{request_id}"),
@@ -144,13 +144,27 @@ pub fn render(
             headers,
             error_type,
             message,
-        } => Rendered::Response {
-            status,
-            headers,
-            body: error_body(provider, status, error_type.as_deref(), message.as_deref())
-                .into_bytes(),
+        } => {
+            let mut headers = headers;
+            for (name, value) in wire::encode_error_headers(provider, status, error_type.as_deref())
+            {
+                headers.entry(name.to_owned()).or_insert(value);
+            }
+            Rendered::Response {
+                status,
+                headers,
+                body: error_body(provider, status, error_type.as_deref(), message.as_deref())
+                    .into_bytes(),
+            }
+        }
+        FaultKind::ContextOverflow => Rendered::Response {
+            status: 400,
+            headers: wire::encode_error_headers(provider, 400, Some("ValidationException"))
+                .into_iter()
+                .map(|(n, v)| (n.to_owned(), v))
+                .collect(),
+            body: overflow_body(provider).into_bytes(),
         },
-        FaultKind::ContextOverflow => whole(400, overflow_body(provider).into_bytes()),
         FaultKind::Transport { fault: seen_as } => Rendered::Close {
             after_ms: match seen_as {
                 TransportFault::Timeout | TransportFault::IdleTimeout => {
@@ -212,14 +226,24 @@ pub fn render(
             }
             let status = match error_type.as_str() {
                 "overloaded_error" => 529,
-                "rate_limit_error" | "rate_limit_exceeded" | "RESOURCE_EXHAUSTED" => 429,
-                "UNAVAILABLE" => 503,
+                "rate_limit_error"
+                | "rate_limit_exceeded"
+                | "RESOURCE_EXHAUSTED"
+                | "ThrottlingException"
+                | "throttlingException" => 429,
+                "UNAVAILABLE" | "ServiceUnavailableException" | "serviceUnavailableException" => {
+                    503
+                }
                 _ => 500,
             };
-            whole(
+            Rendered::Response {
                 status,
-                wire::encode_error_body(provider, status, Some(&error_type), &message),
-            )
+                headers: wire::encode_error_headers(provider, status, Some(&error_type))
+                    .into_iter()
+                    .map(|(n, v)| (n.to_owned(), v))
+                    .collect(),
+                body: wire::encode_error_body(provider, status, Some(&error_type), &message),
+            }
         }
         FaultKind::EmptyMessage => {
             let empty = AssistantResponse::end_turn(Message::assistant(Vec::new()));
@@ -371,6 +395,8 @@ fn before_finish(provider: ProviderKind, chunks: &[Vec<u8>]) -> usize {
         ProviderKind::Anthropic => 2,
         // Gemini: the last chunk names the finish reason.
         ProviderKind::OpenAiResponses | ProviderKind::Gemini => 1,
+        // Bedrock: `contentBlockStop`, `messageStop` and `metadata` finish it.
+        ProviderKind::Bedrock => 3,
         // OpenAI Chat, and a kind this version does not know: OpenAI-compatible is the
         // common dialect.
         _ => 3,
@@ -435,6 +461,15 @@ fn malformed_event(provider: ProviderKind) -> Vec<u8> {
         ProviderKind::Anthropic => b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\n\n".to_vec(),
         ProviderKind::OpenAiResponses => b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_broken\",\"output_index\":0,\"content_index\":0,\"delta\":\n\n".to_vec(),
         ProviderKind::Gemini => b"data: {\"candidates\":[{\"content\":{\"parts\":[{\"text\":\r\n\r\n".to_vec(),
+        // A frame whose checksums hold but whose JSON is broken off.
+        ProviderKind::Bedrock => wire::eventstream::encode_frame(
+            &[
+                (":event-type", wire::eventstream::HeaderValue::String("contentBlockDelta")),
+                (":content-type", wire::eventstream::HeaderValue::String("application/json")),
+                (":message-type", wire::eventstream::HeaderValue::String("event")),
+            ],
+            b"{\"contentBlockIndex\":0,\"delta\":{\"text\":",
+        ),
         // OpenAI Chat, and a kind this version does not know: OpenAI-compatible is the
         // common dialect.
         _ => b"data: {\"id\":\"chatcmpl-broken\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\n\n".to_vec(),
@@ -486,6 +521,17 @@ pub fn default_error_message(provider: ProviderKind, status: u16) -> &'static st
                   https://developers.generativeai.google/guide/troubleshooting"
             }
         },
+        // Bedrock's own words for each status.
+        ProviderKind::Bedrock => match status {
+            400 => "Malformed input request, please reformat your input and try again.",
+            401 | 403 => "The security token included in the request is invalid.",
+            404 => "The provided model identifier is invalid.",
+            408 => "Model has timed out in processing the request. Try your request again.",
+            424 => "Model is not ready to serve inference requests.",
+            429 => "Too many requests, please wait before trying again.",
+            503 | 529 => "Bedrock is unable to process your request.",
+            _ => "The server encountered an internal error while processing the request.",
+        },
         // OpenAI's APIs, and a kind this version does not know.
         _ => match status {
             400 => "Invalid request",
@@ -519,6 +565,7 @@ pub fn overflow_tokens(provider: ProviderKind) -> (u64, u64) {
         ProviderKind::Anthropic => (208_310, 200_000),
         ProviderKind::OpenAiResponses => (272_913, 272_000),
         ProviderKind::Gemini => (1_049_211, 1_048_576),
+        ProviderKind::Bedrock => (200_931, 200_000),
         // OpenAI Chat, and a kind this version does not know: OpenAI-compatible is the
         // common dialect.
         _ => (130_412, 128_000),
@@ -532,6 +579,7 @@ pub fn overflow_body_for(provider: ProviderKind, tokens: u64, limit: u64) -> Str
     let error_type = match provider {
         ProviderKind::Anthropic => "invalid_request_error",
         ProviderKind::Gemini => "INVALID_ARGUMENT",
+        ProviderKind::Bedrock => "ValidationException",
         // OpenAI's APIs, and a kind this version does not know.
         _ => "context_length_exceeded",
     };

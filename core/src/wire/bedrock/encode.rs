@@ -215,6 +215,31 @@ pub(crate) fn response_json(
 /// The error type Bedrock answers `status` with (the service model's errors of Converse and
 /// ConverseStream, by their `httpStatusCode`; a refused key is AWS's
 /// `UnrecognizedClientException`).
+/// The AWS error type for an error type of any format: an AWS type (`…Exception`) as it
+/// is; the other providers' types as the type Bedrock gives the same failure (so one
+/// scenario plays on every format); `None` for one that has no counterpart.
+fn aws_type(error_type: &str) -> Option<&str> {
+    if error_type.ends_with("Exception") {
+        return Some(error_type);
+    }
+    Some(match error_type {
+        "overloaded_error" | "service_unavailable" | "UNAVAILABLE" => "ServiceUnavailableException",
+        "rate_limit_error" | "rate_limit_exceeded" | "RESOURCE_EXHAUSTED" => "ThrottlingException",
+        "insufficient_quota" => "ServiceQuotaExceededException",
+        "api_error" | "server_error" | "INTERNAL" => "InternalServerException",
+        "invalid_request_error" | "context_length_exceeded" | "INVALID_ARGUMENT" => {
+            "ValidationException"
+        }
+        "authentication_error" | "invalid_api_key" | "UNAUTHENTICATED" => {
+            "UnrecognizedClientException"
+        }
+        "permission_error" | "PERMISSION_DENIED" => "AccessDeniedException",
+        "not_found_error" | "model_not_found" | "NOT_FOUND" => "ResourceNotFoundException",
+        "timeout_error" | "DEADLINE_EXCEEDED" => "ModelTimeoutException",
+        _ => return None,
+    })
+}
+
 fn default_error_type(status: u16) -> &'static str {
     match status {
         401 => "UnrecognizedClientException",
@@ -237,7 +262,9 @@ fn default_error_type(status: u16) -> &'static str {
 /// application/json` and [`error_body`]; classification reads the type from the header
 /// (`classify_http`), as botocore does.
 pub(crate) fn error_type_header(status: u16, error_type: Option<&str>) -> String {
-    let ty = error_type.unwrap_or_else(|| default_error_type(status));
+    let ty = error_type
+        .and_then(aws_type)
+        .unwrap_or_else(|| default_error_type(status));
     format!("{ty}:{ERROR_TYPE_NAMESPACE}")
 }
 
@@ -254,7 +281,9 @@ pub(crate) fn error_body(_status: u16, _error_type: Option<&str>, message: &str)
 /// (`throttlingException`), so an `…Exception` type given as its HTTP name
 /// (`ThrottlingException`) has its first letter lowered; other types go as given.
 pub(crate) fn stream_error_event(error_type: &str, message: &str) -> Vec<u8> {
-    let mut ty = error_type.to_owned();
+    let mut ty = aws_type(error_type)
+        .unwrap_or("InternalServerException")
+        .to_owned();
     if ty.ends_with("Exception") {
         if let Some(first) = ty.get_mut(0..1) {
             first.make_ascii_lowercase();

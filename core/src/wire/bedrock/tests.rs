@@ -1440,3 +1440,150 @@ fn encoded_events_and_bodies_conform_to_the_service_model() {
     .expect("a frame");
     assert_eq!(out, Vec::<String>::new());
 }
+
+// ---- through the dispatch: what every shell calls ----
+
+mod dispatch {
+    use crate::conversation::{ContentBlock, Conversation, Message};
+    use crate::failure::{FailureKind, ProviderKind, TransportFault};
+    use crate::response::{AssistantResponse, StopReason, Usage};
+    use crate::tool::ToolSpec;
+    use crate::wire::{
+        bedrock_request_target, carries_tool_error_flag, encode_error_body, encode_error_headers,
+        encode_response_json, encode_stream, encode_stream_error_event, parse_request,
+        parse_response, request_body, request_path, RequestOptions, RequestParams, StreamDecoder,
+        ToolChoice,
+    };
+    use crate::{classify::classify_http, Headers};
+    use serde_json::json;
+
+    const B: ProviderKind = ProviderKind::Bedrock;
+
+    fn answer() -> AssistantResponse {
+        AssistantResponse::new(
+            Message::assistant(vec![
+                ContentBlock::text("Reading it."),
+                ContentBlock::tool_use("tooluse_1", "read", json!({"path": "a.rs"})),
+            ]),
+            StopReason::ToolUse,
+        )
+        .with_usage(Usage::new(120, 30))
+    }
+
+    #[test]
+    fn the_stream_decoder_reads_event_stream_frames_in_any_split() {
+        let sent = answer();
+        let bytes = encode_stream(B, &sent, "m", "id").concat();
+        for cut in (0..bytes.len()).step_by(7) {
+            let mut d = StreamDecoder::new(B);
+            d.feed(&bytes[..cut]).unwrap();
+            d.feed(&bytes[cut..]).unwrap();
+            assert!(d.is_complete(), "split at {cut}");
+            assert_eq!(d.finish().unwrap(), sent, "split at {cut}");
+        }
+        let body = encode_response_json(B, &sent, "m", "id").to_string();
+        assert_eq!(parse_response(B, body.as_bytes()).unwrap(), sent);
+    }
+
+    #[test]
+    fn a_cut_or_corrupt_stream_fails_through_the_dispatch_and_stays_failed() {
+        let bytes = encode_stream(B, &answer(), "m", "id").concat();
+        let mut d = StreamDecoder::new(B);
+        d.feed(&bytes[..bytes.len() / 2]).unwrap();
+        assert_eq!(
+            d.finish().unwrap_err().transport,
+            Some(TransportFault::StreamCut)
+        );
+        let mut broken = bytes.clone();
+        broken[20] ^= 0xff;
+        let mut d = StreamDecoder::new(B);
+        let first = d.feed(&broken).unwrap_err();
+        assert_eq!(d.feed(b"more").unwrap_err(), first);
+        assert_eq!(d.finish().unwrap_err(), first);
+    }
+
+    #[test]
+    fn an_in_stream_throttle_is_a_rate_limit_like_its_http_twin() {
+        let mut bytes = encode_stream(B, &answer(), "m", "id")
+            .into_iter()
+            .take(2)
+            .collect::<Vec<_>>()
+            .concat();
+        bytes.extend(encode_stream_error_event(
+            B,
+            "ThrottlingException",
+            "Too many requests",
+        ));
+        let mut d = StreamDecoder::new(B);
+        let f = d.feed(&bytes).unwrap_err();
+        assert_eq!(f.kind, FailureKind::RateLimited);
+        let headers: Headers = encode_error_headers(B, 429, Some("ThrottlingException"))
+            .into_iter()
+            .map(|(n, v)| (n.to_owned(), v))
+            .collect();
+        let body = encode_error_body(B, 429, Some("ThrottlingException"), "Too many requests");
+        let http = classify_http(B, 429, &headers, &body, None);
+        assert_eq!(http.kind, f.kind);
+        assert_eq!(http.error_type.as_deref(), Some("ThrottlingException"));
+    }
+
+    #[test]
+    fn paths_options_and_requests_through_the_dispatch() {
+        let model = "anthropic.claude-sonnet-4-6-v1:0";
+        let path = request_path(B, model, true);
+        assert_eq!(
+            path,
+            "/model/anthropic.claude-sonnet-4-6-v1%3A0/converse-stream"
+        );
+        assert_eq!(
+            bedrock_request_target(&path),
+            Some((model.to_owned(), true))
+        );
+        assert!(carries_tool_error_flag(B));
+        let tools = [ToolSpec {
+            name: "read".into(),
+            description: "Reads".into(),
+            input_schema: json!({"type": "object"}),
+        }];
+        let options = RequestOptions::new()
+            .with_temperature(0.5)
+            .with_stop_sequence("END")
+            .with_tool_choice(ToolChoice::tool("read"));
+        let conversation = Conversation::from(vec![Message::user_text("hi")]);
+        let params = RequestParams::new(model, 4096)
+            .with_tools(&tools)
+            .with_options(&options);
+        let body = request_body(B, &conversation, &params).unwrap();
+        assert_eq!(
+            body["inferenceConfig"],
+            json!({"maxTokens": 4096, "temperature": 0.5, "stopSequences": ["END"]})
+        );
+        assert_eq!(
+            body["toolConfig"]["toolChoice"],
+            json!({"tool": {"name": "read"}})
+        );
+        assert!(body.get("additionalModelRequestFields").is_none());
+        let thinking = RequestOptions::new().with_thinking_budget(2048);
+        let body = request_body(B, &conversation, &params.with_options(&thinking)).unwrap();
+        assert_eq!(
+            body["additionalModelRequestFields"],
+            json!({"thinking": {"type": "enabled", "budget_tokens": 2048}})
+        );
+        let parsed = parse_request(B, body.to_string().as_bytes()).unwrap();
+        assert_eq!(parsed.max_tokens, Some(4096));
+        for refused in [
+            RequestOptions::new().with_tool_choice(ToolChoice::None),
+            RequestOptions::new().with_parallel_tool_calls(false),
+            RequestOptions::new().with_user_id("u"),
+            RequestOptions::new().with_temperature(1.5),
+            RequestOptions::new()
+                .with_thinking_budget(2048)
+                .with_temperature(0.5),
+            RequestOptions::new().with_reasoning_effort(crate::wire::ReasoningEffort::High),
+            RequestOptions::new().with_extra_field("messages", json!([])),
+            RequestOptions::new().with_extra_field("inferenceConfig", json!({"maxTokens": 1})),
+        ] {
+            assert!(refused.check(B, 4096).is_err(), "{refused:?}");
+        }
+    }
+}
