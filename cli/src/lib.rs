@@ -48,8 +48,8 @@ pub enum Commands {
     Run(Box<RunArgs>),
     /// Run the agent against a local fake provider through a scripted outage (offline).
     Demo(DemoArgs),
-    /// Serve a fake Anthropic/OpenAI (Chat Completions and Responses)/Gemini provider that
-    /// injects faults, for testing other agents.
+    /// Serve a fake Anthropic/OpenAI (Chat Completions and Responses)/Gemini/Bedrock provider
+    /// that injects faults, for testing other agents.
     Serve(ServeArgs),
     /// Simulate runs of a scenario in virtual time and print outcome statistics.
     Sim(SimArgs),
@@ -664,7 +664,7 @@ what to do with it, e.g.
   #3             the request's place in the log, from 0
   +1520ms        when its head arrived, in ms since the server started
   POST /v1/...   the method and the path (never the query, where some APIs take a key)
-  [anthropic]    the API of the path: anthropic, openai, openai-responses or gemini (none for an
+  [anthropic]    the API of the path: anthropic, openai, openai-responses, gemini or bedrock (none for an
                  unknown path)
   conversation 1 at 20ms
                  the conversation (from 0, in order of first request) and its scenario

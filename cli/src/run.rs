@@ -782,12 +782,13 @@ pub async fn serve(args: ServeArgs) -> i32 {
     println!("http://{}", server.addr());
     eprintln!(
         "serving scenario `{}`: Anthropic base URL {} , OpenAI base URL {} (Chat Completions \
-         and Responses) , Gemini base URL {} (AI Studio's paths; Vertex AI's too) ; stop with \
-         Ctrl-C",
+         and Responses) , Gemini base URL {} (AI Studio's paths; Vertex AI's too) , Bedrock \
+         endpoint {} ; stop with Ctrl-C",
         server.scenario().name,
         server.base_url(),
         server.openai_base_url(),
-        server.gemini_base_url()
+        server.gemini_base_url(),
+        server.base_url()
     );
     let clock = match args.clock {
         crate::ClockArg::ServerStart => "the server's start",

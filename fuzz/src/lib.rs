@@ -35,6 +35,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("stream_openai", stream_openai),
     ("stream_responses", stream_responses),
     ("stream_gemini", stream_gemini),
+    ("stream_bedrock", stream_bedrock),
     ("classify", classify),
     ("wire_bodies", wire_bodies),
     ("session", session),
@@ -171,6 +172,12 @@ pub fn stream_gemini(data: &[u8]) {
     stream(ProviderKind::Gemini, data);
 }
 
+/// The Bedrock ConverseStream decoder (AWS event-stream framing with CRC checks, then
+/// assembly; in-stream exceptions).
+pub fn stream_bedrock(data: &[u8]) {
+    stream(ProviderKind::Bedrock, data);
+}
+
 /// What every classified failure must be: one line, bounded. (Delay hints have no bound of
 /// their own: a huge well-formed one is kept, saturated, for the retry policy's cap.)
 fn check_failure(f: &ProviderFailure) {
@@ -183,7 +190,8 @@ fn check_failure(f: &ProviderFailure) {
 }
 
 /// Error classification: bytes 0–1 the status, byte 2 flags (bit 0 OpenAI, bit 1 wall time
-/// known, bit 2 with bit 0 the Responses API, bit 3 Gemini), bytes 3–10 the wall time, then
+/// known, bit 2 with bit 0 the Responses API, bit 3 Gemini, bit 4 Bedrock), bytes 3–10 the
+/// wall time, then
 /// header lines (`name: value`), a NUL, the body.
 pub fn classify(data: &[u8]) {
     if data.len() < 11 {
@@ -207,6 +215,7 @@ pub fn classify(data: &[u8]) {
         })
         .collect();
     let kind = match (flags & 1, flags & 4) {
+        _ if flags & 16 != 0 => ProviderKind::Bedrock,
         _ if flags & 8 != 0 => ProviderKind::Gemini,
         (0, _) => ProviderKind::Anthropic,
         (_, 0) => ProviderKind::OpenAi,

@@ -242,8 +242,8 @@ class RetryBudget:
         """The configuration in its JSON shape, every default filled in."""
 
 Provider = str
-"""A wire format: ``"anthropic"``, ``"openai"``, ``"openai_responses"`` or ``"gemini"``
-(ConfigError else)."""
+"""A wire format: ``"anthropic"``, ``"openai"``, ``"openai_responses"``, ``"gemini"`` or
+``"bedrock"`` (ConfigError else). Bedrock streams are AWS event-stream bytes, not SSE."""
 Bytes = bytes | bytearray | memoryview | str
 
 def request_body(
@@ -268,9 +268,10 @@ def request_body(
     ``identity`` is the target's, so reasoning another target owns is left out."""
 
 def request_path(provider: Provider, model: str = "", stream: bool = True) -> str:
-    """``/v1/messages``, ``/chat/completions``, ``/responses``, or Gemini's
+    """``/v1/messages``, ``/chat/completions``, ``/responses``, Gemini's
     ``/models/{model}:streamGenerateContent?alt=sse`` (``:generateContent`` without
-    ``stream``; ConfigError without a model)."""
+    ``stream``) or Bedrock's ``/model/{model}/converse-stream`` (``/converse``); ConfigError
+    without a model for those two."""
 
 def parse_response(provider: Provider, body: Bytes, *, secrets: Secrets = None) -> dict[str, Json]:
     """A whole non-streamed response body as an AssistantResponse; StreamError (with

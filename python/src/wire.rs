@@ -22,13 +22,13 @@ use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::sync::Arc;
 
-/// A provider kind from its name: `"anthropic"`, `"openai"`, `"openai_responses"` or
-/// `"gemini"`.
+/// A provider kind from its name: `"anthropic"`, `"openai"`, `"openai_responses"`,
+/// `"gemini"` or `"bedrock"`.
 pub fn provider_kind(name: &str) -> PyResult<ProviderKind> {
     serde_json::from_value(Value::String(name.to_owned())).map_err(|_| {
         ConfigError::new_err(format!(
             "unknown provider {name:?}: expected \"anthropic\", \"openai\", \
-             \"openai_responses\" or \"gemini\""
+             \"openai_responses\", \"gemini\" or \"bedrock\""
         ))
     })
 }
@@ -181,10 +181,10 @@ pub fn request_body<'py>(
 #[pyo3(signature = (provider, model = "", stream = true))]
 pub fn request_path(provider: &str, model: &str, stream: bool) -> PyResult<String> {
     let kind = provider_kind(provider)?;
-    if kind == ProviderKind::Gemini && model.trim().is_empty() {
-        return Err(ConfigError::new_err(
-            "Gemini's request path names the model: give `model`",
-        ));
+    if matches!(kind, ProviderKind::Gemini | ProviderKind::Bedrock) && model.trim().is_empty() {
+        return Err(ConfigError::new_err(format!(
+            "{kind}'s request path names the model: give `model`"
+        )));
     }
     Ok(wire::request_path(kind, model, stream))
 }

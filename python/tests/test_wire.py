@@ -199,7 +199,7 @@ def test_transport_errors_are_classified(kwargs, transport, kind):
 
 def test_bad_classifier_input_raises_typed_errors():
     with pytest.raises(ConfigError):
-        classify_http("bedrock", 500, {}, b"")
+        classify_http("azure", 500, {}, b"")
     with pytest.raises(TypeError):
         classify_http("openai", 500, 42, b"")
     with pytest.raises(ValueError):
@@ -244,6 +244,26 @@ def test_gemini_requests_name_the_model_in_the_path_and_its_streams_decode():
     with pytest.raises(StreamError) as err:
         parse_response("gemini", json.dumps(blocked).encode())
     assert err.value.failure["kind"] == "content_blocked"
+
+
+def test_bedrock_requests_and_event_stream_bytes():
+    convo = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    body = request_body("bedrock", convo, "anthropic.claude-sonnet-4-5-20250929-v1:0", 512)
+    assert body["messages"] == [{"role": "user", "content": [{"text": "hi"}]}]
+    assert body["inferenceConfig"] == {"maxTokens": 512}
+    assert request_path("bedrock", "anthropic.claude-sonnet-4-5-20250929-v1:0") == (
+        "/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/converse-stream"
+    )
+    with pytest.raises(ConfigError):
+        request_path("bedrock")
+    # Not SSE: a corrupt event-stream frame is a typed stream failure, never a crash.
+    d = StreamDecoder("bedrock")
+    with pytest.raises(StreamError) as err:
+        d.feed(b"\x00\x00\x00\x10\x00\x00\x00\x00\xde\xad\xbe\xef" + b"\x00" * 8)
+    assert err.value.failure["kind"] == "stream_malformed"
+    f = classify_http("bedrock", 429, {"x-amzn-errortype": "ThrottlingException:http://internal.amazon.com/coral/com.amazon.bedrock/"},
+                      b'{"message": "Too many requests, please wait before trying again."}')
+    assert f["kind"] == "rate_limited" and f["error_type"] == "ThrottlingException"
 
 
 def test_request_options_reach_the_body_and_bad_ones_are_refused():

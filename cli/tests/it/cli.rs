@@ -875,7 +875,10 @@ async fn provider_bedrock_speaks_converse_stream_with_its_api_key() {
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let events = json_events(&out);
-    assert!(types(&events).contains(&"provider_retry".to_owned()), "{events:?}");
+    assert!(
+        types(&events).contains(&"provider_retry".to_owned()),
+        "{events:?}"
+    );
     let requests = s.requests();
     assert_eq!(requests.len(), 2);
     assert!(requests
