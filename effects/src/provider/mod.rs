@@ -1,5 +1,7 @@
 //! Providers: where a conversation goes to become the next assistant message.
 
+#[cfg(feature = "bedrock")]
+pub mod aws;
 mod headers;
 mod http;
 mod key;

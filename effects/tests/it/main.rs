@@ -14,6 +14,8 @@ mod shared_buf;
 #[path = "../hostile_support/table.rs"]
 mod table;
 
+#[cfg(feature = "bedrock")]
+mod aws_sigv4;
 mod hostile_fuzz_corpus;
 mod hostile_model;
 mod hostile_provider;
@@ -41,6 +43,11 @@ mod tools_set;
 
 /// The modules a feature gates, when it is off: said in the test list rather than passed over
 /// in silence (`cargo test --workspace` turns every feature on).
+#[cfg(not(feature = "bedrock"))]
+#[test]
+#[ignore = "aws_sigv4 needs `--features bedrock`"]
+fn aws_sigv4_needs_the_bedrock_feature() {}
+
 #[cfg(not(all(feature = "lua", feature = "schema")))]
 #[test]
 #[ignore = "lua_tools needs `--features lua,schema`"]
