@@ -365,8 +365,10 @@ impl BedrockAuth {
 /// `url` is the exact URL the HTTP client sends, percent-encoding included (a model id with
 /// `:` or an ARN's `/` escaped as the client escapes it: pass the client's own
 /// `Url::as_str()`); `headers` those sent that should be signed (at least `content-type`
-/// and `accept`; the host is taken from the URL); `body` the exact bytes sent.
-#[derive(Debug, Clone, Copy)]
+/// and `accept`; the host is taken from the URL); `body` the exact bytes sent. Its `Debug`
+/// shows the headers' names and the body's length, not their contents (a gateway's header
+/// may be a credential).
+#[derive(Clone, Copy)]
 pub struct RequestToSign<'a> {
     /// The HTTP method, e.g. `POST`.
     pub method: &'a str,
@@ -377,6 +379,18 @@ pub struct RequestToSign<'a> {
     pub headers: &'a [(&'a str, &'a str)],
     /// The request body.
     pub body: &'a [u8],
+}
+
+impl fmt::Debug for RequestToSign<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(name, _)| *name).collect();
+        f.debug_struct("RequestToSign")
+            .field("method", &self.method)
+            .field("url", &self.url)
+            .field("headers", &names)
+            .field("body_len", &self.body.len())
+            .finish()
+    }
 }
 
 /// The headers to add to a request to authorize it ([`sign`], [`BedrockAuth::headers`]),
@@ -474,7 +488,12 @@ fn sign_for(
     check_url(request.url)?;
     for (name, value) in request.headers {
         let lower = name.to_ascii_lowercase();
-        let added = ["authorization", "x-amz-date", "x-amz-security-token"];
+        let added = [
+            "authorization",
+            "x-amz-date",
+            "x-amz-security-token",
+            "x-amz-content-sha256",
+        ];
         if !is_header_name(name) || !is_header_value(value) || added.contains(&lower.as_str()) {
             return Err(SignError::InvalidHeader { name: shown(name) });
         }
@@ -571,10 +590,11 @@ pub enum SignError {
         reason: String,
     },
     /// A header that cannot be signed: a name or value no header can carry, or one the
-    /// signature itself adds (`authorization`, `x-amz-date`, `x-amz-security-token`).
+    /// signature itself adds (`authorization`, `x-amz-date`, `x-amz-security-token`,
+    /// `x-amz-content-sha256`).
     #[error(
         "cannot sign header `{name}`: not a valid header, or one the signature adds itself \
-         (authorization, x-amz-date, x-amz-security-token)"
+         (authorization, x-amz-date, x-amz-security-token, x-amz-content-sha256)"
     )]
     InvalidHeader {
         /// The header's name, with control characters escaped, at most 64 characters of it

@@ -424,6 +424,7 @@ fn requests_that_cannot_be_signed_are_refused_with_typed_errors() {
     for (name, value) in [
         ("x-amz-date", "20260115T103000Z"),
         ("Authorization", "Bearer x"),
+        ("x-amz-content-sha256", "UNSIGNED-PAYLOAD"),
         ("x-gateway-key", "gw-secret-value\r\ninjected: 1"),
         ("bad name", "v"),
     ] {
@@ -474,6 +475,15 @@ fn credentials_never_appear_in_debug_or_error_text() {
         format!("{bearer_headers:?}"),
         format!("{:?}", request(&url, BODY)),
     ];
+    let gateway = [("x-gateway-key", "gw-secret-value")];
+    let with_gateway_key = RequestToSign {
+        method: "POST",
+        url: &url,
+        headers: &gateway,
+        body: BODY,
+    };
+    texts.push(format!("{with_gateway_key:?}"));
+    assert!(texts.last().unwrap().contains("x-gateway-key"));
     assert_eq!(
         texts[0],
         "AwsCredentials { access_key_id: ***, secret_access_key: ***, session_token: Some(***) }"
