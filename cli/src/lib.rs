@@ -131,8 +131,10 @@ pub enum ProviderArg {
     /// GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION (default `global`) unless
     /// `--base-url` gives the whole Vertex URL.
     Vertex,
-    /// AWS Bedrock's Converse API: a Bedrock API key (AWS_BEARER_TOKEN_BEDROCK), the region
-    /// from AWS_REGION (or AWS_DEFAULT_REGION) unless `--base-url` gives the endpoint; a
+    /// AWS Bedrock's Converse API: a Bedrock API key (AWS_BEARER_TOKEN_BEDROCK), else every
+    /// request signed (SigV4) with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+    /// AWS_SESSION_TOKEN; the region from AWS_REGION (or AWS_DEFAULT_REGION), the endpoint
+    /// too unless `--base-url` gives it; a
     /// Bedrock model id in `--model` (e.g. `anthropic.claude-sonnet-4-5-20250929-v1:0` or an
     /// inference profile such as `us.anthropic.…`).
     Bedrock,

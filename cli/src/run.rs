@@ -14,7 +14,7 @@ use rebound_effects::budget::{
 };
 use rebound_effects::config::ConfigError;
 use rebound_effects::provider::{
-    ApiKey, ExtraHeaders, HttpProvider, HttpProviderConfig, Provider, RequestOptions,
+    aws, ApiKey, Auth, ExtraHeaders, HttpProvider, HttpProviderConfig, Provider, RequestOptions,
 };
 use rebound_effects::receiver::Receiver;
 use rebound_effects::runner::{CancelHandle, RunInput, RunSummary, Runner, TraceRecorder};
@@ -267,9 +267,45 @@ fn build_provider(
     settings: &RequestSettings,
     first: bool,
 ) -> Result<HttpProvider, ConfigError> {
+    // Bedrock without a key named: an API key if the environment holds one, else SigV4 with
+    // the standard AWS variables, as the AWS SDKs choose.
+    let mut sigv4 = None;
+    let bedrock_env = target.provider == ProviderKind::Bedrock
+        && key.is_none()
+        && target.key_command.is_none()
+        && target.key_env.is_none();
     let key = match (key, &target.key_command) {
         (Some(k), _) => k,
         (None, Some(command)) => key_from_command(command)?,
+        (None, None) if bedrock_env => match aws::BedrockAuth::from_env() {
+            Ok(aws::BedrockAuth::BearerToken(token)) => token,
+            Ok(aws::BedrockAuth::SigV4 {
+                credentials,
+                region,
+            }) => {
+                // The key names the identity only: the access key id, never a secret.
+                let id = std::env::var("AWS_ACCESS_KEY_ID").unwrap_or_default();
+                sigv4 = Some(Auth::AwsSigV4 {
+                    credentials,
+                    region,
+                });
+                ApiKey::new(id)
+            }
+            Err(e) => {
+                return Err(ConfigError::Invalid(format!(
+                    "--provider bedrock needs AWS_BEARER_TOKEN_BEDROCK, or AWS credentials \
+                     and a region: {e}"
+                )))
+            }
+            // A credential a later version adds: this CLI does not send it.
+            Ok(_) => {
+                return Err(ConfigError::Invalid(
+                    "--provider bedrock: the environment's AWS credential is not one this \
+                     version sends"
+                        .to_owned(),
+                ))
+            }
+        },
         (None, None) => {
             let vars: Vec<String> = match &target.key_env {
                 Some(var) => vec![var.clone()],
@@ -298,7 +334,10 @@ fn build_provider(
         None => {}
     }
     if target.vertex {
-        config = config.with_auth(rebound_effects::provider::Auth::Bearer);
+        config = config.with_auth(Auth::Bearer);
+    }
+    if let Some(auth) = sigv4 {
+        config = config.with_auth(auth);
     }
     config.system = system.map(str::to_owned);
     if let Some(tokens) = settings.max_tokens {

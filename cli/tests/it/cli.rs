@@ -888,6 +888,42 @@ async fn provider_bedrock_speaks_converse_stream_with_its_api_key() {
     assert!(!stderr.contains("bedrock-cli-test-key"));
     s.shutdown().await;
 
+    // AWS credentials instead of an API key: every request signed (SigV4).
+    let s = server(r#"{"turns": [{"answer": {"text": "Signed."}}]}"#).await;
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", "hello", "--provider", "bedrock"])
+        .args([
+            "--base-url",
+            &s.base_url(),
+            "--model",
+            model,
+            "--events",
+            "json",
+        ])
+        .env_remove("AWS_BEARER_TOKEN_BEDROCK")
+        .env("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+        .env(
+            "AWS_SECRET_ACCESS_KEY",
+            "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+        )
+        .env("AWS_SESSION_TOKEN", "session-token-example-0123456789")
+        .env("AWS_REGION", "us-east-1")
+        .stdin(Stdio::null());
+    let out = output(cmd).await;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let request = &s.requests()[0];
+    assert!(request
+        .header("x-amz-date")
+        .is_some_and(|d| d.ends_with('Z')));
+    assert_eq!(request.header("authorization"), Some("<redacted>"));
+    assert_eq!(request.header("x-amz-security-token"), Some("<redacted>"));
+    for secret in ["wJalrXUtnFEMI", "session-token-example"] {
+        assert!(!stderr.contains(secret));
+        assert!(!String::from_utf8_lossy(&out.stdout).contains(secret));
+    }
+    s.shutdown().await;
+
     // Without a region, Bedrock says what it needs before any request.
     let mut cmd = Command::new(BIN);
     cmd.args(["run", "hello", "--provider", "bedrock", "--model", model])

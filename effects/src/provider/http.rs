@@ -95,7 +95,7 @@ pub struct HttpProviderConfig {
 }
 
 /// How an [`HttpProvider`] sends its key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub enum Auth {
     /// The provider's own header: `x-api-key` for Anthropic, `x-goog-api-key` for Gemini
@@ -105,6 +105,16 @@ pub enum Auth {
     /// `Authorization: Bearer {key}`: Vertex AI (an OAuth access token, e.g. from
     /// `gcloud auth print-access-token`) and gateways that take one.
     Bearer,
+    /// Every request signed with AWS Signature Version 4 for Bedrock (feature `bedrock`):
+    /// the credentials and region of [`aws::BedrockAuth::SigV4`](super::aws::BedrockAuth).
+    /// The config's key then only names the identity (use the access key id).
+    #[cfg(feature = "bedrock")]
+    AwsSigV4 {
+        /// The access key, secret key and session token.
+        credentials: super::aws::AwsCredentials,
+        /// The region signed for, e.g. `us-east-1`.
+        region: String,
+    },
 }
 
 /// The endpoint of Bedrock's runtime API in `region` (`us-east-1`, …):
@@ -443,7 +453,7 @@ impl HttpProvider {
                 "accept",
                 format!("{}, application/json", wire::stream_content_type(kind)),
             );
-        request = match (kind, self.config.auth) {
+        request = match (kind, &self.config.auth) {
             (ProviderKind::Anthropic, Auth::ProviderHeader) => request
                 .header("x-api-key", self.config.api_key.expose())
                 .header("anthropic-version", ANTHROPIC_VERSION),
@@ -453,7 +463,39 @@ impl HttpProvider {
             (ProviderKind::Gemini, Auth::ProviderHeader) => {
                 request.header("x-goog-api-key", self.config.api_key.expose())
             }
-            // OpenAI's APIs, Vertex AI, and the bearer token most other APIs take.
+            #[cfg(feature = "bedrock")]
+            (
+                _,
+                Auth::AwsSigV4 {
+                    credentials,
+                    region,
+                },
+            ) => {
+                let accept = format!("{}, application/json", wire::stream_content_type(kind));
+                let to_sign = super::aws::RequestToSign {
+                    method: "POST",
+                    url: self.url.as_str(),
+                    headers: &[("content-type", "application/json"), ("accept", &accept)],
+                    body: &body,
+                };
+                let signed =
+                    super::aws::sign(&to_sign, credentials, region, std::time::SystemTime::now())
+                        .map_err(|e| {
+                        ProviderFailure::new(
+                            rebound_core::FailureKind::AuthFailed,
+                            format!("the request could not be signed: {e}"),
+                        )
+                    })?;
+                for (name, value) in signed.iter() {
+                    if let Ok(mut value) = reqwest::header::HeaderValue::from_str(value) {
+                        value.set_sensitive(true);
+                        request = request.header(name, value);
+                    }
+                }
+                request
+            }
+            // OpenAI's APIs, Vertex AI, Bedrock's API keys, and the bearer token most other
+            // APIs take.
             _ => request.bearer_auth(self.config.api_key.expose()),
         };
         let send = request.body(body).send();
@@ -636,7 +678,12 @@ fn credentials(config: &HttpProviderConfig) -> Secrets {
         .map(str::trim)
         .filter(|s| s.len() >= MIN_SECRET_BYTES);
     // Every one is long enough: nothing is refused.
-    Secrets::new(long_enough).unwrap_or_default()
+    let secrets = Secrets::new(long_enough).unwrap_or_default();
+    #[cfg(feature = "bedrock")]
+    if let Auth::AwsSigV4 { credentials, .. } = &config.auth {
+        return secrets.and(&credentials.secrets());
+    }
+    secrets
 }
 
 /// `base` + the provider's request path (streamed: every request asks for a stream),
