@@ -111,9 +111,36 @@ impl<'a> Frame<'a> {
     }
 
     /// The value of the first header named `name`.
+    ///
+    /// Names are compared as bytes and only the match is decoded: a lookup costs a walk over
+    /// the lengths of the headers before it, not a UTF-8 check of each.
     #[must_use]
     pub fn header(&self, name: &str) -> Option<HeaderValue<'a>> {
-        self.headers().find(|(n, _)| *n == name).map(|(_, v)| v)
+        let mut rest = self.headers;
+        while let Some(&len) = rest.first() {
+            let len = usize::from(len);
+            let raw = rest.get(1..1 + len)?;
+            if raw == name.as_bytes() {
+                // Checked when the frame was decoded: parses whole.
+                return parse_header(rest).ok().map(|(_, value, _)| value);
+            }
+            let at = 1 + len;
+            let value_len = match *rest.get(at)? {
+                0 | 1 => 0,
+                2 => 1,
+                3 => 2,
+                4 => 4,
+                5 | 8 => 8,
+                6 | 7 => {
+                    let n = rest.get(at + 1..at + 3)?;
+                    2 + usize::from(u16::from_be_bytes([n[0], n[1]]))
+                }
+                9 => 16,
+                _ => return None,
+            };
+            rest = rest.get(at + 1 + value_len..)?;
+        }
+        None
     }
 
     /// The text of the string header named `name` (`:message-type`, `:event-type`,

@@ -75,6 +75,12 @@ fn decode(stream: &[u8], size: usize) -> (Vec<(String, Vec<u8>)>, Option<FrameEr
     for piece in stream.chunks(size.max(1)) {
         let fed = decoder.feed_with(piece, |frame| {
             let headers: Vec<_> = frame.headers().collect();
+            // A lookup by name finds what a walk over the headers finds first.
+            for (name, _) in &headers {
+                let first = headers.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
+                assert_eq!(frame.header(name), first, "{name}");
+            }
+            assert_eq!(frame.header("no-such-header"), None);
             out.push((format!("{headers:?}"), frame.payload().to_vec()));
         });
         if let Err(e) = fed {
