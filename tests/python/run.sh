@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The real-client test: the official `anthropic` and `openai` Python SDKs (pinned in
+# The real-client test: the official `anthropic`, `openai` and `boto3` Python SDKs (pinned in
 # requirements.txt, installed in a virtualenv under target/ by uv) against the fake provider
 # server.
 #
@@ -30,8 +30,12 @@ case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$PWD/$TARGET_DIR" ;; esac
 export REBOUND_FAKE_SERVER="$TARGET_DIR/debug/examples/fake_server"
 
 # Loopback only: no proxy, and no provider settings from the environment.
-NO_PROXY="127.0.0.1,localhost" no_proxy="127.0.0.1,localhost" \
-    timeout 600 env -u HTTP_PROXY -u HTTPS_PROXY -u ALL_PROXY -u http_proxy -u https_proxy \
-    -u all_proxy -u ANTHROPIC_API_KEY -u ANTHROPIC_BASE_URL -u ANTHROPIC_AUTH_TOKEN \
-    -u OPENAI_API_KEY -u OPENAI_BASE_URL \
-    "$VENV/bin/python" tests/python/test_fake_server.py -v
+for test in test_fake_server test_bedrock_client; do
+    NO_PROXY="127.0.0.1,localhost" no_proxy="127.0.0.1,localhost" \
+        timeout 600 env -u HTTP_PROXY -u HTTPS_PROXY -u ALL_PROXY -u http_proxy -u https_proxy \
+        -u all_proxy -u ANTHROPIC_API_KEY -u ANTHROPIC_BASE_URL -u ANTHROPIC_AUTH_TOKEN \
+        -u OPENAI_API_KEY -u OPENAI_BASE_URL -u AWS_PROFILE -u AWS_CONFIG_FILE \
+        -u AWS_SHARED_CREDENTIALS_FILE -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY \
+        -u AWS_SESSION_TOKEN -u AWS_BEARER_TOKEN_BEDROCK -u AWS_ENDPOINT_URL \
+        "$VENV/bin/python" "tests/python/$test.py" -v
+done
