@@ -1333,3 +1333,132 @@ async fn on_the_servers_clock_a_window_is_a_moment_of_the_servers_life() {
     assert!(r.scenario_ms >= Some(400), "{:?}", r.scenario_ms);
     server.shutdown().await;
 }
+
+/// One streamed Gemini request for `conversation`, its body encoded by rebound for the
+/// target `identity` (which decides whose reasoning goes), sent with `key`.
+async fn gemini_turn(
+    server: &FakeServer,
+    conversation: &Conversation,
+    identity: &rebound_core::TargetIdentity,
+    key: &str,
+) -> Raw {
+    let g = ProviderKind::Gemini;
+    let mut params = wire::RequestParams::new("gemini-test", 256);
+    params.identity = Some(identity);
+    let body = wire::request_body(g, conversation, &params).expect("a body");
+    let path = format!("/v1beta{}", wire::request_path(g, "gemini-test", true));
+    let headers = [
+        ("x-goog-api-key", key),
+        ("content-type", "application/json"),
+    ];
+    raw(server.addr(), &path, &headers, body.to_string().as_bytes()).await
+}
+
+#[tokio::test]
+async fn a_thought_signature_goes_back_to_its_key_only_and_another_keys_is_refused() {
+    let g = ProviderKind::Gemini;
+    let server = start(json!({"turns": [
+        {"answer": {"text": "Reading it.",
+                    "tool_calls": [{"name": "read", "input": {"path": "src/parse.rs"}}]}},
+        {"answer": {"text": "Done reading."}},
+        {"answer": {"text": "Done again."}}]}))
+    .await;
+    // What the runner records for each key: the target that produced the reasoning.
+    let (key_a, key_b) = ("gm-key-a", "gm-key-b");
+    let (target_a, target_b) = (
+        rebound_core::TargetIdentity::new("gemini:key-a"),
+        rebound_core::TargetIdentity::new("gemini:key-b"),
+    );
+    let mut conversation = Conversation::from(vec![Message::user_text("Fix the failing test.")]);
+
+    // The first call carries a signature, which rebound keeps before the call it signs.
+    let first = gemini_turn(&server, &conversation, &target_a, key_a).await;
+    assert_eq!(first.status, Some(200));
+    let mut answer = first.decode(g).expect("an answer").message;
+    let call_at = answer
+        .content
+        .iter()
+        .position(|b| matches!(b, ContentBlock::ToolUse { .. }))
+        .expect("a call");
+    let ContentBlock::Reasoning { item, .. } = &answer.content[call_at - 1] else {
+        panic!("a signature before the call: {:?}", answer.content);
+    };
+    let signature = item["thoughtSignature"]
+        .as_str()
+        .expect("a signature")
+        .to_owned();
+    let call_id = match &answer.content[call_at] {
+        ContentBlock::ToolUse { id, .. } => id.clone(),
+        _ => unreachable!(),
+    };
+    for block in &mut answer.content {
+        if let ContentBlock::Reasoning { owner, .. } = block {
+            *owner = Some(target_a.clone());
+        }
+    }
+    conversation.push(answer);
+    conversation.push(Message {
+        role: rebound_core::Role::User,
+        content: vec![ContentBlock::tool_result(
+            call_id,
+            vec![ToolResultPart::text("fn parse() {}")],
+            false,
+        )],
+    });
+
+    // Back to the key that got it: the signature goes back on the call, and passes.
+    let same = gemini_turn(&server, &conversation, &target_a, key_a).await;
+    assert_eq!(
+        same.status,
+        Some(200),
+        "{}",
+        String::from_utf8_lossy(&same.body)
+    );
+    assert_eq!(
+        same.decode(g).expect("an answer").message.text(),
+        "Done reading."
+    );
+    let sent = server.requests()[1].body.clone().expect("a JSON body");
+    let call_part = sent["contents"][1]["parts"]
+        .as_array()
+        .expect("parts")
+        .iter()
+        .find(|p| p.get("functionCall").is_some())
+        .expect("the call")
+        .clone();
+    assert_eq!(call_part["thoughtSignature"], json!(signature));
+
+    // The same body with another key: Gemini's 400, and the script does not move.
+    let other = gemini_turn(&server, &conversation, &target_a, key_b).await;
+    assert_eq!(other.status, Some(400));
+    assert_eq!(
+        other.json(),
+        json!({"error": {"code": 400, "message": "Corrupted thought signature.",
+                         "status": "INVALID_ARGUMENT"}})
+    );
+    assert!(matches!(
+        &server.requests()[2].outcome,
+        Outcome::Rejected { status: 400, reason } if reason == "Corrupted thought signature."
+    ));
+    let failure = other.classify(g);
+    assert_eq!(failure.status, Some(400));
+    // rebound's classifier does not know Gemini's wording yet: a plain refused request, not
+    // `ReasoningRejected` (which would retry once without the reasoning).
+    assert_eq!(failure.kind, FailureKind::BadRequest, "{failure:?}");
+
+    // What rebound sends to the other key: no signature of key A's, the documented stand-in
+    // on the call instead, which passes.
+    let to_b = gemini_turn(&server, &conversation, &target_b, key_b).await;
+    assert_eq!(
+        to_b.status,
+        Some(200),
+        "{}",
+        String::from_utf8_lossy(&to_b.body)
+    );
+    let sent = server.requests()[3].body.clone().expect("a JSON body");
+    assert!(!sent.to_string().contains(&signature));
+    assert!(sent
+        .to_string()
+        .contains("skip_thought_signature_validator"));
+    server.shutdown().await;
+}

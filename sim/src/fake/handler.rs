@@ -5,6 +5,7 @@ use super::body::{Cut, FakeBody};
 use super::conversation::Named;
 use super::reasoning;
 use super::reject::{self, Rejection};
+use super::signature;
 use super::thinking;
 use super::{Outcome, RequestRecord, Shared};
 use crate::scenario::{
@@ -396,6 +397,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         request_id,
         owner,
         thinking: None,
+        thoughts: None,
     };
     let Some(provider) = provider else {
         let r = Rejection {
@@ -453,6 +455,16 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     if let Some((model, stream)) = gemini.or(bedrock) {
         parsed.model = model;
         parsed.stream = stream;
+        let vertex = signature::is_vertex(&record.path);
+        if let Err(r) = signature::check(&parsed.conversation, &reply.owner, vertex) {
+            return Ok(reply.reject(&shared, record, r));
+        }
+        reply.thoughts = Some(
+            record
+                .body
+                .as_ref()
+                .is_some_and(signature::asks_for_thoughts),
+        );
     }
     if let Some(raw) = &record.body {
         if let Err(r) = reject::content(provider, raw) {
@@ -515,6 +527,9 @@ struct Reply {
     /// Anthropic with extended thinking on: whether the answer's thinking is also redacted
     /// (the user asked with Anthropic's test string). `None`: no thinking.
     thinking: Option<bool>,
+    /// Gemini: whether the request asks for thoughts, which signs the answer's text besides
+    /// its first call. `None`: not Gemini, no thought signatures.
+    thoughts: Option<bool>,
 }
 
 /// Where a streamed body stops.
@@ -685,6 +700,9 @@ impl Reply {
         }
         if let Some(redact) = self.thinking {
             plan.reason(|r, step| thinking::with_thinking(r, step, &self.owner, redact));
+        }
+        if let Some(thoughts) = self.thoughts {
+            plan.reason(|r, step| signature::with_signatures(r, step, &self.owner, thoughts));
         }
         let stream = request.stream && !shared.ignore_stream;
         let events = |r: &AssistantResponse| wire::encode_stream(provider, r, model, &message_id);

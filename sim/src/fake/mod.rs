@@ -1,5 +1,5 @@
 //! A fault-injecting fake provider server that speaks the real Anthropic Messages, OpenAI
-//! Chat Completions and OpenAI Responses wire formats, driven by a [`Scenario`] — the same file, walked by the same
+//! Chat Completions, OpenAI Responses and Gemini wire formats, driven by a [`Scenario`] — the same file, walked by the same
 //! [`ScriptCursor`](crate::scenario::ScriptCursor), that the simulator plays.
 //!
 //! Start it on loopback, point any client at it (the rebound runner, the official SDKs, your
@@ -44,6 +44,10 @@
 //!   Bearer`. Base URL for clients: [`FakeServer::openai_base_url`].
 //! - `POST /v1/responses` (and `/responses`) — the OpenAI Responses API, same key and base
 //!   URL as Chat. Streams are its typed events; an in-stream failure is `response.failed`.
+//! - `POST …/models/{model}:streamGenerateContent?alt=sse` and `…:generateContent` —
+//!   Google's Gemini API (`/v1beta/models/…`, key in `x-goog-api-key`; base URL
+//!   [`FakeServer::gemini_base_url`]) or Vertex AI (`…/publishers/google/models/…`, a bearer
+//!   token).
 //!
 //! On the Responses API the fake model is a reasoning model: each answer starts with a
 //! reasoning item (with encrypted content, minted for the server's
@@ -60,6 +64,13 @@
 //! with thinking on, a request that answers tool calls whose assistant turn does not start
 //! with its thinking (400 "… a final `assistant` message must start with a thinking block
 //! …").
+//!
+//! On Gemini the fake model is a thinking model: the first function call of each answer
+//! carries a `thoughtSignature` minted for the server's organisation and the request's key
+//! (and its text does too when the request asks for thoughts), and a request that passes
+//! back a signature changed or minted for another key gets the API's 400 "Corrupted thought
+//! signature." (Vertex AI's "… Thought signature is not valid. …" on a Vertex path); the
+//! documented `skip_thought_signature_validator` always passes.
 //!
 //! Streaming requests (`"stream": true`) get server-sent events encoded by
 //! [`rebound_core::wire::encode_stream`]; others (and every request, with
@@ -170,6 +181,7 @@ mod conversation;
 mod handler;
 mod reasoning;
 mod reject;
+mod signature;
 mod thinking;
 
 pub use thinking::REDACTED_THINKING_TRIGGER;
