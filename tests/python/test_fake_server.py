@@ -1,5 +1,5 @@
-"""The fake provider server, checked by the official Anthropic and OpenAI Python SDKs
-(OpenAI's Chat Completions and Responses APIs).
+"""The fake provider server, checked by the official Anthropic, OpenAI (Chat Completions and
+Responses) and Google Gen AI (Gemini API and Vertex AI) Python SDKs.
 
 Each test starts the `fake_server` example (path in $REBOUND_FAKE_SERVER) with a scenario,
 reads its address from the first line of its output and its request log from the JSON
@@ -7,9 +7,12 @@ lines after it, and talks to it with the real SDKs:
 
 - normal streams (and non-streaming calls) parse into the expected text and tool calls;
 - with retries off, each fault raises the SDK's own exception class;
-- with the SDKs' default retries on, the log shows 429 and 529 retried, 401 not.
+- with the SDKs' default retries on, the log shows 429 and 529 retried, 401 not;
+- what a reasoning model passes back (Responses reasoning items, Gemini thought signatures)
+  is accepted unchanged and refused changed.
 """
 
+import base64
 import json
 import os
 import queue
@@ -20,8 +23,12 @@ import time
 import unittest
 
 import anthropic
+import google.oauth2.credentials
 import httpx2
 import openai
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types as genai_types
 
 SERVER = os.environ.get("REBOUND_FAKE_SERVER", "target/debug/examples/fake_server")
 KEY = "sk-fake-test-key-0123456789"
@@ -400,6 +407,162 @@ class OpenAiResponsesSdk(ServerTest):
             self.events(self.openai(server, max_retries=2))
         time.sleep(0.3)
         self.assertEqual(len(server.requests()), 1, "401 is not retried")
+
+
+GEMINI_MODEL = "gemini-test"
+GEMINI_CONTENTS = [genai_types.Content(role="user",
+                                       parts=[genai_types.Part(text="Fix the failing test.")])]
+GEMINI_TOOLS = [genai_types.Tool(function_declarations=[genai_types.FunctionDeclaration(
+    name="read", description="Read a file.",
+    parameters_json_schema={"type": "object", "properties": {"path": {"type": "string"}}})])]
+# Two turns: a tool call, then text after its result.
+TOOL_THEN_TEXT = {"turns": [
+    {"answer": {"text": ANSWER_TEXT, "tool_calls": [dict(ANSWER_CALL, id="toolu_01")]}},
+    {"answer": {"text": "Done reading."}}]}
+
+
+class GeminiSdk(ServerTest):
+    """google-genai against the fake server's Gemini API (`/v1beta/models/...`). The SDK
+    joins `base_url`, `api_version` and `models/{model}:generateContent` (or
+    `:streamGenerateContent?alt=sse`) into the URL, and sends the key as `x-goog-api-key`."""
+
+    def gemini(self, server, **options):
+        # The SDK does not retry unless told (retry_options None: one attempt), so each
+        # fault reaches the test as the SDK's own exception.
+        options.setdefault("retry_options", None)
+        return genai.Client(api_key=KEY, http_options=genai_types.HttpOptions(
+            base_url=server.url, api_version="v1beta", timeout=10_000, **options))
+
+    def config(self, **kw):
+        return genai_types.GenerateContentConfig(tools=GEMINI_TOOLS, **kw)
+
+    def generate(self, client, contents=None, **kw):
+        return client.models.generate_content(
+            model=GEMINI_MODEL, contents=contents or GEMINI_CONTENTS, config=self.config(**kw))
+
+    def stream(self, client, **kw):
+        return list(client.models.generate_content_stream(
+            model=GEMINI_MODEL, contents=GEMINI_CONTENTS, config=self.config(**kw)))
+
+    def check_call(self, calls, parts):
+        self.assertEqual(len(calls), 1)
+        self.assertEqual((calls[0].id, calls[0].name), ("toolu_01", "read"))
+        self.assertEqual(calls[0].args, ANSWER_CALL["input"])
+        # The fake model signs its first call, as Gemini 3 does.
+        call_part = next(p for p in parts if p.function_call)
+        self.assertIsInstance(call_part.thought_signature, bytes)
+        self.assertTrue(call_part.thought_signature)
+
+    def test_generate_content_parses_into_text_and_a_signed_function_call(self):
+        server = self.serve(scenario())
+        response = self.generate(self.gemini(server))
+        parts = response.candidates[0].content.parts
+        self.assertEqual([p.text for p in parts if p.text], [ANSWER_TEXT])
+        self.check_call(response.function_calls, parts)
+        self.assertEqual(response.candidates[0].finish_reason, genai_types.FinishReason.STOP)
+        self.assertGreater(response.usage_metadata.prompt_token_count, 0)
+        [record] = server.requests(at_least=1)
+        self.assertEqual(record["path"], f"/v1beta/models/{GEMINI_MODEL}:generateContent")
+        self.assertEqual(dict(record["headers"]).get("x-goog-api-key"), "<redacted>")
+        self.assertNotIn(KEY, json.dumps(record))
+
+    def test_stream_parses_into_text_and_a_signed_function_call(self):
+        server = self.serve(scenario())
+        chunks = self.stream(self.gemini(server))
+        self.assertGreater(len(chunks), 2)
+        parts = [p for c in chunks for p in c.candidates[0].content.parts]
+        self.assertEqual("".join(p.text or "" for p in parts), ANSWER_TEXT)
+        calls = [fc for c in chunks for fc in c.function_calls or []]
+        self.check_call(calls, parts)
+        self.assertEqual(chunks[-1].candidates[0].finish_reason, genai_types.FinishReason.STOP)
+        [record] = server.requests(at_least=1)
+        self.assertEqual(record["path"], f"/v1beta/models/{GEMINI_MODEL}:streamGenerateContent")
+
+    def test_asking_for_thoughts_signs_the_text_too(self):
+        server = self.serve(scenario())
+        thinking = genai_types.ThinkingConfig(include_thoughts=True)
+        response = self.generate(self.gemini(server), thinking_config=thinking)
+        parts = response.candidates[0].content.parts
+        text_part = next(p for p in parts if p.text)
+        self.assertTrue(text_part.thought_signature)
+        call_part = next(p for p in parts if p.function_call)
+        self.assertNotEqual(text_part.thought_signature, call_part.thought_signature)
+
+    def test_429_is_a_client_error_with_its_retry_after(self):
+        server = self.serve(scenario([{"type": "http", "status": 429,
+                                       "headers": {"retry-after": "7"}}]))
+        with self.assertRaises(genai_errors.ClientError) as cm:
+            self.stream(self.gemini(server))
+        self.assertEqual((cm.exception.code, cm.exception.status), (429, "RESOURCE_EXHAUSTED"))
+        self.assertEqual(cm.exception.response.headers.get("retry-after"), "7")
+        time.sleep(0.2)
+        self.assertEqual(len(server.requests()), 1, "no retry by default")
+
+    def test_503_is_a_server_error(self):
+        server = self.serve(scenario([{"type": "http", "status": 503}]))
+        with self.assertRaises(genai_errors.ServerError) as cm:
+            self.generate(self.gemini(server))
+        self.assertEqual((cm.exception.code, cm.exception.status), (503, "UNAVAILABLE"))
+
+    def test_failure_inside_the_stream_is_raised_by_the_iterator(self):
+        message = "The model is overloaded. Please try again later."
+        server = self.serve(scenario([{"type": "stream_error", "error_type": "UNAVAILABLE",
+                                       "message": message, "after_deltas": 1}]))
+        client, chunks = self.gemini(server), []
+        with self.assertRaises(genai_errors.ServerError) as cm:
+            for chunk in client.models.generate_content_stream(
+                    model=GEMINI_MODEL, contents=GEMINI_CONTENTS, config=self.config()):
+                chunks.append(chunk)
+        self.assertTrue(chunks, "the answer began before the failure")
+        self.assertEqual((cm.exception.code, cm.exception.status), (503, "UNAVAILABLE"))
+        self.assertEqual(cm.exception.message, message)
+
+    def test_function_response_with_the_signature_back_is_accepted_and_a_changed_one_refused(self):
+        server = self.serve(TOOL_THEN_TEXT)
+        client = self.gemini(server)
+        first = self.generate(client)
+        model_turn = first.candidates[0].content
+        result = genai_types.Content(role="user", parts=[
+            genai_types.Part.from_function_response(name="read",
+                                                    response={"result": "fn parse() {}"})])
+        second = self.generate(client, contents=GEMINI_CONTENTS + [model_turn, result])
+        self.assertEqual(second.text, "Done reading.")
+        log = server.requests(at_least=2)
+        sent = log[1]["body"]["contents"]
+        self.assertEqual(sent[2]["parts"][0]["functionResponse"]["name"], "read")
+        # The signature went back exactly as it came.
+        call = next(p for p in sent[1]["parts"] if "functionCall" in p)
+        signed = next(p for p in model_turn.parts if p.function_call)
+        self.assertEqual(call["thoughtSignature"],
+                         base64.urlsafe_b64encode(signed.thought_signature).decode())
+
+        changed = model_turn.model_copy(deep=True)
+        for part in changed.parts:
+            if part.thought_signature:
+                part.thought_signature = part.thought_signature[:-1] + b"x"
+        with self.assertRaises(genai_errors.ClientError) as cm:
+            self.generate(client, contents=GEMINI_CONTENTS + [changed, result])
+        self.assertEqual((cm.exception.code, cm.exception.status), (400, "INVALID_ARGUMENT"))
+        self.assertEqual(cm.exception.message, "Corrupted thought signature.")
+
+    def test_vertex_ai_with_a_static_token_and_a_base_url(self):
+        # Vertex mode needs no Google credentials when it is given a token: the SDK sends it
+        # as a bearer token, to `{base_url}/{api_version}/projects/{p}/locations/{l}/
+        # publishers/google/models/{model}:generateContent`.
+        token = google.oauth2.credentials.Credentials(token=KEY)
+        server = self.serve(scenario())
+        client = genai.Client(
+            vertexai=True, project="p1", location="us-central1", credentials=token,
+            http_options=genai_types.HttpOptions(base_url=server.url, api_version="v1",
+                                                 timeout=10_000, retry_options=None))
+        response = self.generate(client)
+        self.check_call(response.function_calls, response.candidates[0].content.parts)
+        [record] = server.requests(at_least=1)
+        self.assertEqual(record["path"], "/v1/projects/p1/locations/us-central1/publishers/"
+                                         f"google/models/{GEMINI_MODEL}:generateContent")
+        headers = dict(record["headers"])
+        self.assertEqual(headers.get("authorization"), "<redacted>")
+        self.assertNotIn("x-goog-api-key", headers)
 
 
 if __name__ == "__main__":
