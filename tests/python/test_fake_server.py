@@ -409,6 +409,7 @@ class OpenAiResponsesSdk(ServerTest):
         self.assertEqual(len(server.requests()), 1, "401 is not retried")
 
 
+# The Gemini request the tests send: the model, the user's message and the `read` tool.
 GEMINI_MODEL = "gemini-test"
 GEMINI_CONTENTS = [genai_types.Content(role="user",
                                        parts=[genai_types.Part(text="Fix the failing test.")])]
@@ -427,24 +428,29 @@ class GeminiSdk(ServerTest):
     `:streamGenerateContent?alt=sse`) into the URL, and sends the key as `x-goog-api-key`."""
 
     def gemini(self, server, **options):
-        # The SDK does not retry unless told (retry_options None: one attempt), so each
-        # fault reaches the test as the SDK's own exception.
+        """A Gemini API client of `server`. The SDK does not retry unless told
+        (retry_options None: one attempt), so each fault reaches the test as the SDK's own
+        exception."""
         options.setdefault("retry_options", None)
         return genai.Client(api_key=KEY, http_options=genai_types.HttpOptions(
             base_url=server.url, api_version="v1beta", timeout=10_000, **options))
 
     def config(self, **kw):
+        """The request's config: the `read` tool, and `kw`."""
         return genai_types.GenerateContentConfig(tools=GEMINI_TOOLS, **kw)
 
     def generate(self, client, contents=None, **kw):
+        """One `generate_content` call (the user's message unless `contents`)."""
         return client.models.generate_content(
             model=GEMINI_MODEL, contents=contents or GEMINI_CONTENTS, config=self.config(**kw))
 
     def stream(self, client, **kw):
+        """Every chunk of one `generate_content_stream` call."""
         return list(client.models.generate_content_stream(
             model=GEMINI_MODEL, contents=GEMINI_CONTENTS, config=self.config(**kw)))
 
     def check_call(self, calls, parts):
+        """`calls` is the scripted call, and its part in `parts` carries a signature."""
         self.assertEqual(len(calls), 1)
         self.assertEqual((calls[0].id, calls[0].name), ("toolu_01", "read"))
         self.assertEqual(calls[0].args, ANSWER_CALL["input"])
