@@ -1442,9 +1442,8 @@ async fn a_thought_signature_goes_back_to_its_key_only_and_another_keys_is_refus
     ));
     let failure = other.classify(g);
     assert_eq!(failure.status, Some(400));
-    // rebound's classifier does not know Gemini's wording yet: a plain refused request, not
-    // `ReasoningRejected` (which would retry once without the reasoning).
-    assert_eq!(failure.kind, FailureKind::BadRequest, "{failure:?}");
+    // Reasoning the provider could not verify: retried once without it.
+    assert_eq!(failure.kind, FailureKind::ReasoningRejected, "{failure:?}");
 
     // What rebound sends to the other key: no signature of key A's, the documented stand-in
     // on the call instead, which passes.

@@ -76,6 +76,11 @@ const REASONING_REJECTED: &[&str] = &[
     // Anthropic 400: "messages.23.content.2: Invalid `data` in `redacted_thinking` block"
     // (anthropics/claude-code#56708)
     "invalid `data` in `redacted_thinking` block",
+    // Gemini API 400 INVALID_ARGUMENT for a thought signature it did not mint: "Corrupted
+    // thought signature." (google-gemini/gemini-cli#13467, #14620); Vertex AI: "Unable to
+    // submit request because Thought signature is not valid.." (RooCodeInc/Roo-Code#11716)
+    "corrupted thought signature",
+    "thought signature is not valid",
     // Anthropic 400 when the tool loop's last assistant turn lacks its thinking: "… When
     // `thinking` is enabled, a final `assistant` message must start with a thinking block
     // (preceeding the lastmost set of `tool_use` and `tool_result` blocks). …"

@@ -722,13 +722,15 @@ const MAX_CHAT_STOP: usize = 4;
 /// Gemini takes at most this many stop sequences (`GenerationConfig.stopSequences`).
 const MAX_GEMINI_STOP: usize = 5;
 
-/// Gemini's thinking level for an effort, `None` for one it does not have.
+/// Gemini's thinking level for an effort, `None` for one it does not have: the enum's
+/// names as the API's description lists them (`ThinkingLevel`: `MINIMAL`, `LOW`, `MEDIUM`,
+/// `HIGH`), which its JSON parser takes whatever it does with other spellings.
 fn gemini_level(effort: ReasoningEffort) -> Option<&'static str> {
     match effort {
-        ReasoningEffort::Minimal => Some("minimal"),
-        ReasoningEffort::Low => Some("low"),
-        ReasoningEffort::Medium => Some("medium"),
-        ReasoningEffort::High => Some("high"),
+        ReasoningEffort::Minimal => Some("MINIMAL"),
+        ReasoningEffort::Low => Some("LOW"),
+        ReasoningEffort::Medium => Some("MEDIUM"),
+        ReasoningEffort::High => Some("HIGH"),
         _ => None,
     }
 }

@@ -90,13 +90,33 @@ fn image(source: &MediaSource) -> Value {
         MediaSource::Base64 { media_type, data } => {
             json!({"inlineData": {"mimeType": media_type, "data": data}})
         }
-        MediaSource::Url { url } => json!({"fileData": {"fileUri": url}}),
+        MediaSource::Url { url } => match image_type(url) {
+            Some(mime) => json!({"fileData": {"mimeType": mime, "fileUri": url}}),
+            None => json!({"fileData": {"fileUri": url}}),
+        },
     }
 }
 
+/// The media type of an image URL, from its extension (the description calls `fileData`'s
+/// `mimeType` required); `None` when the URL does not say.
+fn image_type(url: &str) -> Option<&'static str> {
+    let path = url.split(['?', '#']).next().unwrap_or(url);
+    let ext = path.rsplit_once('.')?.1.to_ascii_lowercase();
+    Some(match ext.as_str() {
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "heic" => "image/heic",
+        "heif" => "image/heif",
+        _ => return None,
+    })
+}
+
 /// A user message's parts: text, images, and each tool result as a `functionResponse`
-/// (`{"result": text}`, or `{"error": text}` for a failed call, the form Google's SDKs
-/// give a function's outcome) followed by the result's images as parts of their own.
+/// (`{"output": text}`, or `{"error": text}` for a failed call, the keys the API's
+/// description names for a function's output and its error) followed by the result's images
+/// as parts of their own.
 fn user_parts(m: &Message, names: &HashMap<&str, &str>) -> Vec<Value> {
     let mut parts = Vec::new();
     let mut images = Vec::new();
@@ -123,7 +143,7 @@ fn function_response(result: &ToolResultBlock, names: &HashMap<&str, &str>) -> V
         .get(result.tool_use_id.as_str())
         .copied()
         .unwrap_or_default();
-    let key = if result.is_error { "error" } else { "result" };
+    let key = if result.is_error { "error" } else { "output" };
     json!({"functionResponse": {"name": name, "response": {key: result.text()}}})
 }
 

@@ -403,7 +403,7 @@ fn calls_and_answers_go_by_name_and_order_with_the_error_flag_and_no_ids() {
                 {"functionCall": {"name": "read", "args": {"path": "b"}}},
             ]},
             {"role": "user", "parts": [
-                {"functionResponse": {"name": "read", "response": {"result": "A"}}},
+                {"functionResponse": {"name": "read", "response": {"output": "A"}}},
                 {"functionResponse": {"name": "read", "response": {"error": "no such file"}}},
             ]},
         ])
@@ -516,7 +516,7 @@ fn options_go_into_generation_config_and_tool_config() {
     assert_eq!(
         body["generationConfig"],
         json!({"maxOutputTokens": 256, "temperature": 0.3, "topP": 0.9, "stopSequences": ["END"],
-               "thinkingConfig": {"thinkingLevel": "low", "includeThoughts": true}, "topK": 40})
+               "thinkingConfig": {"thinkingLevel": "LOW", "includeThoughts": true}, "topK": 40})
     );
     assert_eq!(
         body["toolConfig"],
