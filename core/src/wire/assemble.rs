@@ -77,6 +77,23 @@ impl Assembly {
         }
     }
 
+    /// Keeps the response's `id` and `model` from strings read from the wire: bounded (an
+    /// identifier, not a payload), and only the first seen of each.
+    pub(crate) fn identity(&mut self, id: Option<&str>, model: Option<&str>) {
+        /// Longer is not an id or a model name; it is dropped rather than copied into spans.
+        const MAX: usize = 256;
+        let keep = |s: Option<&str>| {
+            s.filter(|s| !s.is_empty() && s.len() <= MAX)
+                .map(str::to_owned)
+        };
+        if self.id.is_none() {
+            self.id = keep(id);
+        }
+        if self.model.is_none() {
+            self.model = keep(model);
+        }
+    }
+
     pub(crate) fn has(&self, index: u64) -> bool {
         self.parts.contains_key(&index)
     }
@@ -361,20 +378,8 @@ impl Assembly {
 /// Reads the response's `id` and `model` from `v` (a message, chunk or response object):
 /// strings only, bounded (an identifier, not a payload), and only the first seen of each.
 pub(crate) fn read_identity(v: &Value, asm: &mut Assembly) {
-    /// Longer is not an id or a model name; it is dropped rather than copied into spans.
-    const MAX: usize = 256;
-    let field = |key: &str| {
-        v.get(key)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty() && s.len() <= MAX)
-            .map(str::to_owned)
-    };
-    if asm.id.is_none() {
-        asm.id = field("id");
-    }
-    if asm.model.is_none() {
-        asm.model = field("model");
-    }
+    let field = |key: &str| v.get(key).and_then(Value::as_str);
+    asm.identity(field("id"), field("model"));
 }
 
 fn mismatch(index: u64, what: &str) -> ProviderFailure {

@@ -1,27 +1,69 @@
 //! A strict reader for compact JSON, for the few event shapes that make up nearly every event
 //! of a stream (text and argument deltas), so that they are read without serde_json.
 //!
-//! It reads only what it can read exactly as serde_json would: no whitespace between tokens,
-//! strings without `\u` escapes or control characters, unsigned integers without a sign,
-//! fraction, exponent or leading zero. Anything else makes a read return `None`, and the
-//! caller hands the event to serde_json instead; so a fast reader built on [`Scan`] either
-//! agrees with serde_json or declines (each is held to that by a proptest).
+//! It reads only what it can read exactly as serde_json would: no whitespace between tokens
+//! (but see [`Scan::spaced`]), strings without `\u` escapes or control characters, unsigned
+//! integers without a sign, fraction, exponent or leading zero. Anything else makes a read
+//! return `None`, and the caller hands the event to serde_json instead; so a fast reader built
+//! on [`Scan`] either agrees with serde_json or declines (each is held to that by a proptest).
+//!
+//! [`Scan::skip_value`] goes further for values that are skipped or kept as raw text (a
+//! Gemini chunk's safety ratings, a function call's arguments): any value nested at most
+//! [`MAX_SKIP_DEPTH`] levels, numbers of at most [`MAX_NUMBER_DIGITS`] digits and a two-digit
+//! exponent, `\u` escapes of characters that are not surrogates: within those bounds nothing
+//! serde_json would refuse (a number out of range, a lone surrogate, too deep a nesting) can
+//! pass.
 //!
 //! Text is checked for UTF-8 only in the strings that are read: a string that is skipped may
 //! hold invalid UTF-8, which serde_json would read as U+FFFD in a value that is ignored either
 //! way, and invalid bytes anywhere else break the shape.
 
+use crate::wire::borrow::Str;
 use std::borrow::Cow;
 
+/// The deepest nesting [`Scan::skip_value`] reads (serde_json refuses 128 levels, counted
+/// from the outermost value; a skipped value is never more than a few levels down).
+pub(crate) const MAX_SKIP_DEPTH: u32 = 64;
+
+/// The most digits (integer and fraction) of a number [`Scan::skip_value`] reads: with an
+/// exponent of at most two digits, its magnitude stays far from the ends of an `f64`, where
+/// serde_json would refuse it as out of range.
+pub(crate) const MAX_NUMBER_DIGITS: usize = 40;
+
 /// A cursor over JSON text; see the [module docs](self).
+///
+/// `SPACED` readers allow JSON's whitespace (space, tab, line feed, carriage return) between
+/// tokens, as serde_json does: for providers whose events are not compact (Gemini's have a
+/// space after every colon). Compact readers decline it, at no cost.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Scan<'a> {
+pub(crate) struct Scan<'a, const SPACED: bool = false> {
     rest: &'a [u8],
 }
 
 impl<'a> Scan<'a> {
+    /// A reader of compact JSON.
     pub(crate) fn new(bytes: &'a [u8]) -> Self {
         Scan { rest: bytes }
+    }
+}
+
+impl<'a> Scan<'a, true> {
+    /// A reader that allows whitespace between tokens (not before the first nor after the
+    /// last: event data are trimmed).
+    pub(crate) fn spaced(bytes: &'a [u8]) -> Self {
+        Scan { rest: bytes }
+    }
+}
+
+impl<'a, const SPACED: bool> Scan<'a, SPACED> {
+    /// Skips whitespace between tokens, when this reader allows it.
+    #[inline]
+    fn space(&mut self) {
+        if SPACED {
+            while let [b' ' | b'\t' | b'\n' | b'\r', rest @ ..] = self.rest {
+                self.rest = rest;
+            }
+        }
     }
 
     /// What is left to read.
@@ -88,7 +130,7 @@ impl<'a> Scan<'a> {
     pub(crate) fn skip(&mut self) -> Option<()> {
         match self.rest.first()? {
             b'"' => {
-                self.rest = skip_string_after_quote(&self.rest[1..])?;
+                self.rest = skip_string_after_quote::<false>(&self.rest[1..])?;
                 Some(())
             }
             b'0'..=b'9' => self.uint().map(drop),
@@ -105,14 +147,19 @@ impl<'a> Scan<'a> {
         mut field: impl FnMut(&mut Self, &'a [u8]) -> Option<()>,
     ) -> Option<()> {
         self.literal(b"{")?;
+        self.space();
         if self.literal(b"}").is_some() {
             return Some(());
         }
         loop {
             let key = self.key()?;
             field(self, key)?;
+            self.space();
             match self.rest.split_first()? {
-                (b',', rest) => self.rest = rest,
+                (b',', rest) => {
+                    self.rest = rest;
+                    self.space();
+                }
                 (b'}', rest) => {
                     self.rest = rest;
                     return Some(());
@@ -125,13 +172,18 @@ impl<'a> Scan<'a> {
     /// Reads an array, calling `element` with the cursor before each element.
     pub(crate) fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
         self.literal(b"[")?;
+        self.space();
         if self.literal(b"]").is_some() {
             return Some(());
         }
         loop {
             element(self)?;
+            self.space();
             match self.rest.split_first()? {
-                (b',', rest) => self.rest = rest,
+                (b',', rest) => {
+                    self.rest = rest;
+                    self.space();
+                }
                 (b']', rest) => {
                     self.rest = rest;
                     return Some(());
@@ -148,8 +200,131 @@ impl<'a> Scan<'a> {
         if rest[0] != b'"' {
             return None;
         }
-        self.rest = rest[1..].strip_prefix(b":")?;
+        self.rest = &rest[1..];
+        self.colon()?;
         Some(key)
+    }
+
+    /// The colon after a key, and the whitespace around it.
+    fn colon(&mut self) -> Option<()> {
+        self.space();
+        self.literal(b":")?;
+        self.space();
+        Some(())
+    }
+
+    /// Skips any JSON value within the bounds of the [module docs](self) (nesting, digits,
+    /// escapes); `None` beyond them or for what is not JSON. Strings are not checked for
+    /// UTF-8, as in [`Scan::skip`].
+    pub(crate) fn skip_value(&mut self) -> Option<()> {
+        // Bit `d` of `objects`: whether the container at depth `d + 1` is an object.
+        let mut objects: u64 = 0;
+        let mut depth: u32 = 0;
+        loop {
+            // At a value.
+            let (&first, rest) = self.rest.split_first()?;
+            match first {
+                b'{' | b'[' => {
+                    if depth == MAX_SKIP_DEPTH {
+                        return None;
+                    }
+                    self.rest = rest;
+                    self.space();
+                    let object = first == b'{';
+                    let close: &[u8] = if object { b"}" } else { b"]" };
+                    if self.literal(close).is_none() {
+                        objects = objects << 1 | u64::from(object);
+                        depth += 1;
+                        if object {
+                            self.skipped_key()?;
+                        }
+                        continue;
+                    }
+                }
+                b'"' => self.rest = skip_string_after_quote::<true>(rest)?,
+                b'-' | b'0'..=b'9' => self.number()?,
+                _ => {
+                    [&b"null"[..], b"true", b"false"]
+                        .iter()
+                        .find_map(|literal| self.literal(literal))?;
+                }
+            }
+            // After a value: the containers it ends.
+            loop {
+                if depth == 0 {
+                    return Some(());
+                }
+                self.space();
+                let object = objects & 1 == 1;
+                match self.rest.split_first()? {
+                    (b',', rest) => {
+                        self.rest = rest;
+                        self.space();
+                        if object {
+                            self.skipped_key()?;
+                        }
+                        break;
+                    }
+                    (b'}', rest) if object => self.rest = rest,
+                    (b']', rest) if !object => self.rest = rest,
+                    _ => return None,
+                }
+                objects >>= 1;
+                depth -= 1;
+            }
+        }
+    }
+
+    /// Skips a value and gives its text: the raw JSON of a value kept as it is.
+    pub(crate) fn raw_value(&mut self) -> Option<&'a [u8]> {
+        let start = self.rest;
+        self.skip_value()?;
+        Some(&start[..start.len() - self.rest.len()])
+    }
+
+    /// A key of an object being skipped (escapes allowed) and its colon.
+    fn skipped_key(&mut self) -> Option<()> {
+        let rest = self.rest.strip_prefix(b"\"")?;
+        self.rest = skip_string_after_quote::<true>(rest)?;
+        self.colon()
+    }
+
+    /// Skips a number: JSON's grammar (`-`, no leading zero, a fraction and an exponent each
+    /// with at least one digit), at most [`MAX_NUMBER_DIGITS`] digits before the exponent and
+    /// two in it.
+    fn number(&mut self) -> Option<()> {
+        let digits = |bytes: &[u8]| bytes.iter().take_while(|b| b.is_ascii_digit()).count();
+        let mut at = usize::from(self.rest.first() == Some(&b'-'));
+        let int = digits(&self.rest[at..]);
+        if int == 0 || (int > 1 && self.rest[at] == b'0') {
+            return None;
+        }
+        at += int;
+        let mut total = int;
+        if self.rest.get(at) == Some(&b'.') {
+            let fraction = digits(&self.rest[at + 1..]);
+            if fraction == 0 {
+                return None;
+            }
+            at += 1 + fraction;
+            total += fraction;
+        }
+        if total > MAX_NUMBER_DIGITS {
+            return None;
+        }
+        if matches!(self.rest.get(at), Some(b'e' | b'E')) {
+            at += 1;
+            if matches!(self.rest.get(at), Some(b'+' | b'-')) {
+                at += 1;
+            }
+            let exponent = digits(&self.rest[at..]);
+            if exponent == 0 || exponent > 2 {
+                return None;
+            }
+            at += exponent;
+        }
+        self.rest = &self.rest[at..];
+        Some(())
     }
 }
 
@@ -161,6 +336,48 @@ pub(crate) fn first_time(seen: &mut bool) -> Option<()> {
     } else {
         Some(())
     }
+}
+
+/// `null` (`Some(None)`) or what `read` reads.
+pub(crate) fn or_null<'a, T, const SPACED: bool>(
+    scan: &mut Scan<'a, SPACED>,
+    read: impl FnOnce(&mut Scan<'a, SPACED>) -> Option<T>,
+) -> Option<Option<T>> {
+    if scan.null().is_some() {
+        return Some(None);
+    }
+    read(scan).map(Some)
+}
+
+/// An array, each element read by `read`.
+pub(crate) fn list<'a, T, const SPACED: bool>(
+    scan: &mut Scan<'a, SPACED>,
+    mut read: impl FnMut(&mut Scan<'a, SPACED>) -> Option<T>,
+) -> Option<Vec<T>> {
+    let mut items = Vec::new();
+    scan.array(|scan| {
+        items.push(read(scan)?);
+        Some(())
+    })?;
+    Some(items)
+}
+
+/// A field's string or `null`, as an optional [`Str`]; `None` for a duplicate field.
+pub(crate) fn fast_str<'a, const SPACED: bool>(
+    scan: &mut Scan<'a, SPACED>,
+    seen: &mut bool,
+) -> Option<Option<Str<'a>>> {
+    first_time(seen)?;
+    Some(scan.string_or_null()?.map(Str))
+}
+
+/// A field's unsigned integer or `null`; `None` for a duplicate field.
+pub(crate) fn fast_index<const SPACED: bool>(
+    scan: &mut Scan<'_, SPACED>,
+    seen: &mut bool,
+) -> Option<Option<u64>> {
+    first_time(seen)?;
+    scan.uint_or_null()
 }
 
 /// The JSON string whose opening quote precedes `bytes`, unescaped, and the bytes after its
@@ -192,15 +409,32 @@ pub(crate) fn string_after_quote(bytes: &[u8]) -> Option<(Cow<'_, str>, &[u8])> 
 }
 
 /// Like [`string_after_quote`], for a string that is not kept: its text is not checked for
-/// UTF-8 (see the module docs) nor unescaped: the bytes after its closing quote.
-fn skip_string_after_quote(bytes: &[u8]) -> Option<&[u8]> {
+/// UTF-8 (see the module docs) nor unescaped: the bytes after its closing quote. With
+/// `UNICODE`, `\u` escapes of characters that are not surrogates are allowed too (each
+/// stands for a character whatever follows it; serde_json refuses a lone surrogate).
+fn skip_string_after_quote<const UNICODE: bool>(bytes: &[u8]) -> Option<&[u8]> {
     let mut rest = bytes;
     loop {
         let tail = &rest[string_stop(rest)?..];
         if tail[0] == b'"' {
             return Some(&tail[1..]);
         }
-        unescape(tail[0], *tail.get(1)?)?;
+        let letter = *tail.get(1)?;
+        if UNICODE && tail[0] == b'\\' && letter == b'u' {
+            let hex = tail.get(2..6)?;
+            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                return None;
+            }
+            let code = hex.iter().fold(0, |n, &b| {
+                n * 16 + char::from(b).to_digit(16).unwrap_or_default()
+            });
+            if (0xd800..0xe000).contains(&code) {
+                return None;
+            }
+            rest = &tail[6..];
+            continue;
+        }
+        unescape(tail[0], letter)?;
         rest = &tail[2..];
     }
 }
@@ -290,6 +524,86 @@ mod tests {
     }
 
     #[test]
+    fn skipped_values_are_any_json_within_the_bounds() {
+        let read = |text: &str| {
+            let mut scan = Scan::spaced(text.as_bytes());
+            scan.raw_value().filter(|_| scan.at_end()).is_some()
+        };
+        for text in [
+            r#"{"a": [1, -2.5e-3, {"b": null}], "c\u00e9": "\u20ac"}"#,
+            "[ ]",
+            "{ }",
+            "-0",
+            "9999999999999999999999999999999999999999",
+            "1E+99",
+            &format!("{}{}", "[".repeat(64), "]".repeat(64)),
+        ] {
+            assert!(read(text), "{text}");
+        }
+        for text in [
+            &format!("{}{}", "[".repeat(65), "]".repeat(65))[..],
+            "99999999999999999999999999999999999999999",
+            "1e100",
+            "01",
+            "1.",
+            ".5",
+            "-",
+            "1e",
+            r#""\ud800""#,
+            // A pair too: declining costs only the slower reading.
+            r#""\ud83d\ude00""#,
+            r#""\u00g1""#,
+            r#""\u+0ff""#,
+            "[1,]",
+            r#"{"a" 1}"#,
+            "[1 2]",
+            "nul",
+        ] {
+            assert!(!read(text), "{text}");
+        }
+        // Compact readers skip no whitespace.
+        assert!(Scan::new(b"[1, 2]").skip_value().is_none());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 512,
+            rng_seed: proptest::test_runner::RngSeed::Fixed(54),
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// What `skip_value` skips, serde_json reads; mangled values included.
+        #[test]
+        fn what_skip_value_skips_serde_json_reads(
+            value in strategies::json_value(),
+            pretty in proptest::prelude::any::<bool>(),
+            at in proptest::prelude::any::<proptest::sample::Index>(),
+            insert in proptest::collection::vec(
+                proptest::sample::select(b" \"\\u{}[],:-.+0eE9d8".to_vec()), 0..4),
+        ) {
+            let mut text = if pretty {
+                serde_json::to_string_pretty(&value).unwrap_or_default()
+            } else {
+                value.to_string()
+            }
+            .into_bytes();
+            let at = at.index(text.len() + 1);
+            text.splice(at..at, insert);
+            let mut scan = Scan::spaced(&text);
+            if scan.skip_value().is_some() && scan.at_end() {
+                // Skipped strings are not checked for UTF-8: the data are read as their
+                // replaced text (`borrow::parse_json`).
+                let text = String::from_utf8_lossy(&text);
+                proptest::prop_assert!(
+                    serde_json::from_str::<serde_json::Value>(&text).is_ok(),
+                    "{}",
+                    text
+                );
+            }
+        }
+    }
+
+    #[test]
     fn integers_are_plain_unsigned_and_fit_u64() {
         assert_eq!(Scan::new(b"0").uint(), Some(0));
         assert_eq!(
@@ -344,6 +658,26 @@ pub(crate) mod strategies {
             "(?s).{0,12}".prop_map(Value::from),
             Just(json!("")),
         ]
+    }
+
+    /// Any JSON value, nested a few levels, its strings any text (escapes, non-ASCII), its
+    /// numbers integers and floats that serde_json writes within a two-digit exponent.
+    pub(crate) fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            (-1e6f64..1e6).prop_map(Value::from),
+            any::<String>().prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                proptest::collection::btree_map(any::<String>(), inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
     }
 
     pub(crate) fn field() -> impl Strategy<Value = Value> {

@@ -19,6 +19,7 @@
 //!   provider made the call, or another Gemini key did) gets the documented
 //!   `skip_thought_signature_validator`, without which Gemini 3 answers 400.
 
+pub(crate) mod chunk;
 #[cfg(feature = "server")]
 pub(crate) mod encode;
 pub(crate) mod request;

@@ -21,13 +21,13 @@
 //! A chunk holding an `error` object (a failure after the stream began) is classified like
 //! the HTTP error it names.
 
+use super::chunk::{fast_chunk, Call, Chunk, ChunkPart, Counts};
 use super::SIGNATURE;
 use crate::classify::classify_error_body;
 use crate::failure::{FailureKind, ProviderFailure, ProviderKind};
 use crate::response::{AssistantResponse, StopReason, Usage};
-use crate::wire::assemble::{json_kind, read_identity, Assembly, Part};
-use crate::wire::borrow::{parse_json, text, trim};
-use crate::wire::render::count;
+use crate::wire::assemble::{Assembly, Part};
+use crate::wire::borrow::{or_empty, parse_json, text, trim, Str};
 use crate::wire::sse::SseEventRef;
 use crate::wire::{malformed, stream_cut, Deltas, StreamDelta};
 use serde_json::Value;
@@ -49,8 +49,6 @@ pub(crate) struct StreamState {
     open: Option<(Open, u64)>,
     /// Function calls seen so far (for minted ids).
     calls: u64,
-    /// The response's `responseId`, for minted call ids.
-    response_id: Option<String>,
     finish_reason: Option<String>,
 }
 
@@ -61,12 +59,15 @@ impl StreamState {
             next: 0,
             open: None,
             calls: 0,
-            response_id: None,
             finish_reason: None,
         }
     }
 
     /// Handles one event; `Ok(true)` when its candidate named a finish reason.
+    ///
+    /// The chunk is read by the scanner when it has the API's shape, else parsed into a
+    /// `Value` (see [`super::chunk`]): data that are not JSON, or JSON that is not an object,
+    /// are a malformed stream.
     pub(crate) fn on_event(
         &mut self,
         event: &SseEventRef<'_>,
@@ -76,69 +77,59 @@ impl StreamState {
         if data.is_empty() {
             return Ok(false);
         }
+        let fail = || classify_error_body(ProviderKind::Gemini, None, text(event.data).as_bytes());
+        let value: Value;
         let mut lossy = String::new();
-        let chunk: Value = parse_json(data, &mut lossy, str::trim)
-            .map_err(|e| malformed(&format!("chunk is not JSON: {e}")))?;
-        if event.event == Some("error") || chunk.get("error").is_some_and(|e| !e.is_null()) {
-            return Err(classify_error_body(
-                ProviderKind::Gemini,
-                None,
-                text(event.data).as_bytes(),
-            ));
+        let chunk = match fast_chunk(data, self.asm.id.is_none()) {
+            Some(chunk) => chunk,
+            None => {
+                value = parse_json(data, &mut lossy, str::trim)
+                    .map_err(|e| malformed(&format!("chunk is not JSON: {e}")))?;
+                match Chunk::from_value(&value) {
+                    Ok(chunk) => chunk,
+                    Err(_) if event.event == Some("error") => return Err(fail()),
+                    Err(kind) => {
+                        return Err(malformed(&format!("chunk is {kind}, not a response")))
+                    }
+                }
+            }
+        };
+        if event.event == Some("error") || chunk.error {
+            return Err(fail());
         }
         self.on_chunk(&chunk, deltas)
     }
 
     /// Handles one `GenerateContentResponse`.
-    pub(crate) fn on_chunk(
+    fn on_chunk(
         &mut self,
-        chunk: &Value,
+        chunk: &Chunk<'_>,
         deltas: &mut Deltas<'_>,
     ) -> Result<bool, ProviderFailure> {
-        if !chunk.is_object() {
-            return Err(malformed(&format!(
-                "chunk is {}, not a response",
-                json_kind(chunk)
-            )));
-        }
         if self.asm.id.is_none() {
-            let identity = serde_json::json!({
-                "id": chunk.get("responseId"),
-                "model": chunk.get("modelVersion"),
-            });
-            read_identity(&identity, &mut self.asm);
-            self.response_id.clone_from(&self.asm.id);
+            let id = chunk.response_id.as_ref().map(Str::as_str);
+            let model = chunk.model_version.as_ref().map(Str::as_str);
+            self.asm.identity(id, model);
         }
-        if let Some(usage) = chunk.get("usageMetadata").filter(|u| u.is_object()) {
+        if let Some(usage) = &chunk.usage {
             read_usage(usage, &mut self.asm.usage);
         }
-        let candidate = chunk
-            .get("candidates")
-            .and_then(Value::as_array)
-            .and_then(|c| {
-                c.iter()
-                    .find(|c| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0)
-            });
-        let Some(candidate) = candidate else {
-            if let Some(reason) = chunk
-                .get("promptFeedback")
-                .and_then(|f| f.get("blockReason"))
-                .and_then(Value::as_str)
-            {
-                return Err(blocked(&reason_name(reason), "the prompt was blocked"));
+        let Some(candidate) = &chunk.candidate else {
+            if let Some(reason) = &chunk.block_reason {
+                return Err(blocked(
+                    &reason_name(reason.as_str()),
+                    "the prompt was blocked",
+                ));
             }
             return Ok(false);
         };
-        let parts = candidate
-            .get("content")
-            .and_then(|c| c.get("parts"))
-            .and_then(Value::as_array);
-        for part in parts.into_iter().flatten() {
+        for part in candidate.parts.iter() {
             self.on_part(part, deltas)?;
         }
         if let Some(reason) = candidate
-            .get("finishReason")
-            .and_then(Value::as_str)
+            .finish_reason
+            .as_ref()
+            .map(Str::as_str)
             .filter(|r| !r.is_empty() && *r != "FINISH_REASON_UNSPECIFIED")
         {
             self.finish_reason = Some(reason_name(reason));
@@ -147,13 +138,15 @@ impl StreamState {
         Ok(false)
     }
 
-    fn on_part(&mut self, part: &Value, deltas: &mut Deltas<'_>) -> Result<(), ProviderFailure> {
-        let signature = part
-            .get(SIGNATURE)
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty());
-        if let Some(text) = part.get("text").and_then(Value::as_str) {
-            let kind = if part.get("thought").and_then(Value::as_bool) == Some(true) {
+    fn on_part(
+        &mut self,
+        part: &ChunkPart<'_>,
+        deltas: &mut Deltas<'_>,
+    ) -> Result<(), ProviderFailure> {
+        let signature = Some(or_empty(&part.signature)).filter(|s| !s.is_empty());
+        if let Some(text) = &part.text {
+            let text = text.as_str();
+            let kind = if part.thought {
                 Open::Thought
             } else {
                 Open::Text
@@ -171,7 +164,7 @@ impl StreamState {
             }
             return self.push_text(kind, text, deltas);
         }
-        if let Some(call) = part.get("functionCall") {
+        if let Some(call) = &part.call {
             self.open = None;
             if let Some(signature) = signature {
                 self.signature(signature, deltas)?;
@@ -234,35 +227,28 @@ impl StreamState {
         self.asm.start(key, Part::Reasoning(item), deltas)
     }
 
-    fn call(&mut self, call: &Value, deltas: &mut Deltas<'_>) -> Result<(), ProviderFailure> {
+    /// Starts a function call's block: its arguments are kept as the JSON text they came
+    /// as, parsed once when the answer is assembled (no `args` are `{}`; arguments that are
+    /// not an object are an input problem with that text).
+    fn call(&mut self, call: &Call<'_>, deltas: &mut Deltas<'_>) -> Result<(), ProviderFailure> {
         let n = self.calls;
         self.calls += 1;
-        let name = call.get("name").and_then(Value::as_str).unwrap_or_default();
-        let id = match call
-            .get("id")
-            .and_then(Value::as_str)
-            .filter(|i| !i.is_empty())
-        {
+        let id = match Some(or_empty(&call.id)).filter(|i| !i.is_empty()) {
             Some(id) => id.to_owned(),
-            None => match &self.response_id {
+            None => match &self.asm.id {
                 Some(r) => format!("gc_{r}_{n}"),
                 None => format!("gc_{n}"),
             },
         };
-        let args = call.get("args").cloned();
-        let (json, initial) = match args {
-            Some(v @ Value::Object(_)) => (String::new(), Some(v)),
-            None | Some(Value::Null) => (String::new(), None),
-            // Not an object: read as the text it is, so the problem is named as for the
-            // other formats.
-            Some(other) => (other.to_string(), None),
-        };
         let key = self.key();
         let part = Part::ToolUse {
             id,
-            name: name.to_owned(),
-            json,
-            initial,
+            name: or_empty(&call.name).to_owned(),
+            json: call
+                .args
+                .as_ref()
+                .map_or_else(String::new, |args| args.0.as_ref().to_owned()),
+            initial: None,
             closed: true,
         };
         self.asm.start(key, part, deltas)
@@ -355,16 +341,17 @@ fn blocked(reason: &str, what: &str) -> ProviderFailure {
 /// `promptTokenCount` → input (cached tokens included, as OpenAI counts them),
 /// `candidatesTokenCount` + `thoughtsTokenCount` → output (thoughts are billed as output),
 /// `cachedContentTokenCount` → cache read.
-fn read_usage(v: &Value, usage: &mut Usage) {
-    if let Some(n) = count(v, "promptTokenCount") {
+fn read_usage(counts: &Counts, usage: &mut Usage) {
+    if let Some(n) = counts.prompt {
         usage.input_tokens = n;
     }
-    let output = count(v, "candidatesTokenCount");
-    let thoughts = count(v, "thoughtsTokenCount");
-    if output.is_some() || thoughts.is_some() {
-        usage.output_tokens = output.unwrap_or(0).saturating_add(thoughts.unwrap_or(0));
+    if counts.candidates.is_some() || counts.thoughts.is_some() {
+        usage.output_tokens = counts
+            .candidates
+            .unwrap_or(0)
+            .saturating_add(counts.thoughts.unwrap_or(0));
     }
-    if let Some(n) = count(v, "cachedContentTokenCount") {
+    if let Some(n) = counts.cached {
         usage.cache_read_input_tokens = Some(n);
     }
 }
@@ -374,8 +361,10 @@ pub(crate) fn parse_response(v: &Value, body: &[u8]) -> Result<AssistantResponse
     if v.get("error").is_some_and(|e| !e.is_null()) {
         return Err(classify_error_body(ProviderKind::Gemini, None, body));
     }
+    let chunk = Chunk::from_value(v)
+        .map_err(|kind| malformed(&format!("chunk is {kind}, not a response")))?;
     let mut state = StreamState::new(usize::MAX);
     let mut ignore = |_: StreamDelta<&str>| {};
-    let complete = state.on_chunk(v, &mut ignore)?;
+    let complete = state.on_chunk(&chunk, &mut ignore)?;
     state.finish(complete)
 }

@@ -7,7 +7,7 @@ use crate::response::{AssistantResponse, StopReason, Usage};
 use crate::wire::assemble::{read_identity, Assembly, Part};
 use crate::wire::borrow::{or_empty, parse_json, text, trim, Str};
 use crate::wire::render::count;
-use crate::wire::scan::{first_time, Scan};
+use crate::wire::scan::{fast_index, fast_str, first_time, list, or_null, Scan};
 use crate::wire::sse::SseEventRef;
 use crate::wire::{malformed, stream_cut, Deltas, StreamDelta};
 use serde::de::IgnoredAny;
@@ -285,42 +285,6 @@ fn fast_chunk(data: &[u8]) -> Option<Chunk<'_>> {
         _ => scan.skip(),
     })?;
     scan.at_end().then_some(chunk)
-}
-
-/// `null` (`Some(None)`) or what `read` reads.
-fn or_null<'a, T>(
-    scan: &mut Scan<'a>,
-    read: impl FnOnce(&mut Scan<'a>) -> Option<T>,
-) -> Option<Option<T>> {
-    if scan.null().is_some() {
-        return Some(None);
-    }
-    read(scan).map(Some)
-}
-
-/// An array, each element read by `read`.
-fn list<'a, T>(
-    scan: &mut Scan<'a>,
-    mut read: impl FnMut(&mut Scan<'a>) -> Option<T>,
-) -> Option<Vec<T>> {
-    let mut items = Vec::new();
-    scan.array(|scan| {
-        items.push(read(scan)?);
-        Some(())
-    })?;
-    Some(items)
-}
-
-/// A string or `null`, as an optional [`Str`].
-fn fast_str<'a>(scan: &mut Scan<'a>, seen: &mut bool) -> Option<Option<Str<'a>>> {
-    first_time(seen)?;
-    Some(scan.string_or_null()?.map(Str))
-}
-
-/// An unsigned integer or `null`.
-fn fast_index(scan: &mut Scan<'_>, seen: &mut bool) -> Option<Option<u64>> {
-    first_time(seen)?;
-    scan.uint_or_null()
 }
 
 fn fast_choice<'a>(scan: &mut Scan<'a>) -> Option<Choice<'a>> {
