@@ -47,6 +47,7 @@ use crate::wire::assemble::{Assembly, Part};
 use crate::wire::borrow::{as_is, or_empty, parse_json, Str};
 use crate::wire::eventstream::{Frame, FrameDecoder, FrameError};
 use crate::wire::render::count;
+use crate::wire::scan::{fast_index, first_time, Scan};
 use crate::wire::{malformed, stream_cut, Deltas, StreamDelta};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -108,8 +109,11 @@ impl StreamState {
             return Ok(false);
         }
         let mut lossy = String::new();
-        let v: Event<'_> = parse_json(frame.payload(), &mut lossy, as_is)
-            .map_err(|e| malformed(&format!("{ty} payload is not a valid event: {e}")))?;
+        let v: Event<'_> = match fast_delta(ty, frame.payload()) {
+            Some(v) => v,
+            None => parse_json(frame.payload(), &mut lossy, as_is)
+                .map_err(|e| malformed(&format!("{ty} payload is not a valid event: {e}")))?,
+        };
         match ty {
             "contentBlockStart" => {
                 let index = index_of(&v)?;
@@ -444,8 +448,72 @@ pub(crate) fn parse_response(v: &Value, body: &[u8]) -> Result<AssistantResponse
     asm.finish(stop)
 }
 
+/// The bulk of a stream, a `contentBlockDelta` whose delta is text or a tool input fragment
+/// (`{"contentBlockIndex":0,"delta":{"text":"…"},"p":"abc"}`, keys in any order, compact as
+/// Bedrock sends them), read without serde; `None` for anything else (another event, another
+/// delta, an unknown or repeated key, `null`, a `\u` escape), which the full reading then
+/// reads. What it reads equals what the full reading makes of the same payload (a proptest
+/// holds it to that).
+fn fast_delta<'a>(ty: &str, payload: &'a [u8]) -> Option<Event<'a>> {
+    if ty != "contentBlockDelta" {
+        return None;
+    }
+    let mut scan = Scan::new(payload);
+    let (mut index, mut seen_index) = (None, false);
+    let (mut delta, mut seen_delta) = (None, false);
+    let mut seen_pad = false;
+    scan.object(|scan, key| match key {
+        b"contentBlockIndex" => {
+            index = fast_index(scan, &mut seen_index)?;
+            Some(())
+        }
+        b"delta" => {
+            first_time(&mut seen_delta)?;
+            let mut read = None;
+            scan.object(|scan, key| {
+                if read.is_some() {
+                    return None;
+                }
+                read = Some(match key {
+                    b"text" => Delta::text(Str(scan.string()?)),
+                    b"toolUse" => {
+                        let mut input = None;
+                        scan.object(|scan, key| match (key, &input) {
+                            (b"input", None) => {
+                                input = Some(Str(scan.string()?));
+                                Some(())
+                            }
+                            _ => None,
+                        })?;
+                        Delta::input(input?)
+                    }
+                    _ => return None,
+                });
+                Some(())
+            })?;
+            delta = Some(read?);
+            Some(())
+        }
+        b"p" => {
+            first_time(&mut seen_pad)?;
+            scan.skip()
+        }
+        _ => None,
+    })?;
+    if !scan.at_end() {
+        return None;
+    }
+    Some(Event {
+        content_block_index: index,
+        start: None,
+        delta,
+        stop_reason: None,
+        usage: None,
+    })
+}
+
 /// One event's payload: only the fields rebound reads; delta strings borrow the payload.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Event<'a> {
     #[serde(default)]
@@ -461,7 +529,7 @@ struct Event<'a> {
 }
 
 /// A `contentBlockDelta`'s `delta`: one of its members is set.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Delta<'a> {
     #[serde(default, borrow)]
@@ -472,13 +540,31 @@ struct Delta<'a> {
     reasoning_content: Option<ReasoningDelta<'a>>,
 }
 
-#[derive(Debug, Deserialize)]
+impl<'a> Delta<'a> {
+    fn text(text: Str<'a>) -> Self {
+        Delta {
+            text: Some(text),
+            tool_use: None,
+            reasoning_content: None,
+        }
+    }
+
+    fn input(input: Str<'a>) -> Self {
+        Delta {
+            text: None,
+            tool_use: Some(ToolUseDelta { input: Some(input) }),
+            reasoning_content: None,
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Deserialize)]
 struct ToolUseDelta<'a> {
     #[serde(default, borrow)]
     input: Option<Str<'a>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ReasoningDelta<'a> {
     #[serde(default, borrow)]
@@ -488,4 +574,96 @@ struct ReasoningDelta<'a> {
     /// A blob: base64 text in JSON, kept as it came.
     #[serde(default, borrow)]
     redacted_content: Option<Str<'a>>,
+}
+
+#[cfg(test)]
+mod fast_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The full reading of `payload`, as `on_frame` does it without the fast path.
+    fn full(payload: &[u8]) -> Option<Event<'_>> {
+        let mut lossy = String::new();
+        let v: Event<'_> = parse_json(payload, &mut lossy, as_is).ok()?;
+        // Borrowed from `payload` only when nothing was replaced: compare owned text.
+        Some(Event {
+            content_block_index: v.content_block_index,
+            start: v.start,
+            delta: v.delta.map(|d| Delta {
+                text: d.text.map(|t| Str(t.0.into_owned().into())),
+                tool_use: d.tool_use.map(|u| ToolUseDelta {
+                    input: u.input.map(|i| Str(i.0.into_owned().into())),
+                }),
+                reasoning_content: d.reasoning_content.map(|r| ReasoningDelta {
+                    text: r.text.map(|t| Str(t.0.into_owned().into())),
+                    signature: r.signature.map(|t| Str(t.0.into_owned().into())),
+                    redacted_content: r.redacted_content.map(|t| Str(t.0.into_owned().into())),
+                }),
+            }),
+            stop_reason: v.stop_reason.map(|t| Str(t.0.into_owned().into())),
+            usage: v.usage,
+        })
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z ]{0,30}",
+            "\\PC{0,20}",
+            Just("quote \" backslash \\ tab \t newline \n".to_owned()),
+            Just("\u{1F600} é \u{7f}".to_owned()),
+        ]
+    }
+
+    fn field() -> impl Strategy<Value = (String, serde_json::Value)> {
+        use serde_json::json;
+        prop_oneof![
+            (0u64..5).prop_map(|i| ("contentBlockIndex".to_owned(), json!(i))),
+            Just(("contentBlockIndex".to_owned(), serde_json::Value::Null)),
+            text().prop_map(|t| ("delta".to_owned(), json!({"text": t}))),
+            text().prop_map(|t| ("delta".to_owned(), json!({"toolUse": {"input": t}}))),
+            text().prop_map(|t| ("delta".to_owned(), json!({"reasoningContent": {"text": t}}))),
+            Just(("delta".to_owned(), json!({"text": null}))),
+            Just((
+                "delta".to_owned(),
+                json!({"text": "a", "toolUse": {"input": "b"}})
+            )),
+            "[a-p]{0,16}".prop_map(|p| ("p".to_owned(), json!(p))),
+            Just(("other".to_owned(), json!(1))),
+        ]
+    }
+
+    /// Fields written as an object in the given order, duplicates kept.
+    fn object(fields: &[(String, serde_json::Value)]) -> String {
+        let inner: Vec<String> = fields
+            .iter()
+            .map(|(k, v)| format!("{}:{v}", serde_json::Value::String(k.clone())))
+            .collect();
+        format!("{{{}}}", inner.join(","))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, rng_seed: proptest::test_runner::RngSeed::Fixed(0xb3d), ..ProptestConfig::default() })]
+
+        #[test]
+        fn the_fast_reading_agrees_with_the_full_one(
+            fields in proptest::collection::vec(field(), 0..5),
+        ) {
+            let payload = object(&fields);
+            if let Some(fast) = fast_delta("contentBlockDelta", payload.as_bytes()) {
+                prop_assert_eq!(Some(fast), full(payload.as_bytes()), "{}", payload);
+            }
+        }
+
+        #[test]
+        fn the_common_events_take_the_fast_path(index in 0u64..100, t in "[a-zA-Z0-9 .,]{0,40}", tool in any::<bool>()) {
+            let delta = if tool {
+                serde_json::json!({"toolUse": {"input": t}})
+            } else {
+                serde_json::json!({"text": t})
+            };
+            let payload = serde_json::json!({"contentBlockIndex": index, "delta": delta, "p": "abcdef"}).to_string();
+            prop_assert!(fast_delta("contentBlockDelta", payload.as_bytes()).is_some(), "{}", payload);
+            prop_assert!(fast_delta("messageStop", payload.as_bytes()).is_none());
+        }
+    }
 }
