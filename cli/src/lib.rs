@@ -532,8 +532,10 @@ pub struct SimArgs {
     /// A built-in scenario name or a scenario JSON file.
     #[arg(long, required_unless_present = "compare")]
     pub scenario: Option<String>,
-    /// Run the outage experiment instead: rebound against models of the official SDKs',
-    /// Vercel AI's and Codex CLI's retry policies, 1,000 agents per outage model.
+    /// Run the outage experiment instead: rebound against models of the official SDKs'
+    /// (Anthropic's, OpenAI's, Google's python-genai, the AWS SDKs' standard and adaptive
+    /// modes), Vercel AI's, Codex CLI's and Gemini CLI's retry policies and of deployed retry
+    /// budgets, 1,000 agents per outage model.
     #[arg(long, conflicts_with = "scenario")]
     pub compare: bool,
     /// Seed of the first run (run i uses seed + i); default 0. With `--compare`, the
