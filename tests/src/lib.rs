@@ -2,6 +2,7 @@
 //! provider server on loopback, recording everything a test may want to check.
 
 #![warn(missing_docs)]
+#![doc(test(attr(deny(warnings))))]
 
 use rebound_cli::scenario_tools::ScenarioTools;
 use rebound_core::{
