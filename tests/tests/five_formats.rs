@@ -28,8 +28,18 @@ async fn server(json: &str) -> FakeServer {
         .expect("starts")
 }
 
+/// The model each target names: for Gemini a Gemini 3 one, whose server validates the
+/// thought signatures of the current turn's calls (the other formats' calls reach it
+/// without one of Gemini's).
+fn model(kind: ProviderKind) -> &'static str {
+    match kind {
+        ProviderKind::Gemini => "gemini-3-pro-preview",
+        _ => "test-model",
+    }
+}
+
 fn provider(kind: ProviderKind, server: &FakeServer) -> Box<dyn Provider> {
-    let mut config = HttpProviderConfig::new(kind, "test-model", ApiKey::new("k"));
+    let mut config = HttpProviderConfig::new(kind, model(kind), ApiKey::new("k"));
     config.base_url = server.base_url_for(kind);
     Box::new(HttpProvider::new(config).expect("valid provider"))
 }
@@ -45,7 +55,7 @@ fn config(kinds: &[ProviderKind]) -> MachineConfig {
         .with_targets(
             kinds
                 .iter()
-                .map(|k| TargetSpec::new(*k, "test-model"))
+                .map(|k| TargetSpec::new(*k, model(*k)))
                 .collect(),
         )
 }

@@ -452,12 +452,21 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         Ok(p) => p,
         Err(e) => return Ok(reply.reject(&shared, record, reject::bad_body(provider, &e))),
     };
-    if let Some((model, stream)) = gemini.or(bedrock) {
+    if let Some((model, stream)) = bedrock {
+        parsed.model = model;
+        parsed.stream = stream;
+    }
+    if let Some((model, stream)) = gemini {
         parsed.model = model;
         parsed.stream = stream;
         let vertex = signature::is_vertex(&record.path);
         if let Err(r) = signature::check(&parsed.conversation, &reply.owner, vertex) {
             return Ok(reply.reject(&shared, record, r));
+        }
+        if let Some(raw) = &record.body {
+            if let Err(r) = signature::check_calls_signed(raw, &parsed.model) {
+                return Ok(reply.reject(&shared, record, r));
+            }
         }
         reply.thoughts = Some(
             record

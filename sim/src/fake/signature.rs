@@ -178,10 +178,109 @@ pub(crate) fn check(
     Ok(())
 }
 
+/// 400 for a Gemini 3 model (`model` starts with `gemini-3`) when a model turn of the current
+/// turn — every content after the last user content with text — sends its first function
+/// call without a `thoughtSignature`: Gemini 3 validates them ("Thought signatures": "If a
+/// required thought signature is not returned … the model will return a 400 error"), in the
+/// words its API answers (quoted in many issues, e.g. "Function call is missing a
+/// thought_signature in functionCall parts. …"; the position is the content's, from 1).
+/// Earlier models do not validate. Checked on the body as sent (`raw`): the parsed
+/// conversation no longer tells a stand-in from nothing.
+pub(crate) fn check_calls_signed(raw: &Value, model: &str) -> Result<(), Rejection> {
+    if !model.starts_with("gemini-3") {
+        return Ok(());
+    }
+    let Some(contents) = raw.get("contents").and_then(Value::as_array) else {
+        return Ok(());
+    };
+    let parts = |c: &Value| {
+        c.get("parts")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let current = contents
+        .iter()
+        .rposition(|c| {
+            c.get("role").and_then(Value::as_str) != Some("model")
+                && parts(c).iter().any(|p| p.get("text").is_some())
+        })
+        .unwrap_or(0);
+    for (n, content) in contents.iter().enumerate().skip(current) {
+        if content.get("role").and_then(Value::as_str) != Some("model") {
+            continue;
+        }
+        let Some(call) = parts(content)
+            .into_iter()
+            .find(|p| p.get("functionCall").is_some())
+        else {
+            continue;
+        };
+        let signed = call
+            .get(SIGNATURE)
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty());
+        if signed {
+            continue;
+        }
+        let name = call["functionCall"]
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let message = format!(
+            "Function call is missing a thought_signature in functionCall parts. This is \
+             required for tools to work correctly, and missing thought_signature may lead to \
+             degraded model performance. Additional data, function call `default_api:{name}` \
+             , position {}. Please refer to \
+             https://ai.google.dev/gemini-api/docs/thought-signatures for more details.",
+            n + 1
+        );
+        return Err(Rejection {
+            status: 400,
+            body: wire::encode_error_body(ProviderKind::Gemini, 400, None, &message),
+            reason: "Function call is missing a thought_signature in functionCall parts".to_owned(),
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use rebound_core::Message;
+
+    #[test]
+    fn gemini_3_refuses_a_current_call_without_a_signature_and_earlier_models_do_not() {
+        let body = |signature: Option<&str>| {
+            let mut call = json!({"functionCall": {"name": "read", "args": {}}});
+            if let Some(s) = signature {
+                call[SIGNATURE] = s.into();
+            }
+            json!({"contents": [
+                {"role": "user", "parts": [{"text": "read a"}]},
+                {"role": "model", "parts": [call]},
+                {"role": "user", "parts": [{"functionResponse": {"name": "read", "response": {}}}]},
+            ]})
+        };
+        let refused = check_calls_signed(&body(None), "gemini-3-pro-preview").unwrap_err();
+        assert_eq!(refused.status, 400);
+        let text = String::from_utf8(refused.body).unwrap();
+        assert!(text.contains("`default_api:read` , position 2."), "{text}");
+        assert!(check_calls_signed(&body(None), "gemini-2.5-flash").is_ok());
+        assert!(check_calls_signed(
+            &body(Some("skip_thought_signature_validator")),
+            "gemini-3-pro-preview"
+        )
+        .is_ok());
+        assert!(check_calls_signed(&body(Some("")), "gemini-3-pro-preview").is_err());
+        // A call before the last user text is not the current turn's.
+        let mut earlier = body(None);
+        earlier["contents"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"role": "user", "parts": [{"text": "thanks"}]}));
+        assert!(check_calls_signed(&earlier, "gemini-3-pro-preview").is_ok());
+    }
 
     #[test]
     fn minted_signatures_are_url_safe_base64_and_verify_for_their_owner_only() {
