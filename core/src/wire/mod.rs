@@ -117,6 +117,7 @@ mod assemble;
 mod bedrock;
 mod borrow;
 mod gemini;
+mod label;
 mod openai;
 mod options;
 mod render;

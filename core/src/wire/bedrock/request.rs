@@ -60,13 +60,7 @@ pub(crate) const IMAGE_OMITTED: &str =
 pub(crate) fn path(model: &str, stream: bool) -> String {
     let mut out = String::with_capacity(model.len() + 24);
     out.push_str("/model/");
-    for b in model.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
+    crate::wire::label::push_encoded(&mut out, model);
     out.push_str(if stream {
         "/converse-stream"
     } else {
@@ -262,23 +256,7 @@ pub(crate) fn parse_path(path: &str) -> Option<(String, bool)> {
     } else {
         (rest.strip_suffix("/converse")?, false)
     };
-    let bytes = model.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes.get(i + 1..i + 3)?;
-            if !hex.iter().all(u8::is_ascii_hexdigit) {
-                return None;
-            }
-            out.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    let model = String::from_utf8(out).ok()?;
+    let model = crate::wire::label::decode(model)?;
     (!model.is_empty()).then_some((model, stream))
 }
 

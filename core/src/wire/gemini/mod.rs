@@ -47,19 +47,13 @@ pub(crate) fn signature_of(item: &Value) -> Option<&str> {
 
 /// The path of a request for `model` (after the base URL): `/models/{model}:generateContent`,
 /// or `:streamGenerateContent?alt=sse` for a stream. A leading `models/` in the id is
-/// dropped (the API's resource name); characters outside an id's alphabet are
-/// percent-encoded, so an id cannot change the path.
+/// dropped (the API's resource name); the id is percent-encoded
+/// ([`label`](crate::wire::label)), so it cannot change the path.
 pub(crate) fn path(model: &str, stream: bool) -> String {
     let model = model.strip_prefix("models/").unwrap_or(model);
     let mut out = String::with_capacity(model.len() + 48);
     out.push_str("/models/");
-    for byte in model.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~' | b'@') {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
+    crate::wire::label::push_encoded(&mut out, model);
     out.push_str(if stream {
         ":streamGenerateContent?alt=sse"
     } else {
@@ -87,29 +81,7 @@ pub(crate) fn parse_path(path: &str) -> Option<(String, bool)> {
     if stream && !query.split('&').any(|kv| kv == "alt=sse") {
         return None;
     }
-    Some((percent_decode(model), stream))
-}
-
-#[cfg(feature = "server")]
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| char::from(b).to_digit(16);
-        match (bytes[i], bytes.get(i + 1), bytes.get(i + 2)) {
-            (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
-                let value = hex(h).unwrap_or(0) * 16 + hex(l).unwrap_or(0);
-                out.push(u8::try_from(value).unwrap_or(b'?'));
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    Some((crate::wire::label::decode(model)?, stream))
 }
 
 /// Google's canonical status name for an HTTP status (`google.rpc.Code`), as its error
