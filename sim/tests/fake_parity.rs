@@ -9,46 +9,28 @@ use rebound_sim::scenario::{Answer, Fault, Scenario};
 use serde_json::json;
 use std::time::Duration;
 
+/// The URL and body of a streamed "hi" to model `m` in `provider`'s format, as core builds
+/// every request.
+fn hi(server: &FakeServer, provider: ProviderKind) -> (String, serde_json::Value) {
+    let conversation =
+        rebound_core::Conversation::from(vec![rebound_core::Message::user_text("hi")]);
+    let params = rebound_core::wire::RequestParams::new("m", 100);
+    let body = rebound_core::wire::request_body(provider, &conversation, &params).expect("a body");
+    let url = format!(
+        "{}{}",
+        server.base_url_for(provider),
+        rebound_core::wire::request_path(provider, "m", true)
+    );
+    (url, body)
+}
+
 /// What the runner would make of one streamed request: a failure, or `None` for an answer.
 async fn wire_failure(server: &FakeServer, provider: ProviderKind) -> Option<ProviderFailure> {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
         .build()
         .expect("client");
-    let (url, body) = match provider {
-        ProviderKind::Anthropic => (
-            format!("{}/v1/messages", server.base_url()),
-            json!({"model": "m", "max_tokens": 100, "stream": true,
-                   "messages": [{"role": "user", "content": "hi"}]}),
-        ),
-        ProviderKind::OpenAi => (
-            format!("{}/chat/completions", server.openai_base_url()),
-            json!({"model": "m", "stream": true,
-                   "messages": [{"role": "user", "content": "hi"}]}),
-        ),
-        ProviderKind::OpenAiResponses => (
-            format!("{}/responses", server.openai_base_url()),
-            json!({"model": "m", "stream": true, "store": false,
-                   "input": [{"role": "user", "content": "hi"}]}),
-        ),
-        ProviderKind::Gemini => (
-            format!(
-                "{}{}",
-                server.gemini_base_url(),
-                rebound_core::wire::request_path(provider, "m", true)
-            ),
-            json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
-        ),
-        ProviderKind::Bedrock => (
-            format!(
-                "{}{}",
-                server.base_url(),
-                rebound_core::wire::request_path(provider, "m", true)
-            ),
-            json!({"messages": [{"role": "user", "content": [{"text": "hi"}]}]}),
-        ),
-        other => panic!("no request written for {other:?} yet"),
-    };
+    let (url, body) = hi(server, provider);
     let response = match client
         .post(url)
         .header("x-api-key", "k")
@@ -165,39 +147,7 @@ async fn a_mid_answer_error_is_the_bytes_the_simulator_renders_and_begins_the_an
             .await
             .expect("start");
         let client = reqwest::Client::new();
-        let (url, body) = match provider {
-            ProviderKind::Anthropic => (
-                format!("{}/v1/messages", server.base_url()),
-                json!({"model": "m", "max_tokens": 100, "stream": true,
-                       "messages": [{"role": "user", "content": "hi"}]}),
-            ),
-            ProviderKind::OpenAi => (
-                format!("{}/chat/completions", server.openai_base_url()),
-                json!({"model": "m", "stream": true,
-                       "messages": [{"role": "user", "content": "hi"}]}),
-            ),
-            ProviderKind::Gemini => (
-                format!(
-                    "{}{}",
-                    server.gemini_base_url(),
-                    rebound_core::wire::request_path(provider, "m", true)
-                ),
-                json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
-            ),
-            ProviderKind::Bedrock => (
-                format!(
-                    "{}{}",
-                    server.base_url(),
-                    rebound_core::wire::request_path(provider, "m", true)
-                ),
-                json!({"messages": [{"role": "user", "content": [{"text": "hi"}]}]}),
-            ),
-            _ => (
-                format!("{}/responses", server.openai_base_url()),
-                json!({"model": "m", "stream": true, "store": false,
-                       "input": [{"role": "user", "content": "hi"}]}),
-            ),
-        };
+        let (url, body) = hi(&server, provider);
         let bytes = client
             .post(url)
             .header("x-api-key", "k")
