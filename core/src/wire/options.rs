@@ -916,6 +916,11 @@ pub(crate) fn apply(
     if options.is_empty() {
         return Ok(());
     }
+    if let (false, Some(ToolChoice::Tool(name))) = (tools.is_empty(), &options.tool_choice) {
+        if !tools.iter().any(|t| t.name == *name) {
+            return Err(OptionsError::UnknownTool { name: name.clone() });
+        }
+    }
     if provider == ProviderKind::Gemini {
         return apply_gemini(options, tools, body);
     }
@@ -934,11 +939,6 @@ pub(crate) fn apply(
         body.insert(key.into(), options.stop_sequences.clone().into());
     }
     if !tools.is_empty() {
-        if let Some(ToolChoice::Tool(name)) = &options.tool_choice {
-            if !tools.iter().any(|t| t.name == *name) {
-                return Err(OptionsError::UnknownTool { name: name.clone() });
-            }
-        }
         tool_use(provider, options, body);
     }
     match (provider, options.reasoning_effort) {
@@ -969,13 +969,11 @@ pub(crate) fn apply(
     Ok(())
 }
 
-/// The options in Gemini's form ([`RequestOptions`] has the table); checked already.
-fn apply_gemini(
-    options: &RequestOptions,
-    tools: &[ToolSpec],
-    body: &mut Map<String, Value>,
-) -> Result<(), OptionsError> {
-    let mut config = match body.remove("generationConfig") {
+/// `config` (the object rebound already put in the body, if any) with the sampling options in
+/// the camel-case names Gemini's `generationConfig` and Bedrock's `inferenceConfig` share:
+/// `temperature`, `topP`, `stopSequences`.
+fn nested_sampling(options: &RequestOptions, config: Option<Value>) -> Map<String, Value> {
+    let mut config = match config {
         Some(Value::Object(config)) => config,
         _ => Map::new(),
     };
@@ -991,6 +989,16 @@ fn apply_gemini(
             options.stop_sequences.clone().into(),
         );
     }
+    config
+}
+
+/// The options in Gemini's form ([`RequestOptions`] has the table); checked already.
+fn apply_gemini(
+    options: &RequestOptions,
+    tools: &[ToolSpec],
+    body: &mut Map<String, Value>,
+) -> Result<(), OptionsError> {
+    let mut config = nested_sampling(options, body.remove("generationConfig"));
     if let Some(level) = options.reasoning_effort.and_then(gemini_level) {
         config.insert(
             "thinkingConfig".into(),
@@ -1005,11 +1013,6 @@ fn apply_gemini(
     }
     if !tools.is_empty() {
         if let Some(choice) = &options.tool_choice {
-            if let ToolChoice::Tool(name) = choice {
-                if !tools.iter().any(|t| t.name == *name) {
-                    return Err(OptionsError::UnknownTool { name: name.clone() });
-                }
-            }
             let calling = match choice {
                 ToolChoice::Auto => json!({"mode": "AUTO"}),
                 ToolChoice::Any => json!({"mode": "ANY"}),
@@ -1044,22 +1047,7 @@ fn apply_bedrock(
     tools: &[ToolSpec],
     body: &mut Map<String, Value>,
 ) -> Result<(), OptionsError> {
-    let mut inference = match body.remove("inferenceConfig") {
-        Some(Value::Object(config)) => config,
-        _ => Map::new(),
-    };
-    if let Some(t) = options.temperature {
-        inference.insert("temperature".into(), t.into());
-    }
-    if let Some(p) = options.top_p {
-        inference.insert("topP".into(), p.into());
-    }
-    if !options.stop_sequences.is_empty() {
-        inference.insert(
-            "stopSequences".into(),
-            options.stop_sequences.clone().into(),
-        );
-    }
+    let mut inference = nested_sampling(options, body.remove("inferenceConfig"));
     let mut additional = Map::new();
     if let Some(budget) = options.thinking_budget {
         additional.insert(
@@ -1068,11 +1056,6 @@ fn apply_bedrock(
         );
     }
     if let (false, Some(choice)) = (tools.is_empty(), &options.tool_choice) {
-        if let ToolChoice::Tool(name) = choice {
-            if !tools.iter().any(|t| t.name == *name) {
-                return Err(OptionsError::UnknownTool { name: name.clone() });
-            }
-        }
         let value = match choice {
             ToolChoice::Any => json!({"any": {}}),
             ToolChoice::Tool(name) => json!({"tool": {"name": name}}),
