@@ -104,19 +104,15 @@ fn key_from_command(command: &str) -> Result<ApiKey, ConfigError> {
 }
 
 /// Bedrock's endpoint in the region AWS_REGION (else AWS_DEFAULT_REGION) names, as the AWS
-/// SDKs read them.
+/// SDKs read them ([`aws::aws_region_from_env`]).
 fn bedrock_url_from_env() -> Result<String, ConfigError> {
-    ["AWS_REGION", "AWS_DEFAULT_REGION"]
-        .iter()
-        .find_map(|var| std::env::var(var).ok().filter(|v| !v.trim().is_empty()))
-        .map(|region| rebound_effects::provider::bedrock_base_url(region.trim()))
-        .ok_or_else(|| {
-            ConfigError::Invalid(
-                "--provider bedrock needs AWS_REGION (or AWS_DEFAULT_REGION), or the endpoint \
-                 in --base-url"
-                    .to_owned(),
-            )
-        })
+    let region = aws::aws_region_from_env().map_err(|e| {
+        ConfigError::Invalid(format!(
+            "--provider bedrock needs AWS_REGION (or AWS_DEFAULT_REGION), or the endpoint in \
+             --base-url: {e}"
+        ))
+    })?;
+    Ok(rebound_effects::provider::bedrock_base_url(&region))
 }
 
 /// The Vertex AI base URL from GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION (`global`

@@ -19,7 +19,8 @@
 //! out) are not passed to the embedder's `tracing` subscriber.
 //!
 //! ```
-//! use rebound_effects::provider::aws::{bedrock_endpoint, AwsCredentials, BedrockAuth, RequestToSign};
+//! use rebound_effects::provider::aws::{AwsCredentials, BedrockAuth, RequestToSign};
+//! use rebound_effects::provider::bedrock_base_url;
 //! use std::time::SystemTime;
 //!
 //! let region = "us-east-1";
@@ -27,7 +28,7 @@
 //!     credentials: AwsCredentials::new("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", None),
 //!     region: region.to_owned(),
 //! };
-//! let url = format!("{}/model/amazon.nova-lite-v1:0/converse-stream", bedrock_endpoint(region));
+//! let url = format!("{}/model/amazon.nova-lite-v1:0/converse-stream", bedrock_base_url(region));
 //! let body = br#"{"messages":[{"role":"user","content":[{"text":"Hi"}]}]}"#;
 //! let request = RequestToSign {
 //!     method: "POST",
@@ -239,18 +240,6 @@ fn read_region(get: &Lookup<'_>) -> Result<String, AwsConfigError> {
     }
 }
 
-/// The Bedrock runtime endpoint of `region`: `https://bedrock-runtime.{region}.amazonaws.com`,
-/// to which Converse requests go (`/model/{modelId}/converse-stream`).
-///
-/// ```
-/// use rebound_effects::provider::aws::bedrock_endpoint;
-/// assert_eq!(bedrock_endpoint("us-west-2"), "https://bedrock-runtime.us-west-2.amazonaws.com");
-/// ```
-#[must_use]
-pub fn bedrock_endpoint(region: &str) -> String {
-    format!("https://bedrock-runtime.{region}.amazonaws.com")
-}
-
 /// How requests to Bedrock are authorized: signed with AWS credentials, or with a Bedrock API
 /// key. Its `Debug` shows the region, never a credential.
 #[derive(Debug, Clone)]
@@ -260,7 +249,7 @@ pub enum BedrockAuth {
     SigV4 {
         /// The credentials signed with.
         credentials: AwsCredentials,
-        /// The region signed for: the endpoint's ([`bedrock_endpoint`]).
+        /// The region signed for: the endpoint's ([`bedrock_base_url`](super::bedrock_base_url)).
         region: String,
     },
     /// A Bedrock API key (`AWS_BEARER_TOKEN_BEDROCK`), sent as `Authorization: Bearer {key}`;

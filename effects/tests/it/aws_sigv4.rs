@@ -22,8 +22,8 @@
 
 use rebound_core::secrets::REDACTED;
 use rebound_effects::provider::aws::{
-    aws_region_from_lookup, bedrock_endpoint, sign, AuthHeaders, AwsConfigError, AwsCredentials,
-    BedrockAuth, RequestToSign, SignError,
+    aws_region_from_lookup, sign, AuthHeaders, AwsConfigError, AwsCredentials, BedrockAuth,
+    RequestToSign, SignError,
 };
 use rebound_effects::provider::ApiKey;
 use std::collections::BTreeMap;
@@ -64,7 +64,10 @@ fn credentials(token: Option<&str>) -> AwsCredentials {
 
 /// The Converse stream URL of `model` (as sent) in `region`.
 fn converse_stream(region: &str, model: &str) -> String {
-    format!("{}/model/{model}/converse-stream", bedrock_endpoint(region))
+    format!(
+        "{}/model/{model}/converse-stream",
+        rebound_effects::provider::bedrock_base_url(region)
+    )
 }
 
 fn request<'a>(url: &'a str, body: &'a [u8]) -> RequestToSign<'a> {
@@ -385,7 +388,7 @@ fn the_region_is_aws_region_else_aws_default_region() {
 #[test]
 fn bedrock_endpoint_is_the_regions_runtime_host() {
     assert_eq!(
-        bedrock_endpoint("eu-central-1"),
+        rebound_effects::provider::bedrock_base_url("eu-central-1"),
         "https://bedrock-runtime.eu-central-1.amazonaws.com"
     );
 }
