@@ -63,6 +63,9 @@ use crate::trace::{TraceHeader, TraceStep};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+mod issued;
+pub use issued::{Issued, UnknownAnswer};
+
 /// One run of an [`AgentMachine`], as every shell drives it: the machine, the command it
 /// awaits, the tally, the recorded steps and the end. See the [module](self).
 #[derive(Debug)]

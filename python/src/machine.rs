@@ -13,13 +13,12 @@ use crate::tally::PyRunTally;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
-use rebound_core::run::{Action, Run, Step};
+use rebound_core::run::{Action, Issued, Run, Step};
 use rebound_core::{
     Command, Conversation, Event, FallbackInfo, Handled, IgnoreReason, MachineConfig, Millis,
     ProviderRetryInfo, RunError,
 };
 use rebound_sim::Trace;
-use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
 
 /// A shared, read-only conversation as a command carried it (no copy is made), or the
@@ -157,89 +156,6 @@ impl PySnapshot {
     }
 }
 
-/// The ids of the commands a machine emitted that want an answer, per kind: an answer
-/// carrying any other id answers nothing this machine ever asked.
-#[derive(Default)]
-struct Issued {
-    requests: BTreeSet<u64>,
-    timers: BTreeSet<u64>,
-    batches: BTreeSet<u64>,
-    compactions: BTreeSet<u64>,
-    permits: BTreeSet<u64>,
-}
-
-impl Issued {
-    fn note(&mut self, command: &Command) {
-        match command {
-            Command::SendRequest { request, .. } => self.requests.insert(request.0),
-            Command::Sleep { timer, .. } => self.timers.insert(timer.0),
-            Command::RunTools { batch, .. } => self.batches.insert(batch.0),
-            Command::Compact { compaction, .. } => self.compactions.insert(compaction.0),
-            Command::AcquirePermit { permit, .. } => self.permits.insert(permit.0),
-            _ => false,
-        };
-    }
-
-    /// An error when `event` answers a command this machine never emitted.
-    fn check(&self, event: &Event) -> PyResult<()> {
-        let (set, id, what, command, name) = match event {
-            Event::ProviderSucceeded { request, .. } => (
-                &self.requests,
-                request.0,
-                "request",
-                "SendRequest",
-                "ProviderSucceeded",
-            ),
-            Event::ProviderFailed { request, .. } => (
-                &self.requests,
-                request.0,
-                "request",
-                "SendRequest",
-                "ProviderFailed",
-            ),
-            Event::ProviderResponding { request } => (
-                &self.requests,
-                request.0,
-                "request",
-                "SendRequest",
-                "ProviderResponding",
-            ),
-            Event::TimerFired { timer } => (&self.timers, timer.0, "timer", "Sleep", "TimerFired"),
-            Event::ToolsFinished { batch, .. } => {
-                (&self.batches, batch.0, "batch", "RunTools", "ToolsFinished")
-            }
-            Event::CompactionFinished { compaction, .. } => (
-                &self.compactions,
-                compaction.0,
-                "compaction",
-                "Compact",
-                "CompactionFinished",
-            ),
-            Event::PermitAnswered { permit, .. } => (
-                &self.permits,
-                permit.0,
-                "permit",
-                "AcquirePermit",
-                "PermitAnswered",
-            ),
-            _ => return Ok(()),
-        };
-        if set.contains(&id) {
-            return Ok(());
-        }
-        let recent: Vec<String> = set.iter().rev().take(3).map(u64::to_string).collect();
-        let seen = if recent.is_empty() {
-            format!("it has emitted no {command} yet")
-        } else {
-            format!("the latest {what} ids it emitted: {}", recent.join(", "))
-        };
-        Err(UnknownAnswerError::new_err(format!(
-            "{name} answers {what} {id}, but this machine never emitted a {command} with that \
-             id ({seen}); answer with the id of the command you executed"
-        )))
-    }
-}
-
 /// The native machine: a [`Run`] of core's machine. Use `rebound_agent.AgentMachine`, which
 /// wraps it with typed events and commands. Calls from several threads take turns (see
 /// [`Exclusive`]); Python objects are read before a call takes the run and made after it
@@ -324,7 +240,10 @@ impl PyMachine {
         let now = Millis(to_u64(now_ms, "now_ms")?);
         let event: Event = from_py(event, "event")?;
         self.with(py, |state| {
-            state.issued.check(&event)?;
+            state
+                .issued
+                .check(&event)
+                .map_err(|e| UnknownAnswerError::new_err(e.to_string()))?;
             Ok(match state.run.handle(now, event) {
                 Handled::Ignored(IgnoreReason::Unexpected) => {
                     return Err(UnexpectedEventError::new_err(

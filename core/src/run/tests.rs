@@ -253,3 +253,39 @@ fn a_tool_input_too_deep_to_read_back_is_recorded_as_the_machine_takes_it() {
         assert_eq!(machine.step(step.at, read.event), step.commands);
     }
 }
+
+#[test]
+fn issued_refuses_an_answer_to_an_id_never_emitted_and_names_the_ones_that_were() {
+    use super::Issued;
+    let mut run = Run::new(MachineConfig::default(), 1);
+    let mut issued = Issued::default();
+    run.handle(Millis(0), Event::user_text("hi"));
+    let mut request = None;
+    while let Some(action) = run.poll() {
+        if let Action::Command(command) = action {
+            issued.note(&command);
+            if let Command::SendRequest { request: r, .. } = command {
+                request = Some(r);
+            }
+        }
+    }
+    let request = request.expect("a request");
+    let answer = |id| Event::ProviderResponding { request: id };
+    assert_eq!(issued.check(&answer(request)), Ok(()));
+    let err = issued
+        .check(&answer(crate::machine::RequestId(request.0 + 5)))
+        .expect_err("never emitted");
+    assert_eq!(err.recent, vec![request.0]);
+    let text = err.to_string();
+    assert!(text.contains("never emitted a SendRequest"), "{text}");
+    assert!(text.contains(&format!("emitted: {}", request.0)), "{text}");
+    let timer = Event::TimerFired {
+        timer: crate::machine::TimerId(0),
+    };
+    assert!(issued
+        .check(&timer)
+        .expect_err("no sleep yet")
+        .to_string()
+        .contains("it has emitted no Sleep yet"));
+    assert_eq!(issued.check(&Event::user_text("again")), Ok(()));
+}
