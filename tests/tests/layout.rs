@@ -535,7 +535,7 @@ fn core_depends_only_on_what_it_is_allowed() {
 
 /// DESIGN.md's layout: which of the workspace's crates each may depend on (normal
 /// dependencies; a crate's own tests may use more).
-const MAY_DEPEND_ON: [(&str, &[&str]); 7] = [
+const MAY_DEPEND_ON: [(&str, &[&str]); 8] = [
     ("rebound-core", &[]),
     ("rebound-sim", &["rebound-core"]),
     ("rebound-study", &["rebound-core", "rebound-sim"]),
@@ -550,6 +550,10 @@ const MAY_DEPEND_ON: [(&str, &[&str]); 7] = [
             "rebound-effects",
             "rebound-durable",
         ],
+    ),
+    (
+        "rebound-js",
+        &["rebound-core", "rebound-sim", "rebound-study"],
     ),
     (
         "rebound-tests",
@@ -601,12 +605,13 @@ fn the_study_sits_between_the_simulator_and_the_binary() {
     for dep in dependencies(packages["rebound-study"], None) {
         assert!(allowed.contains(&dep), "rebound-study depends on {dep}");
     }
-    // Only the binary and the cross-crate tests use it, in any kind of dependency.
+    // Only the binary, the JavaScript binding and the cross-crate tests use it, in any kind
+    // of dependency.
     for (name, package) in &packages {
         for kind in [None, Some("dev"), Some("build")] {
             if dependencies(package, kind).contains(&"rebound-study") {
                 assert!(
-                    ["rebound-cli", "rebound-tests"].contains(&name.as_str()),
+                    ["rebound-cli", "rebound-js", "rebound-tests"].contains(&name.as_str()),
                     "{name} depends on rebound-study ({kind:?})"
                 );
             }
@@ -629,6 +634,29 @@ fn the_study_sits_between_the_simulator_and_the_binary() {
         );
     }
     assert!(!normal_closure("rebound-study", &[]).contains_key("plotters"));
+}
+
+/// The JavaScript binding is WebAssembly for browsers and edge runtimes: no runtime, socket,
+/// HTTP client, chart library or anything of the fake server's enters it, and it builds the
+/// study without its charts.
+#[test]
+fn the_javascript_binding_takes_only_what_runs_in_a_browser() {
+    let closure = normal_closure("rebound-js", &[]);
+    for banned in [
+        "tokio",
+        "hyper",
+        "reqwest",
+        "plotters",
+        "rebound-effects",
+        "getrandom",
+        "mio",
+    ] {
+        assert!(
+            !closure.contains_key(banned),
+            "rebound-js depends on {banned}"
+        );
+    }
+    assert!(closure.contains_key("wasm-bindgen"), "{closure:?}");
 }
 
 /// Every crate that is published ships both license texts beside its manifest (a crate's

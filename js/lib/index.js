@@ -1,0 +1,5 @@
+// rebound-agent: rebound's agent machine, wire helpers, simulator and replay for JavaScript
+// and TypeScript (Node, Deno, browsers), one WebAssembly build of the Rust crates.
+
+export * from "./errors.js";
+export * from "./machine.js";
