@@ -3,3 +3,6 @@
 
 export * from "./errors.js";
 export * from "./machine.js";
+export * from "./wire.js";
+export * from "./budget.js";
+export * from "./sim.js";
