@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The npm package's CI step: the WebAssembly built once in the release `wasm` profile (the size
+# docs/performance.md reports; js/build.sh installs the wasm32 target and the wasm-bindgen CLI),
+# the package's dependencies (`npm ci`), the types checked by tsc, then `node --test`: the
+# machine, wire helpers, simulator and replay (against traces and numbers of the `rebound`
+# binary the workspace's tests built), the fast-check properties, the example agents against
+# `rebound serve`, and the outage playground in Debian's headless Chromium.
+#
+# What waits on the network (Debian's Chromium, the npm packages) runs beside the build, which
+# uses the CPU.
+#
+#   bash js/ci.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+case "$TARGET_DIR" in /*) ;; *) TARGET_DIR="$PWD/$TARGET_DIR" ;; esac
+export CARGO_TARGET_DIR="$TARGET_DIR"
+export REBOUND_BIN="${REBOUND_BIN:-$TARGET_DIR/debug/rebound}"
+[ -x "$REBOUND_BIN" ] || cargo build -p rebound-cli --quiet
+
+as_root() {
+  if [ "$(id -u)" -ne 0 ]; then sudo "$@"; else "$@"; fi
+}
+
+LOGS="$TARGET_DIR/js-ci"
+rm -rf "$LOGS"
+mkdir -p "$LOGS"
+
+browser() {
+  if ! command -v chromium >/dev/null 2>&1; then
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq chromium >/dev/null
+  fi
+  chromium --version
+}
+( browser > "$LOGS/browser.log" 2>&1 ) &
+browser_pid=$!
+( cd js && npm ci --no-audit --no-fund > "$LOGS/npm.log" 2>&1 ) &
+npm_pid=$!
+
+bash js/build.sh
+ls -l js/pkg/rebound_bg.wasm
+echo "gzipped: $(gzip -9 -c js/pkg/rebound_bg.wasm | wc -c) bytes"
+
+wait "$npm_pid" || { cat "$LOGS/npm.log"; exit 1; }
+wait "$browser_pid" || { cat "$LOGS/browser.log"; exit 1; }
+cat "$LOGS/browser.log"
+
+cd js
+npx tsc -p .
+node --test test/
