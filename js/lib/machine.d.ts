@@ -1,4 +1,17 @@
-import type { Action, Event, MachineConfig, Message, Outcome, RunTally } from "./types.js";
+import type {
+  Action,
+  CompactionResult,
+  Event,
+  FallbackInfo,
+  MachineConfig,
+  MachineConfigInput,
+  Message,
+  Outcome,
+  ProviderRetryInfo,
+  RunError,
+  RunTally,
+  SnapshotSummary,
+} from "./types.js";
 
 /** A shared, read-only conversation as a command carried it, or a trace's summary of one. */
 export class Snapshot {
@@ -6,7 +19,7 @@ export class Snapshot {
   /** A snapshot of `messages`. */
   static of(messages: readonly Message[]): Snapshot;
   /** The snapshot of a trace's `{messages, digest}`. */
-  static fromSummary(summary: { messages: number; digest: string }): Snapshot;
+  static fromSummary(summary: SnapshotSummary): Snapshot;
   /** Whether the messages themselves are here (not only a trace's summary). */
   readonly hasMessages: boolean;
   /** The 64-bit FNV-1a digest of the conversation's JSON, 16 hex digits. */
@@ -18,13 +31,13 @@ export class Snapshot {
   /** Whether `other` is the same conversation. */
   equals(other: unknown): boolean;
   /** The trace's form. */
-  toJSON(): { messages: number; digest: string };
+  toJSON(): SnapshotSummary;
 }
 
 /** Options of a new AgentMachine. */
 export interface MachineOptions {
   /** A MachineConfig in its JSON shape; rebound's defaults fill what it leaves out. */
-  config?: MachineConfig;
+  config?: MachineConfigInput;
   /** The jitter seed (0). */
   seed?: number | bigint | string;
   /** The messages the run starts from. */
@@ -66,13 +79,17 @@ export class AgentMachine {
   /** Core's compaction of `conversation` with this machine's policy. */
   compactDefault(
     conversation: Snapshot | readonly Message[],
-  ): { Ok: Message[] } | { Err: string };
+  ): CompactionResult;
   /** The run so far as a trace (JSON Lines); needs `record: true`. */
   traceJsonl(): string;
 }
 
-/** The one-line text a person reads for a retry notice, a fallback notice or a run error. */
-export function describe(kind: "retry_info" | "fallback_info" | "run_error", value: unknown): string;
+/** The one-line text a person reads for a retry notice (`notify_retry`'s `info`). */
+export function describe(kind: "retry_info", value: ProviderRetryInfo): string;
+/** The one-line text a person reads for a fallback notice (`notify_fallback`'s `info`). */
+export function describe(kind: "fallback_info", value: FallbackInfo): string;
+/** The one-line text a person reads for a run error (`fail`'s `error`). */
+export function describe(kind: "run_error", value: RunError): string;
 /** `event` as the machine reads it; throws an EventError if it cannot. */
 export function normalizeEvent(event: unknown): Event;
 /** The event of a user message of one text block. */
