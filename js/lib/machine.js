@@ -3,7 +3,7 @@
 // Nothing here decides anything: it converts and forwards.
 
 import { native } from "./load.js";
-import { call, ConfigError, EventError, json } from "./errors.js";
+import { call, ConfigError, EventError, json, ReboundError } from "./errors.js";
 
 /**
  * A shared, read-only conversation as a command carried it (the machine's own copy, not a
@@ -210,6 +210,13 @@ export class AgentMachine {
  * (`"fallback_info"`) or a run error (`"run_error"`).
  */
 export function describe(kind, value) {
+  // wasm-bindgen's glue reads a string argument's `length`: anything else must not reach it
+  // (an object there ends in a trap of the WebAssembly, not an error).
+  if (typeof kind !== "string") {
+    throw new ReboundError(
+      `cannot describe a ${typeof kind}: expected "retry_info", "fallback_info" or "run_error"`,
+    );
+  }
   return call(() => native.describe(kind, json(value, kind)));
 }
 
