@@ -62,7 +62,6 @@ pub fn error(kind: Kind, message: impl Display) -> JsValue {
 
 /// A stream error: `message`, with `failure` (the classified ProviderFailure's JSON text) to
 /// answer the request with `ProviderFailed`.
-#[allow(dead_code)] // until the wire module throws it
 pub fn stream_error(message: impl Display, failure_json: &str) -> JsValue {
     let error = error(Kind::Stream, message);
     let _ = Reflect::set(

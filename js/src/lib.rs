@@ -15,3 +15,4 @@
 mod convert;
 mod errors;
 mod machine;
+mod wire;
