@@ -1,0 +1,557 @@
+/**
+ * A coding agent in TypeScript on `fetch`, `ReadableStream` and `AbortSignal`, with rebound
+ * deciding every failure.
+ *
+ * The agent owns the I/O: its HTTP client (`fetch`, which never retries), its clock, its
+ * file tools, its cancel button. rebound's machine owns the decisions: whether a failure is
+ * retried and after how long (`retry-after` included), compacted, turned into a tool error
+ * result the model reads, or returned as the run's failure; what a stream cut voids.
+ *
+ * Try it against rebound's fake provider and its scripted outage (two terminals):
+ *
+ *     cargo run --release -- serve --scenario demo --port 8787
+ *     cd js && npx tsc -p tsconfig.examples.json
+ *     node dist/examples/agent.js --base-url http://127.0.0.1:8787 "Fix the failing test."
+ *
+ * Ctrl-C cancels the run: the request in flight is aborted and the machine told
+ * `{type: "cancel"}`. Against a real provider set ANTHROPIC_API_KEY (or OPENAI_API_KEY with
+ * `--provider openai --base-url https://api.openai.com/v1`) and drop `--base-url`.
+ */
+
+import { readdir, readFile, realpath, stat, writeFile } from "node:fs/promises";
+import { isAbsolute, relative, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+import { parseArgs } from "node:util";
+
+import {
+  AgentMachine,
+  StreamDecoder,
+  StreamError,
+  classifyHttp,
+  classifyTransport,
+  describe,
+  requestBody,
+  requestPath,
+  userText,
+} from "rebound-agent";
+import type { Action, Event, MachineConfig, ProviderFailure, ProviderKind } from "rebound-agent";
+
+/** The tools the model may call: the project's files, read-only. */
+export const TOOLS = [
+  {
+    name: "read",
+    description: 'Reads a text file of the project. Input: {"path": "relative/path"}.',
+    input_schema: {
+      type: "object",
+      properties: { path: { type: "string" } },
+      required: ["path"],
+    },
+  },
+  {
+    name: "list",
+    description: 'Lists a folder of the project. Input: {"path": "relative/folder"}.',
+    input_schema: { type: "object", properties: { path: { type: "string" } } },
+  },
+];
+
+/** Each provider's model when none is named. */
+export const DEFAULT_MODEL: Record<ProviderKind, string> = {
+  anthropic: "claude-sonnet-4-6",
+  openai: "gpt-4o",
+  openai_responses: "gpt-5",
+  gemini: "gemini-2.5-flash",
+  bedrock: "anthropic.claude-sonnet-4-5-20250929-v1:0",
+};
+
+/** The most of a file `read` returns. */
+const MAX_FILE_BYTES = 64 * 1024;
+
+/** A tool call failed in a way the model can act on (a missing file, a bad path). */
+export class ToolFailure extends Error {}
+
+/** The file tools, confined to `root`. */
+export class Tools {
+  readonly root: string;
+
+  /** Tools reading the files under `root`. */
+  constructor(root: string) {
+    this.root = resolve(root);
+  }
+
+  /** The real path of `raw` under the root; a ToolFailure for one outside it. */
+  async #path(raw: unknown): Promise<string> {
+    if (typeof raw !== "string" || raw === "") {
+      throw new ToolFailure("`path` must be a non-empty string");
+    }
+    let path: string;
+    try {
+      path = await realpath(resolve(this.root, raw));
+    } catch {
+      throw new ToolFailure(`file not found: ${raw}`);
+    }
+    const rel = relative(await realpath(this.root), path);
+    if (rel.startsWith("..") || isAbsolute(rel)) {
+      throw new ToolFailure(`${raw} is outside the project folder`);
+    }
+    return path;
+  }
+
+  /** Runs tool `name` with `input`: its text, or a ToolFailure. */
+  async run(name: string, input: Record<string, unknown>): Promise<string> {
+    if (name === "read") {
+      const path = await this.#path(input.path);
+      if (!(await stat(path)).isFile()) throw new ToolFailure(`file not found: ${String(input.path)}`);
+      const data = await readFile(path);
+      return new TextDecoder().decode(data.subarray(0, MAX_FILE_BYTES));
+    }
+    if (name === "list") {
+      const raw = typeof input.path === "string" && input.path !== "" ? input.path : ".";
+      const path = await this.#path(raw);
+      if (!(await stat(path)).isDirectory()) throw new ToolFailure(`folder not found: ${raw}`);
+      const entries = await readdir(path, { withFileTypes: true });
+      return entries
+        .map((e) => e.name + (e.isDirectory() ? "/" : ""))
+        .sort()
+        .join("\n");
+    }
+    throw new ToolFailure(`unknown tool \`${name}\``);
+  }
+}
+
+/** Where the agent's words go: `say(text)` ends a line, `say(text, "")` does not. */
+export type Say = (text: string, end?: string) => void;
+
+/** What `runAgent` needs. */
+export interface AgentOptions {
+  /** The provider's base URL (OpenAI's with `/v1`, Gemini's with `/v1beta`). */
+  baseUrl: string;
+  /** The wire format (anthropic). */
+  provider?: ProviderKind;
+  /** The model (each provider's DEFAULT_MODEL). */
+  model?: string;
+  /** The API key (the provider's environment variable, else a placeholder for a fake server). */
+  apiKey?: string;
+  /** The folder the file tools may read (the current one). */
+  root?: string;
+  /** The retry jitter seed (random). */
+  seed?: number | bigint | string;
+  /** Write the run's rebound trace here (replay it with `rebound replay`). */
+  trace?: string;
+  /** Where the agent's words go (stdout). */
+  say?: Say;
+  /** More of the machine's configuration (its JSON shape), e.g. `{stream: {idle_ms: 5000}}`. */
+  config?: MachineConfig;
+  /** Cancels the run: the request in flight is aborted and the machine told `cancel`. */
+  signal?: AbortSignal;
+}
+
+/** How a run ended: its exit code (0 finished, 1 failed or canceled) and the machine's outcome. */
+export interface AgentResult {
+  /** 0 when the model finished, 1 when the run failed or was canceled. */
+  code: number;
+  /** The machine's outcome: `{Ok: reason}` or `{Err: error}`. */
+  outcome: unknown;
+}
+
+/** The headers that authenticate a request to `provider` with `apiKey`. */
+function authHeaders(provider: ProviderKind, apiKey: string): Record<string, string> {
+  switch (provider) {
+    case "anthropic":
+      return { "x-api-key": apiKey, "anthropic-version": "2023-06-01" };
+    case "gemini":
+      return { "x-goog-api-key": apiKey };
+    default:
+      // OpenAI's APIs, and a Bedrock API key (AWS_BEARER_TOKEN_BEDROCK).
+      return { authorization: `Bearer ${apiKey}` };
+  }
+}
+
+/** The text of a `fetch` failure with its cause (undici puts the socket's error there). */
+function fetchErrorText(error: unknown): { text: string; code?: string } {
+  if (!(error instanceof Error)) return { text: String(error) };
+  const cause = (error as Error & { cause?: unknown }).cause;
+  if (cause instanceof Error) {
+    const code = (cause as Error & { code?: unknown }).code;
+    return {
+      text: `${error.name}: ${error.message}: ${cause.message}`,
+      code: typeof code === "string" ? code : undefined,
+    };
+  }
+  return { text: `${error.name}: ${error.message}` };
+}
+
+/** Socket errors that mean no connection was made. */
+const CONNECT_ERRORS = new Set([
+  "ECONNREFUSED",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "UND_ERR_CONNECT_TIMEOUT",
+]);
+
+/** Waits `ms`; false when `signal` was aborted first. */
+function sleep(ms: number, signal?: AbortSignal): Promise<boolean> {
+  return new Promise((done) => {
+    if (signal?.aborted) return done(false);
+    const onAbort = () => {
+      clearTimeout(timer);
+      done(false);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      done(true);
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/**
+ * A request's two deadlines, as rebound's HTTP provider keeps them: no byte for `idle_ms`
+ * (from the send, for the headers too), or no content for `progress_ms` (from the start of
+ * the answer: keep-alives are bytes, not content), aborts the request with the deadline
+ * missed as `missed`.
+ */
+class Deadlines {
+  missed: string | undefined;
+  readonly #controller: AbortController;
+  readonly #idleMs: number;
+  readonly #progressMs: number;
+  #idle: ReturnType<typeof setTimeout> | undefined;
+  #progress: ReturnType<typeof setTimeout> | undefined;
+
+  constructor(deadlines: { idle_ms: number; progress_ms: number }, controller: AbortController) {
+    this.#controller = controller;
+    this.#idleMs = deadlines.idle_ms;
+    this.#progressMs = deadlines.progress_ms;
+    this.byte();
+  }
+
+  /** A byte (or the headers) arrived: the idle window starts again. */
+  byte(): void {
+    clearTimeout(this.#idle);
+    this.#idle = setTimeout(() => this.#miss("no bytes received in time"), this.#idleMs);
+  }
+
+  /** Content arrived (or the answer began): the progress window starts again. */
+  content(): void {
+    clearTimeout(this.#progress);
+    this.#progress = setTimeout(
+      () => this.#miss("no content received in time (only keep-alives)"),
+      this.#progressMs,
+    );
+  }
+
+  /** Both windows closed: the request is over. */
+  stop(): void {
+    clearTimeout(this.#idle);
+    clearTimeout(this.#progress);
+  }
+
+  #miss(why: string): void {
+    if (this.missed !== undefined) return;
+    this.missed = why;
+    this.#controller.abort(new Error(why));
+  }
+}
+
+/** The answer to a `send_request` was canceled (the run's signal fired). */
+const CANCELED = Symbol("canceled");
+
+/**
+ * Drives one AgentMachine: executes its actions and feeds it what happened. Every rule
+ * (retry or not, how long to wait, compaction, tool errors, failing) is the machine's.
+ */
+export class Agent {
+  readonly machine: AgentMachine;
+  readonly #provider: ProviderKind;
+  readonly #model: string;
+  readonly #url: string;
+  readonly #headers: Record<string, string>;
+  readonly #secrets: string[];
+  readonly #tools: Tools;
+  readonly #say: Say;
+  readonly #signal: AbortSignal | undefined;
+  readonly #started = performance.now();
+
+  constructor(options: AgentOptions & { apiKey: string; record: boolean }) {
+    this.#provider = options.provider ?? "anthropic";
+    this.#model = options.model ?? DEFAULT_MODEL[this.#provider];
+    this.#url = options.baseUrl.replace(/\/+$/, "") + requestPath(this.#provider, this.#model);
+    this.#headers = {
+      "content-type": "application/json",
+      ...authHeaders(this.#provider, options.apiKey),
+    };
+    // A key shorter than 8 bytes (a fake server's) cannot be masked: rebound refuses it as
+    // a secret, since masking it would mask ordinary words.
+    this.#secrets = options.apiKey.trim().length >= 8 ? [options.apiKey] : [];
+    this.#tools = new Tools(options.root ?? ".");
+    this.#say = options.say ?? ((text, end = "\n") => process.stdout.write(text + end));
+    this.#signal = options.signal;
+    this.machine = new AgentMachine({
+      config: { tools: TOOLS, ...(options.config ?? {}) },
+      seed: options.seed ?? crypto.getRandomValues(new BigUint64Array(1))[0],
+      record: options.record,
+      // The API key, masked in every failure the machine is told of: a server echoing it
+      // never gets it into a notice, the run's error or the trace.
+      secrets: this.#secrets,
+    });
+  }
+
+  /** The machine's clock: monotonic milliseconds since the agent was made. */
+  now(): number {
+    return Math.floor(performance.now() - this.#started);
+  }
+
+  /** Runs the agent loop to its end: 0 when the model finished, 1 when the run failed. */
+  async run(prompt: string): Promise<number> {
+    let event: Event | undefined = userText(prompt);
+    while (event !== undefined) {
+      this.machine.handle(this.now(), event);
+      event = undefined;
+      // Drain after every handle; at most one action awaits an answer at a time.
+      for (const action of this.machine.drain()) {
+        const answer = await this.execute(action);
+        if (typeof answer === "number") return answer;
+        if (answer !== undefined) event = answer;
+      }
+      // Canceled while an answer was awaited: the machine decides what a cancel ends.
+      if (event !== undefined && this.#signal?.aborted) event = { type: "cancel" };
+    }
+    throw new Error("the machine stopped asking for anything before the run ended");
+  }
+
+  /** Executes one action: the event that answers it, an exit code at the end, or nothing. */
+  async execute(action: Action): Promise<Event | number | undefined> {
+    switch (action.type) {
+      case "send_request": {
+        const answer = await this.send(action);
+        return answer === CANCELED ? { type: "cancel" } : answer;
+      }
+      case "sleep":
+        return (await sleep(action.delay_ms, this.#signal))
+          ? { type: "timer_fired", timer: action.timer }
+          : { type: "cancel" };
+      case "run_tools":
+        return this.runTools(action.batch, action.calls);
+      case "compact":
+        // rebound's own compaction, with the machine's compaction policy.
+        return {
+          type: "compaction_finished",
+          compaction: action.compaction,
+          result: this.machine.compactDefault(action.conversation),
+        };
+      case "acquire_permit":
+        // No shared retry budget here: every permit is granted.
+        return { type: "permit_answered", permit: action.permit, decision: "granted" };
+      case "stream_reset":
+        // The answer shown so far broke off: it is void (the retry answers anew).
+        this.#say("\n(the answer broke off: the text above is discarded)");
+        return undefined;
+      case "notify_retry":
+        this.#say(describe("retry_info", action.info));
+        return undefined;
+      case "notify_fallback":
+        this.#say(describe("fallback_info", action.info));
+        return undefined;
+      case "append_message":
+        if (action.message.role === "assistant") this.#say(""); // its text was streamed
+        return undefined;
+      case "replace_conversation":
+      case "note_budget":
+        return undefined;
+      case "finish": {
+        const t = this.machine.tally(); // counted by rebound, not here
+        this.#say(
+          `done after ${action.turns} turns (requests: ${t.requests}, retries: ${t.retries}, ` +
+            `stream resets: ${t.stream_resets})`,
+        );
+        return 0;
+      }
+      case "fail":
+        this.#say(`rebound: the run failed: ${describe("run_error", action.error)}`);
+        return 1;
+      default:
+        throw new Error(`an action this agent does not know: ${JSON.stringify(action)}`);
+    }
+  }
+
+  /** Runs a batch of tool calls side by side: the event that answers it. */
+  async runTools(
+    batch: number,
+    calls: { id: string; name: string; input: Record<string, unknown> }[],
+  ): Promise<Event> {
+    const outcomes = await Promise.all(
+      calls.map(async (call) => {
+        this.#say(`→ ${call.name} ${JSON.stringify(call.input)}`);
+        try {
+          const text = await this.#tools.run(call.name, call.input);
+          return { tool_use_id: call.id, result: { Ok: { parts: [{ type: "text", text }] } } };
+        } catch (error) {
+          const message =
+            error instanceof ToolFailure
+              ? error.message
+              : `${(error as Error).name}: ${(error as Error).message}`;
+          // A failure the model can act on: the machine makes it an error tool result.
+          return { tool_use_id: call.id, result: { Err: { model: { message } } } };
+        }
+      }),
+    );
+    if (this.#signal?.aborted) return { type: "cancel" };
+    return { type: "tools_finished", batch, outcome: { per_call: outcomes } };
+  }
+
+  /**
+   * One attempt of a `send_request`: the event that answers it (`provider_succeeded` or
+   * `provider_failed`, never a throw), or CANCELED when the run's signal fired. The body,
+   * the decoding and every classification are rebound's.
+   */
+  async send(command: Extract<Action, { type: "send_request" }>): Promise<Event | typeof CANCELED> {
+    const failed = (failure: ProviderFailure): Event => ({
+      type: "provider_failed",
+      request: command.request,
+      failure,
+    });
+    const body = requestBody(this.#provider, command.conversation, this.#model, {
+      maxTokens: 4096,
+      tools: TOOLS,
+    });
+    // One controller aborts the request: the run's cancel, or a missed deadline.
+    const controller = new AbortController();
+    const cancel = () => controller.abort(this.#signal?.reason);
+    if (this.#signal?.aborted) return CANCELED;
+    this.#signal?.addEventListener("abort", cancel, { once: true });
+    const deadlines = new Deadlines(command.deadlines, controller);
+    let started = false;
+    try {
+      const response = await fetch(this.#url, {
+        method: "POST",
+        headers: this.#headers,
+        body,
+        signal: controller.signal,
+      });
+      started = true;
+      deadlines.byte();
+      if (response.status !== 200) {
+        const raw = new Uint8Array(await response.arrayBuffer());
+        return failed(
+          classifyHttp(this.#provider, response.status, response.headers, raw, {
+            nowUnixMs: Date.now(),
+            secrets: this.#secrets,
+          }),
+        );
+      }
+      if (response.body === null) {
+        return failed(classifyTransport("the response has no body", { responseStarted: true }));
+      }
+      // The answer began: drained at once, as after every handle (its only actions are
+      // note_budget, for a shared retry budget, none here).
+      this.machine.handle(this.now(), { type: "provider_responding", request: command.request });
+      this.machine.drain();
+      deadlines.content();
+      const decoder = new StreamDecoder(this.#provider, { secrets: this.#secrets });
+      const reader = response.body.getReader();
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        deadlines.byte();
+        for (const delta of decoder.feed(value)) {
+          if (delta.type === "text") this.#say(delta.text, "");
+        }
+        if (decoder.progressed) deadlines.content();
+      }
+      return { type: "provider_succeeded", request: command.request, response: decoder.finish() };
+    } catch (error) {
+      if (error instanceof StreamError) return failed(error.failure);
+      if (deadlines.missed !== undefined) {
+        return failed(
+          classifyTransport(deadlines.missed, {
+            timedOut: true,
+            responseStarted: started,
+            secrets: this.#secrets,
+          }),
+        );
+      }
+      if (this.#signal?.aborted) return CANCELED;
+      const { text, code } = fetchErrorText(error);
+      return failed(
+        classifyTransport(text, {
+          connectFailed: !started && code !== undefined && CONNECT_ERRORS.has(code),
+          responseStarted: started,
+          secrets: this.#secrets,
+        }),
+      );
+    } finally {
+      deadlines.stop();
+      this.#signal?.removeEventListener("abort", cancel);
+    }
+  }
+}
+
+/** The API key's environment variable for `provider`. */
+function keyVariable(provider: ProviderKind): string {
+  switch (provider) {
+    case "anthropic":
+      return "ANTHROPIC_API_KEY";
+    case "gemini":
+      return "GEMINI_API_KEY";
+    case "bedrock":
+      return "AWS_BEARER_TOKEN_BEDROCK";
+    default:
+      return "OPENAI_API_KEY";
+  }
+}
+
+/** Runs the example agent once on `prompt`; with `trace`, writes the run's trace there. */
+export async function runAgent(prompt: string, options: AgentOptions): Promise<AgentResult> {
+  const provider = options.provider ?? "anthropic";
+  const apiKey =
+    options.apiKey ?? process.env[keyVariable(provider)] ?? "no-key-for-the-fake-server";
+  const agent = new Agent({ ...options, provider, apiKey, record: options.trace !== undefined });
+  const code = await agent.run(prompt);
+  if (options.trace !== undefined) await writeFile(options.trace, agent.machine.traceJsonl());
+  return { code, outcome: agent.machine.outcome() };
+}
+
+/** The command line: `agent.js [--base-url URL] [--provider P] [--root DIR] … PROMPT`. */
+async function main(): Promise<number> {
+  const { values, positionals } = parseArgs({
+    allowPositionals: true,
+    options: {
+      "base-url": { type: "string" },
+      provider: { type: "string", default: "anthropic" },
+      model: { type: "string" },
+      root: { type: "string", default: "." },
+      seed: { type: "string" },
+      trace: { type: "string" },
+    },
+  });
+  const provider = values.provider as ProviderKind;
+  if (!(provider in DEFAULT_MODEL)) {
+    process.stderr.write(`unknown provider ${provider}: one of ${Object.keys(DEFAULT_MODEL).join(", ")}\n`);
+    return 2;
+  }
+  const prompt = positionals.join(" ");
+  if (prompt === "") {
+    process.stderr.write("usage: agent.js [--base-url URL] [--provider P] [--root DIR] PROMPT\n");
+    return 2;
+  }
+  const baseUrl =
+    values["base-url"] ??
+    (provider === "anthropic" ? "https://api.anthropic.com" : "https://api.openai.com/v1");
+  // Ctrl-C cancels the run: the machine ends it as canceled.
+  const controller = new AbortController();
+  process.once("SIGINT", () => controller.abort());
+  const { code } = await runAgent(prompt, {
+    baseUrl,
+    provider,
+    model: values.model,
+    root: values.root,
+    seed: values.seed,
+    trace: values.trace,
+    signal: controller.signal,
+  });
+  return code;
+}
+
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  process.exitCode = await main();
+}

@@ -1,0 +1,322 @@
+// The example agent (examples/agent.ts, compiled by the repository's TypeScript) against
+// `rebound serve` and its fault scenarios: every run ends as the machine decided, the server
+// saw what it should, and the trace replays identically with `rebound replay`. Cancel with
+// an AbortSignal, mid-stream and mid-backoff.
+
+import { describe, test, before } from "node:test";
+import { spawn } from "node:child_process";
+import assert from "node:assert/strict";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+
+import { compileExamples, replayCli, serve, tempDir } from "./serve.js";
+
+let agent;
+let agentScript;
+
+before(async () => {
+  const dist = compileExamples("example-agent");
+  agentScript = join(dist, "examples", "agent.js");
+  agent = await import(pathToFileURL(agentScript).href);
+});
+
+/** The base URL clients of `provider` take from `rebound serve`'s URL. */
+function baseUrl(url, provider) {
+  switch (provider) {
+    case "anthropic":
+    case "bedrock":
+      return url;
+    case "gemini":
+      return url + "/v1beta";
+    default:
+      return url + "/v1";
+  }
+}
+
+/** Runs the example agent against `url`: its code, what it said, its trace and outcome. */
+async function run(url, provider, { seed = 1, config, signal, onSay } = {}) {
+  const dir = tempDir();
+  mkdirSync(join(dir, "src"));
+  writeFileSync(join(dir, "src", "parse.rs"), "fn parse(input: &str) -> Ast { todo!() }\n");
+  const trace = join(dir, "trace.jsonl");
+  let out = "";
+  const { code, outcome } = await agent.runAgent("Fix the failing test.", {
+    baseUrl: baseUrl(url, provider),
+    provider,
+    root: dir,
+    seed,
+    trace,
+    config,
+    signal,
+    say: (text, end = "\n") => {
+      out += text + end;
+      onSay?.(text);
+    },
+  });
+  return { code, out, outcome, tracePath: trace, trace: readFileSync(trace, "utf8") };
+}
+
+/** The trace's steps (its lines after the header). */
+function steps(trace) {
+  return trace
+    .trim()
+    .split("\n")
+    .slice(1)
+    .map((line) => JSON.parse(line));
+}
+
+/** Asserts that `rebound replay` replays the trace identically. */
+function assertReplays(tracePath) {
+  const { status, text } = replayCli(tracePath);
+  assert.equal(status, 0, text);
+  assert.match(text, /identically/, text);
+}
+
+// Scenarios every run of which finishes (see `rebound sim --scenario NAME --runs 100`).
+describe("the agent survives the scripted outage", { concurrency: true }, () => {
+  for (const [scenario, provider] of [
+    ["demo", "anthropic"],
+    ["demo", "openai"],
+    ["demo", "openai_responses"],
+    ["demo", "gemini"],
+    ["demo", "bedrock"],
+    ["blip", "anthropic"],
+    ["rate-limit-window", "openai"],
+    ["tool-errors", "anthropic"],
+    ["overflow", "openai_responses"],
+  ]) {
+    test(`${scenario} on ${provider}`, async () => {
+      const server = await serve(scenario, 1);
+      try {
+        const { code, out, outcome, tracePath } = await run(server.url, provider);
+        assert.equal(code, 0, out);
+        assert.match(out, /done after/);
+        assert.ok("Ok" in outcome, JSON.stringify(outcome));
+        assertReplays(tracePath);
+        if (["demo", "blip", "rate-limit-window"].includes(scenario)) assert.match(out, /retrying in/);
+        if (scenario === "demo") {
+          // The cut stream was told, and its text taken back; the overflow compacted.
+          assert.match(out, /the answer broke off/);
+          assert.match(out, /compacting the conversation/);
+        }
+        // The server took every request as its API would: the body rebound built.
+        const log = await server.requests();
+        assert.ok(log.length > 0 && !log.some((l) => l.includes("rejected")), log.join("\n"));
+      } finally {
+        await server.stop();
+      }
+    });
+  }
+});
+
+describe("a random outage ends as the machine decided", { concurrency: true }, () => {
+  for (const scenario of ["stream-cuts", "brownout"]) {
+    for (const seed of [1, 2]) {
+      test(`${scenario}, seed ${seed}`, async () => {
+        const server = await serve(scenario, seed);
+        try {
+          const { code, out, outcome, tracePath } = await run(server.url, "anthropic", { seed });
+          assertReplays(tracePath);
+          assert.equal(code, "Ok" in outcome ? 0 : 1, out);
+        } finally {
+          await server.stop();
+        }
+      });
+    }
+  }
+});
+
+describe("the agent's other runs", { concurrency: true }, () => {
+  test("a total outage fails cleanly after the policy's attempts", async () => {
+    const server = await serve("total-outage");
+    try {
+      const { code, out, tracePath } = await run(server.url, "anthropic");
+      assert.equal(code, 1);
+      assert.match(out, /the run failed/);
+      assert.equal(out.split("retrying in").length - 1, 3); // four attempts, the default
+      assertReplays(tracePath);
+      // The server saw the machine's four attempts and no more: fetch retried nothing.
+      assert.equal((await server.requests()).length, 4);
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test("the agent reads the project files it is asked for", async () => {
+    const server = await serve("demo");
+    try {
+      const { code, trace } = await run(server.url, "anthropic");
+      assert.equal(code, 0);
+      // The demo asks for src/parser.rs (missing: a tool error the model reads), then src/parse.rs.
+      assert.ok(trace.includes("file not found: src/parser.rs"));
+      assert.ok(trace.includes("todo!()"));
+    } finally {
+      await server.stop();
+    }
+  });
+
+  // One of each failure the wire can carry, none of which a 4-attempt turn cannot outlast.
+  const EVERY_FAILURE = {
+    name: "every-failure",
+    turns: [
+      {
+        faults: [
+          { type: "transport", fault: "reset" },
+          { type: "stream_error" },
+          { type: "stream_cut_bytes", after_bytes: 300 },
+        ],
+        answer: {
+          text: "Reading it.",
+          tool_calls: [{ id: "toolu_01", name: "read", input: { path: "src/parse.rs" } }],
+        },
+      },
+      {
+        faults: [
+          { type: "malformed_stream" },
+          { type: "http", status: 429, headers: { "retry-after-ms": "150", "x-should-retry": "true" } },
+        ],
+        answer: { text: "Fixed." },
+      },
+    ],
+  };
+
+  for (const provider of ["anthropic", "openai", "openai_responses"]) {
+    test(`every failure the wire carries is told to the machine (${provider})`, async () => {
+      const scenario = join(tempDir(), "every-failure.json");
+      const wire = provider === "anthropic" ? "anthropic" : "openai";
+      writeFileSync(scenario, JSON.stringify({ ...EVERY_FAILURE, provider: wire }));
+      const server = await serve(scenario);
+      try {
+        const { code, out, trace, tracePath } = await run(server.url, provider);
+        assert.equal(code, 0, out);
+        assertReplays(tracePath);
+        const told = steps(trace)
+          .filter((s) => s.event.type === "provider_failed")
+          .map((s) => s.event.failure);
+        // The same failures the Python example agents tell (python/tests/test_example_agent.py).
+        assert.deepEqual(
+          told.map((f) => f.kind),
+          ["transport", "unavailable", "stream_malformed", "stream_malformed", "rate_limited"],
+        );
+        const last = told.at(-1);
+        assert.deepEqual([last.status, last.retry_after_ms], [429, 150]);
+      } finally {
+        await server.stop();
+      }
+    });
+  }
+
+  test("the command in the example's doc comment runs the agent", async () => {
+    const server = await serve("demo");
+    try {
+      const root = tempDir();
+      const child = spawn(
+        process.execPath,
+        [agentScript, "--base-url", server.url, "--root", root, "Fix the failing test."],
+        { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ANTHROPIC_API_KEY: "x" } },
+      );
+      let out = "";
+      child.stdout.on("data", (b) => (out += b));
+      child.stderr.on("data", (b) => (out += b));
+      const status = await new Promise((done) => child.once("exit", done));
+      assert.equal(status, 0, out);
+      assert.match(out, /retrying in/);
+      assert.match(out, /done after/);
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test("a stream silent past its idle deadline is reset and retried", async () => {
+    const scenario = join(tempDir(), "stall.json");
+    writeFileSync(
+      scenario,
+      JSON.stringify({
+        name: "stall",
+        turns: [{ faults: [{ type: "stall", ms: 3000 }], answer: { text: "Fixed." } }],
+      }),
+    );
+    const server = await serve(scenario);
+    try {
+      const { code, out, trace, tracePath } = await run(server.url, "anthropic", {
+        config: { stream: { idle_ms: 400 } },
+      });
+      assert.equal(code, 0, out);
+      assertReplays(tracePath);
+      const all = steps(trace);
+      const sends = all.flatMap((s) => s.commands).filter((c) => c.type === "send_request");
+      assert.ok(sends.length > 0 && sends.every((c) => c.deadlines.idle_ms === 400));
+      const kinds = all.map((s) => s.event.type);
+      const failed = kinds.indexOf("provider_failed");
+      assert.equal(kinds[failed - 1], "provider_responding"); // the answer had begun
+      assert.equal(all[failed].event.failure.transport, "idle_timeout");
+      // Told to the user before the retry's notice, and counted by the machine.
+      assert.ok(out.indexOf("the answer broke off") < out.indexOf("retrying in"), out);
+      assert.match(out, /stream resets: 1\)/);
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test("an abort mid-stream cancels the run at once", async () => {
+    // Every event of the answer comes 300 ms after the one before: abort at the first text.
+    const scenario = join(tempDir(), "drip.json");
+    writeFileSync(
+      scenario,
+      JSON.stringify({
+        name: "drip",
+        turns: [{ faults: [{ type: "slow_drip", interval_ms: 300 }], answer: { text: "Fixed it all, slowly." } }],
+      }),
+    );
+    const server = await serve(scenario);
+    try {
+      const controller = new AbortController();
+      const started = performance.now();
+      let streamed = false;
+      const { code, out, outcome, trace, tracePath } = await run(server.url, "anthropic", {
+        signal: controller.signal,
+        onSay: (text) => {
+          if (!streamed && text !== "" && !text.startsWith("→")) {
+            streamed = true;
+            controller.abort();
+          }
+        },
+      });
+      assert.ok(streamed, "the answer began streaming");
+      assert.equal(code, 1, out);
+      assert.deepEqual(outcome, { Err: { type: "canceled" } });
+      assert.match(out, /the run failed: .*cancel/);
+      assertReplays(tracePath);
+      const kinds = steps(trace).map((s) => s.event.type);
+      assert.deepEqual(kinds, ["user_message", "provider_responding", "cancel"]);
+      // Ended when aborted, not when the drip would have ended.
+      assert.ok(performance.now() - started < 3000);
+      assert.equal((await server.requests()).length, 1);
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test("an abort during a retry's backoff cancels the run at once", async () => {
+    const server = await serve("total-outage");
+    try {
+      const controller = new AbortController();
+      const { code, outcome, trace, tracePath } = await run(server.url, "anthropic", {
+        signal: controller.signal,
+        config: { retry: { initial_delay_ms: 60_000, max_delay_ms: 60_000, jitter: false } },
+        onSay: (text) => {
+          if (text.includes("retrying in")) controller.abort();
+        },
+      });
+      assert.equal(code, 1);
+      assert.deepEqual(outcome, { Err: { type: "canceled" } });
+      assertReplays(tracePath);
+      const kinds = steps(trace).map((s) => s.event.type);
+      assert.deepEqual(kinds, ["user_message", "provider_failed", "cancel"]);
+      assert.equal((await server.requests()).length, 1);
+    } finally {
+      await server.stop();
+    }
+  });
+});
