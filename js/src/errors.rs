@@ -8,7 +8,7 @@ use wasm_bindgen::JsValue;
 
 /// What kind of input was refused: the error classes of `lib/errors.js`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(dead_code)] // until the wire, simulator and budget modules throw them
+#[allow(dead_code)] // until the wire and budget modules throw them (Request, Budget)
 pub enum Kind {
     /// A machine configuration, scenario, policy or option that cannot be read.
     Config,

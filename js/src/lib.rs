@@ -15,4 +15,5 @@
 mod convert;
 mod errors;
 mod machine;
+mod sim;
 mod wire;

@@ -115,10 +115,7 @@ fn render(
 
 /// A policy's name without the table's Markdown emphasis.
 fn policy_name(policy: Policy) -> String {
-    match policy {
-        Policy::Rebound => "rebound".to_owned(),
-        other => other.to_string(),
-    }
+    policy.label().to_owned()
 }
 
 /// The smallest "nice" number (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6 or 8 times a power of ten) at
@@ -155,14 +152,9 @@ fn seconds(ms: u64) -> String {
     }
 }
 
-/// The outage windows of a model, in virtual seconds.
+/// The outage windows of a model, in virtual ms.
 fn windows(model: &OutageModel) -> Vec<(u64, u64)> {
-    model
-        .scenario
-        .random
-        .as_ref()
-        .map(|r| r.outages.iter().map(|o| (o.from_ms, o.until_ms)).collect())
-        .unwrap_or_default()
+    model.outage_windows_ms()
 }
 
 /// Requests per second over virtual time in outage model `model`: one small panel per

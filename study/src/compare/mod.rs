@@ -39,7 +39,7 @@ mod timeline;
 pub use lengths::{run_length_sweep, LengthRow, LengthSweep, LengthSweepConfig, Sharing};
 pub use peers::Peer;
 pub use report::{Miss, RecoveryLimits, Report, Row, Verdict};
-pub use timeline::{run_experiment_with_timelines, Timeline};
+pub use timeline::{run_experiment_with_timelines, run_policy, PolicyRun, Timeline};
 
 use rebound_core::{BudgetConfig, BudgetUse, Command, MachineConfig, StreamDeadlines, TargetSpec};
 use rebound_sim::scenario::{Answer, Fault, FaultKind, Outage, RandomFaults, Scenario, Turn};
@@ -73,14 +73,40 @@ impl Policy {
     pub fn is_rebound(self) -> bool {
         matches!(self, Policy::Rebound | Policy::ReboundWithoutBudget)
     }
+
+    /// The policy's name as the table prints it, without its Markdown emphasis: `rebound`,
+    /// `rebound, no budget`, or the peer's [`label`](Peer::label).
+    ///
+    /// ```
+    /// use rebound_study::compare::{Peer, Policy};
+    ///
+    /// assert_eq!(Policy::Rebound.label(), "rebound");
+    /// assert_eq!(Policy::Peer(Peer::VercelAi).label(), "vercel-ai");
+    /// assert_eq!(Policy::from_label("vercel-ai"), Some(Policy::Peer(Peer::VercelAi)));
+    /// ```
+    #[must_use]
+    pub fn label(self) -> &'static str {
+        match self {
+            Policy::Rebound => "rebound",
+            Policy::ReboundWithoutBudget => "rebound, no budget",
+            Policy::Peer(p) => p.label(),
+        }
+    }
+
+    /// The policy of [`all`](Self::all) whose [`label`](Self::label) is `label`, if any.
+    #[must_use]
+    pub fn from_label(label: &str) -> Option<Policy> {
+        Policy::all().into_iter().find(|p| p.label() == label)
+    }
 }
 
 impl fmt::Display for Policy {
+    /// The [`label`](Policy::label), rebound's in bold (`**rebound**`), as the table
+    /// prints it.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Policy::Rebound => f.write_str("**rebound**"),
-            Policy::ReboundWithoutBudget => f.write_str("rebound, no budget"),
-            Policy::Peer(p) => write!(f, "{p}"),
+            Policy::Rebound => write!(f, "**{}**", self.label()),
+            other => f.write_str(other.label()),
         }
     }
 }
@@ -146,6 +172,27 @@ impl OutageModel {
             fastest: false,
             in_bar: true,
         }
+    }
+
+    /// The windows `[from_ms, until_ms)` of virtual time in which the model's outages
+    /// strike (the scenario's random outages; a model of scripted faults, such as the
+    /// blip, has none): what the charts shade.
+    ///
+    /// ```
+    /// use rebound_study::compare::OutageModel;
+    ///
+    /// let models = OutageModel::standard();
+    /// let brownout = models.iter().find(|m| m.name == "brownout").unwrap();
+    /// assert_eq!(brownout.outage_windows_ms(), [(0, 120_000)]);
+    /// assert!(models[0].outage_windows_ms().is_empty()); // the blip
+    /// ```
+    #[must_use]
+    pub fn outage_windows_ms(&self) -> Vec<(u64, u64)> {
+        self.scenario
+            .random
+            .as_ref()
+            .map(|r| r.outages.iter().map(|o| (o.from_ms, o.until_ms)).collect())
+            .unwrap_or_default()
     }
 
     /// The five outage models of the issue, then four where a failure hits all agents of
@@ -437,12 +484,21 @@ fn splitmix(mut x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// What one agent's turn did, whoever drove it.
-#[derive(Debug, Clone, PartialEq)]
-struct AgentTurn {
-    start_ms: u64,
-    requests: Vec<u64>,
-    completed_at: Option<u64>,
+/// What one agent's turn did, whoever drove it: when it started, when each attempt went
+/// to the provider, when it completed. What [`run_policy`] shows of every agent (a
+/// timeline of each agent's attempts); the [`Row`] and [`Timeline`] are summaries of these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AgentTurn {
+    /// When the agent started its turn (sent, or asked to send, its first attempt), in
+    /// virtual ms: [`ExperimentConfig::start_ms`].
+    pub start_ms: u64,
+    /// When each attempt was sent to the provider, in virtual ms, in order (attempts a
+    /// client rejected locally were not sent, and are not here).
+    pub requests: Vec<u64>,
+    /// When the turn completed (its answer arrived), if it did; `None` when the policy gave
+    /// up.
+    pub completed_at: Option<u64>,
 }
 
 /// Runs every model under every policy.
@@ -462,16 +518,26 @@ fn run_observed(
     let mut rows = Vec::new();
     for (m, model) in config.models.iter().enumerate() {
         for &policy in &config.policies {
-            let turns = match policy {
-                Policy::Rebound => run_rebound(config, m, model, true)?,
-                Policy::ReboundWithoutBudget => run_rebound(config, m, model, false)?,
-                Policy::Peer(peer) => run_peer(config, m, model, peer),
-            };
+            let turns = run_turns(config, m, model, policy)?;
             observe(model, policy, &turns);
             rows.push(Row::summarize(model, policy, &turns_view(&turns)));
         }
     }
     Ok(Report::new(config, rows))
+}
+
+/// Every agent's turn of model `m` (`model`, the config's `m`th) under `policy`.
+fn run_turns(
+    config: &ExperimentConfig,
+    m: usize,
+    model: &OutageModel,
+    policy: Policy,
+) -> Result<Vec<AgentTurn>, SimError> {
+    Ok(match policy {
+        Policy::Rebound => run_rebound(config, m, model, true)?,
+        Policy::ReboundWithoutBudget => run_rebound(config, m, model, false)?,
+        Policy::Peer(peer) => run_peer(config, m, model, peer),
+    })
 }
 
 fn turns_view(turns: &[AgentTurn]) -> Vec<report::TurnView<'_>> {
@@ -577,6 +643,22 @@ fn run_rebound(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_policy_is_found_by_its_label_and_prints_it_as_the_table_does() {
+        let all = Policy::all();
+        for &policy in &all {
+            assert_eq!(Policy::from_label(policy.label()), Some(policy));
+            assert_eq!(policy.to_string().trim_matches('*'), policy.label());
+        }
+        let mut labels: Vec<&str> = all.iter().map(|p| p.label()).collect();
+        labels.sort_unstable();
+        labels.dedup();
+        assert_eq!(labels.len(), all.len(), "labels are unique");
+        assert_eq!(Policy::Rebound.to_string(), "**rebound**");
+        assert_eq!(Policy::from_label("**rebound**"), None);
+        assert_eq!(Policy::from_label("nobody"), None);
+    }
 
     #[test]
     fn budgeted_peers_give_the_same_rows_for_a_seed_and_other_rows_for_another() {

@@ -103,6 +103,32 @@ impl Row {
         }
     }
 
+    /// The two lines that head the [`Report`]'s Markdown table (no final newline): the
+    /// columns of [`markdown_row`](Self::markdown_row).
+    #[must_use]
+    pub fn markdown_header() -> &'static str {
+        "| model | policy | success | time to completion p50 | p99 | requests / completed turn \
+         | requests / agent | peak requests / s |\n|---|---|---:|---:|---:|---:|---:|---:|"
+    }
+
+    /// The row's line of the [`Report`]'s Markdown table (`| model | policy | success |
+    /// … |`, no newline): what `rebound sim --compare` prints for it.
+    #[must_use]
+    pub fn markdown_row(&self) -> String {
+        format!(
+            "| {} | {} | {:.1} % | {} | {} | {} | {:.2} | {} |",
+            self.model,
+            self.policy,
+            self.success_rate() * 100.0,
+            secs(self.p50_ms),
+            secs(self.p99_ms),
+            self.requests_per_turn()
+                .map_or_else(|| "—".to_owned(), |x| format!("{x:.2}")),
+            self.requests_per_agent(),
+            self.peak_per_sec,
+        )
+    }
+
     /// Whether this row Pareto-dominates `other` in the bar's sense: strictly higher
     /// success *and* strictly fewer requests per completed turn (a row that completed
     /// nothing has infinitely many).
@@ -614,25 +640,9 @@ impl fmt::Display for Report {
             )?,
             _ => writeln!(f, "; no retry budget.\n")?,
         }
-        writeln!(
-            f,
-            "| model | policy | success | time to completion p50 | p99 | requests / completed turn | requests / agent | peak requests / s |"
-        )?;
-        writeln!(f, "|---|---|---:|---:|---:|---:|---:|---:|")?;
+        writeln!(f, "{}", Row::markdown_header())?;
         for r in &self.rows {
-            writeln!(
-                f,
-                "| {} | {} | {:.1} % | {} | {} | {} | {:.2} | {} |",
-                r.model,
-                r.policy,
-                r.success_rate() * 100.0,
-                secs(r.p50_ms),
-                secs(r.p99_ms),
-                r.requests_per_turn()
-                    .map_or_else(|| "—".to_owned(), |x| format!("{x:.2}")),
-                r.requests_per_agent(),
-                r.peak_per_sec,
-            )?;
+            writeln!(f, "{}", r.markdown_row())?;
         }
         let v = self.verdict();
         writeln!(f)?;
@@ -674,6 +684,47 @@ mod tests {
 
     fn report(rows: Vec<Row>) -> Report {
         Report::new(&ExperimentConfig::default(), rows)
+    }
+
+    #[test]
+    fn a_row_prints_as_its_line_of_the_table() {
+        let mut r = row("blip", Policy::Rebound, 50, 300);
+        r.p50_ms = Some(1_234);
+        r.p99_ms = Some(20_050);
+        r.peak_per_sec = 17;
+        assert_eq!(
+            r.markdown_row(),
+            "| blip | **rebound** | 50.0 % | 1.2 s | 20.1 s | 6.00 | 3.00 | 17 |"
+        );
+        let none = row("blip", Policy::Peer(Peer::NoRetries), 0, 100);
+        assert_eq!(
+            none.markdown_row(),
+            "| blip | no retries | 0.0 % | — | — | — | 1.00 | 0 |"
+        );
+        let table = report(vec![r.clone(), none.clone()]).to_string();
+        let lines: Vec<&str> = table.lines().collect();
+        let header = lines
+            .iter()
+            .position(|l| l.starts_with("| model |"))
+            .unwrap();
+        assert_eq!(
+            lines[header..header + 4].join("\n"),
+            format!(
+                "{}\n{}\n{}",
+                Row::markdown_header(),
+                r.markdown_row(),
+                none.markdown_row()
+            )
+        );
+        assert_eq!(
+            Row::markdown_header()
+                .lines()
+                .next()
+                .unwrap()
+                .matches('|')
+                .count(),
+            r.markdown_row().matches('|').count()
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Requests per second over virtual time, per (model, policy): the retry storm as the charts
 //! (module `charts`) draw it. Recorded beside the [`Report`], never changing it.
 
-use super::{AgentTurn, ExperimentConfig, OutageModel, Policy, Report};
+use super::{AgentTurn, ExperimentConfig, OutageModel, Policy, Report, Row};
 use rebound_sim::SimError;
 
 /// The requests all agents of one policy sent in one outage model, per second of virtual
@@ -76,6 +76,59 @@ pub fn run_experiment_with_timelines(
     Ok((report, timelines))
 }
 
+/// One policy in one outage model, alone: its [`Row`] and [`Timeline`] and every agent's
+/// [`AgentTurn`]. What the outage playground of the npm package draws.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct PolicyRun {
+    /// The row [`run_experiment`](super::run_experiment) gives this (model, policy).
+    pub row: Row,
+    /// The requests per second, as [`run_experiment_with_timelines`] records them.
+    pub timeline: Timeline,
+    /// Every agent's turn, in agent order.
+    pub turns: Vec<AgentTurn>,
+}
+
+/// Runs model `config.models[model]` under `policy` only, with every agent's seed and start
+/// as [`run_experiment`](super::run_experiment) gives them (they depend on the model's
+/// index and on `config.agents`, not on the other models or policies), so its row is the
+/// experiment's row for the pair.
+///
+/// ```
+/// use rebound_study::compare::{run_experiment, run_policy, ExperimentConfig, Policy};
+///
+/// let config = ExperimentConfig::default().with_agents(20);
+/// let run = run_policy(&config, 0, Policy::Rebound).unwrap();
+/// assert_eq!(run.turns.len(), 20);
+/// assert_eq!(run.row, run_experiment(&config).unwrap().rows[0]);
+/// ```
+///
+/// # Errors
+///
+/// As [`run_experiment`](super::run_experiment).
+///
+/// # Panics
+///
+/// When `model` is not an index of `config.models` (a caller's bug).
+pub fn run_policy(
+    config: &ExperimentConfig,
+    model: usize,
+    policy: Policy,
+) -> Result<PolicyRun, SimError> {
+    let Some(outage) = config.models.get(model) else {
+        panic!(
+            "run_policy: model {model} is not an index of the config's {} models",
+            config.models.len()
+        );
+    };
+    let turns = super::run_turns(config, model, outage, policy)?;
+    Ok(PolicyRun {
+        row: Row::summarize(outage, policy, &super::turns_view(&turns)),
+        timeline: Timeline::record(outage, policy, &turns),
+        turns,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,5 +159,48 @@ mod tests {
                 assert_eq!(row.peak_per_sec, timeline.peak());
             }
         }
+    }
+
+    #[test]
+    fn one_policy_run_alone_gives_the_experiments_row_timeline_and_turns() {
+        let config = ExperimentConfig::default().with_agents(25);
+        let (report, timelines) = run_experiment_with_timelines(&config).unwrap();
+        let policies = config.policies.len();
+        for (m, model) in config.models.iter().enumerate() {
+            for (p, &policy) in config.policies.iter().enumerate() {
+                let run = run_policy(&config, m, policy).unwrap();
+                let i = m * policies + p;
+                assert_eq!(run.row, report.rows[i], "{} / {policy}", model.name);
+                assert_eq!(run.timeline, timelines[i], "{} / {policy}", model.name);
+                assert_eq!(run.turns.len(), 25);
+                let starts: Vec<u64> = (0..25).map(|a| config.start_ms(a)).collect();
+                assert_eq!(
+                    run.turns.iter().map(|t| t.start_ms).collect::<Vec<_>>(),
+                    starts
+                );
+                let sent: usize = run.turns.iter().map(|t| t.requests.len()).sum();
+                assert_eq!(sent as u64, run.row.requests);
+                let completed = run
+                    .turns
+                    .iter()
+                    .filter(|t| t.completed_at.is_some())
+                    .count();
+                assert_eq!(completed, run.row.completed);
+                for turn in &run.turns {
+                    assert!(turn.requests.windows(2).all(|w| w[0] <= w[1]));
+                    assert!(turn.requests.first().is_none_or(|&t| t >= turn.start_ms));
+                    if let (Some(done), Some(&last)) = (turn.completed_at, turn.requests.last()) {
+                        assert!(done >= last);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "not an index")]
+    fn a_model_index_out_of_range_is_a_callers_bug() {
+        let config = ExperimentConfig::default().with_agents(1);
+        let _ = run_policy(&config, config.models.len(), Policy::Rebound);
     }
 }
