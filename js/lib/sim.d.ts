@@ -1,12 +1,15 @@
 import type {
+  BatchOutcome,
   BudgetConfig,
-  Command,
   Event,
-  MachineConfig,
+  MachineConfigInput,
   Outcome,
   RunTally,
   ToolCall,
-  ToolOutcome,
+  ToolSpec,
+  TraceCommand,
+  TraceHeader,
+  TraceStep,
 } from "./types.js";
 
 /** A built-in scenario's name (`builtinScenarios()`), a scenario's JSON text, or a scenario object. */
@@ -18,11 +21,11 @@ export type Seed = number | bigint | string;
 /** How the simulated world is set up beyond the scenario (a SimConfig in its JSON shape). */
 export interface SimConfig {
   /** The machine's configuration; rebound's defaults fill what it leaves out. Its `tools` are the scenario's. */
-  machine?: MachineConfig;
+  machine?: MachineConfigInput;
   /** Events one agent may handle before the run counts as a livelock (10,000). */
   max_steps?: number;
   /** A retry budget every agent of the run shares (machines ask it when `machine.retry_budget` is set). */
-  budget?: BudgetConfig | null;
+  budget?: Partial<BudgetConfig> | null;
 }
 
 /** One simulated run. */
@@ -185,8 +188,10 @@ export interface Divergence {
   event: Event;
   /** 0-based index of the first differing command. */
   command: number;
-  expected: unknown[];
-  actual: unknown[];
+  /** The recorded commands of the step. */
+  expected: TraceCommand[];
+  /** The commands the replayed machine produced. */
+  actual: TraceCommand[];
 }
 
 /** What a replay found. */
@@ -203,18 +208,9 @@ export interface ReplayReport {
   text: string;
 }
 
-/** One step of a trace: an event at a time and the commands it produced. */
-export interface TraceStep {
-  t_ms: number;
-  event: Event;
-  /** In the trace's form: conversations as `{messages, digest}` summaries. */
-  commands: Command[];
-}
-
-/** A trace, read. */
+/** A trace, read: its header and its steps, in the trace format's JSON shape. */
 export interface Trace {
-  /** `{format, version, seed, config, initial_conversation?, meta?}` (a seed past 2^53 loses precision). */
-  header: { format: string; version: number; seed: number; config: MachineConfig; [field: string]: unknown };
+  header: TraceHeader;
   steps: TraceStep[];
 }
 
@@ -258,10 +254,7 @@ export class ScenarioTools {
   /** The tools of `scenario`; a ConfigError for a bad one. */
   constructor(scenario: Scenario);
   /** The tools' specs, for a machine config's `tools`. */
-  specs(): { name: string; description: string; input_schema: unknown }[];
+  specs(): ToolSpec[];
   /** Runs a batch of calls: its scripted duration and outcome (nothing is waited); an EventError for bad calls. */
-  run(calls: readonly ToolCall[]): {
-    durationMs: number;
-    outcome: { per_call: ToolOutcome[] } | { whole_batch: unknown };
-  };
+  run(calls: readonly ToolCall[]): { durationMs: number; outcome: BatchOutcome };
 }
