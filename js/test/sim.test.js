@@ -15,6 +15,7 @@ import {
   ScenarioTools,
   TraceError,
   builtinScenarios,
+  describe,
   outageModels,
   outagePolicies,
   outageReport,
@@ -118,33 +119,38 @@ test("one simulated run is the run rebound sim makes and writes as its trace", (
   }
 });
 
+/** `rebound run --events json --trace <path>` against `url` (seed 9): its exit code and events. */
+async function cliRun(url, path) {
+  const { execFile } = await import("node:child_process");
+  const ran = await new Promise((resolve, reject) =>
+    execFile(
+      reboundBin(),
+      [
+        "run", "--base-url", url, "--model", "claude-sonnet-4-5", "--seed", "9",
+        "--events", "json", "--trace", path, "Fix the failing test.",
+      ],
+      {
+        env: { ...process.env, ANTHROPIC_API_KEY: "test-key-not-secret" },
+        timeout: 120_000,
+        encoding: "utf8",
+      },
+      (error, stdout, stderr) =>
+        error && typeof error.code !== "number"
+          ? reject(error)
+          : resolve({ status: error ? error.code : 0, stdout, stderr }),
+    ),
+  );
+  const events = ran.stdout.trim().split("\n").filter(Boolean).map((l) => JSON.parse(l));
+  return { ...ran, events, last: events.at(-1) };
+}
+
 test("a trace rebound run wrote against rebound serve replays to the CLI's outcome", async (t) => {
   const server = await serve(["--scenario", "demo", "--seed", "2"]);
   t.after(() => server.stop());
   const path = tempFile("run.jsonl");
-  const ran = await new Promise((resolve, reject) => {
-    import("node:child_process").then(({ execFile }) =>
-      execFile(
-        reboundBin(),
-        [
-          "run", "--base-url", server.url, "--model", "claude-sonnet-4-5", "--seed", "9",
-          "--events", "json", "--trace", path, "Fix the failing test.",
-        ],
-        {
-          env: { ...process.env, ANTHROPIC_API_KEY: "test-key-not-secret" },
-          timeout: 120_000,
-          encoding: "utf8",
-        },
-        (error, stdout, stderr) =>
-          error && typeof error.code !== "number" ? reject(error) : resolve({
-            status: error ? error.code : 0, stdout, stderr,
-          }),
-      ),
-    );
-  });
+  const ran = await cliRun(server.url, path);
   assert.equal(ran.status, 0, ran.stderr);
-  const events = ran.stdout.trim().split("\n").map((l) => JSON.parse(l));
-  const done = events.at(-1);
+  const done = ran.last;
   assert.equal(done.type, "done", ran.stdout);
 
   const text = readFileSync(path, "utf8");
@@ -153,7 +159,7 @@ test("a trace rebound run wrote against rebound serve replays to the CLI's outco
   assert.ok(report.identical, report.text);
   assert.ok(report.steps > 5);
   // The outcome of the replayed run is the CLI's: how it finished, after as many requests
-  // and retries as the CLI counted.
+  // as the CLI counted.
   assert.deepEqual(Object.keys(report.outcome), ["Ok"]);
   const trace = readTrace(text);
   assert.equal(trace.header.seed, 9);
@@ -170,6 +176,47 @@ test("a trace rebound run wrote against rebound serve replays to the CLI's outco
   for (const kind of ["user_message", "provider_failed", "timer_fired", "provider_succeeded"]) {
     assert.ok(kinds.has(kind), `${kind} in ${[...kinds]}`);
   }
+  const { status, stdout } = cliReplay(path);
+  assert.equal(status, 0);
+  assert.equal(stdout, report.text);
+});
+
+test("a trace of a run the CLI failed replays to the CLI's error", async (t) => {
+  // One 529 (retried), then a 400 the machine does not retry: the run fails.
+  const scenario = tempFile(
+    "refused.json",
+    JSON.stringify({
+      name: "refused",
+      turns: [
+        {
+          faults: [
+            { type: "http", status: 529 },
+            { type: "http", status: 400 },
+          ],
+          answer: { text: "Done." },
+        },
+      ],
+    }),
+  );
+  const server = await serve(["--scenario", scenario]);
+  t.after(() => server.stop());
+  const path = tempFile("refused.jsonl");
+  const ran = await cliRun(server.url, path);
+  assert.equal(ran.status, 1, ran.stderr);
+  const failed = ran.last;
+  assert.equal(failed.type, "error", ran.stdout);
+
+  const text = readFileSync(path, "utf8");
+  const report = replay(text);
+  assert.ok(report.identical, report.text);
+  assert.deepEqual(Object.keys(report.outcome), ["Err"]);
+  // The error the replayed run ends with is the one the CLI printed, word for word.
+  assert.equal(describe("run_error", report.outcome.Err), failed.message);
+  assert.equal(report.outcome.Err.failure.status, failed.status);
+  const sent = readTrace(text)
+    .steps.flatMap((s) => s.commands)
+    .filter((c) => c.type === "send_request").length;
+  assert.equal(sent, failed.requests);
   const { status, stdout } = cliReplay(path);
   assert.equal(status, 0);
   assert.equal(stdout, report.text);
@@ -249,10 +296,10 @@ test("a trace's bytes replay as its text does", () => {
   assert.deepEqual(readTrace(bytes.buffer), readTrace(text));
   const steps = readTrace(text).steps;
   assert.equal(steps.length, text.trimEnd().split("\n").length - 1);
-  assert.deepEqual(
-    steps.map((s) => s.event),
-    text.trimEnd().split("\n").slice(1).map((l) => JSON.parse(l).event),
-  );
+  const raw = text.trimEnd().split("\n").slice(1).map((l) => JSON.parse(l));
+  assert.deepEqual(steps.map((s) => s.event), raw.map((r) => r.event));
+  assert.deepEqual(steps.map((s) => s.commands), raw.map((r) => r.commands));
+  assert.deepEqual(steps.map((s) => s.t_ms), raw.map((r) => r.t_ms));
 });
 
 test("a trace that cannot be read is a TraceError, as rebound replay refuses it", () => {
