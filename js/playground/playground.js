@@ -178,11 +178,13 @@ function rateChart(run, reference, model, policy, xMax) {
 /** The attempts chart: one `g.agent` per agent, a dot per request, a bar at completion, a cross where it gave up. */
 function attemptsChart(run, model, xMax) {
   const agents = run.turns.length;
-  const row = Math.max(0.5, Math.min(8, 560 / Math.max(agents, 1)));
+  // At most 600 px of agents: past 75 agents a row is thinner than 8 px, past 1,200 thinner
+  // than half a pixel (the dots overlap, as the fleet's requests do).
+  const row = Math.min(8, 600 / Math.max(agents, 1));
   const height = MARGIN.top + MARGIN.bottom + Math.max(60, row * agents);
   const f = frame(height, xMax, agents, { yLabel: "agent", yTicks: false });
   shadeOutages(f, model, xMax);
-  const r = Math.max(0.8, Math.min(3, row / 2));
+  const r = Math.max(0.7, Math.min(3, row / 2));
   const rows = svg("g", { class: "agents" });
   run.turns.forEach((turn, i) => {
     const cy = MARGIN.top + (i + 0.5) * row;
