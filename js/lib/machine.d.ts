@@ -82,6 +82,12 @@ export class AgentMachine {
   ): CompactionResult;
   /** The run so far as a trace (JSON Lines); needs `record: true`. */
   traceJsonl(): string;
+  /**
+   * Releases the machine's WebAssembly memory now (optional: the garbage collector does it
+   * once the event loop turns; a synchronous loop over many machines should call it). Every
+   * later call throws a ReboundError; Snapshots it handed out stay valid.
+   */
+  free(): void;
 }
 
 /** The one-line text a person reads for a retry notice (`notify_retry`'s `info`). */

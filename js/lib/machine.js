@@ -115,6 +115,26 @@ export class AgentMachine {
     );
   }
 
+  /** The native machine; a ReboundError once `free()` released it. */
+  #live() {
+    if (this.#native === undefined) {
+      throw new ReboundError("this machine was freed: make a new AgentMachine");
+    }
+    return this.#native;
+  }
+
+  /**
+   * Releases the machine's WebAssembly memory now. Optional: a machine no longer referenced
+   * is released by the garbage collector once the event loop turns (between `await`s). A
+   * synchronous loop over many machines (a batch of simulated runs, a benchmark) should call
+   * it, or the memory grows until the loop ends. Every later call throws a ReboundError;
+   * Snapshots it handed out stay valid.
+   */
+  free() {
+    this.#native?.free();
+    this.#native = undefined;
+  }
+
   /**
    * Feeds one event at `nowMs` (the caller's clock, in ms). Returns `"accepted"`, `"stale"`
    * (an answer to something no longer awaited) or `"terminal"` (the run had ended). Throws an
@@ -125,7 +145,7 @@ export class AgentMachine {
     if (typeof nowMs !== "number") {
       throw new EventError(`nowMs must be a number of milliseconds, not ${typeof nowMs}`);
     }
-    return call(() => this.#native.handle(nowMs, json(event, "event")));
+    return call(() => this.#live().handle(nowMs, json(event, "event")));
   }
 
   /**
@@ -133,11 +153,11 @@ export class AgentMachine {
    * `type` says which), or `{type: "stream_reset"}` when an answer that had begun failed.
    */
   poll() {
-    const text = call(() => this.#native.poll());
+    const text = call(() => this.#live().poll());
     if (text === undefined) return undefined;
     const action = JSON.parse(text);
     if (CARRIES_CONVERSATION.has(action.type)) {
-      action.conversation = new Snapshot(this.#native.polledSnapshot());
+      action.conversation = new Snapshot(this.#live().polledSnapshot());
     }
     return action;
   }
@@ -151,43 +171,43 @@ export class AgentMachine {
 
   /** The conversation as it stands (only complete messages). */
   conversation() {
-    return new Snapshot(this.#native.conversation());
+    return new Snapshot(this.#live().conversation());
   }
 
   /** Assistant messages appended in this run. */
   get turns() {
-    return this.#native.turns;
+    return this.#live().turns;
   }
 
   /** Index of the target requests currently go to. */
   get target() {
-    return this.#native.target;
+    return this.#live().target;
   }
 
   /** Whether the run ended (finished or failed). */
   get isTerminal() {
-    return this.#native.isTerminal;
+    return this.#live().isTerminal;
   }
 
   /** The jitter seed, as a bigint. */
   get seed() {
-    return BigInt(this.#native.seed);
+    return BigInt(this.#live().seed);
   }
 
   /** What happened so far, counted by core's run. */
   tally() {
-    return JSON.parse(call(() => this.#native.tallyJson()));
+    return JSON.parse(call(() => this.#live().tallyJson()));
   }
 
   /** How the run ended: `{Ok: reason}` or `{Err: error}`, or `undefined` while it runs. */
   outcome() {
-    const text = call(() => this.#native.outcomeJson());
+    const text = call(() => this.#live().outcomeJson());
     return text === undefined ? undefined : JSON.parse(text);
   }
 
   /** The configuration, in its JSON shape (every default filled in). */
   config() {
-    return JSON.parse(call(() => this.#native.configJson()));
+    return JSON.parse(call(() => this.#live().configJson()));
   }
 
   /**
@@ -196,12 +216,12 @@ export class AgentMachine {
    */
   compactDefault(conversation) {
     const snapshot = Snapshot.native(snapshotOf(conversation));
-    return JSON.parse(call(() => this.#native.compactDefault(snapshot)));
+    return JSON.parse(call(() => this.#live().compactDefault(snapshot)));
   }
 
   /** The run so far as a trace (JSON Lines), when the machine was made with `record: true`. */
   traceJsonl() {
-    return call(() => this.#native.traceJsonl());
+    return call(() => this.#live().traceJsonl());
   }
 }
 

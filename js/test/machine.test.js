@@ -305,3 +305,16 @@ test("an answer that began and then failed hands out a stream reset", () => {
   assert.deepEqual(reset, { type: "stream_reset", request: first.request, attempt: 1 });
   assert.equal(machine.tally().stream_resets, 1);
 });
+
+test("a freed machine refuses every call with a ReboundError, and its snapshots stay", () => {
+  const machine = new AgentMachine();
+  machine.handle(0, userText("hi"));
+  const [, request] = machine.drain();
+  machine.free();
+  machine.free();
+  for (const f of [() => machine.handle(1, { type: "cancel" }), () => machine.poll(), () => machine.tally(), () => machine.turns, () => machine.conversation()]) {
+    assert.throws(f, (e) => e instanceof ReboundError && e.kind === "rebound" && /freed/.test(e.message));
+  }
+  assert.equal(request.conversation.length, 1);
+  assert.deepEqual(request.conversation.messages(), [{ role: "user", content: [{ type: "text", text: "hi" }] }]);
+});
