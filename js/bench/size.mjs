@@ -258,6 +258,23 @@ function composition(shippedWasm, namedWasm) {
     .filter((f) => /serde::private::de::content|Content(Ref)?Deserializer|FlatMap/.test(demangle(fnNames.get(f.index) ?? "")))
     .reduce((a, f) => a + f.size, 0);
   console.log(`  of which serde's buffering of tagged and flattened values (Content): ${kib(contentCode)} (${((100 * contentCode) / total).toFixed(1)} %)`);
+  // rebound's own crates by module (two levels: `rebound_core::wire::gemini`).
+  const byModule = new Map();
+  for (const f of sizes) {
+    const path = demangle(fnNames.get(f.index) ?? "");
+    const m = /^(rebound_\w+)::(\w+)(?:::(\w+))?/.exec(path.replace(/^<(?:impl .*? for )?/, ""));
+    if (m === null) continue;
+    const key = m[2] === "wire" && m[3] && /^[a-z_]+$/.test(m[3]) ? `${m[1]}::wire::${m[3]}` : `${m[1]}::${m[2]}`;
+    byModule.set(key, (byModule.get(key) ?? 0) + f.size);
+  }
+  console.log("\nrebound's crates by module");
+  for (const [m, size] of [...byModule].sort((a, b) => b[1] - a[1]).slice(0, 20)) {
+    console.log(`  ${m.padEnd(40)} ${kib(size).padStart(11)}  ${((100 * size) / total).toFixed(1).padStart(5)} %`);
+  }
+  const encoders = sizes
+    .filter((f) => /^rebound_core::wire::.*encode/.test(demangle(fnNames.get(f.index) ?? "")))
+    .reduce((a, f) => a + f.size, 0);
+  console.log(`  core's wire encoders of what providers send (functions named *encode*): ${kib(encoders)} (${((100 * encoders) / total).toFixed(1)} %)`);
   console.log("\nlargest functions");
   for (const f of [...sizes].sort((a, b) => b.size - a.size).slice(0, 15)) {
     console.log(`  ${kib(f.size).padStart(9)}  ${demangle(fnNames.get(f.index) ?? `#${f.index}`).slice(0, 110)}`);

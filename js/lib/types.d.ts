@@ -265,8 +265,11 @@ export interface ToolSpec {
   name: string;
   /** What the tool does, for the model. */
   description: string;
-  /** JSON Schema of the input object. */
-  input_schema: JsonValue;
+  /**
+   * JSON Schema of the input object (typed loosely, so that a schema literal whose inferred
+   * type has optional keys fits).
+   */
+  input_schema: { [key: string]: unknown };
 }
 
 /** One call a `run_tools` action asks the driver to run. */
