@@ -266,10 +266,10 @@ export interface ToolSpec {
   /** What the tool does, for the model. */
   description: string;
   /**
-   * JSON Schema of the input object (typed loosely, so that a schema literal whose inferred
-   * type has optional keys fits).
+   * JSON Schema of the input object (also typed loosely, so that a schema literal whose
+   * inferred type has optional keys fits).
    */
-  input_schema: { [key: string]: unknown };
+  input_schema: JsonValue | { [key: string]: unknown };
 }
 
 /** One call a `run_tools` action asks the driver to run. */
