@@ -193,6 +193,9 @@ test("typed errors: each an Error of its class and kind, the machine unchanged a
     [() => new AgentMachine({ conversation: [{ role: "system", content: "x" }] }), ConfigError, "config"],
     [() => new AgentMachine(42), ConfigError, "config"],
     [() => new AgentMachine().traceJsonl(), ReboundError, "rebound"],
+    // A kind that is no string once reached wasm-bindgen's string glue and trapped.
+    [() => describe({}, {}), ReboundError, "rebound"],
+    [() => describe("retry_info", { attempt: "2" }), EventError, "event"],
     [() => Snapshot.fromSummary({ messages: 1, digest: "xyz" }).messages(), EventError, "event"],
     [() => Snapshot.fromSummary({ messages: 1, digest: "0123456789abcdef" }).messages(), ReboundError, "rebound"],
   ];
