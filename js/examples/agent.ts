@@ -254,7 +254,130 @@ class Deadlines {
 }
 
 /** The answer to a `send_request` was canceled (the run's signal fired). */
-const CANCELED = Symbol("canceled");
+export const CANCELED = Symbol("canceled");
+
+/** The `send_request` action, as `AgentMachine.poll` hands it out. */
+export type SendRequest = Extract<Action, { type: "send_request" }>;
+
+/** A piece of a streamed answer, as `StreamDecoder.feed` returns them. */
+export type Delta = ReturnType<StreamDecoder["feed"]>[number];
+
+/** Where one target's requests go: its wire format, model, URL, headers and key. */
+export class HttpTarget {
+  readonly provider: ProviderKind;
+  readonly model: string;
+  readonly url: string;
+  readonly headers: Record<string, string>;
+  /** The key, when long enough to mask (rebound refuses shorter secrets). */
+  readonly secrets: string[];
+
+  /** A target of `provider` at `baseUrl` for `model`, authenticated with `apiKey`. */
+  constructor(provider: ProviderKind, baseUrl: string, model: string, apiKey: string) {
+    this.provider = provider;
+    this.model = model;
+    this.url = baseUrl.replace(/\/+$/, "") + requestPath(provider, model);
+    this.headers = { "content-type": "application/json", ...authHeaders(provider, apiKey) };
+    // A key shorter than 8 bytes (a fake server's) cannot be masked: rebound refuses it as
+    // a secret, since masking it would mask ordinary words.
+    this.secrets = apiKey.trim().length >= 8 ? [apiKey] : [];
+  }
+}
+
+/** What one attempt needs besides its target and command. */
+export interface AttemptOptions {
+  /** The body's other parts: tools, system prompt, output limit, request options. */
+  body: Parameters<typeof requestBody>[3];
+  /** The run's cancel: aborts the request in flight. */
+  signal?: AbortSignal;
+  /** Each piece of the answer as it streams in. */
+  onDelta?: (delta: Delta) => void;
+  /**
+   * The answer began (a 200 and its body): tell the machine `provider_responding` and drain
+   * it, as after every handle.
+   */
+  onResponding?: () => void;
+}
+
+/**
+ * One attempt of a `send_request` to `target`: the event that answers it
+ * (`provider_succeeded` or `provider_failed`, never a throw), or CANCELED when `signal`
+ * fired. The body, the decoding and every classification are rebound's; the deadlines are
+ * the command's.
+ */
+export async function attempt(
+  target: HttpTarget,
+  command: SendRequest,
+  options: AttemptOptions,
+): Promise<Event | typeof CANCELED> {
+  const { signal } = options;
+  const failed = (failure: ProviderFailure): Event => ({
+    type: "provider_failed",
+    request: command.request,
+    failure,
+  });
+  const secrets = target.secrets;
+  const body = requestBody(target.provider, command.conversation, target.model, options.body);
+  // One controller aborts the request: the run's cancel, or a missed deadline.
+  const controller = new AbortController();
+  const cancel = () => controller.abort(signal?.reason);
+  if (signal?.aborted) return CANCELED;
+  signal?.addEventListener("abort", cancel, { once: true });
+  const deadlines = new Deadlines(command.deadlines, controller);
+  let started = false;
+  try {
+    const response = await fetch(target.url, {
+      method: "POST",
+      headers: target.headers,
+      body,
+      signal: controller.signal,
+    });
+    started = true;
+    deadlines.byte();
+    if (response.status !== 200) {
+      const raw = new Uint8Array(await response.arrayBuffer());
+      return failed(
+        classifyHttp(target.provider, response.status, response.headers, raw, {
+          nowUnixMs: Date.now(),
+          secrets,
+        }),
+      );
+    }
+    if (response.body === null) {
+      return failed(classifyTransport("the response has no body", { responseStarted: true }));
+    }
+    options.onResponding?.();
+    deadlines.content();
+    const decoder = new StreamDecoder(target.provider, { secrets });
+    const reader = response.body.getReader();
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      deadlines.byte();
+      for (const delta of decoder.feed(value)) options.onDelta?.(delta);
+      if (decoder.progressed) deadlines.content();
+    }
+    return { type: "provider_succeeded", request: command.request, response: decoder.finish() };
+  } catch (error) {
+    if (error instanceof StreamError) return failed(error.failure);
+    if (deadlines.missed !== undefined) {
+      return failed(
+        classifyTransport(deadlines.missed, { timedOut: true, responseStarted: started, secrets }),
+      );
+    }
+    if (signal?.aborted) return CANCELED;
+    const { text, code } = fetchErrorText(error);
+    return failed(
+      classifyTransport(text, {
+        connectFailed: !started && code !== undefined && CONNECT_ERRORS.has(code),
+        responseStarted: started,
+        secrets,
+      }),
+    );
+  } finally {
+    deadlines.stop();
+    signal?.removeEventListener("abort", cancel);
+  }
+}
 
 /**
  * Drives one AgentMachine: executes its actions and feeds it what happened. Every rule
@@ -262,27 +385,16 @@ const CANCELED = Symbol("canceled");
  */
 export class Agent {
   readonly machine: AgentMachine;
-  readonly #provider: ProviderKind;
-  readonly #model: string;
-  readonly #url: string;
-  readonly #headers: Record<string, string>;
-  readonly #secrets: string[];
+  readonly #target: HttpTarget;
   readonly #tools: Tools;
   readonly #say: Say;
   readonly #signal: AbortSignal | undefined;
   readonly #started = performance.now();
 
   constructor(options: AgentOptions & { apiKey: string; record: boolean }) {
-    this.#provider = options.provider ?? "anthropic";
-    this.#model = options.model ?? DEFAULT_MODEL[this.#provider];
-    this.#url = options.baseUrl.replace(/\/+$/, "") + requestPath(this.#provider, this.#model);
-    this.#headers = {
-      "content-type": "application/json",
-      ...authHeaders(this.#provider, options.apiKey),
-    };
-    // A key shorter than 8 bytes (a fake server's) cannot be masked: rebound refuses it as
-    // a secret, since masking it would mask ordinary words.
-    this.#secrets = options.apiKey.trim().length >= 8 ? [options.apiKey] : [];
+    const provider = options.provider ?? "anthropic";
+    const model = options.model ?? DEFAULT_MODEL[provider];
+    this.#target = new HttpTarget(provider, options.baseUrl, model, options.apiKey);
     this.#tools = new Tools(options.root ?? ".");
     this.#say = options.say ?? ((text, end = "\n") => process.stdout.write(text + end));
     this.#signal = options.signal;
@@ -292,7 +404,7 @@ export class Agent {
       record: options.record,
       // The API key, masked in every failure the machine is told of: a server echoing it
       // never gets it into a notice, the run's error or the trace.
-      secrets: this.#secrets,
+      secrets: this.#target.secrets,
     });
   }
 
@@ -400,89 +512,23 @@ export class Agent {
   }
 
   /**
-   * One attempt of a `send_request`: the event that answers it (`provider_succeeded` or
-   * `provider_failed`, never a throw), or CANCELED when the run's signal fired. The body,
-   * the decoding and every classification are rebound's.
+   * One attempt of a `send_request`, its text shown as it streams: the event that answers
+   * it, or CANCELED when the run's signal fired.
    */
-  async send(command: Extract<Action, { type: "send_request" }>): Promise<Event | typeof CANCELED> {
-    const failed = (failure: ProviderFailure): Event => ({
-      type: "provider_failed",
-      request: command.request,
-      failure,
-    });
-    const body = requestBody(this.#provider, command.conversation, this.#model, {
-      maxTokens: 4096,
-      tools: TOOLS,
-    });
-    // One controller aborts the request: the run's cancel, or a missed deadline.
-    const controller = new AbortController();
-    const cancel = () => controller.abort(this.#signal?.reason);
-    if (this.#signal?.aborted) return CANCELED;
-    this.#signal?.addEventListener("abort", cancel, { once: true });
-    const deadlines = new Deadlines(command.deadlines, controller);
-    let started = false;
-    try {
-      const response = await fetch(this.#url, {
-        method: "POST",
-        headers: this.#headers,
-        body,
-        signal: controller.signal,
-      });
-      started = true;
-      deadlines.byte();
-      if (response.status !== 200) {
-        const raw = new Uint8Array(await response.arrayBuffer());
-        return failed(
-          classifyHttp(this.#provider, response.status, response.headers, raw, {
-            nowUnixMs: Date.now(),
-            secrets: this.#secrets,
-          }),
-        );
-      }
-      if (response.body === null) {
-        return failed(classifyTransport("the response has no body", { responseStarted: true }));
-      }
+  send(command: SendRequest): Promise<Event | typeof CANCELED> {
+    return attempt(this.#target, command, {
+      body: { maxTokens: 4096, tools: TOOLS },
+      signal: this.#signal,
+      onDelta: (delta) => {
+        if (delta.type === "text") this.#say(delta.text, "");
+      },
       // The answer began: drained at once, as after every handle (its only actions are
       // note_budget, for a shared retry budget, none here).
-      this.machine.handle(this.now(), { type: "provider_responding", request: command.request });
-      this.machine.drain();
-      deadlines.content();
-      const decoder = new StreamDecoder(this.#provider, { secrets: this.#secrets });
-      const reader = response.body.getReader();
-      for (;;) {
-        const { done, value } = await reader.read();
-        if (done) break;
-        deadlines.byte();
-        for (const delta of decoder.feed(value)) {
-          if (delta.type === "text") this.#say(delta.text, "");
-        }
-        if (decoder.progressed) deadlines.content();
-      }
-      return { type: "provider_succeeded", request: command.request, response: decoder.finish() };
-    } catch (error) {
-      if (error instanceof StreamError) return failed(error.failure);
-      if (deadlines.missed !== undefined) {
-        return failed(
-          classifyTransport(deadlines.missed, {
-            timedOut: true,
-            responseStarted: started,
-            secrets: this.#secrets,
-          }),
-        );
-      }
-      if (this.#signal?.aborted) return CANCELED;
-      const { text, code } = fetchErrorText(error);
-      return failed(
-        classifyTransport(text, {
-          connectFailed: !started && code !== undefined && CONNECT_ERRORS.has(code),
-          responseStarted: started,
-          secrets: this.#secrets,
-        }),
-      );
-    } finally {
-      deadlines.stop();
-      this.#signal?.removeEventListener("abort", cancel);
-    }
+      onResponding: () => {
+        this.machine.handle(this.now(), { type: "provider_responding", request: command.request });
+        this.machine.drain();
+      },
+    });
   }
 }
 
