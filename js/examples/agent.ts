@@ -34,10 +34,21 @@ import {
   requestPath,
   userText,
 } from "rebound-agent";
-import type { Action, Event, MachineConfig, ProviderFailure, ProviderKind } from "rebound-agent";
+import type {
+  Action,
+  CallOutcome,
+  Event,
+  MachineConfigInput,
+  ProviderFailure,
+  ProviderKind,
+  SendRequest,
+  StreamDelta,
+  ToolCall,
+  ToolSpec,
+} from "rebound-agent";
 
 /** The tools the model may call: the project's files, read-only. */
-export const TOOLS = [
+export const TOOLS: ToolSpec[] = [
   {
     name: "read",
     description: 'Reads a text file of the project. Input: {"path": "relative/path"}.',
@@ -140,7 +151,7 @@ export interface AgentOptions {
   /** Where the agent's words go (stdout). */
   say?: Say;
   /** More of the machine's configuration (its JSON shape), e.g. `{stream: {idle_ms: 5000}}`. */
-  config?: MachineConfig;
+  config?: MachineConfigInput;
   /** Cancels the run: the request in flight is aborted and the machine told `cancel`. */
   signal?: AbortSignal;
 }
@@ -256,12 +267,6 @@ class Deadlines {
 /** The answer to a `send_request` was canceled (the run's signal fired). */
 export const CANCELED = Symbol("canceled");
 
-/** The `send_request` action, as `AgentMachine.poll` hands it out. */
-export type SendRequest = Extract<Action, { type: "send_request" }>;
-
-/** A piece of a streamed answer, as `StreamDecoder.feed` returns them. */
-export type Delta = ReturnType<StreamDecoder["feed"]>[number];
-
 /** Where one target's requests go: its wire format, model, URL, headers and key. */
 export class HttpTarget {
   readonly provider: ProviderKind;
@@ -290,7 +295,7 @@ export interface AttemptOptions {
   /** The run's cancel: aborts the request in flight. */
   signal?: AbortSignal;
   /** Each piece of the answer as it streams in. */
-  onDelta?: (delta: Delta) => void;
+  onDelta?: (delta: StreamDelta) => void;
   /**
    * The answer began (a 200 and its body): tell the machine `provider_responding` and drain
    * it, as after every handle.
@@ -487,12 +492,9 @@ export class Agent {
   }
 
   /** Runs a batch of tool calls side by side: the event that answers it. */
-  async runTools(
-    batch: number,
-    calls: { id: string; name: string; input: Record<string, unknown> }[],
-  ): Promise<Event> {
+  async runTools(batch: number, calls: ToolCall[]): Promise<Event> {
     const outcomes = await Promise.all(
-      calls.map(async (call) => {
+      calls.map(async (call): Promise<CallOutcome> => {
         this.#say(`→ ${call.name} ${JSON.stringify(call.input)}`);
         try {
           const text = await this.#tools.run(call.name, call.input);

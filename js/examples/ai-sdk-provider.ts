@@ -38,6 +38,7 @@ import type {
   LanguageModelV3Prompt,
   LanguageModelV3StreamPart,
   LanguageModelV3StreamResult,
+  LanguageModelV3ToolResultOutput,
   LanguageModelV3Usage,
   SharedV3Warning,
 } from "@ai-sdk/provider";
@@ -45,15 +46,20 @@ import type {
 import { AgentMachine, describe } from "rebound-agent";
 import type {
   AssistantResponse,
+  ContentBlock,
   Event,
-  MachineConfig,
+  JsonObject,
+  JsonValue,
+  MachineConfigInput,
   Message,
   ProviderKind,
   RequestOptions,
+  SendRequest,
+  StreamDelta,
+  ToolSpec,
 } from "rebound-agent";
 
 import { CANCELED, HttpTarget, attempt } from "./agent.js";
-import type { Delta, SendRequest } from "./agent.js";
 
 /** One model on one endpoint; the first of a model's targets is its primary. */
 export interface TargetSettings {
@@ -72,7 +78,7 @@ export interface ReboundModelSettings {
   /** Where requests go: the primary target first, then the fallbacks in order. */
   targets: readonly TargetSettings[];
   /** More of the machine's configuration (its JSON shape): `retry`, `stream`, `compaction`… */
-  config?: MachineConfig;
+  config?: MachineConfigInput;
   /** The retry jitter seed of every run (random per call without one). */
   seed?: number | bigint | string;
   /** The output limit when the call names none (4096). */
@@ -87,10 +93,10 @@ function conversationOf(prompt: LanguageModelV3Prompt): {
   system: string | undefined;
   warnings: SharedV3Warning[];
 } {
-  const messages: { role: "user" | "assistant"; content: unknown[] }[] = [];
+  const messages: Message[] = [];
   const systems: string[] = [];
   const warnings: SharedV3Warning[] = [];
-  const push = (role: "user" | "assistant", block: unknown) => {
+  const push = (role: "user" | "assistant", block: ContentBlock) => {
     const last = messages.at(-1);
     // Tool results travel in a user message, which a following user message joins.
     if (last !== undefined && last.role === role) last.content.push(block);
@@ -115,7 +121,8 @@ function conversationOf(prompt: LanguageModelV3Prompt): {
               type: "tool_use",
               id: part.toolCallId,
               name: part.toolName,
-              input: part.input ?? {},
+              // The SDK's input is the tool's JSON arguments.
+              input: (part.input ?? {}) as JsonObject,
             });
           } else warnings.push({ type: "unsupported", feature: `assistant ${part.type} parts` });
         }
@@ -145,13 +152,7 @@ function conversationOf(prompt: LanguageModelV3Prompt): {
 }
 
 /** A tool result's text, and whether it is an error. */
-function resultText(
-  output: Extract<LanguageModelV3Prompt[number], { role: "tool" }>["content"][number] extends infer P
-    ? P extends { type: "tool-result"; output: infer O }
-      ? O
-      : never
-    : never,
-): { text: string; isError: boolean } {
+function resultText(output: LanguageModelV3ToolResultOutput): { text: string; isError: boolean } {
   switch (output.type) {
     case "text":
       return { text: output.value, isError: false };
@@ -235,14 +236,14 @@ function usageOf(usage: AssistantResponse["usage"] | undefined): LanguageModelV3
 /** The SDK's content of an assistant message. */
 function contentOf(message: Message): LanguageModelV3Content[] {
   const content: LanguageModelV3Content[] = [];
-  for (const block of message.content as { type: string; [k: string]: unknown }[]) {
-    if (block.type === "text") content.push({ type: "text", text: String(block.text) });
-    else if (block.type === "thinking") content.push({ type: "reasoning", text: String(block.thinking) });
+  for (const block of message.content) {
+    if (block.type === "text") content.push({ type: "text", text: block.text });
+    else if (block.type === "thinking") content.push({ type: "reasoning", text: block.thinking });
     else if (block.type === "tool_use") {
       content.push({
         type: "tool-call",
-        toolCallId: String(block.id),
-        toolName: String(block.name),
+        toolCallId: block.id,
+        toolName: block.name,
         input: JSON.stringify(block.input ?? {}),
       });
     }
@@ -261,7 +262,7 @@ interface Step {
 
 /** What a streaming run tells as it goes. */
 interface Listener {
-  onDelta(delta: Delta, command: SendRequest): void;
+  onDelta(delta: StreamDelta, command: SendRequest): void;
   onAttemptEnd(discarded: boolean): void;
 }
 
@@ -412,10 +413,12 @@ export class ReboundLanguageModel implements LanguageModelV3 {
     const { messages, system, warnings } = conversationOf(options.prompt);
     const { requestOptions, warnings: unsupported } = requestOptionsOf(options);
     warnings.push(...unsupported);
-    const tools = [];
+    const tools: ToolSpec[] = [];
     for (const tool of options.tools ?? []) {
       if (tool.type === "function") {
-        tools.push({ name: tool.name, description: tool.description ?? "", input_schema: tool.inputSchema });
+        // A JSON Schema is JSON.
+        const schema = tool.inputSchema as unknown as JsonValue;
+        tools.push({ name: tool.name, description: tool.description ?? "", input_schema: schema });
       } else {
         warnings.push({ type: "unsupported", feature: `provider tool ${tool.id}` });
       }
@@ -508,19 +511,17 @@ export class ReboundLanguageModel implements LanguageModelV3 {
             if (appended === undefined || response === undefined) {
               throw new Error(`the run ended its step without an answer (${action.type})`);
             }
-            // A RunTally is JSON (the trace format's shape).
-            const tally = machine.tally() as JSONObject;
+            const tally = jsonObject(machine.tally());
             return { step: { message: appended, response, target, tally }, warnings };
           case "fail": {
             if (signal?.aborted) throw signal.reason ?? new DOMException("aborted", "AbortError");
-            const error: unknown = action.error;
-            // The last provider failure's status, when the run ended on one.
-            const status = (error as { failure?: { status?: unknown } } | null)?.failure?.status;
+            const error = action.error;
             throw new APICallError({
               message: describe("run_error", error),
               url: target.url,
               requestBodyValues: undefined,
-              statusCode: typeof status === "number" ? status : undefined,
+              // The last provider failure's status, when the run ended on one.
+              statusCode: error.type === "provider" ? error.failure.status : undefined,
               // rebound already retried what was worth retrying.
               isRetryable: false,
               data: { error, tally: machine.tally() },
@@ -534,6 +535,11 @@ export class ReboundLanguageModel implements LanguageModelV3 {
     }
     throw new Error("the machine stopped asking for anything before the run ended");
   }
+}
+
+/** A value of rebound's JSON shape (a tally) as the SDK's provider metadata takes JSON. */
+function jsonObject(value: object): JSONObject {
+  return JSON.parse(JSON.stringify(value)) as JSONObject;
 }
 
 /** Waits `ms`; false when `signal` was aborted first. */

@@ -1,7 +1,15 @@
 // The retry budget shared by every machine of a process: core's RetryBudget, and
 // SharedBudget, which answers a fleet of async agents with one.
 
-import type { BudgetConfig, BudgetNote, Event, PermitAsk, PermitDecision } from "./types.js";
+import type {
+  AcquirePermit,
+  BudgetConfig,
+  BudgetNote,
+  NoteBudget,
+  PermitAnswered,
+  PermitAsk,
+  PermitDecision,
+} from "./types.js";
 
 /** What a budget did so far. */
 export interface RetryBudgetStats {
@@ -27,7 +35,7 @@ export interface RetryBudgetStats {
  */
 export class RetryBudget {
   /** A budget of `config` (missing fields take core's defaults; unknown ones throw a ConfigError). */
-  constructor(config?: BudgetConfig | null);
+  constructor(config?: Partial<BudgetConfig> | null);
   /**
    * The decision for `ask` when known at once, or `undefined` when the request waits under
    * `ticket` until `pollDecision` hands out its answer. A BudgetError for a malformed ask or a
@@ -63,7 +71,7 @@ export class RetryBudget {
  */
 export class SharedBudget {
   /** A shared budget of `config`; `clock` is a monotonic clock in ms (`performance.now`). */
-  constructor(config?: BudgetConfig | null, options?: { clock?: () => number });
+  constructor(config?: Partial<BudgetConfig> | null, options?: { clock?: () => number });
   /** The budget's clock: whole milliseconds since it was made. */
   nowMs(): number;
   /** The core budget it drives (feed it no requests of your own). */
@@ -74,11 +82,11 @@ export class SharedBudget {
    * reason. A BudgetError for a malformed ask.
    */
   acquire(
-    command: { permit: number; ask: PermitAsk },
+    command: Pick<AcquirePermit, "permit" | "ask">,
     options?: { signal?: AbortSignal },
-  ): Promise<Extract<Event, { type: "permit_answered" }>>;
+  ): Promise<PermitAnswered>;
   /** Forwards a `note_budget` action; a BudgetError for a malformed note. */
-  note(command: { note: BudgetNote }): void;
+  note(command: Pick<NoteBudget, "note">): void;
   /** What the budget did so far. */
   stats(): RetryBudgetStats;
   /** Tokens available now. */

@@ -3,18 +3,14 @@
 
 import type {
   AssistantResponse,
-  MachineConfig,
+  CompactionPolicy,
+  CompactionResult,
   Message,
   ProviderFailure,
   ProviderKind,
+  ToolSpec,
 } from "./types.js";
 import type { Snapshot } from "./machine.js";
-
-/** A tool the model may call, as a MachineConfig's `tools` lists it (name, description, input_schema). */
-export type WireToolSpec = NonNullable<MachineConfig["tools"]>[number];
-
-/** A compaction policy, as a MachineConfig's `compaction` holds it. */
-export type WireCompactionPolicy = NonNullable<MachineConfig["compaction"]>;
 
 /** Bytes as the helpers take them: a Uint8Array (or another view, or an ArrayBuffer), or a string (UTF-8). */
 export type Bytes = Uint8Array | ArrayBufferView | ArrayBuffer | string;
@@ -54,7 +50,7 @@ export interface RequestBodyOptions {
   /** The system prompt. */
   system?: string;
   /** The tools the model may call. */
-  tools?: readonly WireToolSpec[];
+  tools?: readonly ToolSpec[];
   /** Ask for a stream (true). */
   stream?: boolean;
   /** Sampling, stop sequences, tool choice, reasoning, a user id and extra body keys. */
@@ -80,9 +76,6 @@ export type HeadersLike =
   | ReadonlyMap<string, string>
   | Iterable<readonly [string, string]>
   | Readonly<Record<string, string>>;
-
-/** The result of a compaction: the `result` of `compaction_finished`. */
-export type CompactionResult = { Ok: Message[] } | { Err: string };
 
 /** The names of the wire formats rebound speaks; every `provider` argument takes one. */
 export function providerKinds(): ProviderKind[];
@@ -181,10 +174,10 @@ export function classifyTransport(
 ): ProviderFailure;
 
 /**
- * Deterministic elision of `conversation` with `policy` (rebound's default without one), for
- * a `compact` command: the `result` of `compaction_finished`.
+ * Deterministic elision of `conversation` with `policy` (rebound's default policy for what it
+ * leaves out), for a `compact` command: the `result` of `compaction_finished`.
  */
 export function compact(
   conversation: Snapshot | readonly Message[],
-  policy?: WireCompactionPolicy,
+  policy?: Partial<CompactionPolicy>,
 ): CompactionResult;
