@@ -89,8 +89,11 @@ export class Tools {
     this.root = resolve(root);
   }
 
-  /** The real path of `raw` under the root; a ToolFailure for one outside it. */
-  async #path(raw: unknown): Promise<string> {
+  /**
+   * The real path of `raw` under the root; a ToolFailure for one outside it, or none
+   * (`what` names what is missing: "file" or "folder").
+   */
+  async #path(raw: unknown, what: string): Promise<string> {
     if (typeof raw !== "string" || raw === "") {
       throw new ToolFailure("`path` must be a non-empty string");
     }
@@ -98,7 +101,7 @@ export class Tools {
     try {
       path = await realpath(resolve(this.root, raw));
     } catch {
-      throw new ToolFailure(`file not found: ${raw}`);
+      throw new ToolFailure(`${what} not found: ${raw}`);
     }
     const rel = relative(await realpath(this.root), path);
     if (rel.startsWith("..") || isAbsolute(rel)) {
@@ -110,14 +113,14 @@ export class Tools {
   /** Runs tool `name` with `input`: its text, or a ToolFailure. */
   async run(name: string, input: Record<string, unknown>): Promise<string> {
     if (name === "read") {
-      const path = await this.#path(input.path);
+      const path = await this.#path(input.path, "file");
       if (!(await stat(path)).isFile()) throw new ToolFailure(`file not found: ${String(input.path)}`);
       const data = await readFile(path);
       return new TextDecoder().decode(data.subarray(0, MAX_FILE_BYTES));
     }
     if (name === "list") {
       const raw = typeof input.path === "string" && input.path !== "" ? input.path : ".";
-      const path = await this.#path(raw);
+      const path = await this.#path(raw, "folder");
       if (!(await stat(path)).isDirectory()) throw new ToolFailure(`folder not found: ${raw}`);
       const entries = await readdir(path, { withFileTypes: true });
       return entries

@@ -19,6 +19,17 @@ function bytesOf(data, what) {
   throw new TypeError(`${what} must be a Uint8Array, an ArrayBuffer or a string`);
 }
 
+/** `value` when it is a string; a TypeError naming `what` else. */
+function string(value, what) {
+  if (typeof value !== "string") throw new TypeError(`${what} must be a string, not ${typeof value}`);
+  return value;
+}
+
+/** An optional string option: a string, or `undefined` for nothing (`undefined` or `null`). */
+function optionalString(value, what) {
+  return value === undefined || value === null ? undefined : string(value, what);
+}
+
 /** The secrets option: an array of strings (a lone string is one secret). */
 function secretsOf(secrets) {
   if (secrets === undefined || secrets === null) return [];
@@ -82,19 +93,26 @@ export function requestBody(provider, conversation, model, options) {
     requestOptions === undefined || requestOptions === null
       ? undefined
       : json(requestOptions, "request options", ConfigError);
+  const strings = [
+    string(provider, "provider"),
+    string(model, "model"),
+    optionalString(system, "system"),
+    optionalString(baseUrl, "baseUrl"),
+    optionalString(identity, "identity"),
+  ];
   return withConversation(conversation, (snapshot) =>
     call(() =>
       native.requestBody(
-        String(provider),
+        strings[0],
         snapshot,
-        String(model),
+        strings[1],
         maxTokens,
-        system ?? undefined,
+        strings[2],
         toolsJson,
         Boolean(stream),
         optionsJson,
-        baseUrl ?? undefined,
-        identity ?? undefined,
+        strings[3],
+        strings[4],
       ),
     ),
   );
@@ -105,7 +123,9 @@ export function requestBody(provider, conversation, model, options) {
  * Bedrock's name the model (a ConfigError without one) and whether to stream.
  */
 export function requestPath(provider, model = "", stream = true) {
-  return call(() => native.requestPath(String(provider), String(model), Boolean(stream)));
+  const kind = string(provider, "provider");
+  const name = string(model, "model");
+  return call(() => native.requestPath(kind, name, Boolean(stream)));
 }
 
 /**
@@ -115,10 +135,10 @@ export function requestPath(provider, model = "", stream = true) {
  */
 export function parseResponse(provider, body, options) {
   const { secrets } = optionsOf(options, "parseResponse");
+  const kind = string(provider, "provider");
   const bytes = bytesOf(body, "body");
-  return JSON.parse(
-    call(() => native.parseResponse(String(provider), bytes, secretsOf(secrets))),
-  );
+  const masked = secretsOf(secrets);
+  return JSON.parse(call(() => native.parseResponse(kind, bytes, masked)));
 }
 
 /**
@@ -133,7 +153,9 @@ export class StreamDecoder {
   /** A decoder for one body of `provider`; `secrets` are masked in the failures it throws. */
   constructor(provider, options) {
     const { secrets } = optionsOf(options, "StreamDecoder");
-    this.#native = call(() => new native.StreamDecoder(String(provider), secretsOf(secrets)));
+    const kind = string(provider, "provider");
+    const masked = secretsOf(secrets);
+    this.#native = call(() => new native.StreamDecoder(kind, masked));
   }
 
   /**
@@ -198,6 +220,8 @@ function headerPairs(headers) {
  */
 export function classifyHttp(provider, status, headers, body, options) {
   const { nowUnixMs, secrets } = optionsOf(options, "classifyHttp");
+  const kind = string(provider, "provider");
+  const masked = secretsOf(secrets);
   if (typeof status !== "number") {
     throw new ReboundError(`status must be a number, not ${typeof status}`);
   }
@@ -208,14 +232,7 @@ export function classifyHttp(provider, status, headers, body, options) {
   const bytes = body === undefined || body === null ? new Uint8Array(0) : bytesOf(body, "body");
   return JSON.parse(
     call(() =>
-      native.classifyHttp(
-        String(provider),
-        status,
-        pairs,
-        bytes,
-        nowUnixMs ?? undefined,
-        secretsOf(secrets),
-      ),
+      native.classifyHttp(kind, status, pairs, bytes, nowUnixMs ?? undefined, masked),
     ),
   );
 }
@@ -232,14 +249,16 @@ export function classifyTransport(description, options) {
     responseStarted = false,
     secrets,
   } = optionsOf(options, "classifyTransport");
+  const text = string(description, "description");
+  const masked = secretsOf(secrets);
   return JSON.parse(
     call(() =>
       native.classifyTransport(
-        String(description),
+        text,
         Boolean(timedOut),
         Boolean(connectFailed),
         Boolean(responseStarted),
-        secretsOf(secrets),
+        masked,
       ),
     ),
   );

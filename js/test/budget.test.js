@@ -4,6 +4,7 @@
 
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
+import fc from "fast-check";
 
 import {
   AgentMachine,
@@ -212,6 +213,38 @@ test("a fractional clock reading is taken as the machine takes it, floored", () 
   assert.deepEqual(b.drainDecisions(), []);
   b.tick(800.2);
   assert.deepEqual(b.drainDecisions(), [[2, "denied"]]);
+});
+
+test("any arguments get a typed error or a TypeError, never a trap, and the budget goes on", () => {
+  const anything = fc.anything({ withBigInt: true, withNullPrototype: true, withTypedArray: true });
+  const number = fc.oneof(fc.double(), fc.integer(), fc.constant(2 ** 53), fc.constant(-0));
+  fc.assert(
+    fc.property(fc.oneof(anything, number), fc.oneof(anything, number), anything, (a, b, c) => {
+      const budget = waitingBudget();
+      for (const f of [
+        () => budget.request(a, b, c),
+        () => budget.request(10, 8, c),
+        () => budget.record(a, c),
+        () => budget.record(10, c),
+        () => budget.tick(a),
+        () => budget.cancel(a),
+        () => budget.balance(a),
+        () => new RetryBudget(c),
+      ]) {
+        try {
+          f();
+        } catch (e) {
+          assert.ok(e instanceof ReboundError || e instanceof TypeError, String(e));
+          assert.ok(!(e instanceof WebAssembly.RuntimeError), String(e));
+        }
+      }
+      budget.drainDecisions();
+      budget.tick(2 ** 53 - 1);
+      budget.drainDecisions();
+      return true;
+    }),
+    { seed: 20261204, numRuns: 300 },
+  );
 });
 
 // --- SharedBudget, for the machines of one process (a manual clock, real timers) ---

@@ -6,6 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
+import fc from "fast-check";
 
 import {
   AgentMachine,
@@ -641,4 +642,98 @@ test("compaction answers a compact command", () => {
   assert.ok(JSON.stringify(gentle.Ok).length > JSON.stringify(result.Ok).length);
   assert.ok(thrown(() => compact(convo, { keep_recent: "all" })) instanceof ConfigError);
   assert.ok(thrown(() => compact([{ role: 3 }])) instanceof RequestError);
+});
+
+// --- garbage in: typed errors out, never a trap ---
+
+/** Whether `e` is what bad input may throw: a typed error, or a TypeError of a wrong argument. */
+function typedOrTypeError(e) {
+  return e instanceof ReboundError || (e instanceof TypeError && !(e instanceof WebAssembly.RuntimeError));
+}
+
+/** Runs `f`; true when it returned or threw a typed error (or a TypeError), false for anything else. */
+function onlyTypedErrors(f) {
+  try {
+    f();
+    return true;
+  } catch (e) {
+    if (typedOrTypeError(e)) return true;
+    throw e;
+  }
+}
+
+const FC = { seed: 20261204, numRuns: 300 };
+
+test("random bytes in any split never make a decoder throw anything but a StreamError", () => {
+  fc.assert(
+    fc.property(
+      fc.constantFrom(...providerKinds()),
+      fc.array(fc.uint8Array({ maxLength: 64 }), { maxLength: 8 }),
+      (provider, pieces) => {
+        const d = new StreamDecoder(provider);
+        try {
+          for (const piece of pieces) d.feed(piece);
+          d.finish();
+        } catch (e) {
+          assert.ok(e instanceof StreamError, `${provider}: ${e}`);
+          assert.equal(typeof e.failure.kind, "string");
+        }
+      },
+    ),
+    FC,
+  );
+});
+
+test("a captured stream with bytes flipped fails as a StreamError or decodes", () => {
+  const data = fixture("streams/anthropic/tool_use_response.sse");
+  fc.assert(
+    fc.property(fc.nat(data.length - 1), fc.integer({ min: 0, max: 255 }), (at, byte) => {
+      const bent = data.slice();
+      bent[at] = byte;
+      const d = new StreamDecoder("anthropic");
+      try {
+        d.feed(bent);
+        d.finish();
+      } catch (e) {
+        assert.ok(e instanceof StreamError, String(e));
+      }
+    }),
+    FC,
+  );
+});
+
+test("any arguments to the wire helpers get a typed error or a TypeError, never a trap", () => {
+  const anything = fc.anything({ withBigInt: true, withNullPrototype: true, withTypedArray: true });
+  const provider = fc.oneof(fc.constantFrom(...providerKinds()), anything);
+  fc.assert(
+    fc.property(provider, anything, anything, anything, anything, (p, a, b, c, d) => {
+      onlyTypedErrors(() => requestBody(p, a, b, c));
+      onlyTypedErrors(() => requestBody(p, [{ role: "user", content: [{ type: "text", text: "hi" }] }], "m", a));
+      onlyTypedErrors(() => requestBody("openai", [{ role: "user", content: "hi" }], "m", { options: a, tools: b }));
+      onlyTypedErrors(() => requestPath(p, a, b));
+      onlyTypedErrors(() => parseResponse(p, a, b));
+      onlyTypedErrors(() => new StreamDecoder(p, a).feed(b));
+      onlyTypedErrors(() => classifyHttp(p, a, b, c, d));
+      onlyTypedErrors(() => classifyHttp("openai", 429, a, b, c));
+      onlyTypedErrors(() => classifyTransport(a, b));
+      onlyTypedErrors(() => compact(a, b));
+      return true;
+    }),
+    FC,
+  );
+});
+
+test("any JSON as a conversation or options is a RequestError or a ConfigError", () => {
+  const json = fc.jsonValue();
+  fc.assert(
+    fc.property(fc.constantFrom(...providerKinds()), json, json, (provider, conversation, options) => {
+      try {
+        const body = requestBody(provider, conversation, "m", { options });
+        assert.equal(typeof JSON.parse(body), "object");
+      } catch (e) {
+        assert.ok(e instanceof RequestError || e instanceof ConfigError, String(e));
+      }
+    }),
+    FC,
+  );
 });
