@@ -5,10 +5,13 @@
 
 import { describe, test, before } from "node:test";
 import { spawn } from "node:child_process";
+import { createServer } from "node:http";
 import assert from "node:assert/strict";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
+
+import { AgentMachine, userText } from "../lib/index.js";
 
 import { compileExamples, replayCli, serve, tempDir } from "./serve.js";
 
@@ -318,5 +321,77 @@ describe("the agent's other runs", { concurrency: true }, () => {
     } finally {
       await server.stop();
     }
+  });
+});
+
+// --- one attempt's deadlines, against a local server whose chunks come when told ---
+
+const PING = 'event: ping\ndata: {"type": "ping"}\n\n';
+const START =
+  'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1","type":"message",' +
+  '"role":"assistant","content":[],"model":"m","stop_reason":null,"stop_sequence":null,' +
+  '"usage":{"input_tokens":1,"output_tokens":1}}}\n\n' +
+  'event: content_block_start\ndata: {"type":"content_block_start","index":0,' +
+  '"content_block":{"type":"text","text":""}}\n\n';
+const TEXT =
+  'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}\n\n';
+const END =
+  'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n' +
+  'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}\n\n' +
+  'event: message_stop\ndata: {"type":"message_stop"}\n\n';
+
+/** What one attempt makes of a body whose chunks come at the given offsets (ms). */
+async function attemptWithin(idleMs, progressMs, body) {
+  const server = createServer((request, response) => {
+    request.resume();
+    response.writeHead(200, { "content-type": "text/event-stream" });
+    const timers = body.map(([at, chunk]) => setTimeout(() => (chunk === null ? response.end() : response.write(chunk)), at));
+    response.on("close", () => timers.forEach(clearTimeout));
+  });
+  await new Promise((done) => server.listen(0, "127.0.0.1", done));
+  try {
+    const machine = new AgentMachine();
+    machine.handle(0, userText("hi"));
+    const send = machine.drain().find((a) => a.type === "send_request");
+    const target = new agent.HttpTarget("anthropic", `http://127.0.0.1:${server.address().port}`, "m", "k");
+    let responding = 0;
+    const answer = await agent.attempt(
+      target,
+      { ...send, deadlines: { idle_ms: idleMs, progress_ms: progressMs } },
+      { body: { maxTokens: 100 }, onResponding: () => (responding += 1) },
+    );
+    return { answer, responding };
+  } finally {
+    server.closeAllConnections();
+    await new Promise((done) => server.close(done));
+  }
+}
+
+describe("one attempt keeps its request's deadlines", { concurrency: true }, () => {
+  test("a stream of keep-alives fails at its progress deadline", async () => {
+    const pings = Array.from({ length: 40 }, (_, i) => [50 * (i + 1), PING]);
+    const { answer, responding } = await attemptWithin(10_000, 300, [[0, START], ...pings]);
+    assert.equal(responding, 1);
+    assert.equal(answer.type, "provider_failed");
+    assert.equal(answer.failure.transport, "idle_timeout");
+    assert.match(answer.failure.message, /no content received in time \(only keep-alives\)/);
+  });
+
+  test("a silent stream fails at its idle deadline", async () => {
+    const { answer } = await attemptWithin(200, 60_000, [[0, START], [5_000, TEXT]]);
+    assert.equal(answer.type, "provider_failed");
+    assert.match(answer.failure.message, /no bytes received in time/);
+  });
+
+  test("silence fails at the progress deadline when it comes first", async () => {
+    const { answer } = await attemptWithin(60_000, 200, [[0, START + TEXT], [5_000, TEXT]]);
+    assert.match(answer.failure.message, /no content received in time/);
+  });
+
+  test("a stream whose content keeps coming passes both deadlines", async () => {
+    const body = Array.from({ length: 12 }, (_, i) => [50 * (i + 1), i % 2 ? PING : TEXT]);
+    const { answer } = await attemptWithin(200, 200, [[0, START], ...body, [650, END], [700, null]]);
+    assert.equal(answer.type, "provider_succeeded", JSON.stringify(answer));
+    assert.equal(answer.response.message.content[0].text, "Hi".repeat(6));
   });
 });
