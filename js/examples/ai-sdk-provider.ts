@@ -7,7 +7,7 @@
  * happens inside one step: each attempt, its retry or not and after how long (`retry-after`
  * included), the move to a fallback target, the compaction of a request the model refused
  * as too long, the voiding of a stream cut midway. The requests are rebound's bodies, sent
- * with `fetch` by the example agent's `attempt` (examples/agent.ts), to an
+ * with `fetch` by the examples' `attempt` (examples/attempt.ts), to an
  * Anthropic-compatible endpoint (or any wire format rebound speaks).
  *
  *     import { generateText } from "ai";
@@ -59,7 +59,7 @@ import type {
   ToolSpec,
 } from "rebound-agent";
 
-import { CANCELED, HttpTarget, attempt } from "./agent.js";
+import { CANCELED, HttpTarget, attempt, randomSeed, sleep } from "./attempt.js";
 
 /** One model on one endpoint; the first of a model's targets is its primary. */
 export interface TargetSettings {
@@ -433,7 +433,7 @@ export class ReboundLanguageModel implements LanguageModelV3 {
         tools,
         targets: this.#targets.map((t) => ({ provider: t.provider, model: t.model })),
       },
-      seed: this.#settings.seed ?? crypto.getRandomValues(new BigUint64Array(1))[0],
+      seed: this.#settings.seed ?? randomSeed(),
       conversation: messages,
       secrets: this.#targets.flatMap((t) => t.secrets),
     });
@@ -540,20 +540,4 @@ export class ReboundLanguageModel implements LanguageModelV3 {
 /** A value of rebound's JSON shape (a tally) as the SDK's provider metadata takes JSON. */
 function jsonObject(value: object): JSONObject {
   return JSON.parse(JSON.stringify(value)) as JSONObject;
-}
-
-/** Waits `ms`; false when `signal` was aborted first. */
-function sleep(ms: number, signal?: AbortSignal): Promise<boolean> {
-  return new Promise((done) => {
-    if (signal?.aborted) return done(false);
-    const onAbort = () => {
-      clearTimeout(timer);
-      done(false);
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      done(true);
-    }, ms);
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
 }

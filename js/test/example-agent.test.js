@@ -17,11 +17,13 @@ import { compileExamples, replayCli, serve, tempDir } from "./serve.js";
 
 let agent;
 let agentScript;
+let attempts;
 
 before(async () => {
   const dist = compileExamples("example-agent");
   agentScript = join(dist, "examples", "agent.js");
   agent = await import(pathToFileURL(agentScript).href);
+  attempts = await import(pathToFileURL(join(dist, "examples", "attempt.js")).href);
 });
 
 /** The base URL clients of `provider` take from `rebound serve`'s URL. */
@@ -353,9 +355,9 @@ async function attemptWithin(idleMs, progressMs, body) {
     const machine = new AgentMachine();
     machine.handle(0, userText("hi"));
     const send = machine.drain().find((a) => a.type === "send_request");
-    const target = new agent.HttpTarget("anthropic", `http://127.0.0.1:${server.address().port}`, "m", "k");
+    const target = new attempts.HttpTarget("anthropic", `http://127.0.0.1:${server.address().port}`, "m", "k");
     let responding = 0;
-    const answer = await agent.attempt(
+    const answer = await attempts.attempt(
       target,
       { ...send, deadlines: { idle_ms: idleMs, progress_ms: progressMs } },
       { body: { maxTokens: 100 }, onResponding: () => (responding += 1) },
