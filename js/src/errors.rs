@@ -8,7 +8,6 @@ use wasm_bindgen::JsValue;
 
 /// What kind of input was refused: the error classes of `lib/errors.js`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(dead_code)] // until the budget module throws Budget
 pub enum Kind {
     /// A machine configuration, scenario, policy or option that cannot be read.
     Config,
