@@ -6,18 +6,21 @@
 
 import { describe, test, before } from "node:test";
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
-import { compileExamples, serve, tempDir } from "./serve.js";
+import { JS, compileExamples, serve, tempDir } from "./serve.js";
 
 let ReboundLanguageModel;
 let APICallError;
+let modelModule;
 
 before(async () => {
   const dist = compileExamples("ai-sdk-provider");
-  ({ ReboundLanguageModel } = await import(pathToFileURL(join(dist, "examples", "ai-sdk-provider.js")).href));
+  modelModule = join(dist, "examples", "ai-sdk-provider.js");
+  ({ ReboundLanguageModel } = await import(pathToFileURL(modelModule).href));
   ({ APICallError } = await import("@ai-sdk/provider"));
 });
 
@@ -263,6 +266,66 @@ describe("the AI SDK model against rebound serve", { concurrency: true }, () => 
       assert.ok(result.content.length > 0);
     } finally {
       await server.stop();
+    }
+  });
+
+  test("the model runs in Deno as in Node: only fetch, streams and timers", async () => {
+    // One doGenerate against a blip, in Deno (npm's `deno`, a devDependency) with the
+    // package and the provider interface mapped to their files, then in Node: the same
+    // decisions (the seed makes the retry delays the same).
+    const script = `
+      const { ReboundLanguageModel } = await import(${JSON.stringify(pathToFileURL(modelModule).href)});
+      const notices = [];
+      const model = new ReboundLanguageModel({
+        targets: [{ baseUrl: Deno.args[0], model: "claude-sonnet-4-6", apiKey: "sk-ant-test-key-0123456789" }],
+        seed: 1,
+        onNotice: (text) => notices.push(text),
+      });
+      const r = await model.doGenerate({ prompt: ${JSON.stringify(firstPrompt())}, tools: ${JSON.stringify(TOOLS)} });
+      console.log(JSON.stringify({ finish: r.finishReason, notices, tally: r.providerMetadata.rebound.tally }));
+    `;
+    const dir = tempDir();
+    const map = join(dir, "import-map.json");
+    writeFileSync(
+      map,
+      JSON.stringify({
+        imports: {
+          "rebound-agent": pathToFileURL(join(JS, "lib", "index.js")).href,
+          "@ai-sdk/provider": pathToFileURL(join(JS, "node_modules", "@ai-sdk", "provider", "dist", "index.mjs")).href,
+        },
+      }),
+    );
+    writeFileSync(join(dir, "run.mjs"), script);
+    const deno = join(JS, "node_modules", ".bin", "deno");
+    const server = await serve("blip", 1);
+    let inDeno;
+    try {
+      const child = spawn(deno, ["run", "--quiet", "--allow-net", "--allow-read", "--import-map", map, join(dir, "run.mjs"), server.url], {
+        env: { ...process.env, DENO_NO_UPDATE_CHECK: "1", NO_COLOR: "1" },
+      });
+      let out = "";
+      let err = "";
+      child.stdout.on("data", (b) => (out += b));
+      child.stderr.on("data", (b) => (err += b));
+      const status = await new Promise((done) => {
+        child.once("error", (e) => done(`${e.message} (is js/node_modules installed? npm ci)`));
+        child.once("exit", done);
+      });
+      assert.equal(status, 0, `deno failed:\n${err}`);
+      inDeno = JSON.parse(out);
+    } finally {
+      await server.stop();
+    }
+    const again = await serve("blip", 1);
+    try {
+      const { model, notices } = modelAt(again.url);
+      const r = await model.doGenerate({ prompt: firstPrompt(), tools: TOOLS });
+      assert.deepEqual(inDeno.finish, r.finishReason);
+      assert.deepEqual(inDeno.notices, notices);
+      assert.equal(inDeno.tally.retries, 2);
+      assert.equal(inDeno.tally.retries, r.providerMetadata.rebound.tally.retries);
+    } finally {
+      await again.stop();
     }
   });
 });
