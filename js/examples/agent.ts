@@ -72,6 +72,7 @@ export class ToolFailure extends Error {}
 
 /** The file tools, confined to `root`. */
 export class Tools {
+  /** The folder the tools may read (absolute). */
   readonly root: string;
 
   /** Tools reading the files under `root`. */
@@ -162,6 +163,7 @@ export interface AgentResult {
  * (retry or not, how long to wait, compaction, tool errors, failing) is the machine's.
  */
 export class Agent {
+  /** The run's machine: every decision is its. */
   readonly machine: AgentMachine;
   readonly #target: HttpTarget;
   readonly #tools: Tools;
@@ -169,6 +171,7 @@ export class Agent {
   readonly #signal: AbortSignal | undefined;
   readonly #started = performance.now();
 
+  /** An agent of `options`, with its API key, recording its trace when `record`. */
   constructor(options: AgentOptions & { apiKey: string; record: boolean }) {
     const provider = options.provider ?? "anthropic";
     const model = options.model ?? DEFAULT_MODEL[provider];

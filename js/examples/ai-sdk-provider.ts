@@ -23,8 +23,10 @@
  * What a step ends with is the assistant's message: when it calls tools, the SDK runs them
  * and calls again with their results (a new run, from the SDK's history). A compaction
  * shrinks the request of this step only: the SDK keeps its own history. A stream cut midway
- * cannot be taken back from the SDK's stream: its text parts end with
- * `providerMetadata.rebound.discarded: true`, and the retry's text follows under new ids.
+ * cannot be taken back from the SDK's stream: its open parts (text, reasoning, tool input)
+ * end with `providerMetadata.rebound.discarded: true`, and the retry's parts follow under
+ * new ids; `doGenerate`'s content, and the tool calls and finish of `doStream`, are the
+ * answer the machine took.
  */
 
 import { APICallError } from "@ai-sdk/provider";
@@ -262,7 +264,9 @@ interface Step {
 
 /** What a streaming run tells as it goes. */
 interface Listener {
+  /** A piece of the answer to `command`, as it streams in. */
   onDelta(delta: StreamDelta, command: SendRequest): void;
+  /** The attempt in flight ended: answered, or `discarded` (a stream cut midway). */
   onAttemptEnd(discarded: boolean): void;
 }
 
@@ -274,9 +278,13 @@ interface Listener {
  * abort signal's reason.
  */
 export class ReboundLanguageModel implements LanguageModelV3 {
+  /** The LanguageModel interface this implements. */
   readonly specificationVersion = "v3";
+  /** `rebound.` and the primary target's wire format. */
   readonly provider: string;
+  /** The primary target's model. */
   readonly modelId: string;
+  /** None: files and images are not sent by URL (nor at all: see the warnings). */
   readonly supportedUrls: Record<string, RegExp[]> = {};
   readonly #settings: ReboundModelSettings;
   readonly #targets: HttpTarget[];

@@ -92,6 +92,7 @@ class Deadlines {
   #idle: ReturnType<typeof setTimeout> | undefined;
   #progress: ReturnType<typeof setTimeout> | undefined;
 
+  /** The deadlines of a request that `controller` aborts; the idle window starts now. */
   constructor(deadlines: { idle_ms: number; progress_ms: number }, controller: AbortController) {
     this.#controller = controller;
     this.#idleMs = deadlines.idle_ms;
@@ -132,9 +133,13 @@ export const CANCELED = Symbol("canceled");
 
 /** Where one target's requests go: its wire format, model, URL, headers and key. */
 export class HttpTarget {
+  /** The wire format. */
   readonly provider: ProviderKind;
+  /** The model id. */
   readonly model: string;
+  /** Where requests are posted: the base URL and rebound's request path. */
   readonly url: string;
+  /** The content type and the provider's authentication headers. */
   readonly headers: Record<string, string>;
   /** The key, when long enough to mask (rebound refuses shorter secrets). */
   readonly secrets: string[];
