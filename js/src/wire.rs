@@ -158,11 +158,11 @@ pub fn request_body(
     let kind = provider_kind(provider)?;
     let max_tokens = match max_tokens {
         None => 4096,
-        Some(m) => u32::try_from(whole(m, "max_tokens", Kind::Request)?).map_err(|_| {
+        Some(m) => u32::try_from(whole(m, "maxTokens", Kind::Request)?).map_err(|_| {
             error(
                 Kind::Request,
                 format!(
-                    "max_tokens must be a whole number from 0 to {}, not {m}",
+                    "maxTokens must be a whole number from 0 to {}, not {m}",
                     u32::MAX
                 ),
             )

@@ -615,7 +615,7 @@ test("a conversation no request can be built from is a RequestError", () => {
   for (const maxTokens of [-1, 2 ** 70, 1.5, NaN]) {
     const m = thrown(() => requestBody("anthropic", [{ role: "user", content: [{ type: "text", text: "hi" }] }], "m", { maxTokens }));
     assert.ok(m instanceof RequestError, String(maxTokens));
-    assert.match(m.message, /max_tokens must be/);
+    assert.match(m.message, /maxTokens must be/);
   }
   assert.ok(thrown(() => requestBody("anthropic", [], "m", { maxTokens: "9" })) instanceof RequestError);
   const cyclic = [];
