@@ -31,6 +31,7 @@ import type {
   MachineConfigInput,
   ProviderKind,
   SendRequest,
+  SharedBudget,
   ToolCall,
   ToolSpec,
 } from "rebound-agent";
@@ -148,6 +149,11 @@ export interface AgentOptions {
   config?: MachineConfigInput;
   /** Cancels the run: the request in flight is aborted and the machine told `cancel`. */
   signal?: AbortSignal;
+  /**
+   * The retry budget this agent shares with the others of the process (with `config`'s
+   * `retry_budget` set, the machine asks it before every retry). Its clock is the agent's.
+   */
+  budget?: SharedBudget;
 }
 
 /** How a run ended: its exit code (0 finished, 1 failed or canceled) and the machine's outcome. */
@@ -169,6 +175,7 @@ export class Agent {
   readonly #tools: Tools;
   readonly #say: Say;
   readonly #signal: AbortSignal | undefined;
+  readonly #budget: SharedBudget | undefined;
   readonly #started = performance.now();
 
   /** An agent of `options`, with its API key, recording its trace when `record`. */
@@ -179,6 +186,7 @@ export class Agent {
     this.#tools = new Tools(options.root ?? ".");
     this.#say = options.say ?? ((text, end = "\n") => process.stdout.write(text + end));
     this.#signal = options.signal;
+    this.#budget = options.budget;
     this.machine = new AgentMachine({
       config: { tools: TOOLS, ...(options.config ?? {}) },
       seed: options.seed ?? randomSeed(),
@@ -189,9 +197,12 @@ export class Agent {
     });
   }
 
-  /** The machine's clock: monotonic milliseconds since the agent was made. */
+  /**
+   * The machine's clock: monotonic milliseconds since the agent was made, or the shared
+   * budget's (every machine sharing a budget is driven on its clock).
+   */
   now(): number {
-    return Math.floor(performance.now() - this.#started);
+    return this.#budget?.nowMs() ?? Math.floor(performance.now() - this.#started);
   }
 
   /** Runs the agent loop to its end: 0 when the model finished, 1 when the run failed. */
@@ -233,8 +244,19 @@ export class Agent {
           result: this.machine.compactDefault(action.conversation),
         };
       case "acquire_permit":
-        // No shared retry budget here: every permit is granted.
-        return { type: "permit_answered", permit: action.permit, decision: "granted" };
+        // Without a shared budget, every permit is granted.
+        if (this.#budget === undefined) {
+          return { type: "permit_answered", permit: action.permit, decision: "granted" };
+        }
+        try {
+          return await this.#budget.acquire(action, { signal: this.#signal });
+        } catch (error) {
+          if (this.#signal?.aborted) return { type: "cancel" };
+          throw error;
+        }
+      case "note_budget":
+        this.#budget?.note(action);
+        return undefined;
       case "stream_reset":
         // The answer shown so far broke off: it is void (the retry answers anew).
         this.#say("\n(the answer broke off: the text above is discarded)");
@@ -249,7 +271,6 @@ export class Agent {
         if (action.message.role === "assistant") this.#say(""); // its text was streamed
         return undefined;
       case "replace_conversation":
-      case "note_budget":
         return undefined;
       case "finish": {
         const t = this.machine.tally(); // counted by rebound, not here
@@ -301,10 +322,12 @@ export class Agent {
         if (delta.type === "text") this.#say(delta.text, "");
       },
       // The answer began: drained at once, as after every handle (its only actions are
-      // note_budget, for a shared retry budget, none here).
+      // note_budget, for the shared retry budget).
       onResponding: () => {
         this.machine.handle(this.now(), { type: "provider_responding", request: command.request });
-        this.machine.drain();
+        for (const action of this.machine.drain()) {
+          if (action.type === "note_budget") this.#budget?.note(action);
+        }
       },
     });
   }

@@ -11,7 +11,7 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
-import { AgentMachine, userText } from "../lib/index.js";
+import { AgentMachine, SharedBudget, userText } from "../lib/index.js";
 
 import { compileExamples, replayCli, serve, tempDir } from "./serve.js";
 
@@ -40,7 +40,7 @@ function baseUrl(url, provider) {
 }
 
 /** Runs the example agent against `url`: its code, what it said, its trace and outcome. */
-async function run(url, provider, { seed = 1, config, signal, onSay } = {}) {
+async function run(url, provider, { seed = 1, config, signal, onSay, budget } = {}) {
   const dir = tempDir();
   mkdirSync(join(dir, "src"));
   writeFileSync(join(dir, "src", "parse.rs"), "fn parse(input: &str) -> Ast { todo!() }\n");
@@ -54,6 +54,7 @@ async function run(url, provider, { seed = 1, config, signal, onSay } = {}) {
     trace,
     config,
     signal,
+    budget,
     say: (text, end = "\n") => {
       out += text + end;
       onSay?.(text);
@@ -324,6 +325,44 @@ describe("the agent's other runs", { concurrency: true }, () => {
       await server.stop();
     }
   });
+});
+
+// --- a fleet sharing one retry budget ---
+
+describe("agents sharing a retry budget", { concurrency: true }, () => {
+  // Four agents in a total outage; fast backoffs, so that the budget is what limits them.
+  const config = { retry: { initial_delay_ms: 10, max_delay_ms: 20 }, retry_budget: { max_wait_ms: 200 } };
+
+  for (const shared of [false, true]) {
+    test(shared ? "send what the budget pays for and no more" : "without a budget, send every attempt", async () => {
+      const server = await serve("total-outage");
+      try {
+        // Two tokens for the whole fleet, and nothing to earn more with.
+        const budget = shared
+          ? new SharedBudget({ capacity: 2, initial: 2, deposit_per_request: 0, deposit_per_success: 0, refill_per_sec: 0 })
+          : undefined;
+        const runs = await Promise.all(
+          [1, 2, 3, 4].map((seed) =>
+            run(server.url, "anthropic", { seed, budget, config: shared ? config : { retry: config.retry } }),
+          ),
+        );
+        for (const r of runs) {
+          assert.equal(r.code, 1, r.out);
+          assertReplays(r.tracePath);
+        }
+        const requests = (await server.requests()).length;
+        if (shared) {
+          // Each agent's first attempt, and the two retries the tokens paid for.
+          assert.equal(requests, 4 + 2);
+          assert.deepEqual(budget.stats(), { granted: 2, denied: 4, queued: 4, deposited_milli: 0 });
+        } else {
+          assert.equal(requests, 4 * 4);
+        }
+      } finally {
+        await server.stop();
+      }
+    });
+  }
 });
 
 // --- one attempt's deadlines, against a local server whose chunks come when told ---
