@@ -57,6 +57,7 @@ import type {
   ProviderKind,
   RequestOptions,
   SendRequest,
+  SharedBudget,
   StreamDelta,
   ToolSpec,
 } from "rebound-agent";
@@ -87,6 +88,11 @@ export interface ReboundModelSettings {
   maxOutputTokens?: number;
   /** Each notice of a retry or a fallback, as a person reads it. */
   onNotice?: (text: string) => void;
+  /**
+   * A retry budget shared with the process's other models and agents (with `config`'s
+   * `retry_budget` set, every retry asks it first). Its clock is the runs'.
+   */
+  budget?: SharedBudget;
 }
 
 /** The SDK's prompt as rebound's conversation, its system prompt, and what was left out. */
@@ -434,7 +440,9 @@ export class ReboundLanguageModel implements LanguageModelV3 {
     onStart?.(warnings);
     const signal = options.abortSignal;
     const started = performance.now();
-    const now = () => Math.floor(performance.now() - started);
+    const budget = this.#settings.budget;
+    // Every machine sharing a budget is driven on its clock.
+    const now = () => budget?.nowMs() ?? Math.floor(performance.now() - started);
     const machine = new AgentMachine({
       config: {
         ...(this.#settings.config ?? {}),
@@ -470,7 +478,9 @@ export class ReboundLanguageModel implements LanguageModelV3 {
               onDelta: listener && ((delta) => listener.onDelta(delta, action)),
               onResponding: () => {
                 machine.handle(now(), { type: "provider_responding", request: action.request });
-                machine.drain();
+                for (const noted of machine.drain()) {
+                  if (noted.type === "note_budget") budget?.note(noted);
+                }
               },
             });
             if (answer === CANCELED) {
@@ -502,7 +512,19 @@ export class ReboundLanguageModel implements LanguageModelV3 {
             };
             break;
           case "acquire_permit":
-            event = { type: "permit_answered", permit: action.permit, decision: "granted" };
+            if (budget === undefined) {
+              event = { type: "permit_answered", permit: action.permit, decision: "granted" };
+            } else {
+              try {
+                event = await budget.acquire(action, { signal });
+              } catch (error) {
+                if (!signal?.aborted) throw error;
+                event = { type: "cancel" };
+              }
+            }
+            break;
+          case "note_budget":
+            budget?.note(action);
             break;
           case "notify_retry":
             this.#settings.onNotice?.(describe("retry_info", action.info));

@@ -11,6 +11,7 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 
+import { SharedBudget } from "../lib/index.js";
 import { JS, compileExamples, serve, tempDir } from "./serve.js";
 
 let ReboundLanguageModel;
@@ -244,6 +245,26 @@ describe("the AI SDK model against rebound serve", { concurrency: true }, () => 
       assert.ok(!parts.some((p) => p.type === "finish"));
       assert.ok(performance.now() - started < 3000);
       assert.equal((await server.requests()).length, 1);
+    } finally {
+      await server.stop();
+    }
+  });
+
+  test("models sharing a retry budget send the retries it pays for and no more", async () => {
+    const server = await serve("total-outage");
+    try {
+      // One token for both models, and nothing to earn more with.
+      const budget = new SharedBudget({ capacity: 1, initial: 1, deposit_per_request: 0, deposit_per_success: 0, refill_per_sec: 0 });
+      const config = { retry: { initial_delay_ms: 10, max_delay_ms: 20 }, retry_budget: { max_wait_ms: 200 } };
+      const models = [1, 2].map((seed) => modelAt(server.url, { seed, config, budget }).model);
+      const results = await Promise.allSettled(models.map((m) => m.doGenerate({ prompt: firstPrompt(), tools: TOOLS })));
+      for (const r of results) {
+        assert.equal(r.status, "rejected");
+        assert.ok(APICallError.isInstance(r.reason), String(r.reason));
+      }
+      // Each model's first attempt, and the one retry the token paid for.
+      assert.equal((await server.requests()).length, 2 + 1);
+      assert.equal(budget.stats().granted, 1);
     } finally {
       await server.stop();
     }
