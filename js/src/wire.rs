@@ -329,24 +329,32 @@ impl Decoder {
         let decoder = self.live()?;
         let mut progressed = false;
         // The deltas borrow `data`: they are written straight into the JSON text.
-        let mut text = String::from("[");
+        let mut json: Vec<u8> = vec![b'['];
+        // Writing strings and integers cannot fail; were it to, the delta is not dropped
+        // silently: the call throws.
+        let mut unwritten: Option<serde_json::Error> = None;
         let result = decoder.feed_with(data, |delta| {
             progressed |= delta.is_progress();
-            if let Ok(json) = serde_json::to_string(&Delta::from(delta)) {
-                if text.len() > 1 {
-                    text.push(',');
-                }
-                text.push_str(&json);
+            if json.len() > 1 {
+                json.push(b',');
+            }
+            if let Err(e) = serde_json::to_writer(&mut json, &Delta::from(delta)) {
+                unwritten.get_or_insert(e);
             }
         });
         self.progressed = progressed;
-        match result {
-            Ok(()) => {
-                text.push(']');
-                Ok(text)
-            }
-            Err(f) => Err(failed(&self.secrets.redact_failure(f))),
+        if let Err(f) = result {
+            return Err(failed(&self.secrets.redact_failure(f)));
         }
+        if let Some(e) = unwritten {
+            return Err(error(
+                Kind::Rebound,
+                format!("could not write a delta: {e}"),
+            ));
+        }
+        json.push(b']');
+        String::from_utf8(json)
+            .map_err(|e| error(Kind::Rebound, format!("a delta is not UTF-8: {e}")))
     }
 
     /// Whether the bytes of the last `feed` carried content (text, thinking, a tool call or
