@@ -459,111 +459,116 @@ export class ReboundLanguageModel implements LanguageModelV3 {
       tools,
       options: requestOptions,
     };
-    let appended: Message | undefined;
-    let response: AssistantResponse | undefined;
-    let target = this.#targets[0];
-    // The SDK's history ends with the user's message or the tools' results: the machine
-    // resumes from it and asks the model for the next message.
-    let event: Event | undefined = { type: "resume" };
-    while (event !== undefined) {
-      machine.handle(now(), event);
-      event = undefined;
-      for (const action of machine.drain()) {
-        switch (action.type) {
-          case "send_request": {
-            target = this.#targets[action.target] ?? this.#targets[0];
-            const answer = await attempt(target, action, {
-              body,
-              signal,
-              onDelta: listener && ((delta) => listener.onDelta(delta, action)),
-              onResponding: () => {
-                machine.handle(now(), { type: "provider_responding", request: action.request });
-                for (const noted of machine.drain()) {
-                  if (noted.type === "note_budget") budget?.note(noted);
-                }
-              },
-            });
-            if (answer === CANCELED) {
-              event = { type: "cancel" };
-            } else {
-              if (answer.type === "provider_succeeded") {
-                response = answer.response;
-                listener?.onAttemptEnd(false);
-              }
-              event = answer;
-            }
-            break;
-          }
-          case "stream_reset":
-            // The answer that had begun broke off: its parts are void.
-            listener?.onAttemptEnd(true);
-            break;
-          case "sleep":
-            event = (await sleep(action.delay_ms, signal))
-              ? { type: "timer_fired", timer: action.timer }
-              : { type: "cancel" };
-            break;
-          case "compact":
-            // rebound's own compaction, with the machine's policy; the SDK keeps its history.
-            event = {
-              type: "compaction_finished",
-              compaction: action.compaction,
-              result: machine.compactDefault(action.conversation),
-            };
-            break;
-          case "acquire_permit":
-            if (budget === undefined) {
-              event = { type: "permit_answered", permit: action.permit, decision: "granted" };
-            } else {
-              try {
-                event = await budget.acquire(action, { signal });
-              } catch (error) {
-                if (!signal?.aborted) throw error;
+    // The machine is this call's: its memory is released when the call ends.
+    try {
+      let appended: Message | undefined;
+      let response: AssistantResponse | undefined;
+      let target = this.#targets[0];
+      // The SDK's history ends with the user's message or the tools' results: the machine
+      // resumes from it and asks the model for the next message.
+      let event: Event | undefined = { type: "resume" };
+      while (event !== undefined) {
+        machine.handle(now(), event);
+        event = undefined;
+        for (const action of machine.drain()) {
+          switch (action.type) {
+            case "send_request": {
+              target = this.#targets[action.target] ?? this.#targets[0];
+              const answer = await attempt(target, action, {
+                body,
+                signal,
+                onDelta: listener && ((delta) => listener.onDelta(delta, action)),
+                onResponding: () => {
+                  machine.handle(now(), { type: "provider_responding", request: action.request });
+                  for (const noted of machine.drain()) {
+                    if (noted.type === "note_budget") budget?.note(noted);
+                  }
+                },
+              });
+              if (answer === CANCELED) {
                 event = { type: "cancel" };
+              } else {
+                if (answer.type === "provider_succeeded") {
+                  response = answer.response;
+                  listener?.onAttemptEnd(false);
+                }
+                event = answer;
               }
+              break;
             }
-            break;
-          case "note_budget":
-            budget?.note(action);
-            break;
-          case "notify_retry":
-            this.#settings.onNotice?.(describe("retry_info", action.info));
-            break;
-          case "notify_fallback":
-            this.#settings.onNotice?.(describe("fallback_info", action.info));
-            break;
-          case "append_message":
-            if (action.message.role === "assistant") appended = action.message;
-            break;
-          case "run_tools":
-          case "finish":
-            // The step is over: the SDK runs the tools and calls again.
-            if (appended === undefined || response === undefined) {
-              throw new Error(`the run ended its step without an answer (${action.type})`);
+            case "stream_reset":
+              // The answer that had begun broke off: its parts are void.
+              listener?.onAttemptEnd(true);
+              break;
+            case "sleep":
+              event = (await sleep(action.delay_ms, signal))
+                ? { type: "timer_fired", timer: action.timer }
+                : { type: "cancel" };
+              break;
+            case "compact":
+              // rebound's own compaction, with the machine's policy; the SDK keeps its history.
+              event = {
+                type: "compaction_finished",
+                compaction: action.compaction,
+                result: machine.compactDefault(action.conversation),
+              };
+              break;
+            case "acquire_permit":
+              if (budget === undefined) {
+                event = { type: "permit_answered", permit: action.permit, decision: "granted" };
+              } else {
+                try {
+                  event = await budget.acquire(action, { signal });
+                } catch (error) {
+                  if (!signal?.aborted) throw error;
+                  event = { type: "cancel" };
+                }
+              }
+              break;
+            case "note_budget":
+              budget?.note(action);
+              break;
+            case "notify_retry":
+              this.#settings.onNotice?.(describe("retry_info", action.info));
+              break;
+            case "notify_fallback":
+              this.#settings.onNotice?.(describe("fallback_info", action.info));
+              break;
+            case "append_message":
+              if (action.message.role === "assistant") appended = action.message;
+              break;
+            case "run_tools":
+            case "finish":
+              // The step is over: the SDK runs the tools and calls again.
+              if (appended === undefined || response === undefined) {
+                throw new Error(`the run ended its step without an answer (${action.type})`);
+              }
+              const tally = jsonObject(machine.tally());
+              return { step: { message: appended, response, target, tally }, warnings };
+            case "fail": {
+              if (signal?.aborted) throw signal.reason ?? new DOMException("aborted", "AbortError");
+              const error = action.error;
+              throw new APICallError({
+                message: describe("run_error", error),
+                url: target.url,
+                requestBodyValues: undefined,
+                // The last provider failure's status, when the run ended on one.
+                statusCode: error.type === "provider" ? error.failure.status : undefined,
+                // rebound already retried what was worth retrying.
+                isRetryable: false,
+                data: { error, tally: machine.tally() },
+              });
             }
-            const tally = jsonObject(machine.tally());
-            return { step: { message: appended, response, target, tally }, warnings };
-          case "fail": {
-            if (signal?.aborted) throw signal.reason ?? new DOMException("aborted", "AbortError");
-            const error = action.error;
-            throw new APICallError({
-              message: describe("run_error", error),
-              url: target.url,
-              requestBodyValues: undefined,
-              // The last provider failure's status, when the run ended on one.
-              statusCode: error.type === "provider" ? error.failure.status : undefined,
-              // rebound already retried what was worth retrying.
-              isRetryable: false,
-              data: { error, tally: machine.tally() },
-            });
+            default:
+              break;
           }
-          default:
-            break;
         }
+        if (event !== undefined && signal?.aborted) event = { type: "cancel" };
       }
-      if (event !== undefined && signal?.aborted) event = { type: "cancel" };
+      throw new Error("the machine stopped asking for anything before the run ended");
+    } finally {
+      machine.free();
     }
-    throw new Error("the machine stopped asking for anything before the run ended");
   }
 }
 

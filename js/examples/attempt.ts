@@ -196,6 +196,7 @@ export async function attempt(
   if (signal?.aborted) return CANCELED;
   signal?.addEventListener("abort", cancel, { once: true });
   const deadlines = new Deadlines(command.deadlines, controller);
+  let decoder: StreamDecoder | undefined;
   let started = false;
   try {
     const response = await fetch(target.url, {
@@ -220,7 +221,7 @@ export async function attempt(
     }
     options.onResponding?.();
     deadlines.content();
-    const decoder = new StreamDecoder(target.provider, { secrets });
+    decoder = new StreamDecoder(target.provider, { secrets });
     const reader = response.body.getReader();
     for (;;) {
       const { done, value } = await reader.read();
@@ -247,6 +248,7 @@ export async function attempt(
       }),
     );
   } finally {
+    decoder?.free();
     deadlines.stop();
     signal?.removeEventListener("abort", cancel);
   }

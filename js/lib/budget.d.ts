@@ -62,6 +62,11 @@ export class RetryBudget {
   stats(): RetryBudgetStats;
   /** The configuration, every default filled in. */
   config(): BudgetConfig;
+  /**
+   * Releases the budget's WebAssembly memory now (optional: the garbage collector does it
+   * once the event loop turns). Every later call throws a ReboundError.
+   */
+  free(): void;
 }
 
 /**

@@ -4,7 +4,7 @@
 // this module converts, and hands each decision to its waiter.
 
 import { native } from "./load.js";
-import { BudgetError, ConfigError, call, json } from "./errors.js";
+import { BudgetError, ConfigError, ReboundError, call, json } from "./errors.js";
 
 /** Throws a TypeError unless `value` is a number (`what` names it). */
 function number(value, what) {
@@ -37,6 +37,22 @@ export class RetryBudget {
     this.#native = call(() => new native.RetryBudget(text));
   }
 
+  /** The native budget; a ReboundError once `free()` released it. */
+  #live() {
+    if (this.#native === undefined) throw new ReboundError("this retry budget was freed");
+    return this.#native;
+  }
+
+  /**
+   * Releases the budget's WebAssembly memory now. Optional: a budget no longer referenced is
+   * released by the garbage collector once the event loop turns. Every later call throws a
+   * ReboundError.
+   */
+  free() {
+    this.#native?.free();
+    this.#native = undefined;
+  }
+
   /**
    * The decision for `ask` (an `acquire_permit`'s: kind, target, deadline, since) at
    * `nowMs` when it is known at once — `"granted"`, `"denied"` or `{wait_until: ms}` — or
@@ -48,7 +64,8 @@ export class RetryBudget {
     number(nowMs, "nowMs");
     number(ticket, "ticket");
     const text = json(ask, "permit ask", BudgetError);
-    const decided = call(() => this.#native.request(nowMs, ticket, text));
+    const budget = this.#live();
+    const decided = call(() => budget.request(nowMs, ticket, text));
     return decided === undefined ? undefined : JSON.parse(decided);
   }
 
@@ -59,24 +76,28 @@ export class RetryBudget {
   record(nowMs, note) {
     number(nowMs, "nowMs");
     const text = json(note, "budget note", BudgetError);
-    call(() => this.#native.record(nowMs, text));
+    const budget = this.#live();
+    call(() => budget.record(nowMs, text));
   }
 
   /** Lets time pass to `nowMs`: refill, the grants it pays for, denials at deadlines. */
   tick(nowMs) {
     number(nowMs, "nowMs");
-    call(() => this.#native.tick(nowMs));
+    const budget = this.#live();
+    call(() => budget.tick(nowMs));
   }
 
   /** Withdraws a waiting request (its machine stopped waiting); whether it was waiting. */
   cancel(ticket) {
     number(ticket, "ticket");
-    return call(() => this.#native.cancel(ticket));
+    const budget = this.#live();
+    return call(() => budget.cancel(ticket));
   }
 
   /** The next `[ticket, decision]` decided for a waiting request, in order, or `undefined`. */
   pollDecision() {
-    const decided = call(() => this.#native.pollDecision());
+    const budget = this.#live();
+    const decided = call(() => budget.pollDecision());
     return decided === undefined ? undefined : JSON.parse(decided);
   }
 
@@ -89,28 +110,31 @@ export class RetryBudget {
 
   /** When `tick` next changes something on its own (ms); `undefined` when nobody waits. */
   nextWakeup() {
-    return this.#native.nextWakeup();
+    return this.#live().nextWakeup();
   }
 
   /** Tokens available at `nowMs` (refills up to it: drain `pollDecision` after). */
   balance(nowMs) {
     number(nowMs, "nowMs");
-    return call(() => this.#native.balance(nowMs));
+    const budget = this.#live();
+    return call(() => budget.balance(nowMs));
   }
 
   /** Charged permits waiting in the queue. */
   get waiting() {
-    return this.#native.waiting;
+    return this.#live().waiting;
   }
 
   /** `{granted, denied, queued, deposited_milli}`: charged permits granted, denied and queued, and milli-tokens deposited. */
   stats() {
-    return JSON.parse(call(() => this.#native.statsJson()));
+    const budget = this.#live();
+    return JSON.parse(call(() => budget.statsJson()));
   }
 
   /** The configuration in its JSON shape, every default filled in. */
   config() {
-    return JSON.parse(call(() => this.#native.configJson()));
+    const budget = this.#live();
+    return JSON.parse(call(() => budget.configJson()));
   }
 }
 

@@ -142,6 +142,12 @@ export class StreamDecoder {
    * stream). Afterwards the decoder throws a ReboundError.
    */
   finish(): AssistantResponse;
+  /**
+   * Releases the decoder's WebAssembly memory now (optional: the garbage collector does it
+   * once the event loop turns; a synchronous loop over many bodies should call it). Every
+   * later call throws a ReboundError.
+   */
+  free(): void;
 }
 
 /**

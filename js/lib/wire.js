@@ -158,13 +158,32 @@ export class StreamDecoder {
     this.#native = call(() => new native.StreamDecoder(kind, masked));
   }
 
+  /** The native decoder; a ReboundError once `free()` released it. */
+  #live() {
+    if (this.#native === undefined) {
+      throw new ReboundError("this decoder was freed: make a new StreamDecoder for the next body");
+    }
+    return this.#native;
+  }
+
+  /**
+   * Releases the decoder's WebAssembly memory now. Optional: a decoder no longer referenced
+   * is released by the garbage collector once the event loop turns; a synchronous loop over
+   * many bodies should call it. Every later call throws a ReboundError.
+   */
+  free() {
+    this.#native?.free();
+    this.#native = undefined;
+  }
+
   /**
    * The deltas completed by `data`. Throws a StreamError (with `failure`) when the bytes are
    * no valid stream or carry an error event; every later call throws it again.
    */
   feed(data) {
     const bytes = bytesOf(data, "data");
-    return JSON.parse(call(() => this.#native.feed(bytes)));
+    const decoder = this.#live();
+    return JSON.parse(call(() => decoder.feed(bytes)));
   }
 
   /**
@@ -172,12 +191,12 @@ export class StreamDecoder {
    * deadline. Keep-alives and empty deltas do not.
    */
   get progressed() {
-    return this.#native.progressed;
+    return this.#live().progressed;
   }
 
   /** Whether the terminal event arrived (the message is complete). */
   get isComplete() {
-    return this.#native.isComplete;
+    return this.#live().isComplete;
   }
 
   /**
@@ -186,7 +205,8 @@ export class StreamDecoder {
    * cannot be fed afterwards.
    */
   finish() {
-    return JSON.parse(call(() => this.#native.finish()));
+    const decoder = this.#live();
+    return JSON.parse(call(() => decoder.finish()));
   }
 }
 

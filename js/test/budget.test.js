@@ -205,6 +205,15 @@ test("a ticket is taken until its answer is handed out", () => {
   assert.equal(b.request(100, 7, charged(5_000)), undefined);
 });
 
+test("a freed budget says so", () => {
+  const b = waitingBudget();
+  b.free();
+  b.free();
+  for (const f of [() => b.request(1, 9, charged(5)), () => b.tick(1), () => b.waiting, () => b.stats()]) {
+    assert.throws(f, (e) => e instanceof ReboundError && /freed/.test(e.message));
+  }
+});
+
 test("a fractional clock reading is taken as the machine takes it, floored", () => {
   const b = new RetryBudget(budgetConfig());
   b.request(0, 1, charged(0));
@@ -241,6 +250,7 @@ test("any arguments get a typed error or a TypeError, never a trap, and the budg
       budget.drainDecisions();
       budget.tick(2 ** 53 - 1);
       budget.drainDecisions();
+      budget.free();
       return true;
     }),
     { seed: 20261204, numRuns: 300 },

@@ -356,6 +356,12 @@ test("a failed decoder keeps failing, a finished one refuses more bytes", () => 
   assert.ok(e instanceof ReboundError && !(e instanceof StreamError));
   assert.match(e.message, /finished/);
   assert.throws(() => done.finish(), /finished/);
+  // Freed, it says so.
+  done.free();
+  done.free();
+  const freed = thrown(() => done.feed("data: [DONE]\n\n"));
+  assert.ok(freed instanceof ReboundError && /freed/.test(freed.message));
+  assert.ok(thrown(() => done.isComplete) instanceof ReboundError);
 });
 
 test("a non-streamed response parses, an error body is a StreamError", () => {
@@ -677,6 +683,8 @@ test("random bytes in any split never make a decoder throw anything but a Stream
         } catch (e) {
           assert.ok(e instanceof StreamError, `${provider}: ${e}`);
           assert.equal(typeof e.failure.kind, "string");
+        } finally {
+          d.free();
         }
       },
     ),
@@ -696,6 +704,8 @@ test("a captured stream with bytes flipped fails as a StreamError or decodes", (
         d.finish();
       } catch (e) {
         assert.ok(e instanceof StreamError, String(e));
+      } finally {
+        d.free();
       }
     }),
     FC,
