@@ -353,9 +353,13 @@ export async function runAgent(prompt: string, options: AgentOptions): Promise<A
   const apiKey =
     options.apiKey ?? process.env[keyVariable(provider)] ?? "no-key-for-the-fake-server";
   const agent = new Agent({ ...options, provider, apiKey, record: options.trace !== undefined });
-  const code = await agent.run(prompt);
-  if (options.trace !== undefined) await writeFile(options.trace, agent.machine.traceJsonl());
-  return { code, outcome: agent.machine.outcome() };
+  try {
+    const code = await agent.run(prompt);
+    if (options.trace !== undefined) await writeFile(options.trace, agent.machine.traceJsonl());
+    return { code, outcome: agent.machine.outcome() };
+  } finally {
+    agent.machine.free();
+  }
 }
 
 /** The command line: `agent.js [--base-url URL] [--provider P] [--root DIR] … PROMPT`. */
