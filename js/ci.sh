@@ -4,7 +4,8 @@
 # the package's dependencies (`npm ci`), the types checked by tsc, then `node --test`: the
 # machine, wire helpers, simulator and replay (against traces and numbers of the `rebound`
 # binary the workspace's tests built), the fast-check properties, the example agents against
-# `rebound serve`, and the outage playground in Debian's headless Chromium.
+# `rebound serve`, and the outage playground in Debian's headless Chromium; then the binding
+# as one of the drivers of tests/tests/drivers.rs.
 #
 # What waits on the network (Debian's Chromium, the npm packages) runs beside the build, which
 # uses the CPU.
@@ -51,3 +52,11 @@ cat "$LOGS/browser.log"
 cd js
 npx tsc -p .
 node --test test/
+
+# The binding as one of the drivers of tests/tests/drivers.rs: the worlds of tests/worlds.json
+# through the TypeScript example agent's loop (js/drivers/world.ts), compared with the
+# runner's.
+npx tsc -p tsconfig.examples.json --outDir dist/driver
+cd ..
+REBOUND_JS_DRIVER="$PWD/js/dist/driver/drivers/world.js" REBOUND_REQUIRE_JS=1 \
+  cargo test --workspace --quiet --test drivers -- the_javascript_binding

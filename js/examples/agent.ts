@@ -171,7 +171,10 @@ export interface AgentResult {
 export class Agent {
   /** The run's machine: every decision is its. */
   readonly machine: AgentMachine;
-  readonly #target: HttpTarget;
+  /** Where each target of the machine's fallback chain is reached (one when it has none). */
+  readonly #targets: HttpTarget[];
+  /** The tools the model is offered: the machine's. */
+  readonly #toolSpecs: readonly ToolSpec[];
   readonly #tools: Tools;
   readonly #say: Say;
   readonly #signal: AbortSignal | undefined;
@@ -182,18 +185,24 @@ export class Agent {
   constructor(options: AgentOptions & { apiKey: string; record: boolean }) {
     const provider = options.provider ?? "anthropic";
     const model = options.model ?? DEFAULT_MODEL[provider];
-    this.#target = new HttpTarget(provider, options.baseUrl, model, options.apiKey);
+    // A fallback chain in the config (`targets`) is reached at the same base URL, each
+    // target with its own model.
+    const models = options.config?.targets?.map((target) => target.model) ?? [model];
+    this.#targets = (models.length > 0 ? models : [model]).map(
+      (m) => new HttpTarget(provider, options.baseUrl, m, options.apiKey),
+    );
+    this.#toolSpecs = options.config?.tools ?? TOOLS;
     this.#tools = new Tools(options.root ?? ".");
     this.#say = options.say ?? ((text, end = "\n") => process.stdout.write(text + end));
     this.#signal = options.signal;
     this.#budget = options.budget;
     this.machine = new AgentMachine({
-      config: { tools: TOOLS, ...(options.config ?? {}) },
+      config: { ...(options.config ?? {}), tools: [...this.#toolSpecs] },
       seed: options.seed ?? randomSeed(),
       record: options.record,
       // The API key, masked in every failure the machine is told of: a server echoing it
       // never gets it into a notice, the run's error or the trace.
-      secrets: this.#target.secrets,
+      secrets: this.#targets[0]?.secrets ?? [],
     });
   }
 
@@ -315,8 +324,10 @@ export class Agent {
    * it, or CANCELED when the run's signal fired.
    */
   send(command: SendRequest): Promise<Event | typeof CANCELED> {
-    return attempt(this.#target, command, {
-      body: { maxTokens: 4096, tools: TOOLS },
+    const target = this.#targets[command.target] ?? this.#targets[0];
+    if (target === undefined) throw new Error("the agent has no target");
+    return attempt(target, command, {
+      body: { maxTokens: 4096, tools: this.#toolSpecs },
       signal: this.#signal,
       onDelta: (delta) => {
         if (delta.type === "text") this.#say(delta.text, "");

@@ -61,8 +61,13 @@ async def play(world: dict[str, Any], base_url: str, trace: Path) -> dict[str, A
         code = await driver.run(world["user_message"])
         trace.write_text(driver.machine.trace_jsonl())
         if code != 0:
+            # As core's RunError::kind names it: the provider failure's kind, else the type.
             error = (driver.machine.outcome() or {}).get("Err") or {}
-            return {"failed": error.get("kind", "unknown") if isinstance(error, dict) else str(error)}
+            if not isinstance(error, dict):
+                return {"failed": str(error)}
+            if error.get("type") == "provider":
+                return {"failed": (error.get("failure") or {}).get("kind", "unknown")}
+            return {"failed": error.get("type", "unknown")}
         t = driver.machine.tally
         fields = ("requests", "retries", "retry_wait_ms", "compactions", "fallbacks", "tool_calls",
                   "tool_errors", "stream_resets")

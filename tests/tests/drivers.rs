@@ -1,7 +1,8 @@
 //! One scripted world, every driver, one trace: the tokio runner against the fake server on
 //! loopback, the simulator on its virtual clock, the durable service on a real
-//! restate-server and the Python binding (the example agent's loop over httpx, in CI's
-//! Python step) all drive core's `Run`, so for the same scripted faults they must hand the
+//! restate-server, the Python binding (the example agent's loop over httpx, in CI's
+//! Python step) and the JavaScript binding (the TypeScript example agent's loop over fetch,
+//! in CI's npm package step) all drive core's `Run`, so for the same scripted faults they must hand the
 //! machine the same events, get the same commands back, and count the run the same way. The
 //! worlds, the machine's configuration and the seeds are `tests/worlds.json`: 5xx, a
 //! `retry-after` window, streams cut mid-answer, tool errors, an overflow that compacts, a
@@ -360,25 +361,57 @@ fn python() -> Option<String> {
 /// driven by `python/tests/world_driver.py`, against a fake server of its own playing the
 /// world.
 async fn by_python(python: &str, world: &World, dir: &Path) -> (Vec<String>, String) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../python/tests/world_driver.py");
+    by_binding("python", python, &script, world, dir).await
+}
+
+/// The JavaScript driver: `js/drivers/world.ts` compiled (`$REBOUND_JS_DRIVER`, which
+/// `js/ci.sh` sets after building the package and compiling it). Without it the JavaScript
+/// driver's test is skipped, unless `REBOUND_REQUIRE_JS=1` (CI's npm package step).
+fn js_driver() -> Option<String> {
+    match std::env::var("REBOUND_JS_DRIVER") {
+        Ok(driver) if !driver.is_empty() => Some(driver),
+        _ => {
+            assert!(
+                std::env::var("REBOUND_REQUIRE_JS").as_deref() != Ok("1"),
+                "REBOUND_REQUIRE_JS=1 but REBOUND_JS_DRIVER names no compiled driver"
+            );
+            eprintln!(
+                "skipped: set REBOUND_JS_DRIVER to js/drivers/world.ts compiled (js/ci.sh does)"
+            );
+            None
+        }
+    }
+}
+
+/// A binding's driver (Python's `world_driver.py`, JavaScript's `drivers/world.js`) run by
+/// `program` against a fake server of its own playing the world: the steps of its trace
+/// and its tally line.
+async fn by_binding(
+    name: &str,
+    program: &str,
+    script: &Path,
+    world: &World,
+    dir: &Path,
+) -> (Vec<String>, String) {
     let server = FakeServer::start(FakeServerConfig::new(world.scenario.clone(), seeds().0))
         .await
         .expect("the fake server starts");
     let input = dir.join(format!("{}.json", world.name));
-    let trace = dir.join(format!("{}-python.jsonl", world.name));
+    let trace = dir.join(format!("{}-{name}.jsonl", world.name));
     std::fs::write(&input, world.json.to_string()).expect("the world's file");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../python/tests/world_driver.py");
-    let output = tokio::process::Command::new(python)
+    let output = tokio::process::Command::new(program)
         .arg(script)
         .arg(&input)
         .arg(server.base_url_for(ProviderKind::Anthropic))
         .arg(&trace)
         .output()
         .await
-        .expect("the Python driver starts");
+        .unwrap_or_else(|e| panic!("the {name} driver starts: {e}"));
     server.shutdown().await;
     assert!(
         output.status.success(),
-        "{}: the Python driver failed: {}\n{}",
+        "{}: the {name} driver failed: {}\n{}",
         world.name,
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
@@ -391,9 +424,9 @@ async fn by_python(python: &str, world: &World, dir: &Path) -> (Vec<String>, Str
         }
     };
     let trace = Trace::read(std::io::BufReader::new(
-        std::fs::File::open(trace).expect("the Python driver's trace"),
+        std::fs::File::open(trace).unwrap_or_else(|e| panic!("the {name} driver's trace: {e}")),
     ))
-    .expect("the Python driver's trace parses");
+    .unwrap_or_else(|e| panic!("the {name} driver's trace parses: {e}"));
     (lines(&trace.steps), tally)
 }
 
@@ -467,6 +500,24 @@ async fn the_python_binding_makes_the_runners_decisions() {
         let runner = by_runner(&world).await;
         let python = by_python(&python, &world, dir.path()).await;
         differences.extend(compare(&world, &runner, &[("Python", &python)]));
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
+
+/// The same worlds through the JavaScript binding (run in CI's npm package step, once the
+/// package is built and the driver compiled), on Node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_javascript_binding_makes_the_runners_decisions() {
+    let Some(driver) = js_driver() else {
+        return;
+    };
+    let node = std::env::var("REBOUND_NODE").unwrap_or_else(|_| "node".to_owned());
+    let dir = tempfile::tempdir().expect("a folder");
+    let mut differences = Vec::new();
+    for world in worlds() {
+        let runner = by_runner(&world).await;
+        let js = by_binding("javascript", &node, Path::new(&driver), &world, dir.path()).await;
+        differences.extend(compare(&world, &runner, &[("JavaScript", &js)]));
     }
     assert!(differences.is_empty(), "{}", differences.join("\n"));
 }
