@@ -259,7 +259,10 @@ fn issued_refuses_an_answer_to_an_id_never_emitted_and_names_the_ones_that_were(
     use super::Issued;
     let mut run = Run::new(MachineConfig::default(), 1);
     let mut issued = Issued::default();
-    assert_eq!(run.handle(Millis(0), Event::user_text("hi")), Handled::Accepted);
+    assert_eq!(
+        run.handle(Millis(0), Event::user_text("hi")),
+        Handled::Accepted
+    );
     let mut request = None;
     while let Some(action) = run.poll() {
         if let Action::Command(command) = action {
