@@ -374,18 +374,55 @@ export async function runAgent(prompt: string, options: AgentOptions): Promise<A
 }
 
 /** The command line: `agent.js [--base-url URL] [--provider P] [--root DIR] … PROMPT`. */
+const USAGE = `usage: agent.js [--base-url URL] [--provider P] [--model M] [--root DIR]
+                [--seed N] [--trace FILE] PROMPT
+
+  --base-url  the provider's base URL (default: the provider's own API)
+  --provider  anthropic, openai, openai_responses, gemini or bedrock (anthropic)
+  --model     the model (each provider's default)
+  --root      the folder the read and list tools may read (.)
+  --seed      the retry jitter seed (random)
+  --trace     write the run's rebound trace here (replay it with \`rebound replay\`)
+`;
+
+/** The provider's own API, for a run without `--base-url`. */
+function defaultBaseUrl(provider: ProviderKind): string {
+  switch (provider) {
+    case "anthropic":
+      return "https://api.anthropic.com";
+    case "gemini":
+      return "https://generativelanguage.googleapis.com/v1beta";
+    case "bedrock":
+      return `https://bedrock-runtime.${process.env.AWS_REGION ?? "us-east-1"}.amazonaws.com`;
+    default:
+      return "https://api.openai.com/v1";
+  }
+}
+
 async function main(): Promise<number> {
-  const { values, positionals } = parseArgs({
-    allowPositionals: true,
-    options: {
-      "base-url": { type: "string" },
-      provider: { type: "string", default: "anthropic" },
-      model: { type: "string" },
-      root: { type: "string", default: "." },
-      seed: { type: "string" },
-      trace: { type: "string" },
-    },
-  });
+  let parsed;
+  try {
+    parsed = parseArgs({
+      allowPositionals: true,
+      options: {
+        "base-url": { type: "string" },
+        provider: { type: "string", default: "anthropic" },
+        model: { type: "string" },
+        root: { type: "string", default: "." },
+        seed: { type: "string" },
+        trace: { type: "string" },
+        help: { type: "boolean", short: "h" },
+      },
+    });
+  } catch (error) {
+    process.stderr.write(`${(error as Error).message}\n\n${USAGE}`);
+    return 2;
+  }
+  const { values, positionals } = parsed;
+  if (values.help === true) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
   const provider = values.provider as ProviderKind;
   if (!(provider in DEFAULT_MODEL)) {
     process.stderr.write(`unknown provider ${provider}: one of ${Object.keys(DEFAULT_MODEL).join(", ")}\n`);
@@ -393,12 +430,10 @@ async function main(): Promise<number> {
   }
   const prompt = positionals.join(" ");
   if (prompt === "") {
-    process.stderr.write("usage: agent.js [--base-url URL] [--provider P] [--root DIR] PROMPT\n");
+    process.stderr.write(USAGE);
     return 2;
   }
-  const baseUrl =
-    values["base-url"] ??
-    (provider === "anthropic" ? "https://api.anthropic.com" : "https://api.openai.com/v1");
+  const baseUrl = values["base-url"] ?? defaultBaseUrl(provider);
   // Ctrl-C cancels the run: the machine ends it as canceled.
   const controller = new AbortController();
   process.once("SIGINT", () => controller.abort());
