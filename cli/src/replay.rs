@@ -22,10 +22,7 @@ pub fn replay(args: &ReplayArgs) -> i32 {
     };
     match replay_trace(&trace) {
         Ok(report) => {
-            println!(
-                "replayed {} steps and {} commands identically",
-                report.steps, report.commands
-            );
+            println!("{report}");
             EXIT_OK
         }
         Err(e) => {

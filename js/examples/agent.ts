@@ -327,7 +327,7 @@ export class Agent {
     const target = this.#targets[command.target] ?? this.#targets[0];
     if (target === undefined) throw new Error("the agent has no target");
     return attempt(target, command, {
-      body: { maxTokens: 4096, tools: this.#toolSpecs },
+      body: { tools: this.#toolSpecs },
       signal: this.#signal,
       onDelta: (delta) => {
         if (delta.type === "text") this.#say(delta.text, "");

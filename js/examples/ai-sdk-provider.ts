@@ -84,7 +84,7 @@ export interface ReboundModelSettings {
   config?: MachineConfigInput;
   /** The retry jitter seed of every run (random per call without one). */
   seed?: number | bigint | string;
-  /** The output limit when the call names none (4096). */
+  /** The output limit when the call names none (rebound-core's default, 8192). */
   maxOutputTokens?: number;
   /** Each notice of a retry or a fallback, as a person reads it. */
   onNotice?: (text: string) => void;
@@ -454,7 +454,7 @@ export class ReboundLanguageModel implements LanguageModelV3 {
       secrets: this.#targets.flatMap((t) => t.secrets),
     });
     const body = {
-      maxTokens: options.maxOutputTokens ?? this.#settings.maxOutputTokens ?? 4096,
+      maxTokens: options.maxOutputTokens ?? this.#settings.maxOutputTokens,
       system,
       tools,
       options: requestOptions,

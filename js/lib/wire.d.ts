@@ -45,7 +45,7 @@ export interface RequestOptions {
 
 /** What a request body needs besides the provider, the conversation and the model. */
 export interface RequestBodyOptions {
-  /** The output token limit (4096). */
+  /** The output token limit (rebound-core's `DEFAULT_MAX_TOKENS`, 8192). */
   maxTokens?: number;
   /** The system prompt. */
   system?: string;

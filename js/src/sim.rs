@@ -244,18 +244,14 @@ fn row_value(r: &Row) -> Value {
 /// The experiment's configuration: `rebound sim --compare`'s, with `seed` and `agents` per
 /// model.
 fn experiment(seed_value: &JsValue, agents: Option<f64>) -> Result<ExperimentConfig> {
-    let seed = if seed_value.is_undefined() || seed_value.is_null() {
-        1
-    } else {
-        seed(seed_value)?
-    };
-    let agents: usize = match agents {
-        Some(a) => whole_as(a, "agents")?,
-        None => 1_000,
-    };
-    Ok(ExperimentConfig::default()
-        .with_seed(seed)
-        .with_agents(agents))
+    let mut config = ExperimentConfig::default();
+    if !(seed_value.is_undefined() || seed_value.is_null()) {
+        config = config.with_seed(seed(seed_value)?);
+    }
+    if let Some(agents) = agents {
+        config = config.with_agents(whole_as(agents, "agents")?);
+    }
+    Ok(config)
 }
 
 /// The outage experiment (`rebound sim --compare`): rebound against the modelled retry
@@ -417,10 +413,7 @@ pub fn replay(text: &str) -> Result<String> {
             "outcome": report.outcome,
             "elapsedMs": report.elapsed.0,
             "divergence": null,
-            "text": format!(
-                "replayed {} steps and {} commands identically",
-                report.steps, report.commands
-            ),
+            "text": report.to_string(),
         }),
         Err(e) => {
             let d = e.divergence();

@@ -157,7 +157,7 @@ pub fn request_body(
 ) -> Result<String> {
     let kind = provider_kind(provider)?;
     let max_tokens = match max_tokens {
-        None => 4096,
+        None => wire::DEFAULT_MAX_TOKENS,
         Some(m) => u32::try_from(whole(m, "maxTokens", Kind::Request)?).map_err(|_| {
             error(
                 Kind::Request,

@@ -250,7 +250,7 @@ def request_body(
     provider: Provider,
     conversation: Snapshot | Sequence[Json],
     model: str,
-    max_tokens: int = 4096,
+    max_tokens: int | None = None,
     *,
     system: str | None = None,
     tools: Sequence[Mapping[str, Json]] | None = None,
@@ -265,7 +265,8 @@ def request_body(
     top_p, stop_sequences, tool_choice ("auto", "any", "none", "tool:NAME"),
     parallel_tool_calls, reasoning_effort, thinking_budget, user_id, extra_body.
     ``base_url`` picks the tool-id form the server takes (Mistral's nine characters);
-    ``identity`` is the target's, so reasoning another target owns is left out."""
+    ``identity`` is the target's, so reasoning another target owns is left out.
+    ``max_tokens``: rebound-core's ``DEFAULT_MAX_TOKENS`` (8192) when not given."""
 
 def request_path(provider: Provider, model: str = "", stream: bool = True) -> str:
     """``/v1/messages``, ``/chat/completions``, ``/responses``, Gemini's

@@ -263,13 +263,7 @@ pub fn replay<'py>(py: Python<'py>, trace: &Bound<'py, PyAny>) -> PyResult<Bound
             )?;
             d.set_item("elapsed_ms", report.elapsed.0)?;
             d.set_item("divergence", py.None())?;
-            d.set_item(
-                "text",
-                format!(
-                    "replayed {} steps and {} commands identically",
-                    report.steps, report.commands
-                ),
-            )?;
+            d.set_item("text", report.to_string())?;
         }
         Err(e) => {
             let div = e.divergence();

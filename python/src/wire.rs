@@ -143,7 +143,7 @@ pub fn request_body<'py>(
     identity: Option<&str>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let kind = provider_kind(provider)?;
-    let max_tokens: u32 = max_tokens.map_or(Ok(4096), |m| {
+    let max_tokens: u32 = max_tokens.map_or(Ok(wire::DEFAULT_MAX_TOKENS), |m| {
         int_arg(m, "max_tokens", RequestError::new_err)
     })?;
     let conversation = self::conversation(conversation)?;

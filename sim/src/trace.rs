@@ -233,6 +233,18 @@ pub struct ReplayReport {
     pub elapsed: Millis,
 }
 
+/// What `rebound replay` and the bindings print for a replay without divergence:
+/// `replayed 12 steps and 30 commands identically`.
+impl std::fmt::Display for ReplayReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "replayed {} steps and {} commands identically",
+            self.steps, self.commands
+        )
+    }
+}
+
 /// Why a replay failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]

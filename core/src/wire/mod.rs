@@ -133,6 +133,11 @@ use sse::{SseDecoder, SseError, SseEventRef, SseLimits};
 
 pub use options::{OptionsError, ReasoningEffort, RequestOptions, ToolChoice, UnknownEffort};
 
+/// The output token limit a request asks for when its driver names none (the HTTP provider's
+/// default and the bindings' `request_body`): room for a long answer or a large tool call,
+/// below every current model's output limit.
+pub const DEFAULT_MAX_TOKENS: u32 = 8_192;
+
 /// The tool-call ids a target takes, for the OpenAI wire formats (Chat Completions and
 /// Responses); Anthropic's own rule applies to Anthropic whatever this says. The
 /// conversation keeps the ids the models minted; requests carry ids of this form, the same

@@ -160,7 +160,7 @@ impl HttpProviderConfig {
             model: model.into(),
             api_key,
             system: None,
-            max_tokens: 8_192,
+            max_tokens: rebound_core::wire::DEFAULT_MAX_TOKENS,
             connect_timeout: Duration::from_secs(10),
             options: RequestOptions::default(),
             headers: ExtraHeaders::default(),
