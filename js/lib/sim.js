@@ -142,10 +142,11 @@ export function simulateFleet(scenario, agents, config = undefined) {
 
 /**
  * The outage experiment (`rebound sim --compare`): rebound against the modelled retry
- * policies of other agent stacks, `agents` (1,000) agents per outage model, experiment seed
- * `seed` (1, the seed of the tables in docs/outages.md). With the defaults it takes a while.
+ * policies of other agent stacks, `agents` agents per outage model, experiment seed `seed`
+ * (without them the study's `ExperimentConfig::default()`'s: 1,000 agents, seed 1, the tables
+ * of docs/outages.md). With the defaults it takes a while.
  */
-export function outageReport({ seed = 1, agents = 1000 } = {}) {
+export function outageReport({ seed, agents } = {}) {
   return parsed(
     call(() => native.outageReport(seedArg(seed), countArg(agents, "agents"))),
   );
@@ -163,11 +164,12 @@ export function outagePolicies() {
 
 /**
  * One policy (`rebound` by default, or a name of `outagePolicies()`) in one outage model (a
- * name of `outageModels()`), `agents` (1,000) agents, experiment seed `seed` (1): its row of
- * `rebound sim --compare --seed …`, its requests per second and every agent's attempts.
- * Throws a ConfigError for an unknown model or policy.
+ * name of `outageModels()`), `agents` agents, experiment seed `seed` (the study's defaults
+ * without them: 1,000 agents, seed 1): its row of `rebound sim --compare --seed …`, its
+ * requests per second and every agent's attempts. Throws a ConfigError for an unknown model
+ * or policy.
  */
-export function runOutage({ model, policy = "rebound", seed = 1, agents = 1000 } = {}) {
+export function runOutage({ model, policy = "rebound", seed, agents } = {}) {
   if (typeof model !== "string") throw new ConfigError("model must be a name of outageModels()");
   if (typeof policy !== "string") {
     throw new ConfigError("policy must be a name of outagePolicies()");
