@@ -3,7 +3,7 @@
 // of async agents with one RetryBudget, one clock and one timer. Every decision is core's;
 // this module converts, and hands each decision to its waiter.
 
-import { native } from "./load.js";
+import { native } from "./native.js";
 import { BudgetError, ConfigError, ReboundError, call, json } from "./errors.js";
 
 /** Throws a TypeError unless `value` is a number (`what` names it). */

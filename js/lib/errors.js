@@ -2,6 +2,8 @@
 // `Error` with a `kind` naming its class, so `catch (e) { if (e instanceof ReboundError) … }`
 // and `switch (e.kind)` both work.
 
+import { isLoaded } from "./native.js";
+
 /** Base of every error rebound throws for bad input. */
 export class ReboundError extends Error {
   /** @param {string} message @param {ErrorOptions} [options] */
@@ -115,6 +117,12 @@ export function call(f) {
   try {
     return f();
   } catch (thrown) {
+    if (!isLoaded()) {
+      throw new ReboundError(
+        'rebound-agent\'s WebAssembly is not loaded: import "rebound-agent", or await ' +
+          'initRebound(...) of "rebound-agent/manual" before anything else',
+      );
+    }
     throw typed(thrown);
   }
 }

@@ -1,8 +1,7 @@
 // rebound-agent: rebound's agent machine, wire helpers, simulator and replay for JavaScript
-// and TypeScript (Node, Deno, browsers), one WebAssembly build of the Rust crates.
+// and TypeScript (Node, Deno, browsers), one WebAssembly build of the Rust crates. Importing
+// it loads the WebAssembly (top-level await); `rebound-agent/manual` does not.
 
-export * from "./errors.js";
-export * from "./machine.js";
-export * from "./wire.js";
-export * from "./budget.js";
-export * from "./sim.js";
+import "./load.js";
+
+export * from "./api.js";

@@ -1,8 +1,10 @@
 // Loads the package's WebAssembly once, wherever the module runs: in Node and Deno the bytes
 // are read from the file beside the bindings (a file: URL, which Node's fetch cannot read),
-// in browsers and edge runtimes fetched from it. Every other module imports `native` from here.
+// in browsers fetched from it. The package's main entry imports this first; a runtime that
+// can do neither (an edge runtime importing the `.wasm` as a module) uses
+// `rebound-agent/manual` and `initRebound` instead.
 
-import init, * as native from "../pkg/rebound.js";
+import { load } from "./native.js";
 
 const wasmUrl = new URL("../pkg/rebound_bg.wasm", import.meta.url);
 
@@ -13,6 +15,4 @@ async function wasmSource() {
   return readFile(wasmUrl);
 }
 
-await init({ module_or_path: await wasmSource() });
-
-export { native };
+await load(await wasmSource());

@@ -2,7 +2,7 @@
 // out as plain objects in the JSON shape of the trace format (see index.d.ts for each).
 // Nothing here decides anything: it converts and forwards.
 
-import { native } from "./load.js";
+import { native } from "./native.js";
 import { call, ConfigError, EventError, json, ReboundError } from "./errors.js";
 
 /**

@@ -14,7 +14,7 @@
 //   `AgentMachine({record: true})`) and reports the first divergence as `rebound replay`
 //   prints it; `readTrace` reads one into its header and steps.
 
-import { native } from "./load.js";
+import { native } from "./native.js";
 import { call, ConfigError, EventError, json, TraceError } from "./errors.js";
 
 /** A scenario argument as the native side takes it: a built-in name or JSON text. */

@@ -4,7 +4,7 @@
 // values (bytes, headers, options) to what the native side takes and parses what it
 // returns; it decides nothing.
 
-import { native } from "./load.js";
+import { native } from "./native.js";
 import { call, ConfigError, ReboundError, RequestError, json } from "./errors.js";
 import { Snapshot } from "./machine.js";
 
