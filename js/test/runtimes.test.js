@@ -4,6 +4,9 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { AgentMachine, userText } from "../lib/index.js";
 
@@ -62,4 +65,41 @@ test("the package loads in Deno and runs the machine as in Node", () => {
 test("the package is importable as the module the package.json exports", () => {
   const machine = new AgentMachine();
   assert.equal(machine.handle(0, userText("hello")), "accepted");
+});
+
+test("the packed package installs and runs where only its files are (npm pack, npm install)", () => {
+  const dir = mkdtempSync(join(tmpdir(), "rebound-pack-"));
+  const packed = spawnSync("npm", ["pack", "--silent", "--pack-destination", dir], {
+    cwd: fileURLToPath(new URL("..", here)),
+    encoding: "utf8",
+  });
+  assert.equal(packed.status, 0, packed.stderr);
+  const tarball = join(dir, packed.stdout.trim().split("\n").pop());
+  writeFileSync(join(dir, "package.json"), JSON.stringify({ name: "consumer", private: true, type: "module" }));
+  const installed = spawnSync(
+    "npm",
+    ["install", "--offline", "--no-audit", "--no-fund", "--silent", tarball],
+    { cwd: dir, encoding: "utf8" },
+  );
+  assert.equal(installed.status, 0, installed.stderr);
+  // Both entries, from the installed copy: the main one loads itself, the manual one takes
+  // the exported .wasm.
+  const consumer = `
+    import { AgentMachine, userText, simulate } from "rebound-agent";
+    import { createRequire } from "node:module";
+    const machine = new AgentMachine();
+    machine.handle(0, userText("hi"));
+    const wasm = createRequire(import.meta.url).resolve("rebound-agent/rebound_bg.wasm");
+    console.log(JSON.stringify({ kinds: machine.drain().map((a) => a.type), ok: simulate("blip", 1).succeeded, wasm }));
+  `;
+  const ran = spawnSync(process.execPath, ["--input-type=module", "-e", consumer], {
+    cwd: dir,
+    encoding: "utf8",
+  });
+  assert.equal(ran.status, 0, ran.stderr);
+  const out = JSON.parse(ran.stdout);
+  assert.deepEqual(out.kinds, ["append_message", "send_request"]);
+  assert.equal(out.ok, true);
+  assert.ok(out.wasm.startsWith(join(dir, "node_modules", "rebound-agent")), out.wasm);
+  rmSync(dir, { recursive: true, force: true });
 });
