@@ -52,6 +52,10 @@ cat "$LOGS/browser.log"
 cd js
 npx tsc -p .
 node --test test/
+# The benches run (one short round each; their figures are docs/performance.md's, never
+# asserted): a change that breaks them fails here, not when someone next measures.
+node bench/overhead.mjs 1 --rounds 1 > /dev/null
+node bench/size.mjs pkg/rebound_bg.wasm > /dev/null
 
 # The binding as one of the drivers of tests/tests/drivers.rs: the worlds of tests/worlds.json
 # through the TypeScript example agent's loop (js/drivers/world.ts), compared with the

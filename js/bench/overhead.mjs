@@ -25,7 +25,7 @@
 
 import { execFileSync } from "node:child_process";
 import { AgentMachine, userText } from "../lib/index.js";
-import { native } from "../lib/load.js";
+import { native } from "../lib/native.js";
 
 const CONFIG = {
   tools: [{ name: "read", description: "read a file", input_schema: { type: "object" } }],
