@@ -200,11 +200,15 @@ pub fn outage_report<'py>(
     seed: Option<&Bound<'py, PyAny>>,
     agents: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let seed: u64 = seed.map_or(Ok(1), |s| int_arg(s, "seed", ConfigError::new_err))?;
-    let agents: usize = agents.map_or(Ok(1000), |a| int_arg(a, "agents", ConfigError::new_err))?;
-    let config = ExperimentConfig::default()
-        .with_seed(seed)
-        .with_agents(agents);
+    // The study's defaults (`rebound sim --compare`'s) for what is not given.
+    let mut config = ExperimentConfig::default();
+    if let Some(seed) = seed {
+        config = config.with_seed(int_arg(seed, "seed", ConfigError::new_err)?);
+    }
+    if let Some(agents) = agents {
+        config = config.with_agents(int_arg(agents, "agents", ConfigError::new_err)?);
+    }
+    let seed = config.seed;
     let report = py
         .detach(|| run_experiment(&config))
         .map_err(|e| SimulationError::new_err(format!("{e} (experiment seed {seed})")))?;
@@ -214,7 +218,7 @@ pub fn outage_report<'py>(
     for r in &report.rows {
         let row = PyDict::new(py);
         row.set_item("model", &r.model)?;
-        row.set_item("policy", r.policy.to_string().trim_matches('*'))?;
+        row.set_item("policy", r.policy.label())?;
         row.set_item("agents", r.agents)?;
         row.set_item("completed", r.completed)?;
         row.set_item("success_rate", r.success_rate())?;
