@@ -364,16 +364,8 @@ pub struct AgentArgs {
 
 /// Parses `--tool-choice`.
 fn parse_tool_choice(s: &str) -> Result<rebound_core::wire::ToolChoice, String> {
-    use rebound_core::wire::ToolChoice;
-    match s.trim() {
-        "auto" => Ok(ToolChoice::Auto),
-        "any" | "required" => Ok(ToolChoice::Any),
-        "none" => Ok(ToolChoice::None),
-        other => match other.strip_prefix("tool:") {
-            Some(name) if !name.trim().is_empty() => Ok(ToolChoice::tool(name.trim())),
-            _ => Err("expected auto, any, none or tool:NAME".to_owned()),
-        },
-    }
+    s.parse()
+        .map_err(|e: rebound_core::wire::UnknownToolChoice| e.to_string())
 }
 
 /// Parses `--reasoning-effort`.

@@ -10,15 +10,14 @@ use crate::machine::Snapshot;
 use rebound_core::classify::TransportError;
 use rebound_core::classify::{classify_http as core_classify_http, classify_transport_error};
 use rebound_core::wire::{
-    self, ReasoningEffort, RequestOptions, RequestParams, StreamDecoder as CoreDecoder,
-    StreamDelta, ToolChoice, ToolIdForm,
+    self, RequestOptions, RequestParams, StreamDecoder as CoreDecoder, StreamDelta, ToolIdForm,
 };
 use rebound_core::{
     CompactionPolicy, Conversation, Headers, ProviderFailure, ProviderKind, Secrets,
     TargetIdentity, ToolSpec,
 };
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::sync::Arc;
 use wasm_bindgen::prelude::*;
 
@@ -69,70 +68,9 @@ pub fn request_conversation(messages_json: &str) -> Result<Snapshot> {
     Ok(Snapshot::full(Arc::new(conversation)))
 }
 
-/// Request options in their JSON shape (snake_case keys, as the Python binding takes them).
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Options {
-    temperature: Option<f64>,
-    top_p: Option<f64>,
-    #[serde(default)]
-    stop_sequences: Vec<String>,
-    tool_choice: Option<String>,
-    parallel_tool_calls: Option<bool>,
-    reasoning_effort: Option<String>,
-    thinking_budget: Option<u32>,
-    user_id: Option<String>,
-    #[serde(default)]
-    extra_body: Map<String, Value>,
-}
-
+/// Request options from their JSON text (core's `RequestOptions` shape: snake_case keys).
 fn options_from(text: &str) -> Result<RequestOptions> {
-    let o: Options = from_json(text, "request options", Kind::Config)?;
-    let mut options = RequestOptions::new().with_extra_body(o.extra_body);
-    if let Some(t) = o.temperature {
-        options = options.with_temperature(t);
-    }
-    if let Some(p) = o.top_p {
-        options = options.with_top_p(p);
-    }
-    for s in o.stop_sequences {
-        options = options.with_stop_sequence(s);
-    }
-    if let Some(choice) = o.tool_choice {
-        // The form ToolChoice displays as: auto, any, none or tool:NAME.
-        let choice = match choice.as_str() {
-            "auto" => ToolChoice::Auto,
-            "any" => ToolChoice::Any,
-            "none" => ToolChoice::None,
-            other => match other.strip_prefix("tool:") {
-                Some(name) if !name.is_empty() => ToolChoice::tool(name),
-                _ => {
-                    return Err(error(
-                        Kind::Config,
-                        format!(
-                            "unknown tool_choice {other:?}: expected \"auto\", \"any\", \
-                             \"none\" or \"tool:NAME\""
-                        ),
-                    ))
-                }
-            },
-        };
-        options = options.with_tool_choice(choice);
-    }
-    if let Some(p) = o.parallel_tool_calls {
-        options = options.with_parallel_tool_calls(p);
-    }
-    if let Some(effort) = o.reasoning_effort {
-        let effort: ReasoningEffort = effort.parse().map_err(|e| error(Kind::Config, e))?;
-        options = options.with_reasoning_effort(effort);
-    }
-    if let Some(b) = o.thinking_budget {
-        options = options.with_thinking_budget(b);
-    }
-    if let Some(u) = o.user_id {
-        options = options.with_user_id(u);
-    }
-    Ok(options)
+    from_json(text, "request options", Kind::Config)
 }
 
 /// The JSON request body (as text, ready to send) for `provider`, built by rebound-core: tool

@@ -12,13 +12,12 @@ use rebound_core::classify::{
     classify_http as core_classify_http, classify_transport_error, TransportError,
 };
 use rebound_core::wire::{
-    self, ReasoningEffort, RequestOptions, RequestParams, StreamDecoder, StreamDelta, ToolChoice,
-    ToolIdForm,
+    self, RequestOptions, RequestParams, StreamDecoder, StreamDelta, ToolIdForm,
 };
 use rebound_core::{
     Conversation, Headers, ProviderFailure, ProviderKind, Secrets, TargetIdentity, ToolSpec,
 };
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -59,67 +58,8 @@ fn bytes_of<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<Cow<'a, [u8]>
 }
 
 fn options_from(obj: &Bound<'_, PyAny>) -> PyResult<RequestOptions> {
-    #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Options {
-        temperature: Option<f64>,
-        top_p: Option<f64>,
-        #[serde(default)]
-        stop_sequences: Vec<String>,
-        tool_choice: Option<String>,
-        parallel_tool_calls: Option<bool>,
-        reasoning_effort: Option<String>,
-        thinking_budget: Option<u32>,
-        user_id: Option<String>,
-        #[serde(default)]
-        extra_body: Map<String, Value>,
-    }
-    let o: Options =
-        from_py(obj, "request options").map_err(|e| retyped(e, ConfigError::new_err))?;
-    let mut options = RequestOptions::new().with_extra_body(o.extra_body);
-    if let Some(t) = o.temperature {
-        options = options.with_temperature(t);
-    }
-    if let Some(p) = o.top_p {
-        options = options.with_top_p(p);
-    }
-    for s in o.stop_sequences {
-        options = options.with_stop_sequence(s);
-    }
-    if let Some(choice) = o.tool_choice {
-        // The form ToolChoice displays as: auto, any, none or tool:NAME.
-        let choice = match choice.as_str() {
-            "auto" => ToolChoice::Auto,
-            "any" => ToolChoice::Any,
-            "none" => ToolChoice::None,
-            other => match other.strip_prefix("tool:") {
-                Some(name) if !name.is_empty() => ToolChoice::tool(name),
-                _ => {
-                    return Err(ConfigError::new_err(format!(
-                        "unknown tool_choice {other:?}: expected \"auto\", \"any\", \"none\" or \
-                         \"tool:NAME\""
-                    )))
-                }
-            },
-        };
-        options = options.with_tool_choice(choice);
-    }
-    if let Some(p) = o.parallel_tool_calls {
-        options = options.with_parallel_tool_calls(p);
-    }
-    if let Some(effort) = o.reasoning_effort {
-        let effort: ReasoningEffort = effort
-            .parse()
-            .map_err(|e| ConfigError::new_err(format!("{e}")))?;
-        options = options.with_reasoning_effort(effort);
-    }
-    if let Some(b) = o.thinking_budget {
-        options = options.with_thinking_budget(b);
-    }
-    if let Some(u) = o.user_id {
-        options = options.with_user_id(u);
-    }
-    Ok(options)
+    // Core reads the options' JSON shape (RequestOptions: Deserialize).
+    from_py(obj, "request options").map_err(|e| retyped(e, ConfigError::new_err))
 }
 
 /// The JSON request body for `provider` (a dict to send as JSON), built by rebound-core: tool

@@ -131,7 +131,9 @@ use crate::tool::ToolSpec;
 use serde_json::Value;
 use sse::{SseDecoder, SseError, SseEventRef, SseLimits};
 
-pub use options::{OptionsError, ReasoningEffort, RequestOptions, ToolChoice, UnknownEffort};
+pub use options::{
+    OptionsError, ReasoningEffort, RequestOptions, ToolChoice, UnknownEffort, UnknownToolChoice,
+};
 
 /// The output token limit a request asks for when its driver names none (the HTTP provider's
 /// default and the bindings' `request_body`): room for a long answer or a large tool call,

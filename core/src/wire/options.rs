@@ -42,6 +42,34 @@ impl fmt::Display for ToolChoice {
     }
 }
 
+impl std::str::FromStr for ToolChoice {
+    type Err = UnknownToolChoice;
+
+    /// Reads the form [`Display`](fmt::Display) writes (`auto`, `any`, `none`, `tool:NAME`),
+    /// and OpenAI's `required` for `any`; surrounding blanks are ignored.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "auto" => Ok(ToolChoice::Auto),
+            "any" | "required" => Ok(ToolChoice::Any),
+            "none" => Ok(ToolChoice::None),
+            other => match other.strip_prefix("tool:").map(str::trim) {
+                Some(name) if !name.is_empty() => Ok(ToolChoice::tool(name)),
+                _ => Err(UnknownToolChoice {
+                    given: s.chars().take(40).collect(),
+                }),
+            },
+        }
+    }
+}
+
+/// A tool choice that is none of `auto`, `any`, `none` or `tool:NAME`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown tool choice `{given}`: expected auto, any, none or tool:NAME")]
+pub struct UnknownToolChoice {
+    /// What was given (at most 40 characters of it).
+    pub given: String,
+}
+
 /// How much an OpenAI reasoning model reasons before it answers (`reasoning_effort` in Chat
 /// Completions, `reasoning.effort` in Responses). Which levels a model accepts depends on the
 /// model.
@@ -233,6 +261,62 @@ pub struct RequestOptions {
     /// A provider-specific JSON object merged into the body last, one top-level key at a
     /// time; keys rebound sets are refused (above).
     pub extra_body: Map<String, Value>,
+}
+
+/// Reads the options' JSON shape, as the Python and JavaScript bindings take them: the
+/// fields' names, `tool_choice` as [`ToolChoice`]'s text, `reasoning_effort` as
+/// [`ReasoningEffort`]'s; every field may be left out, an unknown one is refused.
+///
+/// ```
+/// use rebound_core::wire::{RequestOptions, ToolChoice};
+///
+/// let options: RequestOptions = serde_json::from_str(
+///     r#"{"temperature": 0.2, "tool_choice": "tool:read", "extra_body": {"seed": 7}}"#,
+/// )?;
+/// assert_eq!(options.tool_choice, Some(ToolChoice::tool("read")));
+/// assert!(serde_json::from_str::<RequestOptions>(r#"{"tool_choice": "maybe"}"#).is_err());
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+impl<'de> serde::Deserialize<'de> for RequestOptions {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Shape {
+            temperature: Option<f64>,
+            top_p: Option<f64>,
+            #[serde(default)]
+            stop_sequences: Vec<String>,
+            tool_choice: Option<String>,
+            parallel_tool_calls: Option<bool>,
+            reasoning_effort: Option<String>,
+            thinking_budget: Option<u32>,
+            user_id: Option<String>,
+            #[serde(default)]
+            extra_body: Map<String, Value>,
+        }
+        let shape = Shape::deserialize(deserializer)?;
+        Ok(RequestOptions {
+            temperature: shape.temperature,
+            top_p: shape.top_p,
+            stop_sequences: shape.stop_sequences,
+            tool_choice: shape
+                .tool_choice
+                .map(|c| c.parse())
+                .transpose()
+                .map_err(D::Error::custom)?,
+            parallel_tool_calls: shape.parallel_tool_calls,
+            reasoning_effort: shape
+                .reasoning_effort
+                .map(|e| e.parse())
+                .transpose()
+                .map_err(D::Error::custom)?,
+            thinking_budget: shape.thinking_budget,
+            user_id: shape.user_id,
+            extra_body: shape.extra_body,
+        })
+    }
 }
 
 impl fmt::Debug for RequestOptions {
@@ -1122,5 +1206,69 @@ fn tool_use(provider: ProviderKind, options: &RequestOptions, body: &mut Map<Str
     }
     if let Some(parallel) = options.parallel_tool_calls {
         body.insert("parallel_tool_calls".into(), parallel.into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tool_choice_reads_back_what_it_displays_and_refuses_the_rest() {
+        for choice in [
+            ToolChoice::Auto,
+            ToolChoice::Any,
+            ToolChoice::None,
+            ToolChoice::tool("read"),
+        ] {
+            assert_eq!(choice.to_string().parse::<ToolChoice>(), Ok(choice));
+        }
+        assert_eq!(" required ".parse::<ToolChoice>(), Ok(ToolChoice::Any));
+        assert_eq!(
+            "tool: read ".parse::<ToolChoice>(),
+            Ok(ToolChoice::tool("read"))
+        );
+        for bad in ["", "tool:", "tool: ", "sometimes", "Auto"] {
+            let err = bad.parse::<ToolChoice>().expect_err(bad);
+            assert!(err
+                .to_string()
+                .contains("expected auto, any, none or tool:NAME"));
+        }
+    }
+
+    #[test]
+    fn options_read_from_their_json_shape_refuse_unknown_fields_and_bad_values() {
+        let o: RequestOptions = serde_json::from_str(
+            r#"{"temperature": 0.5, "top_p": 0.9, "stop_sequences": ["END"],
+                "tool_choice": "any", "parallel_tool_calls": false,
+                "reasoning_effort": "HIGH", "thinking_budget": 2048, "user_id": "u1",
+                "extra_body": {"seed": 7}}"#,
+        )
+        .expect("options");
+        let built = RequestOptions::new()
+            .with_temperature(0.5)
+            .with_top_p(0.9)
+            .with_stop_sequence("END")
+            .with_tool_choice(ToolChoice::Any)
+            .with_parallel_tool_calls(false)
+            .with_reasoning_effort(ReasoningEffort::High)
+            .with_thinking_budget(2048)
+            .with_user_id("u1")
+            .with_extra_field("seed", json!(7));
+        assert!(o == built, "{o:?} != {built:?}");
+        assert!(
+            serde_json::from_str::<RequestOptions>("{}").expect("empty") == RequestOptions::new()
+        );
+        for bad in [
+            r#"{"temprature": 1}"#,
+            r#"{"tool_choice": "maybe"}"#,
+            r#"{"reasoning_effort": "huge"}"#,
+            r#"{"thinking_budget": -1}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<RequestOptions>(bad).is_err(),
+                "{bad}"
+            );
+        }
     }
 }
