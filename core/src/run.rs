@@ -64,7 +64,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 mod issued;
-pub use issued::{Issued, UnknownAnswer};
+pub use issued::{Issued, Refusal, UnknownAnswer};
 
 /// One run of an [`AgentMachine`], as every shell drives it: the machine, the command it
 /// awaits, the tally, the recorded steps and the end. See the [module](self).

@@ -7,7 +7,7 @@
 use crate::convert::{from_json, millis, seed, to_json};
 use crate::errors::{error, Kind, Result};
 use rebound_core::compaction::CompactionReport;
-use rebound_core::run::{Action, Issued, Run, Step};
+use rebound_core::run::{Action, Issued, Refusal, Run, Step};
 use rebound_core::{
     Command, Conversation, Event, FallbackInfo, Handled, IgnoreReason, MachineConfig,
     ProviderRetryInfo, RequestPurpose, RunError, Secrets, StreamDeadlines,
@@ -239,27 +239,18 @@ impl Machine {
     pub fn handle(&mut self, now_ms: f64, event_json: &str) -> Result<String> {
         let now = millis(now_ms)?;
         let event: Event = from_json(event_json, "event", Kind::Event)?;
-        self.issued
-            .check(&event)
-            .map_err(|e| error(Kind::UnknownAnswer, e))?;
-        Ok(match self.run.handle(now, event) {
-            Handled::Ignored(IgnoreReason::Unexpected) => {
-                return Err(error(
-                    Kind::UnexpectedEvent,
-                    "the machine did not ask for this event now (e.g. a second user message \
-                     during a run, or Resume after it started); it was ignored",
-                ))
-            }
-            Handled::Ignored(IgnoreReason::Mismatched) => {
-                return Err(error(
-                    Kind::Event,
-                    format!(
-                        "the tool outcomes do not answer the batch's calls: {}; the event was \
-                         refused and the machine still waits for the batch",
-                        self.run.refusal().unwrap_or("they do not fit")
-                    ),
-                ))
-            }
+        let handled = self
+            .issued
+            .handle(&mut self.run, now, event)
+            .map_err(|refusal| {
+                let kind = match refusal {
+                    Refusal::UnknownAnswer(_) => Kind::UnknownAnswer,
+                    Refusal::Unexpected => Kind::UnexpectedEvent,
+                    _ => Kind::Event,
+                };
+                error(kind, refusal)
+            })?;
+        Ok(match handled {
             Handled::Accepted => "accepted",
             Handled::Ignored(IgnoreReason::Terminal) => "terminal",
             _ => "stale",

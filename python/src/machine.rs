@@ -13,7 +13,7 @@ use crate::tally::PyRunTally;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
-use rebound_core::run::{Action, Issued, Run, Step};
+use rebound_core::run::{Action, Issued, Refusal, Run, Step};
 use rebound_core::{
     Command, Conversation, Event, FallbackInfo, Handled, IgnoreReason, MachineConfig, Millis,
     ProviderRetryInfo, RunError,
@@ -240,24 +240,15 @@ impl PyMachine {
         let now = Millis(to_u64(now_ms, "now_ms")?);
         let event: Event = from_py(event, "event")?;
         self.with(py, |state| {
-            state
+            let handled = state
                 .issued
-                .check(&event)
-                .map_err(|e| UnknownAnswerError::new_err(e.to_string()))?;
-            Ok(match state.run.handle(now, event) {
-                Handled::Ignored(IgnoreReason::Unexpected) => {
-                    return Err(UnexpectedEventError::new_err(
-                        "the machine did not ask for this event now (e.g. a second user \
-                         message during a run, or Resume after it started); it was ignored",
-                    ))
-                }
-                Handled::Ignored(IgnoreReason::Mismatched) => {
-                    return Err(EventError::new_err(format!(
-                        "the tool outcomes do not answer the batch's calls: {}; the event was \
-                         refused and the machine still waits for the batch",
-                        state.run.refusal().unwrap_or("they do not fit")
-                    )))
-                }
+                .handle(&mut state.run, now, event)
+                .map_err(|refusal| match refusal {
+                    Refusal::UnknownAnswer(e) => UnknownAnswerError::new_err(e.to_string()),
+                    Refusal::Unexpected => UnexpectedEventError::new_err(refusal.to_string()),
+                    _ => EventError::new_err(refusal.to_string()),
+                })?;
+            Ok(match handled {
                 Handled::Accepted => "accepted",
                 Handled::Ignored(IgnoreReason::Terminal) => "terminal",
                 _ => "stale",

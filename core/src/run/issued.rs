@@ -4,7 +4,9 @@
 //! hand out. The runner, the simulator and the durable service answer only what they polled,
 //! so they need no such check.
 
-use crate::machine::{Command, Event};
+use super::Run;
+use crate::machine::{Command, Event, Handled, IgnoreReason};
+use crate::time::Millis;
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -61,6 +63,29 @@ impl fmt::Display for UnknownAnswer {
 
 impl std::error::Error for UnknownAnswer {}
 
+/// An embedder's event the run refused, the run unchanged: the bindings' typed errors, worded
+/// once here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// An answer to an id no command of the run carried.
+    #[error("{0}")]
+    UnknownAnswer(UnknownAnswer),
+    /// An event the machine did not ask for now ([`IgnoreReason::Unexpected`]).
+    #[error(
+        "the machine did not ask for this event now (e.g. a second user message during a run, \
+         or Resume after it started); it was ignored"
+    )]
+    Unexpected,
+    /// Tool outcomes that do not answer the batch's calls ([`IgnoreReason::Mismatched`]):
+    /// why, as [`Run::refusal`] says it.
+    #[error(
+        "the tool outcomes do not answer the batch's calls: {0}; the event was refused and \
+         the machine still waits for the batch"
+    )]
+    Mismatched(String),
+}
+
 impl Issued {
     /// Remembers `command`'s id when it is one an event answers.
     pub fn note(&mut self, command: &Command) {
@@ -78,6 +103,24 @@ impl Issued {
             | Command::Finish { .. }
             | Command::Fail { .. } => false,
         };
+    }
+
+    /// Hands `event` to `run` at `now` when it answers only what was emitted: how the run
+    /// took it (accepted, stale or after the end), or why it was refused, the run unchanged.
+    ///
+    /// # Errors
+    ///
+    /// A [`Refusal`]: an answer to an id never emitted (not handed to the run), an event
+    /// the machine did not ask for, or tool outcomes that do not fit the batch.
+    pub fn handle(&self, run: &mut Run, now: Millis, event: Event) -> Result<Handled, Refusal> {
+        self.check(&event).map_err(Refusal::UnknownAnswer)?;
+        match run.handle(now, event) {
+            Handled::Ignored(IgnoreReason::Unexpected) => Err(Refusal::Unexpected),
+            Handled::Ignored(IgnoreReason::Mismatched) => Err(Refusal::Mismatched(
+                run.refusal().unwrap_or("they do not fit").to_owned(),
+            )),
+            handled => Ok(handled),
+        }
     }
 
     /// Whether `event` answers only what was emitted (an event that answers nothing, a user

@@ -292,3 +292,36 @@ fn issued_refuses_an_answer_to_an_id_never_emitted_and_names_the_ones_that_were(
         .contains("it has emitted no Sleep yet"));
     assert_eq!(issued.check(&Event::user_text("again")), Ok(()));
 }
+
+#[test]
+fn issued_handle_refuses_what_the_bindings_refuse_and_leaves_the_run_as_it_was() {
+    use super::{Issued, Refusal};
+    let mut run = Run::new(MachineConfig::default(), 1);
+    let issued = Issued::default();
+    assert_eq!(
+        issued.handle(&mut run, Millis(0), Event::user_text("hi")),
+        Ok(Handled::Accepted)
+    );
+    let before = run.handled();
+    // An answer to a request this issued set never saw: refused before the run sees it.
+    let unknown = issued.handle(
+        &mut run,
+        Millis(1),
+        Event::ProviderResponding {
+            request: crate::machine::RequestId(1),
+        },
+    );
+    assert!(
+        matches!(unknown, Err(Refusal::UnknownAnswer(_))),
+        "{unknown:?}"
+    );
+    // A second user message during the run: the machine did not ask for it.
+    let again = issued.handle(&mut run, Millis(2), Event::user_text("again"));
+    assert_eq!(again, Err(Refusal::Unexpected));
+    assert!(again
+        .expect_err("refused")
+        .to_string()
+        .contains("did not ask for this event now"));
+    assert_eq!(run.handled(), before, "neither changed the run");
+    assert!(!run.is_ended());
+}
