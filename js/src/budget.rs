@@ -15,14 +15,6 @@ use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 use wasm_bindgen::prelude::*;
 
-/// The fields a budget config may have: those of `BudgetConfig::default()`'s JSON shape.
-fn known_fields() -> Vec<String> {
-    match serde_json::to_value(BudgetConfig::default()) {
-        Ok(Value::Object(map)) => map.keys().cloned().collect(),
-        other => panic!("a BudgetConfig serializes to a JSON object, not {other:?}"),
-    }
-}
-
 /// What a JSON value is, for an error message.
 fn kind_of(value: &Value) -> &'static str {
     match value {
@@ -58,22 +50,10 @@ fn read<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Result<T> {
         .map_err(|e| error(Kind::Budget, format!("invalid {what}: {e}")))
 }
 
-/// A budget config from its JSON shape; a field core does not know is refused (core would
-/// ignore it, and a misspelt `capacity` would silently leave the default).
+/// A budget config from its JSON shape: core reads it (an object only, unknown fields
+/// refused, defaults for the rest).
 fn budget_config(text: &str) -> Result<BudgetConfig> {
-    let map = object(text, "budget config", Kind::Config)?;
-    let known = known_fields();
-    if let Some(unknown) = map.keys().find(|k| !known.contains(k)) {
-        return Err(error(
-            Kind::Config,
-            format!(
-                "invalid budget config: unknown field {unknown:?}; the fields are {}",
-                known.join(", ")
-            ),
-        ));
-    }
-    serde_json::from_value(Value::Object(map))
-        .map_err(|e| error(Kind::Config, format!("invalid budget config: {e}")))
+    crate::convert::from_json(text, "budget config", Kind::Config)
 }
 
 /// The budget's clock reading: a finite number of milliseconds from 0 up, its fraction

@@ -5,7 +5,7 @@
 //! to come, so that a ticket given twice is refused (core names a waiting request by its
 //! ticket alone: a second request with the same ticket would make its answers ambiguous).
 
-use crate::convert::{from_py, to_py, to_u64};
+use crate::convert::{from_py, retyped, to_py, to_u64};
 use crate::errors::{BudgetError, ConfigError};
 use crate::exclusive::Exclusive;
 use pyo3::prelude::*;
@@ -29,14 +29,6 @@ struct BudgetState {
     budget: RetryBudget,
     /// Tickets queued by `request` whose answer `poll_decision` has not handed out yet.
     pending: BTreeSet<u64>,
-}
-
-/// The fields a budget config may have: those of `BudgetConfig::default()`'s JSON shape.
-fn known_fields() -> Vec<String> {
-    match serde_json::to_value(BudgetConfig::default()) {
-        Ok(Value::Object(map)) => map.keys().cloned().collect(),
-        other => panic!("a BudgetConfig serializes to a JSON object, not {other:?}"),
-    }
 }
 
 /// The JSON object of a Python dict (or of a JSON text holding one), for `T` to read. Only
@@ -70,20 +62,10 @@ fn read<T: serde::de::DeserializeOwned>(obj: &Bound<'_, PyAny>, what: &str) -> P
         .map_err(|e| BudgetError::new_err(format!("invalid {what}: {e}")))
 }
 
-/// A budget config from its JSON shape; a field core does not know is refused (core would
-/// ignore it, and a misspelt `capacity` would silently leave the default).
+/// A budget config from its JSON shape: core reads it (an object only, unknown fields
+/// refused, defaults for the rest).
 fn budget_config(obj: &Bound<'_, PyAny>) -> PyResult<BudgetConfig> {
-    let config_error = |e: PyErr| ConfigError::new_err(message(obj.py(), &e));
-    let map = object(obj, "budget config").map_err(config_error)?;
-    let known = known_fields();
-    if let Some(unknown) = map.keys().find(|k| !known.contains(k)) {
-        return Err(ConfigError::new_err(format!(
-            "invalid budget config: unknown field {unknown:?}; the fields are {}",
-            known.join(", ")
-        )));
-    }
-    serde_json::from_value(Value::Object(map))
-        .map_err(|e| ConfigError::new_err(format!("invalid budget config: {e}")))
+    from_py(obj, "budget config").map_err(|e| retyped(e, ConfigError::new_err))
 }
 
 /// The message of a Python exception, without its type's name.
