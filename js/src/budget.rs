@@ -6,7 +6,7 @@
 //! to come, so that a ticket given twice is refused (core names a waiting request by its
 //! ticket alone: a second request with the same ticket would make its answers ambiguous).
 
-use crate::convert::{to_json, whole, MAX_SAFE_INTEGER};
+use crate::convert::{to_json, whole};
 use crate::errors::{error, Kind, Result};
 use rebound_core::{
     BudgetConfig, BudgetNote, Millis, PermitAsk, PermitDecision, RetryBudget as CoreBudget, Ticket,
@@ -56,21 +56,9 @@ fn budget_config(text: &str) -> Result<BudgetConfig> {
     crate::convert::from_json(text, "budget config", Kind::Config)
 }
 
-/// The budget's clock reading: a finite number of milliseconds from 0 up, its fraction
-/// dropped as the machine drops it (`performance.now()` has one).
+/// The budget's clock reading (its fraction dropped as the machine drops it).
 fn clock(now_ms: f64) -> Result<Millis> {
-    if now_ms.is_finite() && (0.0..=MAX_SAFE_INTEGER).contains(&now_ms) {
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        Ok(Millis(now_ms.floor() as u64))
-    } else {
-        Err(error(
-            Kind::Rebound,
-            format!(
-                "nowMs must be a finite number of milliseconds from 0 up (the budget's \
-                 clock), not {now_ms}"
-            ),
-        ))
-    }
+    crate::convert::clock(now_ms, "the budget's clock", Kind::Rebound)
 }
 
 fn ticket(value: f64) -> Result<u64> {

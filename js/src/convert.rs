@@ -41,18 +41,24 @@ pub fn whole(value: f64, what: &str, kind: Kind) -> Result<u64> {
     }
 }
 
-/// A clock reading in milliseconds: a finite number from 0 up, whose fraction is dropped
-/// (`performance.now()` has one; the machine counts whole milliseconds).
+/// The machine's clock reading in milliseconds (see [`clock`]).
 pub fn millis(now_ms: f64) -> Result<Millis> {
+    clock(now_ms, "the caller's clock", Kind::Event)
+}
+
+/// A clock reading in milliseconds: a finite number from 0 up, whose fraction is dropped
+/// (`performance.now()` has one; the machine counts whole milliseconds). `whose` names the
+/// clock in the error, of `kind`.
+pub fn clock(now_ms: f64, whose: &str, kind: Kind) -> Result<Millis> {
     if now_ms.is_finite() && (0.0..=MAX_SAFE_INTEGER).contains(&now_ms) {
         #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
         Ok(Millis(now_ms.floor() as u64))
     } else {
         Err(error(
-            Kind::Event,
+            kind,
             format!(
-                "now_ms must be a finite number of milliseconds from 0 up (the caller's \
-                 clock), not {now_ms}"
+                "nowMs must be a finite number of milliseconds from 0 up ({whose}), not \
+                 {now_ms}"
             ),
         ))
     }
